@@ -1,0 +1,24 @@
+# Make targets wrap the `dlcp` CLI; every target sets the machine up first (idempotent, quick when done).
+VENV ?= .venv
+DLCP := $(VENV)/bin/dlcp
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test p4 clean bench
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(DLCP) run experiments/ps-incast.toml --policies fifo,dlcp
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+p4: setup
+	$(DLCP) build
+
+bench: setup
+	$(DLCP) bench tagging
+
+clean: setup
+	$(DLCP) clean

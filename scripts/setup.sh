@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh Debian machine: Debian packages (when missing) and the project venv.
+# Re-running it is cheap: apt is skipped when every package is present, pip when the stamp is newer
+# than pyproject.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc)
+VENV=${DLCP_VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "setup: Debian packages missing (${missing[*]}); run as root: sudo make setup" >&2
+        exit 1
+    fi
+    echo "setup: installing Debian packages: ${missing[*]}"
+    # --no-install-recommends keeps Open vSwitch out: our switches are our own processes.
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || { echo "setup: $PYTHON is older than 3.10" >&2; exit 1; }
+
+stamp="$VENV/.dlcp-setup-stamp"
+if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh ]]; then
+    exit 0
+fi
+[[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# The constraint pins the CPU build of torch that is on disk; without it a dependency could pull
+# the newest CUDA build (several GB).
+export PIP_CONSTRAINT="$PWD/scripts/constraints.txt"
+pip_install() {
+    if ! "$VENV/bin/pip" install -q "$@" >"$VENV/pip-install.log" 2>&1; then
+        grep -v '^WARNING: Location' "$VENV/pip-install.log" >&2
+        echo "setup: pip install $* failed (log: $VENV/pip-install.log)" >&2
+        exit 1
+    fi
+}
+pip_install torch==2.13.0
+pip_install -e ".[dev,bmv2]"
+"$VENV/bin/python" -c 'import torch, numpy, scapy, mininet, dlcp; assert torch.__version__.startswith("2.13.0"), torch.__version__'
+touch "$stamp"
+echo "setup: ready ($VENV, torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
