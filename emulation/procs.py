@@ -1,0 +1,83 @@
+"""Processes started by runs, recorded on disk so `dlcp clean` can stop what a killed run left.
+
+Every long-lived process an experiment starts (switch processes, agents, traffic generators) is
+recorded under STATE_DIR as one file per PID holding its command line; a clean stop forgets it.
+STATE_DIR is under /run (tmpfs, root-only), not /tmp: `mn -c` wipes /tmp/*.log and reboots wipe /run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+STATE_DIR = Path(os.environ.get("DLCP_STATE_DIR", "/run/dlcp/pids"))
+
+
+def record(pid: int, role: str, name: str, cmdline: list[str] | str) -> None:
+    """Remember a process this run started."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    info = {"pid": pid, "role": role, "name": name, "cmdline": cmdline, "started_unix": time.time(),
+            "starttime": _start_ticks(pid)}
+    (STATE_DIR / str(pid)).write_text(json.dumps(info))
+
+
+def forget(pid: int) -> None:
+    (STATE_DIR / str(pid)).unlink(missing_ok=True)
+
+
+def recorded() -> list[dict]:
+    if not STATE_DIR.is_dir():
+        return []
+    out = []
+    for f in sorted(STATE_DIR.iterdir()):
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            f.unlink(missing_ok=True)
+    return out
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process start time from /proc, so a recycled PID is never mistaken for ours."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_ours_and_alive(info: dict) -> bool:
+    ticks = _start_ticks(info["pid"])
+    return ticks is not None and ticks == info.get("starttime")
+
+
+def stop_pid(pid: int, grace_s: float = 3.0) -> None:
+    """SIGTERM, wait up to `grace_s`, then SIGKILL."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def kill_recorded() -> list[dict]:
+    """Stop every recorded process that is still ours; returns what was stopped."""
+    stopped = []
+    for info in recorded():
+        if is_ours_and_alive(info):
+            stop_pid(info["pid"])
+            stopped.append(info)
+        forget(info["pid"])
+    return stopped
