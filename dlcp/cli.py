@@ -24,6 +24,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"dlcp {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    r = sub.add_parser("run", help="run an experiment on an emulated network (root)",
+                       description="Run an experiment config (TOML) on Mininet; results go to "
+                                   "results/<UTC time>-<name>/<variant>/.")
+    r.add_argument("config", help="experiment file, e.g. experiments/ps-incast.toml")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)")
+    r.add_argument("--policies", metavar="P1,P2",
+                   help="run one variant per tagging policy, back to back on the same topology and seed")
+    r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
+    r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
+    r.set_defaults(func=lambda a: _call("emulation.runner:main", a))
+
+    c = sub.add_parser("clean", help="stop what a killed run left (processes, host shells, links; root)")
+    c.set_defaults(func=lambda a: _call("emulation.clean:main", a))
+
     b = sub.add_parser("bench", help="run a benchmark and print its figures",
                        description="Benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()))
     b.add_argument("name", choices=sorted(BENCHES))

@@ -1,0 +1,182 @@
+"""Background traffic inside a Mininet host: the congestion DLCP is for.
+
+Kinds (agent config `background.kind`):
+- `udp_cbr`: UDP datagrams at a constant rate;
+- `udp_onoff`: bursts at `rate_mbps` for `on_ms`, silence for `off_ms` (microbursts into a port);
+- `tcp`: one long TCP flow, as fast as TCP lets it;
+- `sink`: the receiving end on the destination host (discards UDP, drains TCP).
+All at DSCP `dscp` (0 = background priority by default). Totals go to records/hN-background.json.
+
+    python -m agents.background --config <run>/agents/hN-background.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+KINDS = ("udp_cbr", "udp_onoff", "tcp", "sink")
+
+
+class Stop(Exception):
+    """SIGTERM/SIGINT: finish cleanly and write totals."""
+
+
+def _on_signal(signum, frame):
+    raise Stop()
+
+
+def load_config(path: str) -> dict:
+    try:
+        cfg = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"background: cannot read config {path}: {e}")
+    bg = cfg.get("background")
+    if not isinstance(bg, dict) or bg.get("kind") not in KINDS:
+        raise SystemExit(f"background: {path}: background.kind must be one of {', '.join(KINDS)}")
+    for key in ("port",) + (() if bg["kind"] == "sink" else ("dst_ip", "rate_mbps")):
+        if key not in bg:
+            raise SystemExit(f"background: {path}: background.{key} missing")
+    return cfg
+
+
+def _udp_socket(dscp: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    return s
+
+
+def send_udp(bg: dict, stop_at: float | None, totals: dict) -> None:
+    """Paced UDP: `rate_mbps` during on-periods (always on for udp_cbr)."""
+    s = _udp_socket(bg.get("dscp", 0))
+    payload = bytes(bg.get("packet_bytes", 1400))
+    dst = (bg["dst_ip"], bg["port"])
+    gap = len(payload) * 8 / (bg["rate_mbps"] * 1e6)  # seconds between datagrams
+    on_s = bg.get("on_ms", 0) / 1e3 if bg["kind"] == "udp_onoff" else None
+    off_s = bg.get("off_ms", 0) / 1e3
+    period_start = next_send = time.monotonic()
+    while stop_at is None or time.monotonic() < stop_at:
+        now = time.monotonic()
+        if on_s is not None and now - period_start >= on_s:
+            period_start = now + off_s
+            next_send = period_start
+            time.sleep(off_s)
+            continue
+        if now < next_send:
+            time.sleep(min(next_send - now, 0.002))
+            continue
+        try:
+            s.sendto(payload, dst)
+            totals["pkts"] += 1
+            totals["bytes"] += len(payload)
+        except OSError:  # ENOBUFS from the host NIC queue: the NIC dropped it, like hardware would
+            totals["send_errors"] += 1
+        next_send += gap
+        if next_send < now - 0.05:  # fell far behind (descheduled): do not burst to catch up
+            next_send = now
+
+
+def send_tcp(bg: dict, stop_at: float | None, totals: dict) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            s = socket.create_connection((bg["dst_ip"], bg["port"]), timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"background: no TCP sink at {bg['dst_ip']}:{bg['port']}")
+            time.sleep(0.2)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, bg.get("dscp", 0) << 2)
+    s.settimeout(1.0)
+    chunk = bytes(64 * 1024)
+    while stop_at is None or time.monotonic() < stop_at:
+        try:
+            totals["bytes"] += s.send(chunk)
+        except socket.timeout:
+            continue
+    s.close()
+
+
+def sink(bg: dict, totals: dict) -> None:
+    """Discard UDP datagrams and drain TCP connections on `port` until stopped."""
+    sel = selectors.DefaultSelector()
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    udp.bind(("0.0.0.0", bg["port"]))
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind(("0.0.0.0", bg["port"]))
+    tcp.listen(16)
+    for s in (udp, tcp):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ)
+    buf = bytearray(1 << 16)
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            s = key.fileobj
+            try:
+                if s is tcp:
+                    conn, _ = tcp.accept()
+                    conn.setblocking(False)
+                    sel.register(conn, selectors.EVENT_READ)
+                    continue
+                n = s.recv_into(buf)
+            except BlockingIOError:
+                continue
+            except OSError:
+                n = 0
+            if n == 0 and s is not udp:  # TCP peer closed
+                sel.unregister(s)
+                s.close()
+                continue
+            totals["bytes"] += n
+            totals["pkts"] += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    bg, host = cfg["background"], cfg.get("host", "?")
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    totals = {"host": host, "kind": bg["kind"], "pkts": 0, "bytes": 0, "send_errors": 0,
+              "start_unix": time.time()}
+    try:
+        if bg["kind"] == "sink":
+            sink(bg, totals)
+        else:
+            time.sleep(bg.get("start_s", 0))
+            stop_s = bg.get("stop_s", 0)
+            stop_at = time.monotonic() + (stop_s - bg.get("start_s", 0)) if stop_s else None
+            totals["start_unix"] = time.time()
+            (send_tcp if bg["kind"] == "tcp" else send_udp)(bg, stop_at, totals)
+    except Stop:
+        pass
+    except OSError as e:
+        print(f"background {host}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        totals["end_unix"] = time.time()
+        secs = max(totals["end_unix"] - totals["start_unix"], 1e-9)
+        totals["mbps"] = totals["bytes"] * 8 / secs / 1e6
+        records = Path(cfg["run_dir"]) / "records"
+        records.mkdir(parents=True, exist_ok=True)
+        suffix = "sink" if bg["kind"] == "sink" else "background"
+        tmp = records / f".{host}-{suffix}.json.tmp"
+        tmp.write_text(json.dumps(totals, indent=1))
+        os.replace(tmp, records / f"{host}-{suffix}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""Experiment configuration: a strict schema over TOML, `--set key=value` overrides, validation.
+
+Everything is checked before anything starts: unknown keys, wrong types and impossible values
+raise ConfigError with one line naming the key (`dlcp.loss_budget: 1.5 is above 1`). The resolved
+config is a plain nested dict with every default filled in, written back as TOML into the run
+directory. Reference: docs/experiments.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from .tagging import LAYER_BIASES, LAYER_ORDERS, POLICIES
+
+
+class ConfigError(ValueError):
+    """A config problem, as one line naming the key."""
+
+
+@dataclass
+class Field:
+    type: type | tuple
+    default: Any = None
+    required: bool = False
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    check: Callable[[Any], str | None] | None = None  # returns an error text or None
+    doc: str = ""
+
+
+@dataclass
+class Section:
+    fields: dict
+    doc: str = ""
+
+
+@dataclass
+class SectionList:
+    section: Section
+    default: list = field(default_factory=list)
+    doc: str = ""
+
+
+@dataclass
+class Table:
+    """A free-form table of name -> value (e.g. per-layer budgets), values checked by `value`."""
+    value: Field
+    default: dict = field(default_factory=dict)
+    doc: str = ""
+
+
+FILL_POLICIES = ("zero", "rescale", "stale", "local")
+LB_MODES = ("spray_random", "spray_rr", "per_flow")
+BACKGROUND_KINDS = ("udp_cbr", "udp_onoff", "tcp")
+TOPOLOGIES = ("star", "dumbbell", "leaf_spine")
+MODELS = ("mlp", "cnn", "resnet", "synthetic")
+DATASETS = ("digits", "synthetic")
+
+
+def _fraction(v) -> str | None:
+    return None if 0 <= v <= 1 else f"{v} is not a fraction in 0..1"
+
+
+SCHEMA = Section({
+    "name": Field(str, required=True, check=lambda v: None if re.fullmatch(r"[A-Za-z0-9_.-]+", v)
+                  else f"{v!r} may only hold letters, digits, '_', '-', '.'", doc="experiment name"),
+    "description": Field(str, ""),
+    "backend": Field(str, "ref", choices=("ref", "bmv2"), doc="switch backend"),
+    "seed": Field(int, 1, min=0),
+    "timeout_s": Field((int, float), 300, min=1, doc="wall-clock limit of one run"),
+    "topology": Section({
+        "kind": Field(str, "star", choices=TOPOLOGIES),
+        "hosts": Field(int, 6, min=2, max=64, doc="star: hosts on the switch"),
+        "hosts_left": Field(int, 3, min=1, max=32, doc="dumbbell: hosts on s1"),
+        "hosts_right": Field(int, 3, min=1, max=32, doc="dumbbell: hosts on s2"),
+        "spines": Field(int, 2, min=1, max=8, doc="leaf_spine"),
+        "leaves": Field(int, 2, min=1, max=16, doc="leaf_spine"),
+        "hosts_per_leaf": Field(int, 3, min=1, max=16, doc="leaf_spine"),
+    }),
+    "links": Section({
+        "host_mbps": Field((int, float), 50, min=0.1, max=10000, doc="host <-> switch links"),
+        "fabric_mbps": Field((int, float), 50, min=0.1, max=10000, doc="switch <-> switch links"),
+        "queue_pkts": Field(int, 128, min=4, max=100000, doc="egress queue depth per priority"),
+        "delay_us": Field(int, 0, min=0, max=1_000_000, doc="propagation delay per switch egress"),
+        "loss": Field((int, float), 0.0, check=_fraction, doc="random loss per switch egress"),
+        "host_queue_pkts": Field(int, 256, min=2, max=100000, doc="host NIC queue (tc) in packets"),
+    }),
+    "workload": Section({
+        "mode": Field(str, "ps", choices=("ps", "allreduce")),
+        "workers": Field(int, 4, min=1, max=64),
+        "model": Field(str, "cnn", choices=MODELS),
+        "dataset": Field(str, "digits", choices=DATASETS),
+        "iterations": Field(int, 20, min=1),
+        "batch_size": Field(int, 32, min=1),
+        "lr": Field((int, float), 0.05, min=0),
+        "eval_every": Field(int, 5, min=0, doc="0 = evaluate only at the end"),
+        "bucket_values": Field(int, 0, min=0, doc="0 = one message per layer"),
+    }),
+    "dlcp": Section({
+        "policy": Field(str, "dlcp", choices=POLICIES),
+        "layer_order": Field(str, "input_first", choices=LAYER_ORDERS),
+        "drop_layer_bias": Field(str, "none", choices=LAYER_BIASES),
+        "load_balancing": Field(str, "spray_random", choices=LB_MODES),
+        "loss_budget": Field((int, float), 0.01, check=_fraction, doc="p_msg"),
+        "iter_budget": Field((int, float), 0.02, check=_fraction),
+        "layer_budgets": Table(Field((int, float), check=_fraction), doc="layer id -> budget"),
+        "r_max": Field(int, 3, min=1, max=100),
+        "deadline_ms": Field((int, float), 2000, min=1),
+        "fill": Field(str, "rescale", choices=FILL_POLICIES),
+        "reliable": Field(bool, False, doc="budget 0: every packet recovered (TCP-like baseline)"),
+        "ring_budget": Field(str, "protect_rs", choices=("protect_rs", "per_step")),
+        "resync_every": Field(int, 50, min=0),
+        "pacing_mbps": Field((int, float), 0, min=0, doc="0 = no sender pacing"),
+        "telemetry": Field(bool, False),
+        "data_port": Field(int, 9910, min=1, max=65535),
+        "control_port": Field(int, 9911, min=1, max=65535),
+        "qmax": Field(int, 64, min=1),
+        "k1": Field(int, 48, min=0),
+        "k2": Field(int, 32, min=0),
+        "k3": Field(int, 16, min=0),
+    }),
+    "background": SectionList(Section({
+        "kind": Field(str, "udp_onoff", choices=BACKGROUND_KINDS),
+        "src": Field(str, "", doc="host name; empty = the next free host"),
+        "dst": Field(str, "ps", doc="'ps', 'workerN' or a host name"),
+        "rate_mbps": Field((int, float), 20, min=0.01),
+        "on_ms": Field((int, float), 50, min=1),
+        "off_ms": Field((int, float), 50, min=0),
+        "start_s": Field((int, float), 0, min=0),
+        "stop_s": Field((int, float), 0, min=0, doc="0 = until the workload ends"),
+        "dscp": Field(int, 0, min=0, max=63),
+        "packet_bytes": Field(int, 1400, min=64, max=1472),
+    })),
+    "output": Section({
+        "dir": Field(str, "results"),
+        "per_packet": Field(bool, False),
+        "pcap_ports": Field(list, [], doc="switch ports to capture, e.g. ['s1-eth5']"),
+        "debug_log": Field(bool, False, doc="switch logging on (slower)"),
+    }),
+})
+
+
+def _type_name(t) -> str:
+    ts = t if isinstance(t, tuple) else (t,)
+    return " or ".join({int: "integer", float: "number", str: "string", bool: "boolean",
+                        list: "list", dict: "table"}.get(x, x.__name__) for x in ts)
+
+
+def _check_field(key: str, f: Field, v):
+    types = f.type if isinstance(f.type, tuple) else (f.type,)
+    # TOML booleans are not integers here, and integers are fine where floats are
+    if isinstance(v, bool) and bool not in types or not isinstance(v, types):
+        raise ConfigError(f"{key}: expected {_type_name(f.type)}, got {type(v).__name__} {v!r}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ConfigError(f"{key}: {v} is not a finite number")
+    if f.choices is not None and v not in f.choices:
+        raise ConfigError(f"{key}: {v!r} is not one of {', '.join(map(str, f.choices))}")
+    if f.min is not None and v < f.min:
+        raise ConfigError(f"{key}: {v} is below the minimum {f.min}")
+    if f.max is not None and v > f.max:
+        raise ConfigError(f"{key}: {v} is above the maximum {f.max}")
+    if f.check is not None and (err := f.check(v)):
+        raise ConfigError(f"{key}: {err}")
+    return v
+
+
+def _resolve(prefix: str, spec, raw):
+    if isinstance(spec, Field):
+        return _check_field(prefix, spec, raw)
+    if isinstance(spec, Table):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{prefix}: expected a table, got {type(raw).__name__}")
+        return {str(k): _check_field(f"{prefix}.{k}", spec.value, v) for k, v in raw.items()}
+    if isinstance(spec, SectionList):
+        if not isinstance(raw, list):
+            raise ConfigError(f"{prefix}: expected a list of tables ([[{prefix}]]), got {type(raw).__name__}")
+        return [_resolve(f"{prefix}[{i}]", spec.section, item) for i, item in enumerate(raw)]
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix}: expected a table, got {type(raw).__name__}")
+    for k in raw:
+        if k not in spec.fields:
+            where = f"{prefix}.{k}" if prefix else k
+            raise ConfigError(f"{where}: unknown key (known: {', '.join(spec.fields)})")
+    out = {}
+    for k, sub in spec.fields.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if k in raw:
+            out[k] = _resolve(key, sub, raw[k])
+        elif isinstance(sub, Field):
+            if sub.required:
+                raise ConfigError(f"{key}: required")
+            out[k] = copy.deepcopy(sub.default)
+        elif isinstance(sub, (Table, SectionList)):
+            out[k] = copy.deepcopy(sub.default)
+        else:
+            out[k] = _resolve(key, sub, {})
+    return out
+
+
+def topology_hosts(cfg: dict) -> int:
+    t = cfg["topology"]
+    if t["kind"] == "star":
+        return t["hosts"]
+    if t["kind"] == "dumbbell":
+        return t["hosts_left"] + t["hosts_right"]
+    return t["leaves"] * t["hosts_per_leaf"]
+
+
+def _cross_checks(cfg: dict) -> None:
+    w = cfg["workload"]
+    needed = w["workers"] + (1 if w["mode"] == "ps" else 0)
+    hosts = topology_hosts(cfg)
+    if needed > hosts:  # background sources are checked when roles are placed (topospec)
+        raise ConfigError(f"workload.workers: {w['workers']} workers"
+                          f"{' + 1 PS' if w['mode'] == 'ps' else ''} need {needed} hosts, "
+                          f"topology.{cfg['topology']['kind']} has {hosts}")
+    if w["mode"] == "allreduce" and w["workers"] < 2:
+        raise ConfigError("workload.workers: ring all-reduce needs at least 2 workers")
+    d = cfg["dlcp"]
+    if not d["k3"] <= d["k2"] <= d["k1"] <= d["qmax"]:
+        raise ConfigError(f"dlcp.k1: thresholds must satisfy k3 <= k2 <= k1 <= qmax, got "
+                          f"k3={d['k3']} k2={d['k2']} k1={d['k1']} qmax={d['qmax']}")
+    if d["qmax"] > cfg["links"]["queue_pkts"]:
+        raise ConfigError(f"dlcp.qmax: {d['qmax']} exceeds links.queue_pkts {cfg['links']['queue_pkts']}"
+                          " (the admission threshold must fit in the queue)")
+    if d["data_port"] == d["control_port"]:
+        raise ConfigError("dlcp.control_port: must differ from dlcp.data_port")
+    for i, b in enumerate(cfg["background"]):
+        if b["stop_s"] and b["stop_s"] <= b["start_s"]:
+            raise ConfigError(f"background[{i}].stop_s: {b['stop_s']} is not after start_s {b['start_s']}")
+        if b["kind"] == "udp_onoff" and b["off_ms"] == 0:
+            raise ConfigError(f"background[{i}].off_ms: udp_onoff needs off_ms > 0 (use kind = 'udp_cbr')")
+    if cfg["backend"] == "bmv2" and (cfg["links"]["delay_us"] or cfg["links"]["loss"]):
+        raise ConfigError("links.delay_us: delay and loss emulation exist only in the built-in dataplane "
+                          "(backend = 'ref'); bmv2 has no such knob")
+
+
+TOPOLOGY_KEYS = {"star": ("hosts",), "dumbbell": ("hosts_left", "hosts_right"),
+                 "leaf_spine": ("spines", "leaves", "hosts_per_leaf")}
+
+
+def _topology_keys_fit_kind(cfg: dict, raw: dict) -> None:
+    """Keys of another topology kind are mistakes, not noise: reject them, drop their defaults."""
+    kind = cfg["topology"]["kind"]
+    for key in [k for keys in TOPOLOGY_KEYS.values() for k in keys if k not in TOPOLOGY_KEYS[kind]]:
+        if key in raw.get("topology", {}):
+            raise ConfigError(f"topology.{key}: not a setting of kind {kind!r} "
+                              f"(it takes {', '.join(TOPOLOGY_KEYS[kind])})")
+        del cfg["topology"][key]
+
+
+def validate(raw: dict) -> dict:
+    """Resolve defaults and check everything; returns the resolved config."""
+    cfg = _resolve("", SCHEMA, raw)
+    _topology_keys_fit_kind(cfg, raw)
+    _cross_checks(cfg)
+    return cfg
+
+
+def parse_value(text: str):
+    """An override value: a TOML literal if it parses as one, else the bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(raw: dict, assignment: str) -> None:
+    """Apply `a.b=value` (or `background.0.rate_mbps=5`) to the raw config in place."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment}: expected key=value")
+    key, text = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {assignment}: empty key part")
+    node = raw
+    for i, p in enumerate(parts[:-1]):
+        here = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            if not p.isdigit() or int(p) >= len(node):
+                raise ConfigError(f"{here}: no such list entry")
+            node = node[int(p)]
+        else:
+            node = node.setdefault(p, {})
+        if not isinstance(node, (dict, list)):
+            raise ConfigError(f"{here}: is a value, not a table")
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ConfigError(f"{key}: no such list entry")
+        node[int(last)] = parse_value(text)
+    else:
+        node[last] = parse_value(text)
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> dict:
+    """Read, override and validate an experiment config file."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such config file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    for o in overrides:
+        apply_override(raw, o)
+    return validate(raw)
+
+
+# --- writing TOML (tomllib only reads) ------------------------------------------------------------
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+
+
+def dumps(cfg: dict) -> str:
+    """The resolved config as TOML (top-level values, then one table per section)."""
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in cfg.items() if not isinstance(v, (dict, list))
+             or (isinstance(v, list) and not (v and isinstance(v[0], dict)))]
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{k}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                lines += ["", f"[[{k}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
+    return "\n".join(lines) + "\n"

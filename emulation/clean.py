@@ -1,0 +1,67 @@
+"""`dlcp clean`: remove what a killed run left behind.
+
+Like `mn -c`, restricted to what experiments create (host shells `mininet:hN`, switch-side links
+`sN-ethK`), plus every process recorded in emulation/procs.py (switches, agents, traffic). It never
+touches /tmp and never deletes anything by a pattern wider than ours.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+from . import procs
+
+HOST_SHELL = re.compile(rb"mininet:(h|s)\d+$")
+OUR_LINK = re.compile(r"^s\d+-eth\d+$")
+
+
+def _mininet_shells() -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(HOST_SHELL.match(a) for a in argv):
+            pids.append(int(d.name))
+    return pids
+
+
+def _our_links() -> list[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    names = [line.split(":", 2)[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
+    return [n for n in names if OUR_LINK.match(n)]
+
+
+def clean(verbose: bool = True) -> dict:
+    """Stop recorded processes, Mininet host shells and our links; returns what was removed."""
+    stopped = procs.kill_recorded()
+    shells = _mininet_shells()
+    for pid in shells:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    links = _our_links()
+    for name in links:
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
+    summary = {"processes": [f"{p['role']} {p['name']} (pid {p['pid']})" for p in stopped],
+               "host_shells": len(shells), "links": links}
+    if verbose:
+        print(f"dlcp clean: stopped {len(stopped)} recorded processes"
+              + (f" ({', '.join(summary['processes'])})" if stopped else "")
+              + f", {len(shells)} host shells, removed {len(links)} links")
+    return summary
+
+
+def main(args) -> int:
+    if os.geteuid() != 0:
+        raise SystemExit("dlcp clean: needs root (it removes network links and stops root processes); run: sudo dlcp clean")
+    clean()
+    return 0

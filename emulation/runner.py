@@ -1,0 +1,371 @@
+"""`dlcp run`: one experiment (or several policy variants of it) on an emulated network.
+
+    net up -> switches (backend) with their runtime entries -> background traffic -> agents
+    -> progress until every worker is done (or the wall-clock limit) -> counters, records, logs
+    -> everything stopped, always: on success, on error, on SIGINT/SIGTERM.
+
+Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--policies` share
+the topology and seed and are compared at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from dlcp import config as configmod
+from dlcp import topospec
+from dlcp.runtime_entries import runtime_files
+
+from . import procs
+from .clean import clean
+
+REPO = Path(__file__).resolve().parents[1]
+BACKGROUND_PORT = 5001
+PROGRESS_PERIOD_S = 0.5
+
+
+class RunFailed(RuntimeError):
+    """The run did not complete; the message says why in one line (plus a log tail)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM: unwind like Ctrl-C so every `finally` runs."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+# --- run directory ---------------------------------------------------------------------------------
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def make_run_dir(path: Path) -> Path:
+    for sub in ("runtime", "agents", "progress", "records", "counters", "logs"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def git_revision() -> str | None:
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (rev + ("+dirty" if dirty else "")) if rev else None
+
+
+def _tool_version(cmd: list[str]) -> str | None:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (p.stdout or p.stderr).strip().splitlines()[0] if p.returncode == 0 else None
+
+
+def collect_meta(cfg: dict, variant: str) -> dict:
+    def version(pkg):
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    meta = {
+        "name": cfg["name"], "variant": variant, "policy": cfg["dlcp"]["policy"],
+        "backend": cfg["backend"],
+        "versions": {p: version(p) for p in ("dlcp", "torch", "numpy", "scapy", "mininet")},
+        "python": platform.python_version(), "kernel": platform.release(), "hostname": platform.node(),
+        "git_revision": git_revision(), "start_utc": datetime.now(timezone.utc).isoformat(),
+    }
+    if cfg["backend"] == "bmv2":
+        meta["versions"]["simple_switch_grpc"] = _tool_version(["simple_switch_grpc", "--version"])
+        meta["versions"]["p4c"] = _tool_version(["p4c", "--version"])
+    return meta
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+# --- agent configurations ----------------------------------------------------------------------------
+
+def agent_configs(cfg: dict, spec: topospec.TopologySpec, run_dir: Path) -> list[tuple[str, str, dict]]:
+    """(host, role, config) for every agent of the run: workers, PS, background senders and sinks."""
+    workers = spec.by_role("worker")
+    ps = spec.by_role("ps")
+    common = {
+        "run_dir": str(run_dir), "job_id": 1, "world": len(workers), "mode": cfg["workload"]["mode"],
+        "ps": {"host": ps[0].name, "ip": ps[0].ip} if ps else None,
+        "workers": [{"rank": h.rank, "host": h.name, "ip": h.ip} for h in workers],
+        "ports": {"data": cfg["dlcp"]["data_port"], "control": cfg["dlcp"]["control_port"]},
+        "workload": dict(cfg["workload"], seed=cfg["seed"]),
+        "dlcp": dict(cfg["dlcp"]),
+        "records": {"per_packet": cfg["output"]["per_packet"]},
+        "timeout_s": cfg["timeout_s"],
+    }
+    out = [(h.name, "worker", dict(common, host=h.name, role="worker", ip=h.ip, rank=h.rank)) for h in workers]
+    out += [(h.name, "ps", dict(common, host=h.name, role="ps", ip=h.ip, rank=-1)) for h in ps]
+    sinks = {}
+    for i, bg in enumerate(cfg["background"]):
+        src = spec.hosts[spec.background_sources[i]]
+        dst = spec.host_named(bg["dst"])
+        out.append((src.name, "background", {
+            "run_dir": str(run_dir), "host": src.name, "role": "background", "ip": src.ip,
+            "background": dict(bg, dst_ip=dst.ip, port=BACKGROUND_PORT + i, index=i)}))
+        sinks.setdefault(dst.name, (dst, []))[1].append(BACKGROUND_PORT + i)
+    for name, (dst, ports) in sinks.items():
+        for port in ports:
+            out.append((name, f"sink{port}", {
+                "run_dir": str(run_dir), "host": name, "role": "background", "ip": dst.ip,
+                "background": {"kind": "sink", "port": port}}))
+    return out
+
+
+# --- progress ------------------------------------------------------------------------------------------
+
+def read_progress(run_dir: Path, host: str) -> dict:
+    try:
+        return json.loads((run_dir / "progress" / host).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def progress_line(done: dict[str, int], iters: int, elapsed: float, width: int = 30) -> str:
+    total = iters * max(len(done), 1)
+    frac = sum(done.values()) / total if total else 1.0
+    bar = "#" * int(frac * width) + "." * (width - int(frac * width))
+    per = " ".join(f"{h}:{n}" for h, n in done.items())
+    return f"[{bar}] {sum(done.values())}/{total} iterations  {per}  {elapsed:5.1f}s"
+
+
+class Progress:
+    """A progress bar on a terminal, a line every few seconds elsewhere."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream, self.tty = stream, stream.isatty()
+        self.last_text, self.last_time = "", 0.0
+
+    def show(self, text: str) -> None:
+        now = time.monotonic()
+        if self.tty:
+            self.stream.write("\r" + text[: 160].ljust(len(self.last_text)))
+            self.stream.flush()
+        elif text != self.last_text and now - self.last_time >= 5:
+            print(text, file=self.stream, flush=True)
+            self.last_time = now
+        self.last_text = text
+
+    def done(self) -> None:
+        if self.tty and self.last_text:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+# --- one run -------------------------------------------------------------------------------------------
+
+class Experiment:
+    """Everything one run starts, so it can all be stopped from one place."""
+
+    def __init__(self, cfg: dict, run_dir: Path, variant: str):
+        self.cfg, self.run_dir, self.variant = cfg, run_dir, variant
+        self.spec = topospec.from_config(cfg)
+        self.net = None
+        self.agents: list[tuple[str, str, subprocess.Popen, Path]] = []  # host, role, process, log
+
+    def prepare(self) -> None:
+        make_run_dir(self.run_dir)
+        (self.run_dir / "config.toml").write_text(configmod.dumps(self.cfg))
+        write_json(self.run_dir / "topology.json", self.spec.to_json())
+        for name, entries in runtime_files(self.spec, self.cfg).items():
+            write_json(self.run_dir / "runtime" / f"{name}-runtime.json", entries)
+
+    def start_network(self) -> None:
+        from .switches import backend_class
+        from .topologies import build_network
+
+        pcap = self.cfg["output"]["pcap_ports"]
+        params = {s: {"runtime_json": str(self.run_dir / "runtime" / f"{s}-runtime.json"),
+                      "run_dir": str(self.run_dir), "debug_log": self.cfg["output"]["debug_log"],
+                      "pcap_ports": [int(p.rsplit("eth", 1)[1]) for p in pcap if p.startswith(f"{s}-eth")]}
+                  for s in self.spec.switches}
+        self.net = build_network(self.spec, backend_class(self.cfg["backend"]), params,
+                                 self.cfg["links"]["host_queue_pkts"])
+        for h in self.spec.hosts.values():
+            shell = self.net.get(h.name).shell
+            procs.record(shell.pid, "host-shell", h.name, "mininet host shell")
+
+    def start_agent(self, host: str, role: str, agent_cfg: dict) -> None:
+        module = "background" if agent_cfg["role"] == "background" else role
+        cfg_path = self.run_dir / "agents" / f"{host}-{role}.json"
+        write_json(cfg_path, agent_cfg)
+        log = self.run_dir / "logs" / f"{host}-{role}.log"
+        cmd = [sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
+        with open(log, "wb") as f:
+            p = self.net.get(host).popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=str(REPO))
+        procs.record(p.pid, f"agent-{role}", host, cmd)
+        self.agents.append((host, role, p, log))
+
+    def start_agents(self) -> None:
+        configs = agent_configs(self.cfg, self.spec, self.run_dir)
+        # sinks and the PS first, so senders find their peers listening
+        order = {"ps": 1, "worker": 2, "background": 3}
+        for host, role, acfg in sorted(configs, key=lambda c: 0 if c[1].startswith("sink") else order[c[1]]):
+            self.start_agent(host, role, acfg)
+
+    def workload_agents(self):
+        return [a for a in self.agents if a[1] in ("worker", "ps")]
+
+    def wait(self, progress: Progress) -> None:
+        """Until every worker and the PS exit; fails on a crash or the wall-clock limit."""
+        iters = self.cfg["workload"]["iterations"]
+        start = time.monotonic()
+        limit = self.cfg["timeout_s"]
+        while True:
+            for host, role, p, log in self.agents:
+                rc = p.poll()
+                if rc not in (None, 0):
+                    raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{log_tail(log)}")
+            done = {h: read_progress(self.run_dir, h).get("iter", 0)
+                    for h, r, _, _ in self.agents if r == "worker"}
+            progress.show(progress_line(done, iters, time.monotonic() - start))
+            if all(p.poll() is not None for _, _, p, _ in self.workload_agents()):
+                return
+            if time.monotonic() - start > limit:
+                raise RunFailed(f"the run exceeded timeout_s = {limit:g} s "
+                                f"(progress: {sum(done.values())}/{iters * len(done)} iterations)")
+            time.sleep(PROGRESS_PERIOD_S)
+
+    def stop_agents(self) -> None:
+        for host, role, p, _ in self.agents:
+            if p.poll() is None:
+                procs.stop_pid(p.pid, grace_s=5.0)
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            procs.forget(p.pid)
+
+    def stop(self) -> None:
+        """Stop agents, then switches (they dump counters) and the network."""
+        try:
+            self.stop_agents()
+        finally:
+            if self.net is not None:
+                try:
+                    self.net.stop()
+                finally:
+                    for h in self.spec.hosts.values():
+                        node = self.net.get(h.name)
+                        procs.forget(node.shell.pid if node.shell else -1)
+                    self.net = None
+
+
+def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress) -> None:
+    """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
+    exp = Experiment(cfg, run_dir, variant)
+    exp.prepare()
+    meta = collect_meta(cfg, variant)
+    write_json(run_dir / "meta.json", meta)
+    t0 = time.monotonic()
+    status = "error"
+    try:
+        exp.start_network()
+        exp.start_agents()
+        exp.wait(progress)
+        status = "ok"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except Terminated:
+        status = "terminated"
+        raise
+    finally:
+        progress.done()
+        # a second Ctrl-C must not cut the clean-up short
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            exp.stop()
+        finally:
+            clean(verbose=False)  # anything the orderly stop missed
+            meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=time.monotonic() - t0,
+                        status=status)
+            write_json(run_dir / "meta.json", meta)
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def report_variant(run_dir: Path) -> None:
+    from dlcp.report import report_run
+    report_run(run_dir)
+
+
+def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
+        with_report: bool = True) -> Path:
+    """Run an experiment (one variant per policy); returns the results directory."""
+    base = configmod.load(config_path, overrides)
+    variants = []
+    for policy in policies or [None]:
+        cfg = configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=policy))) if policy else base
+        variants.append((policy or "run", cfg))
+    # roles and background placement are checked before anything starts
+    for _, cfg in variants:
+        topospec.from_config(cfg)
+    if os.geteuid() != 0:
+        raise SystemExit("dlcp run: needs root (Mininet network namespaces); run: sudo dlcp run ...")
+    results = Path(out_root or base["output"]["dir"]) / f"{utc_stamp()}-{base['name']}"
+    progress = Progress()
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    run_dirs = []
+    for i, (variant, cfg) in enumerate(variants):
+        print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {results / variant}",
+              file=sys.stderr)
+        run_variant(cfg, results / variant, variant, progress)
+        run_dirs.append(results / variant)
+        if with_report:
+            report_variant(results / variant)
+    if with_report and len(run_dirs) > 1:
+        from dlcp.report import compare_runs
+        compare_runs(run_dirs, results)
+    return results
+
+
+def main(args) -> int:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
+    try:
+        results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report)
+    except configmod.ConfigError as e:
+        print(f"dlcp run: {e}", file=sys.stderr)
+        return 2
+    except RunFailed as e:
+        print(f"dlcp run: failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, Terminated):
+        print("dlcp run: interrupted; everything was stopped and cleaned up", file=sys.stderr)
+        return 130
+    print(f"dlcp run: results in {results}")
+    return 0

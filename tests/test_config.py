@@ -1,0 +1,78 @@
+import pathlib
+
+import pytest
+
+from dlcp import config
+from dlcp.config import ConfigError
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))
+
+
+def minimal(**sections):
+    raw = {"name": "t"}
+    raw.update(sections)
+    return raw
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.name)
+def test_examples_validate_and_round_trip(path):
+    cfg = config.load(path)
+    again = config.validate(config.tomllib.loads(config.dumps(cfg)))
+    assert again == cfg
+
+
+def test_defaults_filled():
+    cfg = config.validate(minimal())
+    assert cfg["backend"] == "ref" and cfg["dlcp"]["policy"] == "dlcp" and cfg["dlcp"]["loss_budget"] == 0.01
+    assert cfg["topology"] == {"kind": "star", "hosts": 6} and cfg["background"] == []
+
+
+@pytest.mark.parametrize("raw,message", [
+    (minimal(colour="red"), "colour: unknown key"),
+    (minimal(dlcp={"polcy": "fifo"}), "dlcp.polcy: unknown key"),
+    (minimal(dlcp={"loss_budget": 1.5}), "dlcp.loss_budget: 1.5 is not a fraction"),
+    (minimal(dlcp={"loss_budget": "1%"}), "dlcp.loss_budget: expected integer or number, got str"),
+    (minimal(dlcp={"reliable": 1}), "dlcp.reliable: expected boolean"),
+    (minimal(workload={"iterations": True}), "workload.iterations: expected integer, got bool"),
+    (minimal(workload={"workers": 9}, topology={"hosts": 6}), "workload.workers: 9 workers + 1 PS need 10 hosts"),
+    (minimal(workload={"mode": "gossip"}), "workload.mode: 'gossip' is not one of ps, allreduce"),
+    (minimal(backend="ovs"), "backend: 'ovs' is not one of ref, bmv2"),
+    (minimal(dlcp={"k1": 70}), "dlcp.k1: thresholds must satisfy"),
+    (minimal(dlcp={"qmax": 200}), "dlcp.qmax: 200 exceeds links.queue_pkts"),
+    (minimal(topology={"kind": "leaf_spine", "hosts": 4}), "topology.hosts: not a setting of kind 'leaf_spine'"),
+    (minimal(background=[{"kind": "udp_onoff", "off_ms": 0}]), "background[0].off_ms"),
+    (minimal(background={"kind": "tcp"}), "background: expected a list of tables"),
+    ({"backend": "ref"}, "name: required"),
+    (minimal(name="a b"), "name: 'a b' may only hold"),
+    (minimal(backend="bmv2", links={"loss": 0.01}), "links.delay_us: delay and loss emulation exist only"),
+])
+def test_bad_configs_fail_with_one_line_naming_the_key(raw, message):
+    with pytest.raises(ConfigError) as e:
+        config.validate(raw)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_overrides():
+    raw = minimal(background=[{"kind": "tcp", "rate_mbps": 5}])
+    config.apply_override(raw, "dlcp.policy=fifo")
+    config.apply_override(raw, "workload.iterations=3")
+    config.apply_override(raw, "background.0.rate_mbps=7.5")
+    config.apply_override(raw, "links.loss=0.02")
+    cfg = config.validate(raw)
+    assert cfg["dlcp"]["policy"] == "fifo" and cfg["workload"]["iterations"] == 3
+    assert cfg["background"][0]["rate_mbps"] == 7.5 and cfg["links"]["loss"] == 0.02
+    with pytest.raises(ConfigError, match="background.3: no such list entry"):
+        config.apply_override(raw, "background.3.rate_mbps=1")
+    with pytest.raises(ConfigError, match="expected key=value"):
+        config.apply_override(raw, "dlcp.policy")
+
+
+def test_missing_and_broken_files(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        config.load(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        config.load(bad)
