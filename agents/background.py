@@ -171,10 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         totals["mbps"] = totals["bytes"] * 8 / secs / 1e6
         records = Path(cfg["run_dir"]) / "records"
         records.mkdir(parents=True, exist_ok=True)
-        suffix = "sink" if bg["kind"] == "sink" else "background"
-        tmp = records / f".{host}-{suffix}.json.tmp"
+        name = f"{host}-sink{bg['port']}" if bg["kind"] == "sink" else f"{host}-background{bg.get('index', 0)}"
+        tmp = records / f".{name}.json.tmp"
         tmp.write_text(json.dumps(totals, indent=1))
-        os.replace(tmp, records / f"{host}-{suffix}.json")
+        os.replace(tmp, records / f"{name}.json")
     return 0
 
 

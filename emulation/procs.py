@@ -54,7 +54,8 @@ def is_ours_and_alive(info: dict) -> bool:
 
 
 def stop_pid(pid: int, grace_s: float = 3.0) -> None:
-    """SIGTERM, wait up to `grace_s`, then SIGKILL."""
+    """SIGTERM, wait up to `grace_s`, then SIGKILL (for processes that are not our children:
+    a child must be reaped with stop_child, or it lingers as a zombie for the whole grace time)."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -70,6 +71,19 @@ def stop_pid(pid: int, grace_s: float = 3.0) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def stop_child(p, grace_s: float = 3.0) -> int | None:
+    """Stop a child process (subprocess.Popen): SIGTERM, wait, SIGKILL; reaps it and forgets it."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=grace_s)
+        except Exception:  # subprocess.TimeoutExpired
+            p.kill()
+            p.wait()
+    forget(p.pid)
+    return p.returncode
 
 
 def kill_recorded() -> list[dict]:

@@ -193,6 +193,7 @@ class Experiment:
         self.cfg, self.run_dir, self.variant = cfg, run_dir, variant
         self.spec = topospec.from_config(cfg)
         self.net = None
+        self.shell_pids: list[int] = []
         self.agents: list[tuple[str, str, subprocess.Popen, Path]] = []  # host, role, process, log
 
     def prepare(self) -> None:
@@ -214,8 +215,9 @@ class Experiment:
         self.net = build_network(self.spec, backend_class(self.cfg["backend"]), params,
                                  self.cfg["links"]["host_queue_pkts"])
         for h in self.spec.hosts.values():
-            shell = self.net.get(h.name).shell
-            procs.record(shell.pid, "host-shell", h.name, "mininet host shell")
+            pid = self.net.get(h.name).shell.pid
+            procs.record(pid, "host-shell", h.name, "mininet host shell")
+            self.shell_pids.append(pid)
 
     def start_agent(self, host: str, role: str, agent_cfg: dict) -> None:
         module = "background" if agent_cfg["role"] == "background" else role
@@ -260,14 +262,11 @@ class Experiment:
             time.sleep(PROGRESS_PERIOD_S)
 
     def stop_agents(self) -> None:
-        for host, role, p, _ in self.agents:
+        for _, _, p, _ in self.agents:
             if p.poll() is None:
-                procs.stop_pid(p.pid, grace_s=5.0)
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            procs.forget(p.pid)
+                p.terminate()  # all at once: they exit in parallel
+        for _, _, p, _ in self.agents:
+            procs.stop_child(p, grace_s=5.0)
 
     def stop(self) -> None:
         """Stop agents, then switches (they dump counters) and the network."""
@@ -278,9 +277,8 @@ class Experiment:
                 try:
                     self.net.stop()
                 finally:
-                    for h in self.spec.hosts.values():
-                        node = self.net.get(h.name)
-                        procs.forget(node.shell.pid if node.shell else -1)
+                    for pid in self.shell_pids:
+                        procs.forget(pid)
                     self.net = None
 
 

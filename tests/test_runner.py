@@ -1,0 +1,175 @@
+"""The experiment runner end to end, as root: a short real experiment on the built-in dataplane,
+Ctrl-C in the middle, a crashing agent, and `dlcp clean` after a SIGKILLed run. Each test checks
+the machine is clean afterwards."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulation import clean, procs
+
+pytestmark = pytest.mark.root
+
+ROOT = Path(__file__).resolve().parents[1]
+DLCP = [sys.executable, "-m", "dlcp.cli"]
+
+SHORT = """
+name = "short"
+timeout_s = {timeout}
+[topology]
+kind = "star"
+hosts = 4
+[links]
+host_mbps = 100
+[workload]
+mode = "ps"
+workers = 2
+model = "{model}"
+iterations = {iterations}
+batch_size = 16
+eval_every = 2
+[dlcp]
+policy = "dlcp"
+[[background]]
+kind = "udp_onoff"
+dst = "ps"
+rate_mbps = 30
+on_ms = 20
+off_ms = 30
+"""
+
+
+def write_config(tmp_path: Path, iterations=4, model="cnn", timeout=120) -> Path:
+    p = tmp_path / "short.toml"
+    p.write_text(SHORT.format(iterations=iterations, model=model, timeout=timeout))
+    return p
+
+
+def leftovers() -> dict:
+    return {"links": clean._our_links(), "host_shells": clean._mininet_shells(),
+            "recorded": [p for p in procs.recorded() if procs.is_ours_and_alive(p)]}
+
+
+def assert_clean():
+    assert leftovers() == {"links": [], "host_shells": [], "recorded": []}
+
+
+@pytest.fixture(autouse=True)
+def clean_machine():
+    assert_clean()  # another test's mess must not be blamed on this one
+    yield
+    left = leftovers()
+    clean.clean(verbose=False)
+    assert left == {"links": [], "host_shells": [], "recorded": []}, "the test left things behind"
+
+
+def run_dirs(out: Path) -> list[Path]:
+    return sorted(p for p in out.glob("*/*") if (p / "meta.json").exists())
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_short_experiment_end_to_end(tmp_path):
+    cfg = write_config(tmp_path, iterations=4)
+    p = subprocess.run(DLCP + ["run", str(cfg), "--out", str(tmp_path / "results")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [run] = run_dirs(tmp_path / "results")
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "ok" and meta["backend"] == "ref" and meta["versions"]["torch"]
+    for f in ("config.toml", "topology.json", "runtime/s1-runtime.json", "counters/s1.json"):
+        assert (run / f).exists(), f
+    for h in ("h1", "h2"):  # workers: every iteration recorded, with test accuracy at eval iterations
+        its = read_csv(run / "records" / f"{h}-iterations.csv")
+        assert [int(r["iter"]) for r in its] == [0, 1, 2, 3]
+        assert any(r["test_accuracy"] for r in its)
+        msgs = read_csv(run / "records" / f"{h}-messages.csv")
+        assert {r["phase"] for r in msgs} >= {"push", "pull"}
+        assert all(int(r["protected_lost"]) == 0 for r in msgs if r["forced"] == "0")
+    counters = json.loads((run / "counters" / "s1.json").read_text())
+    assert sum(q["admitted_pkts"] for q in counters["queues"]) > 0
+    assert (run / "summary.json").exists()
+    assert json.loads((run / "records" / "h4-background0.json").read_text())["pkts"] > 0
+
+
+def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        for prog in run_parent.glob("*/*/progress/h1"):
+            try:
+                if json.loads(prog.read_text()).get("iter", 0) >= 1:
+                    return prog.parents[1]
+            except ValueError:
+                pass
+        time.sleep(0.2)
+    raise AssertionError("the run made no progress")
+
+
+def test_sigint_mid_run_cleans_up(tmp_path):
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    run = wait_for_progress(tmp_path / "r", proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    assert json.loads((run / "meta.json").read_text())["status"] == "interrupted"
+    assert_clean()
+
+
+def test_crashed_agent_fails_run_with_its_log(tmp_path):
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wait_for_progress(tmp_path / "r", proc)
+    worker = next(p for p in procs.recorded() if p["role"] == "agent-worker" and p["name"] == "h2")
+    os.kill(worker["pid"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "worker on h2 exited with status -9" in err
+    assert_clean()
+
+
+def test_clean_after_sigkilled_run(tmp_path):
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wait_for_progress(tmp_path / "r", proc)
+    proc.kill()
+    proc.wait()
+    left = leftovers()
+    assert left["links"] and left["host_shells"] and left["recorded"]  # a SIGKILL leaves a mess
+    p = subprocess.run(DLCP + ["clean"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "stopped" in p.stdout
+    assert_clean()
+
+
+def test_run_refuses_without_root():
+    cfg = ROOT / "experiments" / "ps-incast.toml"  # readable by anyone, unlike pytest's tmp_path
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + DLCP + ["run", str(cfg)],
+                       capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, HOME="/"))
+    assert p.returncode != 0
+    assert p.stderr.strip().splitlines()[-1] == "dlcp run: needs root (Mininet network namespaces); run: sudo dlcp run ..."
+
+
+def test_bad_config_fails_before_anything_starts(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('name = "x"\n[dlcp]\nloss_budget = 2\n')
+    p = subprocess.run(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r")], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "dlcp run: dlcp.loss_budget: 2 is not a fraction in 0..1"
+    assert not (tmp_path / "r").exists()
