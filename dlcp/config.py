@@ -75,9 +75,9 @@ def _fraction(v) -> str | None:
 SCHEMA = Section({
     "name": Field(str, required=True, check=lambda v: None if re.fullmatch(r"[A-Za-z0-9_.-]+", v)
                   else f"{v!r} may only hold letters, digits, '_', '-', '.'", doc="experiment name"),
-    "description": Field(str, ""),
+    "description": Field(str, "", doc="free text, copied into reports"),
     "backend": Field(str, "ref", choices=("ref", "bmv2"), doc="switch backend"),
-    "seed": Field(int, 1, min=0),
+    "seed": Field(int, 1, min=0, doc="seeds data order, model init, losses; variants share it"),
     "timeout_s": Field((int, float), 300, min=1, doc="wall-clock limit of one run"),
     "topology": Section({
         "kind": Field(str, "star", choices=TOPOLOGIES),
@@ -97,54 +97,54 @@ SCHEMA = Section({
         "host_queue_pkts": Field(int, 256, min=2, max=100000, doc="host NIC queue (tc) in packets"),
     }),
     "workload": Section({
-        "mode": Field(str, "ps", choices=("ps", "allreduce")),
-        "workers": Field(int, 4, min=1, max=64),
-        "model": Field(str, "cnn", choices=MODELS),
-        "dataset": Field(str, "digits", choices=DATASETS),
-        "iterations": Field(int, 20, min=1),
-        "batch_size": Field(int, 32, min=1),
-        "lr": Field((int, float), 0.05, min=0),
+        "mode": Field(str, "ps", choices=("ps", "allreduce"), doc="parameter server or ring all-reduce"),
+        "workers": Field(int, 4, min=1, max=64, doc="training workers (one host each)"),
+        "model": Field(str, "cnn", choices=MODELS, doc="model registry name"),
+        "dataset": Field(str, "digits", choices=DATASETS, doc="scikit-learn digits, or a synthetic task"),
+        "iterations": Field(int, 20, min=1, doc="training iterations per worker"),
+        "batch_size": Field(int, 32, min=1, doc="per-worker batch"),
+        "lr": Field((int, float), 0.05, min=0, doc="SGD learning rate"),
         "eval_every": Field(int, 5, min=0, doc="0 = evaluate only at the end"),
         "bucket_values": Field(int, 0, min=0, doc="0 = one message per layer"),
     }),
     "dlcp": Section({
-        "policy": Field(str, "dlcp", choices=POLICIES),
-        "layer_order": Field(str, "input_first", choices=LAYER_ORDERS),
-        "drop_layer_bias": Field(str, "none", choices=LAYER_BIASES),
-        "load_balancing": Field(str, "spray_random", choices=LB_MODES),
-        "loss_budget": Field((int, float), 0.01, check=_fraction, doc="p_msg"),
-        "iter_budget": Field((int, float), 0.02, check=_fraction),
+        "policy": Field(str, "dlcp", choices=POLICIES, doc="tagging policy (fifo also makes switches FIFO)"),
+        "layer_order": Field(str, "input_first", choices=LAYER_ORDERS, doc="which layers get the high priorities"),
+        "drop_layer_bias": Field(str, "none", choices=LAYER_BIASES, doc="half of the layers made more droppable"),
+        "load_balancing": Field(str, "spray_random", choices=LB_MODES, doc="member choice for DLCP packets"),
+        "loss_budget": Field((int, float), 0.01, check=_fraction, doc="p_msg: lost fraction a message may end with"),
+        "iter_budget": Field((int, float), 0.02, check=_fraction, doc="cap on the lost fraction of an iteration"),
         "layer_budgets": Table(Field((int, float), check=_fraction), doc="layer id -> budget"),
-        "r_max": Field(int, 3, min=1, max=100),
-        "deadline_ms": Field((int, float), 2000, min=1),
-        "fill": Field(str, "rescale", choices=FILL_POLICIES),
+        "r_max": Field(int, 3, min=1, max=100, doc="probe/retransmission rounds before FORCE_STOP"),
+        "deadline_ms": Field((int, float), 2000, min=1, doc="message deadline before FORCE_STOP"),
+        "fill": Field(str, "rescale", choices=FILL_POLICIES, doc="how the trainer fills lost values"),
         "reliable": Field(bool, False, doc="budget 0: every packet recovered (TCP-like baseline)"),
-        "ring_budget": Field(str, "protect_rs", choices=("protect_rs", "per_step")),
-        "resync_every": Field(int, 50, min=0),
+        "ring_budget": Field(str, "protect_rs", choices=("protect_rs", "per_step"), doc="ring all-reduce: reliable reduce-scatter, or a budget per step"),
+        "resync_every": Field(int, 50, min=0, doc="ring all-reduce: replica re-sync period in iterations (0 = never)"),
         "pacing_mbps": Field((int, float), 0, min=0, doc="0 = no sender pacing"),
-        "telemetry": Field(bool, False),
-        "data_port": Field(int, 9910, min=1, max=65535),
-        "control_port": Field(int, 9911, min=1, max=65535),
-        "qmax": Field(int, 64, min=1),
-        "k1": Field(int, 48, min=0),
-        "k2": Field(int, 32, min=0),
-        "k3": Field(int, 16, min=0),
+        "telemetry": Field(bool, False, doc="ask switches to stamp queue telemetry into data packets"),
+        "data_port": Field(int, 9910, min=1, max=65535, doc="UDP port of DLCP data"),
+        "control_port": Field(int, 9911, min=1, max=65535, doc="TCP port of the control channel"),
+        "qmax": Field(int, 64, min=1, doc="tail-drop threshold (packets) per port and priority"),
+        "k1": Field(int, 48, min=0, doc="early-drop threshold of drop precedence 1"),
+        "k2": Field(int, 32, min=0, doc="early-drop threshold of drop precedence 2"),
+        "k3": Field(int, 16, min=0, doc="early-drop threshold of drop precedence 3"),
     }),
     "background": SectionList(Section({
-        "kind": Field(str, "udp_onoff", choices=BACKGROUND_KINDS),
+        "kind": Field(str, "udp_onoff", choices=BACKGROUND_KINDS, doc="constant-rate UDP, on/off UDP bursts, or one long TCP flow"),
         "src": Field(str, "", doc="host name; empty = the next free host"),
         "dst": Field(str, "ps", doc="'ps', 'workerN' or a host name"),
-        "rate_mbps": Field((int, float), 20, min=0.01),
-        "on_ms": Field((int, float), 50, min=1),
-        "off_ms": Field((int, float), 50, min=0),
-        "start_s": Field((int, float), 0, min=0),
+        "rate_mbps": Field((int, float), 20, min=0.01, doc="UDP sending rate (during on-periods)"),
+        "on_ms": Field((int, float), 50, min=1, doc="udp_onoff: burst length"),
+        "off_ms": Field((int, float), 50, min=0, doc="udp_onoff: silence between bursts"),
+        "start_s": Field((int, float), 0, min=0, doc="start after the agents start"),
         "stop_s": Field((int, float), 0, min=0, doc="0 = until the workload ends"),
-        "dscp": Field(int, 0, min=0, max=63),
-        "packet_bytes": Field(int, 1400, min=64, max=1472),
+        "dscp": Field(int, 0, min=0, max=63, doc="0 = background priority"),
+        "packet_bytes": Field(int, 1400, min=64, max=1472, doc="UDP payload bytes"),
     })),
     "output": Section({
-        "dir": Field(str, "results"),
-        "per_packet": Field(bool, False),
+        "dir": Field(str, "results", doc="results root"),
+        "per_packet": Field(bool, False, doc="also record one row per packet"),
         "pcap_ports": Field(list, [], doc="switch ports to capture, e.g. ['s1-eth5']"),
         "debug_log": Field(bool, False, doc="switch logging on (slower)"),
     }),
@@ -153,6 +153,8 @@ SCHEMA = Section({
 
 def _type_name(t) -> str:
     ts = t if isinstance(t, tuple) else (t,)
+    if set(ts) == {int, float}:
+        return "number"
     return " or ".join({int: "integer", float: "number", str: "string", bool: "boolean",
                         list: "list", dict: "table"}.get(x, x.__name__) for x in ts)
 
@@ -349,3 +351,30 @@ def dumps(cfg: dict) -> str:
             for item in v:
                 lines += ["", f"[[{k}]]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in item.items()]
     return "\n".join(lines) + "\n"
+
+
+# --- reference documentation (docs/experiments.md is generated from the schema) -------------------
+
+def _rows(prefix: str, spec) -> list[str]:
+    rows = []
+    for k, sub in spec.fields.items():
+        key = f"{prefix}{k}"
+        if isinstance(sub, Section):
+            rows += _rows(f"{key}.", sub)
+        elif isinstance(sub, SectionList):
+            rows += _rows(f"{key}[].", sub.section)
+        elif isinstance(sub, Table):
+            rows.append(f"| `{key}` | table of {_type_name(sub.value.type)} | `{{}}` | {sub.doc} |")
+        else:
+            allowed = " / ".join(f"`{c}`" for c in sub.choices) if sub.choices else ""
+            bounds = " ".join(x for x in (f">= {sub.min:g}" if sub.min is not None else "",
+                                           f"<= {sub.max:g}" if sub.max is not None else "") if x)
+            default = "required" if sub.required else f"`{_toml_value(sub.default)}`"
+            what = "; ".join(x for x in (sub.doc, allowed, bounds) if x)
+            rows.append(f"| `{key}` | {_type_name(sub.type)} | {default} | {what} |")
+    return rows
+
+
+def schema_markdown() -> str:
+    """The table of every config key (kept in docs/experiments.md; a test checks it is current)."""
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|"] + _rows("", SCHEMA)) + "\n"

@@ -76,3 +76,8 @@ def test_missing_and_broken_files(tmp_path):
     bad.write_text("name = \n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         config.load(bad)
+
+
+def test_reference_doc_lists_every_key():
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    assert config.schema_markdown() in doc, "docs/experiments.md is stale: regenerate its table from config.schema_markdown()"
