@@ -32,7 +32,7 @@ def test_defaults_filled():
     (minimal(colour="red"), "colour: unknown key"),
     (minimal(dlcp={"polcy": "fifo"}), "dlcp.polcy: unknown key"),
     (minimal(dlcp={"loss_budget": 1.5}), "dlcp.loss_budget: 1.5 is not a fraction"),
-    (minimal(dlcp={"loss_budget": "1%"}), "dlcp.loss_budget: expected integer or number, got str"),
+    (minimal(dlcp={"loss_budget": "1%"}), "dlcp.loss_budget: expected number, got str"),
     (minimal(dlcp={"reliable": 1}), "dlcp.reliable: expected boolean"),
     (minimal(workload={"iterations": True}), "workload.iterations: expected integer, got bool"),
     (minimal(workload={"workers": 9}, topology={"hosts": 6}), "workload.workers: 9 workers + 1 PS need 10 hosts"),
