@@ -219,35 +219,61 @@ def read_csv_table(p: pathlib.Path, schema: dict[str, str], required: tuple[str,
     if absent:
         problems.append(f"{label}: no column {', '.join(absent)} (left empty)")
     index = {c: header.index(c) for c in schema if c in header}
-    cols: dict[str, list] = {c: [] for c in schema}
+    good: list[list[str]] = []
+    linenos: list[int] = []  # file line of each good row, for the problem note
     bad_rows: list[int] = []
     for lineno, row in enumerate(reader, start=2):
         if not row:
             continue
         if len(row) != len(header):
             bad_rows.append(lineno)
+        else:
+            good.append(row)
+            linenos.append(lineno)
+    cols: dict[str, np.ndarray] = {}
+    keep = np.ones(len(good), dtype=bool)
+    by_column = list(zip(*good)) if good else [()] * len(header)
+    for c, kind in schema.items():
+        if c not in index:
+            cols[c] = np.full(len(good), "" if kind == "str" else np.nan, dtype=object if kind == "str" else float)
             continue
-        try:
-            parsed = {c: _cell(row[i], schema[c]) for c, i in index.items()}
-        except ValueError:
-            bad_rows.append(lineno)
-            continue
-        for c in schema:
-            cols[c].append(parsed.get(c, "" if schema[c] == "str" else np.nan))
+        cells = by_column[index[c]]
+        if kind == "str":
+            cols[c] = np.array([x.strip() for x in cells], dtype=object)
+        else:
+            cols[c], ok = _numbers(cells)
+            keep &= ok
+    if not keep.all():
+        bad_rows += [linenos[i] for i in np.flatnonzero(~keep)]
+        cols = {c: v[keep] for c, v in cols.items()}
     if bad_rows:
+        bad_rows.sort()
         shown = ", ".join(map(str, bad_rows[:5])) + (" ..." if len(bad_rows) > 5 else "")
         problems.append(f"{label}: {len(bad_rows)} malformed row(s) skipped (line {shown})")
-    n = len(cols[next(iter(schema))])
-    if n == 0:
-        problems.append(f"{label}: header only, no rows")
-    return Table({c: np.array(v, dtype=object if schema[c] == "str" else float) for c, v in cols.items()})
+    if not keep.sum():
+        problems.append(f"{label}: header only, no rows" if not good else f"{label}: no usable rows")
+    return Table(cols)
 
 
-def _cell(s: str, kind: str):
-    s = s.strip()
-    if kind == "str":
-        return s
-    return float(s) if s else np.nan  # float("abc") raises ValueError: a malformed row
+def _numbers(cells) -> tuple[np.ndarray, np.ndarray]:
+    """Cells as float64 (empty -> NaN) and a mask of the cells that parsed (one fast pass; cell by
+    cell only when some cell is not a number)."""
+    nan = float("nan")
+    try:
+        # float() accepts surrounding whitespace; "" and "  " are missing cells
+        return np.array([float(x) if x and not x.isspace() else nan for x in cells], dtype=float), \
+            np.ones(len(cells), dtype=bool)
+    except ValueError:
+        out = np.full(len(cells), np.nan)
+        ok = np.ones(len(cells), dtype=bool)
+        for i, cell in enumerate(cells):
+            if not cell or cell.isspace():
+                continue
+            try:
+                out[i] = float(cell)
+            except ValueError:
+                ok[i] = False
+        return out, ok
 
 
 def _read_agent_totals(run_path: pathlib.Path, problems: list[str]) -> dict[str, dict]:
