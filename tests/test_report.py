@@ -313,24 +313,41 @@ def test_malformed_rows_and_missing_columns(damaged):
     assert s["training"]["final_accuracy"] is not None  # the other workers still evaluated
 
 
-@pytest.mark.parametrize("damage,expect", [
+DAMAGES = [
     (lambda d: (d / "records" / "h2-iterations.csv").write_text(""), "h2-iterations.csv: empty file"),
+    (lambda d: (d / "records" / "h3-messages.csv").write_text("host,rank,side"), "h3-messages.csv: truncated header"),
     (lambda d: shutil.rmtree(d / "counters"), "counters/: no switch counter dumps"),
     (lambda d: (d / "meta.json").unlink(), "meta.json: missing"),
     (lambda d: (d / "meta.json").write_text("{not json"), "meta.json: unreadable"),
     (lambda d: (d / "counters" / "s1.json").write_text('{"switch": "s1", "queu'), "s1.json: unreadable"),
     (lambda d: (d / "config.toml").unlink(), "config.toml: missing"),
+    (lambda d: (d / "config.toml").write_text("[links\nhost_mbps = 5"), "config.toml: unreadable"),
     (lambda d: [p.write_text("host,rank\n") for p in (d / "records").glob("*-messages.csv")],
      "no column side, mct_us"),
     (lambda d: (d / "progress" / "h1").write_text('{"iter": 2, "iters": 6, "state": "error", "error": "boom"}\n'),
      "progress/h1: agent ended in state 'error' at iteration 2/6: boom"),
-])
+]
+
+
+@pytest.mark.parametrize("damage,expect", DAMAGES)
 def test_missing_pieces_are_reported_not_fatal(damaged, damage, expect):
     damage(damaged)
-    s = report_run(damaged)
+    s = summarise(load_run(damaged))
     assert any(expect in p for p in s["problems"]), s["problems"]
+
+
+def test_report_of_a_badly_damaged_run_lists_every_problem(damaged):
+    for i in (0, 1, 3, 5, 6, 9):
+        DAMAGES[i][0](damaged)
+    (damaged / "topology.json").unlink()
+    s = report_run(damaged)
     md = (damaged / "report.md").read_text()
-    assert "Missing or damaged data" in md and expect in md
+    assert "Missing or damaged data" in md
+    for problem in s["problems"]:
+        assert problem in md
+    assert len(s["problems"]) >= 6
+    assert s["run"]["policy"] is None and s["lower_bound"]["bottleneck_mbps"] is None
+    assert "Unavailable: no link rate" in md
     check_html_self_contained(damaged / "report.html", at_least=1)
 
 

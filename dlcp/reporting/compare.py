@@ -112,7 +112,7 @@ def _short(v) -> str:
     return fmt(v, digits=4)
 
 
-def build_doc(data: dict, runs: list[RunData], summaries: list[dict]) -> Doc:
+def build_doc(data: dict, runs: list[RunData]) -> Doc:
     names = [r["name"] for r in data["runs"]]
     doc = Doc(f"DLCP comparison: {' vs '.join(names)} (baseline {data['baseline']})")
     doc.p("Each metric per run, and each run's value divided by the baseline's (the first run). "
@@ -172,7 +172,7 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     summaries = [summarise(r) for r in runs]
     data = compare_data(runs, summaries)
     out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(paths)
-    written = write_outputs(out, "compare", build_doc(data, runs, summaries), data)
+    written = write_outputs(out, build_doc(data, runs), data, json_name="compare.json", stem="compare")
     if echo:
         print(f"baseline: {data['baseline']}; ratio = run / baseline")
         print(terminal_table(data))

@@ -111,7 +111,7 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     path = pathlib.Path(path)
     check_run_dir(path)
     run = RunData(path=path, name=name or path.resolve().name)
-    run.meta = _read_json(path / "meta.json", run.problems, "run metadata (versions, policy)")
+    run.meta = _read_json(path / "meta.json", run.problems, "versions, backend, policy")
     run.config = _read_toml(path / "config.toml", run.problems)
     run.topology = _read_json(path / "topology.json", run.problems, "topology", quiet_if_missing=True)
     run.messages = _read_records(path, "messages", MESSAGE_COLUMNS, MESSAGE_REQUIRED, run.problems)
@@ -132,17 +132,18 @@ def _rel(run_path: pathlib.Path, p: pathlib.Path) -> str:
 
 
 def _read_json(p: pathlib.Path, problems: list[str], what: str, quiet_if_missing: bool = False):
+    label = f"{p.parent.name}/{p.name}" if p.parent.name in ("records", "counters") else p.name
     if not p.exists():
         if not quiet_if_missing:
-            problems.append(f"{p.name}: missing ({what} unknown)")
+            problems.append(f"{label}: missing ({what} unknown)")
         return None
     try:
         data = json.loads(p.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError) as e:
-        problems.append(f"{p.name}: unreadable ({_one_line(e)}); {what} unknown")
+        problems.append(f"{label}: unreadable ({_one_line(e)}); {what} unknown")
         return None
     if not isinstance(data, dict):
-        problems.append(f"{p.name}: expected a JSON object, found {type(data).__name__}")
+        problems.append(f"{label}: expected a JSON object, found {type(data).__name__}")
         return None
     return data
 

@@ -226,15 +226,15 @@ def _agents_section(doc: Doc, agents: dict) -> None:
     doc.table(["host"] + keys, [[h] + [a.get(k) for k in keys] for h, a in agents.items()])
 
 
-def write_outputs(out_dir: pathlib.Path, stem: str, doc: Doc, data: dict) -> dict[str, pathlib.Path]:
-    """stem.json, stem.md, stem.html and plots/*.png in out_dir."""
+def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str, stem: str) -> dict[str, pathlib.Path]:
+    """data as json_name, the document as stem.md and stem.html, its images under plots/."""
     out_dir.mkdir(parents=True, exist_ok=True)
     images = doc.images()
     if images:
         (out_dir / "plots").mkdir(exist_ok=True)
     for img in images:
         (out_dir / img.filename).write_bytes(img.png)
-    paths = {"json": out_dir / f"{stem}.json", "md": out_dir / f"{stem}.md", "html": out_dir / f"{stem}.html"}
+    paths = {"json": out_dir / json_name, "md": out_dir / f"{stem}.md", "html": out_dir / f"{stem}.html"}
     paths["json"].write_text(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
     paths["md"].write_text(to_markdown(doc))
     paths["html"].write_text(to_html(doc))
@@ -247,9 +247,5 @@ def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None =
     run = load_run(run_dir)
     summary = summarise(run)
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
-    doc = build_doc(run, summary)
-    paths = write_outputs(out, "summary", doc, summary)
-    # the Markdown/HTML are named report.*, the JSON summary.json (docs/runs.md)
-    paths["md"].rename(out / "report.md")
-    paths["html"].rename(out / "report.html")
+    write_outputs(out, build_doc(run, summary), summary, json_name="summary.json", stem="report")
     return json_ready(summary)

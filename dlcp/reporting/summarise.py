@@ -15,7 +15,7 @@ import numpy as np
 
 from .bounds import lower_bound
 from .load import RunData, Table
-from .stats import PERCENTILE_METHOD_TEXT, distribution, percentile
+from .stats import PERCENTILE_METHOD_TEXT, distribution
 
 SCHEMA_VERSION = 1
 PHASE_ORDER = ("push", "pull", "reduce_scatter", "all_gather", "p2p")
@@ -350,6 +350,3 @@ def json_ready(obj):
         return float(obj) if np.isfinite(obj) else None
     return obj
 
-
-__all__ = ["summarise", "json_ready", "sender_rows", "grouped_mct", "iteration_series", "training_curves",
-           "percentile"]
