@@ -75,11 +75,13 @@ def layer_bars(by_layer: dict[str, dict]):
         return None
     p99 = np.array([by_layer[k]["p99"] for k in keys]) / 1e3
     p50 = np.array([by_layer[k]["p50"] for k in keys]) / 1e3
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(keys) + 2), 3.8))
+    fig, ax = plt.subplots(figsize=(min(12, max(6, 0.35 * len(keys) + 2)), 3.8))
     x = np.arange(len(keys))
     ax.bar(x, p99, color=COLORS[0], alpha=0.85, label="p99")
-    ax.plot(x, p50, "o", color=COLORS[1], label="p50")
-    ax.set_xticks(x, keys, rotation=0 if len(keys) <= 16 else 90, fontsize=8)
+    ax.plot(x, p50, "o", ms=4 if len(keys) > 30 else 6, color=COLORS[1], label="p50")
+    step = max(1, int(np.ceil(len(keys) / 40)))  # at most ~40 labels stay legible
+    long_labels = any(len(k) > 3 for k in keys)
+    ax.set_xticks(x[::step], keys[::step], rotation=90 if long_labels or len(keys) > 20 else 0, fontsize=8)
     _style(ax, "MCT by layer (0 = input side)", "layer (or layer range) of the message", "MCT (ms)")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -99,7 +101,8 @@ def iteration_times(series: dict[str, IterationSeries], title: str = "Iteration 
             for j, (host, (it, us)) in enumerate(s.per_host.items()):
                 ax.plot(it, us / 1e3, color="grey", lw=0.7, alpha=0.6, label="each worker" if j == 0 else None)
         name = f"{label}: " if len(series) > 1 else ""
-        ax.plot(s.iters, s.iteration_us / 1e3, "-o", ms=3, lw=1.8, color=c, label=f"{name}iteration (slowest worker)")
+        ax.plot(s.iters, s.iteration_us / 1e3, "-o" if s.iters.size <= 60 else "-", ms=3, lw=1.8, color=c,
+                label=f"{name}iteration (slowest worker)")
         if np.isfinite(s.comm_us).any():
             ax.plot(s.iters, s.comm_us / 1e3, "--", lw=1.2, color=c, label=f"{name}communication")
     ax.set_ylim(bottom=0)
