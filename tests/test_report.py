@@ -119,8 +119,15 @@ def test_summary_iterations_loss_switch_training(synthetic_run):
     for kind in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts"):
         assert s["switch"]["totals"][kind] == sum(q[kind] for q in dump["queues"])
         assert sum(r[kind] for r in s["switch"]["by_port"]) == s["switch"]["totals"][kind]
+        assert sum(r[kind] for r in s["switch"]["by_queue"]) == s["switch"]["totals"][kind]
         assert sum(r[kind] for r in s["switch"]["by_drop_prec"].values()) == s["switch"]["totals"][kind]
     assert s["switch"]["by_drop_prec"]["0"]["early_drop_pkts"] == 0  # protected: never dropped early
+    assert len(s["switch"]["by_queue"]) == len(dump["queues"])
+    q0 = dump["queues"][0]
+    assert {"switch": "s1", "port": q0["port"], "prio": q0["qid"], "drop_prec": q0["color"],
+            "admitted_pkts": q0["admitted_pkts"]}.items() <= next(
+        r for r in s["switch"]["by_queue"] if (r["port"], r["prio"], r["drop_prec"]) ==
+        (q0["port"], q0["qid"], q0["color"])).items()
     assert s["switch"]["telemetry"]["s1"]["max_enq_qdepth"] == 40
 
     assert s["training"]["final_accuracy"] == pytest.approx(0.9)

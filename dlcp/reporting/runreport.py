@@ -190,6 +190,9 @@ def _switch_section(doc: Doc, sw: dict) -> None:
     doc.table(["priority"] + header, [row(k, r) for k, r in sw["by_prio"].items()])
     doc.h("By port", 3)
     doc.table(["switch:port"] + header, [row(f"{r['switch']}:{r['port']}", r) for r in sw["by_port"]])
+    doc.h("By queue and drop precedence (non-zero counters)", 3)
+    doc.table(["switch:port", "priority", "drop precedence"] + header,
+              [[f"{r['switch']}:{r['port']}", r["prio"], r["drop_prec"]] + row("", r)[1:] for r in sw["by_queue"]])
     drops = {s: d for s, d in sw["drops"].items() if any(v for v in d.values())}
     if drops:
         doc.h("Pipeline drops (not queue drops)", 3)

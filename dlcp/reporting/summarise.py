@@ -174,6 +174,7 @@ def _num(v) -> float:
 
 
 def switch_section(counters: list[dict]) -> dict:
+    by_queue: dict[tuple, dict] = {}
     by_port: dict[tuple, dict] = {}
     by_prio: dict[int, dict] = {}
     by_color: dict[int, dict] = {}
@@ -183,7 +184,8 @@ def switch_section(counters: list[dict]) -> dict:
             if not isinstance(q, dict):
                 continue
             port, qid, color = (int(_num(q.get(k))) for k in ("port", "qid", "color"))
-            for key, table in (((dump["switch"], port), by_port), (qid, by_prio), (color, by_color)):
+            for key, table in (((dump["switch"], port, qid, color), by_queue), ((dump["switch"], port), by_port),
+                               (qid, by_prio), (color, by_color)):
                 row = table.setdefault(key, dict.fromkeys(COUNTER_KINDS, 0))
                 for k in COUNTER_KINDS:
                     row[k] += int(_num(q.get(k)))
@@ -199,6 +201,9 @@ def switch_section(counters: list[dict]) -> dict:
         "switches": [d["switch"] for d in counters],
         "totals": with_rate(totals),
         "by_port": [{"switch": s, "port": p, **with_rate(r)} for (s, p), r in sorted(by_port.items())],
+        "by_queue": [{"switch": s, "port": p, "prio": q, "drop_prec": c, **with_rate(r)}
+                     for (s, p, q, c), r in sorted(by_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2],
+                                                                                    kv[0][3]))],
         "by_prio": {str(k): with_rate(r) for k, r in sorted(by_prio.items(), reverse=True)},
         "by_drop_prec": {str(k): with_rate(r) for k, r in sorted(by_color.items())},
         "drops": {d["switch"]: d.get("drops") for d in counters if isinstance(d.get("drops"), dict)},
