@@ -379,3 +379,37 @@ def test_not_a_run_directory_is_a_one_line_error(tmp_path):
     p = subprocess.run([sys.executable, "-m", "dlcp.cli", "report", str(tmp_path / "nope")],
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no such directory" in p.stderr
+
+
+def test_records_without_sizes_or_iterations_still_report(damaged):
+    """Older or partial agents: message records without bytes/pkts, no iteration records at all."""
+    for f in (damaged / "records").glob("*-messages.csv"):
+        with f.open(newline="") as fh:
+            old = list(csv.DictReader(fh))
+        keep = [k for k in old[0] if k not in ("bytes", "pkts")]
+        with f.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=keep, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(old)
+    for f in (damaged / "records").glob("*-iterations.csv"):
+        f.unlink()
+    s = report_run(damaged)
+    assert s["mct_us"]["overall"]["count"] > 0
+    assert "message" not in s["lower_bound"] and "iteration" not in s["lower_bound"]
+    assert s["training"]["final_accuracy"] is None and s["iteration"]["count"] == 0
+    assert any("iterations.csv: no files" in p for p in s["problems"])
+    assert "No iteration records" in (damaged / "report.md").read_text()
+
+
+def test_without_iteration_records_the_bound_uses_message_spans(damaged):
+    for f in (damaged / "records").glob("*-iterations.csv"):
+        f.unlink()
+    s = summarise(load_run(damaged))
+    lb = s["lower_bound"]
+    assert lb["comm_source"].startswith("message records")
+    senders = [r for r in rows(damaged, "messages") if r["side"] == "sender"]
+    spans = [max(int(r["complete_us"]) for r in senders if r["iter"] == str(i))
+             - min(int(r["start_us"]) for r in senders if r["iter"] == str(i)) for i in range(SMALL["iterations"])]
+    assert lb["iteration"]["iterations"] == SMALL["iterations"]
+    assert lb["iteration"]["comm_p50_ms"] == pytest.approx(np.percentile(spans, 50) / 1e3)
+    assert lb["iteration"]["comm_p50_ms"] >= lb["iteration"]["ideal_comm_ms"] > 0

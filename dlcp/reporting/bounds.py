@@ -99,6 +99,9 @@ def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
         return out
     ideal_msg = wire_bytes(senders.col("bytes"), senders.col("pkts")) * 8 / rate
     ok = np.isfinite(ideal_msg) & (ideal_msg > 0) & np.isfinite(senders.col("mct_us"))
+    if not ok.any():
+        out["note"] = "no sender rows with bytes, packets and mct_us"
+        return out
     slowdown = senders.col("mct_us")[ok] / ideal_msg[ok]
     out["message"] = {
         "ideal_us": distribution(ideal_msg[ok]),
