@@ -123,7 +123,7 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
         if r["problems"]:
             doc.warn(f"run {r['name']}: {len(r['problems'])} data problem(s): " + "; ".join(r["problems"][:3])
                      + (" ..." if len(r["problems"]) > 3 else ""))
-    header = ["metric"] + [f"{n} ({r['policy'] or '?'})" for n, r in zip(names, data["runs"])] \
+    header = ["metric"] + [n if n == r["policy"] else f"{n} ({r['policy'] or '?'})" for n, r in zip(names, data["runs"])] \
         + [f"{n} ÷ {names[0]}" for n in names[1:]]
     rows = []
     for m in data["metrics"]:

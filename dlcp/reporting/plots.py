@@ -157,10 +157,10 @@ def drops_by_precedence(by_drop_prec: dict[str, dict]):
         frac = by_drop_prec[k]["drop_fraction"]
         ax.annotate(f"{100 * frac:.2f}%\ndropped" if frac is not None else "none\noffered", (xi, max(e, t) + top * 0.02),
                     ha="center", va="bottom", fontsize=8)
-    ax.set_ylim(0, top * 1.3)
+    ax.set_ylim(0, top * 1.5)  # room for the labels and, above them, the legend
     ax.set_xticks(x, [f"{k}{' (protected)' if k == '0' else ''}" for k in keys])
     _style(ax, "Switch drops by drop precedence (all ports)", "drop precedence (color)", "packets")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
     fig.tight_layout()
     return fig
 
@@ -175,9 +175,14 @@ def compare_bars(names: list[str], values: dict[str, list[float | None]], unit: 
     x = np.arange(len(metrics))
     for i, n in enumerate(names):
         ys = [values[m][i] if values[m][i] is not None else 0 for m in metrics]
-        ax.bar(x + (i - (len(names) - 1) / 2) * width, ys, width, label=n, color=COLORS[i % len(COLORS)])
+        bars = ax.bar(x + (i - (len(names) - 1) / 2) * width, ys, width, label=n, color=COLORS[i % len(COLORS)])
+        ax.bar_label(bars, fmt="%.4g", fontsize=7, padding=1)
     ax.set_xticks(x, metrics)
-    _style(ax, title, "", unit)
+    shown = [v for m in metrics for v in values[m] if v]
+    log = bool(shown) and max(shown) > 20 * min(shown)  # p50 and p99.9 differ by orders of magnitude
+    if log:
+        ax.set_yscale("log")
+    _style(ax, title, "", unit + (", log scale" if log else ""))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
