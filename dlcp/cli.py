@@ -44,6 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", choices=sorted(BENCHES))
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark (--help)")
     b.set_defaults(func=lambda a: run_bench(a.name, a.bench_args))
+
+    r = sub.add_parser("report", help="summarise a run: summary.json, report.md, report.html, plots/",
+                       description="Tail-latency report of one run directory (docs/reports.md).")
+    r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
+    r.add_argument("--out", help="write the report here instead of into the run directory")
+    r.set_defaults(func=lambda a: _call("dlcp.report:cmd_report", a))
+
+    c = sub.add_parser("compare", help="compare runs against the first (baseline): compare.md/.html/.json",
+                       description="Side-by-side metrics of runs with ratios against the first run.")
+    c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the baseline")
+    c.add_argument("--out", help="output directory (default: the runs' common parent directory if they "
+                                 "share one, else the current directory)")
+    c.set_defaults(func=lambda a: _call("dlcp.report:cmd_compare", a))
     return ap
 
 

@@ -1,0 +1,184 @@
+"""Several runs side by side: every metric per run and its ratio against the first run (the
+baseline); compare.json, compare.md, compare.html and plots/compare_*.png in one directory."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+from . import plots
+from .load import RunData, load_run
+from .render import Doc, Image, fmt
+from .runreport import write_outputs
+from .stats import PERCENTILE_METHOD_TEXT, ratio
+from .summarise import iteration_series, sender_rows, summarise, training_curves
+from ..tables import format_table
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    better: str  # "lower" or "higher": which direction is an improvement
+    path: tuple  # keys into the summary
+
+
+METRICS = (
+    Metric("mct_p50_us", "MCT p50 (us)", "lower", ("mct_us", "overall", "p50")),
+    Metric("mct_p90_us", "MCT p90 (us)", "lower", ("mct_us", "overall", "p90")),
+    Metric("mct_p99_us", "MCT p99 (us)", "lower", ("mct_us", "overall", "p99")),
+    Metric("mct_p999_us", "MCT p99.9 (us)", "lower", ("mct_us", "overall", "p999")),
+    Metric("mct_max_us", "MCT max (us)", "lower", ("mct_us", "overall", "max")),
+    Metric("mct_slowdown_p99", "MCT / ideal, p99", "lower", ("lower_bound", "message", "slowdown", "p99")),
+    Metric("iteration_mean_ms", "iteration mean (ms)", "lower", ("iteration", "iteration_ms", "mean")),
+    Metric("iteration_p50_ms", "iteration p50 (ms)", "lower", ("iteration", "iteration_ms", "p50")),
+    Metric("iteration_p99_ms", "iteration p99 (ms)", "lower", ("iteration", "iteration_ms", "p99")),
+    Metric("comm_p50_ms", "communication p50 (ms)", "lower", ("iteration", "comm_ms", "p50")),
+    Metric("comm_p99_ms", "communication p99 (ms)", "lower", ("iteration", "comm_ms", "p99")),
+    Metric("comm_share", "communication share", "lower", ("iteration", "comm_share")),
+    Metric("comm_p50_vs_ideal", "communication p50 / ideal", "lower", ("lower_bound", "iteration", "p50_multiple")),
+    Metric("comm_p99_vs_ideal", "communication p99 / ideal", "lower", ("lower_bound", "iteration", "p99_multiple")),
+    Metric("final_accuracy", "final test accuracy", "higher", ("training", "final_accuracy")),
+    Metric("best_accuracy", "best test accuracy", "higher", ("training", "best_accuracy")),
+    Metric("training_wall_s", "training wall time (s)", "lower", ("training", "wall_time_s")),
+    Metric("lost_fraction", "lost packet fraction", "lower", ("loss", "lost_fraction")),
+    Metric("retx_fraction", "retransmitted fraction", "lower", ("loss", "retx_fraction")),
+    Metric("forced", "forced completions", "lower", ("loss", "forced")),
+    Metric("protected_lost", "protected packets lost", "lower", ("loss", "protected_lost")),
+    Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
+    Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
+)
+# What the terminal shows: the headline, compactly.
+TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
+                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "forced", "protected_lost")
+
+
+def _get(summary: dict, path: tuple):
+    for k in path:
+        if not isinstance(summary, dict) or k not in summary:
+            return None
+        summary = summary[k]
+    return summary
+
+
+def run_names(paths: list[pathlib.Path]) -> list[str]:
+    """Directory names; runs that share a name get their parent's name in front."""
+    names = [p.resolve().name for p in paths]
+    return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
+
+
+def default_out_dir(paths: list[pathlib.Path]) -> pathlib.Path:
+    """The runs' parent directory when they all have the same one (results/<ts>-NAME/), else the
+    current directory."""
+    parents = {p.resolve().parent for p in paths}
+    return parents.pop() if len(parents) == 1 else pathlib.Path.cwd()
+
+
+def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
+    """The content of compare.json."""
+    base = summaries[0]
+    entries = []
+    for run, s in zip(runs, summaries):
+        values = {m.key: _get(s, m.path) for m in METRICS}
+        entries.append({"name": run.name, "policy": run.policy, "dir": str(run.path), **values,
+                        "ratios": {m.key: ratio(values[m.key], _get(base, m.path)) for m in METRICS},
+                        "problems": s["problems"]})
+    return {"baseline": runs[0].name, "percentile_method": PERCENTILE_METHOD_TEXT,
+            "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in METRICS],
+            "runs": entries}
+
+
+def terminal_table(data: dict, keys: tuple[str, ...] = TERMINAL_METRICS) -> str:
+    """Metrics as rows, one column per run plus a ratio column (x baseline) after each non-baseline run."""
+    runs = data["runs"]
+    labels = {m["key"]: m["label"] for m in data["metrics"]}
+    rows = []
+    for k in keys:
+        row = {"metric": labels[k]}
+        for i, r in enumerate(runs):
+            row[r["name"]] = _short(r[k])
+            if i:
+                rv = r["ratios"][k]
+                row[f"{r['name']} ÷ {runs[0]['name']}"] = "–" if rv is None else f"{rv:.3g}×"
+        rows.append(row)
+    return format_table(rows)
+
+
+def _short(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and 0 < abs(v) < 1:
+        return f"{v:.4g}"
+    return fmt(v, digits=4)
+
+
+def build_doc(data: dict, runs: list[RunData]) -> Doc:
+    names = [r["name"] for r in data["runs"]]
+    doc = Doc(f"DLCP comparison: {' vs '.join(names)} (baseline {data['baseline']})")
+    doc.p("Each metric per run, and each run's value divided by the baseline's (the first run). "
+          "For times, losses and drops a ratio below 1 is better; for accuracy above 1 is better.")
+    for r in data["runs"]:
+        if r["protected_lost"]:
+            doc.warn(f"run {r['name']}: {r['protected_lost']} protected packet(s) lost (must be 0).")
+        if r["problems"]:
+            doc.warn(f"run {r['name']}: {len(r['problems'])} data problem(s): " + "; ".join(r["problems"][:3])
+                     + (" ..." if len(r["problems"]) > 3 else ""))
+    header = ["metric"] + [n if n == r["policy"] else f"{n} ({r['policy'] or '?'})" for n, r in zip(names, data["runs"])] \
+        + [f"{n} ÷ {names[0]}" for n in names[1:]]
+    rows = []
+    for m in data["metrics"]:
+        vals = [_short(r[m["key"]]) for r in data["runs"]]
+        rats = [r["ratios"][m["key"]] for r in data["runs"][1:]]
+        rows.append([m["label"]] + vals + ["–" if x is None else f"{x:.3g}×" for x in rats])
+    doc.table(header, rows)
+
+    doc.h("Message completion time")
+    cdf = plots.mct_cdf({n: sender_rows(run).col("mct_us") for n, run in zip(names, runs)},
+                        "CDF of MCT per run (sender rows)")
+    doc.image(_img(cdf, "compare_mct_cdf", "overlaid MCT CDFs"))
+    bars = plots.compare_bars(names, {q: [None if r[k] is None else r[k] / 1e3 for r in data["runs"]]
+                                      for q, k in (("p50", "mct_p50_us"), ("p99", "mct_p99_us"),
+                                                   ("p99.9", "mct_p999_us"))},
+                              "MCT (ms)", "MCT percentiles per run")
+    doc.image(_img(bars, "compare_mct_percentiles", "MCT percentiles per run"))
+    doc.h("Iteration time")
+    doc.image(_img(plots.iteration_times({n: iteration_series(run) for n, run in zip(names, runs)},
+                                         "Iteration time per run (slowest worker)"),
+                   "compare_iteration_time", "iteration time per run"))
+    doc.h("Training")
+    doc.image(_img(plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
+                   "compare_training", "overlaid loss and accuracy curves"))
+    doc.h("Runs")
+    doc.table(["run", "policy", "directory", "report"],
+              [[n, r["policy"] or "?", r["dir"], str(pathlib.Path(r["dir"]) / "report.html")]
+               for n, r in zip(names, data["runs"])])
+    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}.")
+    return doc
+
+
+def _img(fig, name: str, alt: str) -> Image | None:
+    return Image(f"plots/{name}.png", alt, plots.png_bytes(fig)) if fig is not None else None
+
+
+def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path | None = None,
+                 echo: bool = False) -> pathlib.Path:
+    """Compare runs (the first is the baseline); write compare.json, compare.md, compare.html and
+    plots/compare_*.png into out_dir (default: see `default_out_dir`) and return compare.html's path.
+    With echo, print the compact table to stdout. Run directories are only read."""
+    paths = [pathlib.Path(p) for p in run_dirs]
+    if not paths:
+        raise ValueError("compare: no run directories given")
+    runs = [load_run(p, name) for p, name in zip(paths, run_names(paths))]
+    summaries = [summarise(r) for r in runs]
+    data = compare_data(runs, summaries)
+    out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(paths)
+    written = write_outputs(out, build_doc(data, runs), data, json_name="compare.json", stem="compare")
+    if echo:
+        print(f"baseline: {data['baseline']}; ratio = run / baseline")
+        print(terminal_table(data))
+        for r in data["runs"]:
+            if r["protected_lost"]:
+                print(f"WARNING: run {r['name']}: {r['protected_lost']} protected packet(s) lost")
+            if r["problems"]:
+                print(f"note: run {r['name']}: {len(r['problems'])} data problem(s), see compare.md")
+    return written["html"]

@@ -1,0 +1,324 @@
+"""Read a run directory (docs/runs.md) into memory, noting every missing or damaged piece.
+
+Nothing here raises on bad records: a missing file, an empty file, a truncated last line, a row
+with the wrong number of fields or an unparseable number becomes a line in `RunData.problems`, and
+the report says what it could not use. Paths are taken relative to the directory given (never from
+the absolute `run_dir` written into agents/hN.json), so a copied results directory reports the same.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import pathlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+# Column -> kind ("str" or "num"; numbers load as float64 with NaN for an empty cell, which keeps
+# microsecond Unix timestamps exact: they stay below 2^53).
+MESSAGE_COLUMNS = {
+    "host": "str", "rank": "num", "side": "str", "peer": "num", "iter": "num", "msg_id": "num",
+    "phase": "str", "step": "num", "layer_first": "num", "layer_last": "num", "prio": "num",
+    "bytes": "num", "pkts": "num", "lost_pkts": "num", "retx_pkts": "num", "rounds": "num",
+    "forced": "num", "protected_lost": "num", "start_us": "num", "first_byte_us": "num",
+    "complete_us": "num", "mct_us": "num",
+}
+ITERATION_COLUMNS = {
+    "host": "str", "rank": "num", "iter": "num", "start_us": "num", "end_us": "num",
+    "iteration_us": "num", "compute_us": "num", "comm_us": "num", "lost_values": "num",
+    "train_loss": "num", "test_loss": "num", "test_accuracy": "num",
+}
+# Columns without which a kind of record is useless for the report (others are optional extras).
+MESSAGE_REQUIRED = ("side", "mct_us")
+ITERATION_REQUIRED = ("iter", "iteration_us")
+
+
+@dataclass
+class Table:
+    """Columns of equal length: numpy float arrays for numbers, object arrays for strings."""
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def col(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    def where(self, mask: np.ndarray) -> "Table":
+        return Table({k: v[mask] for k, v in self.columns.items()})
+
+
+@dataclass
+class RunData:
+    path: pathlib.Path
+    name: str
+    meta: dict | None = None
+    config: dict | None = None
+    topology: dict | None = None
+    messages: Table = field(default_factory=Table)
+    iterations: Table = field(default_factory=Table)
+    agents: dict[str, dict] = field(default_factory=dict)  # host -> records/hN-agent.json
+    counters: list[dict] = field(default_factory=list)  # counters/sN.json, sorted by switch
+    progress: dict[str, dict] = field(default_factory=dict)  # host -> progress/hN
+    problems: list[str] = field(default_factory=list)  # what is missing or damaged, one line each
+
+    @property
+    def policy(self) -> str | None:
+        """The run's policy: meta.json "policy", else config.toml [dlcp] policy."""
+        if self.meta and isinstance(self.meta.get("policy"), str):
+            return self.meta["policy"]
+        dlcp = (self.config or {}).get("dlcp")
+        if isinstance(dlcp, dict) and isinstance(dlcp.get("policy"), str):
+            return dlcp["policy"]
+        return None
+
+
+class NotARunDirectory(ValueError):
+    """The path is not a run directory at all (as opposed to a run with missing pieces)."""
+
+
+RUN_MARKERS = ("records", "meta.json", "config.toml", "counters")
+
+
+def is_run_dir(path: pathlib.Path) -> bool:
+    return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
+
+
+def check_run_dir(path: pathlib.Path) -> None:
+    """Raise NotARunDirectory with a one-line reason (and a hint when it holds runs)."""
+    if not path.exists():
+        raise NotARunDirectory(f"{path}: no such directory")
+    if not path.is_dir():
+        raise NotARunDirectory(f"{path}: not a directory")
+    if is_run_dir(path):
+        return
+    inner = sorted(p.name for p in path.iterdir() if is_run_dir(p))
+    hint = (f"; it holds the runs {', '.join(inner)}: report one of them, or `dlcp compare` them"
+            if inner else "")
+    raise NotARunDirectory(f"{path}: not a run directory (none of {', '.join(RUN_MARKERS)}){hint}")
+
+
+def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
+    """Everything a report needs from one run directory. Raises NotARunDirectory only when the
+    path is not a run directory at all; any damage inside one is listed in `problems`."""
+    path = pathlib.Path(path)
+    check_run_dir(path)
+    run = RunData(path=path, name=name or path.resolve().name)
+    run.meta = _read_json(path / "meta.json", run.problems, "versions, backend, policy")
+    run.config = _read_toml(path / "config.toml", run.problems)
+    run.topology = _read_json(path / "topology.json", run.problems, "topology", quiet_if_missing=True)
+    run.messages = _read_records(path, "messages", MESSAGE_COLUMNS, MESSAGE_REQUIRED, run.problems)
+    run.iterations = _read_records(path, "iterations", ITERATION_COLUMNS, ITERATION_REQUIRED, run.problems)
+    run.agents = _read_agent_totals(path, run.problems)
+    run.counters = _read_counters(path, run.problems)
+    run.progress = _read_progress(path, run.problems)
+    if run.meta is not None and run.meta.get("exit_status") not in (None, 0, "ok", "success"):
+        run.problems.append(f"meta.json: the run ended with exit status {run.meta.get('exit_status')!r}")
+    return run
+
+
+def _rel(run_path: pathlib.Path, p: pathlib.Path) -> str:
+    try:
+        return str(p.relative_to(run_path))
+    except ValueError:
+        return str(p)
+
+
+def _read_json(p: pathlib.Path, problems: list[str], what: str, quiet_if_missing: bool = False):
+    label = f"{p.parent.name}/{p.name}" if p.parent.name in ("records", "counters") else p.name
+    if not p.exists():
+        if not quiet_if_missing:
+            problems.append(f"{label}: missing ({what} unknown)")
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError) as e:
+        problems.append(f"{label}: unreadable ({_one_line(e)}); {what} unknown")
+        return None
+    if not isinstance(data, dict):
+        problems.append(f"{label}: expected a JSON object, found {type(data).__name__}")
+        return None
+    return data
+
+
+def _read_toml(p: pathlib.Path, problems: list[str]) -> dict | None:
+    if not p.exists():
+        problems.append("config.toml: missing (link rates and policy unknown)")
+        return None
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        problems.append(f"config.toml: unreadable ({_one_line(e)})")
+        return None
+
+
+def _one_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _read_records(run_path: pathlib.Path, kind: str, schema: dict[str, str], required: tuple[str, ...],
+                  problems: list[str]) -> Table:
+    rec_dir = run_path / "records"
+    if not rec_dir.is_dir():
+        if kind == "messages":  # say it once, not once per kind
+            problems.append("records/: missing (no agent records at all)")
+        return _empty_table(schema)
+    files = sorted(rec_dir.glob(f"*-{kind}.csv"))
+    if not files:
+        problems.append(f"records/*-{kind}.csv: no files")
+        return _empty_table(schema)
+    parts = [read_csv_table(f, schema, required, problems, _rel(run_path, f)) for f in files]
+    return concat_tables([p for p in parts if p is not None], schema)
+
+
+def _empty_table(schema: dict[str, str]) -> Table:
+    return Table({c: np.empty(0, dtype=object if k == "str" else float) for c, k in schema.items()})
+
+
+def concat_tables(tables: list[Table], schema: dict[str, str]) -> Table:
+    if not tables:
+        return _empty_table(schema)
+    return Table({c: np.concatenate([t.columns[c] for t in tables]) for c in schema})
+
+
+def read_csv_table(p: pathlib.Path, schema: dict[str, str], required: tuple[str, ...],
+                   problems: list[str], label: str) -> Table | None:
+    """One records CSV as a Table with every schema column (absent ones all-NaN / empty string).
+
+    A last line without its newline is a truncated write (the agent died mid-row): it is dropped and
+    reported, even if it happens to parse, because a cut-off number can still look like a number.
+    """
+    try:
+        text = p.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        problems.append(f"{label}: unreadable ({_one_line(e)})")
+        return None
+    if not text.strip():
+        problems.append(f"{label}: empty file")
+        return None
+    lines = text.splitlines(keepends=True)
+    if not lines[-1].endswith(("\n", "\r")):
+        if len(lines) == 1:
+            problems.append(f"{label}: truncated header line, no rows")
+            return None
+        problems.append(f"{label}: last line truncated (line {len(lines)}, dropped)")
+        lines = lines[:-1]
+    reader = csv.reader(io.StringIO("".join(lines)))
+    header = [h.strip() for h in next(reader)]
+    absent = [c for c in schema if c not in header]
+    missing_required = [c for c in required if c not in header]
+    if missing_required:
+        problems.append(f"{label}: no column {', '.join(missing_required)} (file not used)")
+        return None
+    if absent:
+        problems.append(f"{label}: no column {', '.join(absent)} (left empty)")
+    index = {c: header.index(c) for c in schema if c in header}
+    good: list[list[str]] = []
+    linenos: list[int] = []  # file line of each good row, for the problem note
+    bad_rows: list[int] = []
+    for lineno, row in enumerate(reader, start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            bad_rows.append(lineno)
+        else:
+            good.append(row)
+            linenos.append(lineno)
+    cols: dict[str, np.ndarray] = {}
+    keep = np.ones(len(good), dtype=bool)
+    by_column = list(zip(*good)) if good else [()] * len(header)
+    for c, kind in schema.items():
+        if c not in index:
+            cols[c] = np.full(len(good), "" if kind == "str" else np.nan, dtype=object if kind == "str" else float)
+            continue
+        cells = by_column[index[c]]
+        if kind == "str":
+            cols[c] = np.array([x.strip() for x in cells], dtype=object)
+        else:
+            cols[c], ok = _numbers(cells)
+            keep &= ok
+    if not keep.all():
+        bad_rows += [linenos[i] for i in np.flatnonzero(~keep)]
+        cols = {c: v[keep] for c, v in cols.items()}
+    if bad_rows:
+        bad_rows.sort()
+        shown = ", ".join(map(str, bad_rows[:5])) + (" ..." if len(bad_rows) > 5 else "")
+        problems.append(f"{label}: {len(bad_rows)} malformed row(s) skipped (line {shown})")
+    if not keep.sum():
+        problems.append(f"{label}: header only, no rows" if not good else f"{label}: no usable rows")
+    return Table(cols)
+
+
+def _numbers(cells) -> tuple[np.ndarray, np.ndarray]:
+    """Cells as float64 (empty -> NaN) and a mask of the cells that parsed (one fast pass; cell by
+    cell only when some cell is not a number)."""
+    nan = float("nan")
+    try:
+        # float() accepts surrounding whitespace; "" and "  " are missing cells
+        return np.array([float(x) if x and not x.isspace() else nan for x in cells], dtype=float), \
+            np.ones(len(cells), dtype=bool)
+    except ValueError:
+        out = np.full(len(cells), np.nan)
+        ok = np.ones(len(cells), dtype=bool)
+        for i, cell in enumerate(cells):
+            if not cell or cell.isspace():
+                continue
+            try:
+                out[i] = float(cell)
+            except ValueError:
+                ok[i] = False
+        return out, ok
+
+
+def _read_agent_totals(run_path: pathlib.Path, problems: list[str]) -> dict[str, dict]:
+    out = {}
+    for p in sorted((run_path / "records").glob("*-agent.json")):
+        data = _read_json(p, problems, "agent totals")
+        if data is not None:
+            out[p.name[: -len("-agent.json")]] = data
+    return out
+
+
+def _read_counters(run_path: pathlib.Path, problems: list[str]) -> list[dict]:
+    d = run_path / "counters"
+    files = sorted(d.glob("*.json")) if d.is_dir() else []
+    if not files:
+        problems.append("counters/: no switch counter dumps (switch-side statistics unavailable)")
+        return []
+    dumps = []
+    for p in files:
+        data = _read_json(p, problems, "switch counters")
+        if data is None:
+            continue
+        data.setdefault("switch", p.stem)
+        if not isinstance(data.get("queues", []), list):
+            problems.append(f"counters/{p.name}: 'queues' is not a list (ignored)")
+            data["queues"] = []
+        dumps.append(data)
+    return dumps
+
+
+def _read_progress(run_path: pathlib.Path, problems: list[str]) -> dict[str, dict]:
+    d = run_path / "progress"
+    out = {}
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        try:
+            state = json.loads(p.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError):
+            problems.append(f"progress/{p.name}: unreadable")
+            continue
+        if not isinstance(state, dict):
+            continue
+        out[p.name] = state
+        if state.get("state") != "done":
+            detail = f": {state['error']}" if state.get("error") else ""
+            problems.append(f"progress/{p.name}: agent ended in state {state.get('state')!r} at iteration "
+                            f"{state.get('iter')}/{state.get('iters')}{detail}")
+    return out

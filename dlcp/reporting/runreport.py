@@ -1,0 +1,254 @@
+"""One run's report: summary.json, report.md, report.html and plots/*.png in the run directory
+(or another output directory)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from . import plots
+from .load import RunData, load_run
+from .render import Doc, Image, fmt, to_html, to_markdown
+from .stats import PERCENTILE_METHOD_TEXT
+from .summarise import grouped_mct, iteration_series, json_ready, sender_rows, summarise, training_curves
+
+DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
+
+
+def dist_row(label: str, d: dict, scale: float = 1.0) -> list:
+    """A table row from a distribution dict (values multiplied by scale)."""
+    def s(v):
+        return None if v is None else v * scale
+    return [label, d["count"], s(d["mean"]), s(d["p50"]), s(d["p90"]), s(d["p99"]), s(d["p999"]), s(d["max"])]
+
+
+def pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.3g}%"
+
+
+def times(v: float | None) -> str:
+    return "–" if v is None else f"{v:.3g}×"
+
+
+def protected_warning(loss: dict) -> str | None:
+    if not loss["protected_lost"]:
+        return None
+    text = (f"{loss['protected_lost']} PROTECTED packet(s) lost in {loss['protected_lost_messages']} "
+            f"message(s). Protected packets must never be lost.")
+    if loss["protected_lost_unforced"]:
+        text += (f" {loss['protected_lost_unforced']} of them in messages that were NOT forced: the transport "
+                 "accepted a message with a protected hole (a transport bug).")
+    else:
+        text += " All in forced (FORCE_STOP) messages: the retransmission rounds ran out."
+    return text
+
+
+def headline_lines(s: dict) -> list[str]:
+    h, lb = s["headline"], s["lower_bound"]
+    ms = lambda us: None if us is None else us / 1e3  # noqa: E731
+    lines = [
+        f"MCT p50 / p99 / p99.9: {fmt(ms(h['mct_p50_us']))} / {fmt(ms(h['mct_p99_us']))} / "
+        f"{fmt(ms(h['mct_p999_us']))} ms",
+        f"Iteration p50 / p99: {fmt(h['iteration_p50_ms'])} / {fmt(h['iteration_p99_ms'])} ms "
+        f"(communication share {pct(s['iteration']['comm_share'])})",
+        f"Final test accuracy: {fmt(h['final_accuracy'])}",
+        f"Lost packets: {pct(h['lost_fraction'])}; forced completions (budget violations): {fmt(h['forced'])}; "
+        f"protected packets lost: {fmt(h['protected_lost'])}",
+    ]
+    it = lb.get("iteration")
+    if it:
+        lines.append(f"Communication p50 / p99 = {times(it['p50_multiple'])} / {times(it['p99_multiple'])} the ideal "
+                     f"{fmt(it['ideal_comm_ms'])} ms at {fmt(lb['bottleneck_mbps'])} Mbit/s")
+    return lines
+
+
+def build_doc(run: RunData, s: dict) -> Doc:
+    info = s["run"]
+    doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})")
+    doc.bullets(headline_lines(s))
+    warning = protected_warning(s["loss"])
+    if warning:
+        doc.warn(warning)
+    if s["problems"]:
+        doc.warn(f"{len(s['problems'])} problem(s) with the run's data; the figures below use what was readable.")
+        doc.h("Missing or damaged data")
+        doc.bullets(s["problems"])
+
+    _mct_section(doc, run, s)
+    _lower_bound_section(doc, s["lower_bound"])
+    _iteration_section(doc, run, s["iteration"])
+    _loss_section(doc, s["loss"])
+    _switch_section(doc, s["switch"])
+    _training_section(doc, run, s["training"])
+    _agents_section(doc, s["agents"])
+    doc.h("Run")
+    doc.table(["field", "value"], [[k, "–" if v is None else str(v)] for k, v in info.items()])
+    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}.")
+    return doc
+
+
+def _plot(fig, name: str, alt: str) -> Image | None:
+    return Image(f"plots/{name}.png", alt, plots.png_bytes(fig)) if fig is not None else None
+
+
+def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
+    mct = s["mct_us"]
+    doc.h("Message completion time (MCT)")
+    if not mct["overall"]["count"]:
+        doc.p("No sender-side message records: MCT unavailable.")
+        return
+    doc.p("From the sender's first packet to STOP / FORCE_STOP, sender rows only. Times in ms.")
+    header = ["group"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
+    doc.table(header, [dist_row("all messages", mct["overall"], 1e-3)])
+    senders = sender_rows(run)
+    by_prio = grouped_mct(senders, "prio")
+    lb = s["lower_bound"].get("message")
+    marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
+    doc.image(_plot(plots.mct_cdf({"all": senders.col("mct_us"), **{f"prio {k}": v for k, v in by_prio.items()}},
+                                  "CDF of MCT (all messages and by priority class)", marks), "mct_cdf", "CDF of MCT"))
+    doc.h("By priority class (7 served first)", 3)
+    doc.table(["prio"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_prio"].items()])
+    doc.h("By phase", 3)
+    doc.table(["phase"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_phase"].items()])
+    doc.h("By layer (0 = input side; a message spanning layers counts under its range)", 3)
+    doc.image(_plot(plots.layer_bars(mct["by_layer"]), "mct_by_layer", "p99 MCT by layer"))
+    doc.table(["layer"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_layer"].items()])
+
+
+def _lower_bound_section(doc: Doc, lb: dict) -> None:
+    doc.h("Lower bound: ideal communication time")
+    if lb["bottleneck_mbps"] is None:
+        doc.p(f"Unavailable: {lb['rate_source']}.")
+        return
+    doc.p(f"Bottleneck rate {fmt(lb['bottleneck_mbps'])} Mbit/s (from {lb['rate_source']}). {lb['definition']}")
+    rows = []
+    msg = lb.get("message")
+    if msg:
+        rows.append(["message (median)", fmt(msg["ideal_us"]["p50"] / 1e3), fmt(msg["mct_p50_us"] / 1e3),
+                     fmt(msg["mct_p99_us"] / 1e3), times(msg["slowdown"]["p50"]), times(msg["slowdown"]["p99"])])
+    it = lb.get("iteration")
+    if it:
+        rows.append(["iteration communication", fmt(it["ideal_comm_ms"]), fmt(it["comm_p50_ms"]),
+                     fmt(it["comm_p99_ms"]), times(it["p50_multiple"]), times(it["p99_multiple"])])
+    doc.table(["what", "ideal (ms)", "measured p50 (ms)", "measured p99 (ms)", "p50 / ideal", "p99 / ideal"], rows)
+    if msg:
+        doc.p("For messages the multiples are percentiles of each message's own MCT / ideal (its slowdown); "
+              f"measured communication per iteration from {lb['comm_source']}.")
+
+
+def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
+    doc.h("Iteration time")
+    if not it["count"]:
+        doc.p("No iteration records.")
+        return
+    doc.p(f"{it['count']} iterations; {it['definition']}. Communication share = total communication time / total "
+          f"iteration time = {pct(it['comm_share'])} (communication overlaps computation, so shares may add to "
+          "more than 100%).")
+    header = ["what"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
+    doc.table(header, [dist_row("iteration", it["iteration_ms"]), dist_row("communication", it["comm_ms"]),
+                       dist_row("compute", it["compute_ms"])])
+    doc.image(_plot(plots.iteration_times({run.name: iteration_series(run)}), "iteration_time", "iteration time"))
+
+
+def _loss_section(doc: Doc, loss: dict) -> None:
+    doc.h("Loss, retransmission, forced completions")
+    doc.p(f"From {loss['rows']} rows. A forced completion is a message finished by FORCE_STOP after the "
+          "retransmission rounds or the deadline ran out: a loss-budget violation.")
+    r = loss["rounds"]
+    doc.table(["metric", "value"], [
+        ["messages", loss["messages"]], ["packets", loss["pkts"]],
+        ["lost packets", loss["lost_pkts"]], ["lost fraction", pct(loss["lost_fraction"])],
+        ["retransmitted packets", loss["retx_pkts"]], ["retransmitted fraction", pct(loss["retx_fraction"])],
+        ["probe rounds, mean", r["mean"]], ["probe rounds, max", r["max"]],
+        ["messages with retransmission (rounds > 1)", r["messages_retransmitted"]],
+        ["forced completions", loss["forced"]], ["forced fraction", pct(loss["forced_fraction"])],
+        ["protected packets lost (must be 0)", loss["protected_lost"]],
+        ["gradient/parameter values filled (iterations)", loss["lost_values"]],
+    ])
+    doc.table(["prio", "packets", "lost packets", "lost fraction", "forced"],
+              [[k, v["pkts"], v["lost_pkts"], pct(v["lost_fraction"]), v["forced"]]
+               for k, v in loss["by_prio"].items()])
+
+
+def _switch_section(doc: Doc, sw: dict) -> None:
+    doc.h("Switch counters")
+    if not sw["switches"]:
+        doc.p("No switch counter dumps.")
+        return
+    doc.p(f"Switches: {', '.join(sw['switches'])}. Packets offered to a queue are admitted, dropped early "
+          "(drop precedence above its threshold) or dropped at the tail (queue full).")
+    cols = ["admitted_pkts", "early_drop_pkts", "tail_drop_pkts"]
+    header = ["admitted (pkts)", "early-dropped (pkts)", "tail-dropped (pkts)", "dropped"]
+
+    def row(label, r):
+        return [label] + [r[c] for c in cols] + [pct(r["drop_fraction"])]
+    doc.table(["all queues"] + header, [row("total", sw["totals"])])
+    doc.image(_plot(plots.drops_by_precedence(sw["by_drop_prec"]), "drops_by_precedence", "drops by precedence"))
+    doc.h("By drop precedence (0 = protected)", 3)
+    doc.table(["drop precedence"] + header, [row(k, r) for k, r in sw["by_drop_prec"].items()])
+    doc.h("By priority (queue; 7 served first)", 3)
+    doc.table(["priority"] + header, [row(k, r) for k, r in sw["by_prio"].items()])
+    doc.h("By port", 3)
+    doc.table(["switch:port"] + header, [row(f"{r['switch']}:{r['port']}", r) for r in sw["by_port"]])
+    doc.h("By queue and drop precedence (non-zero counters)", 3)
+    doc.table(["switch:port", "priority", "drop precedence"] + header,
+              [[f"{r['switch']}:{r['port']}", r["prio"], r["drop_prec"]] + row("", r)[1:] for r in sw["by_queue"]])
+    drops = {s: d for s, d in sw["drops"].items() if any(v for v in d.values())}
+    if drops:
+        doc.h("Pipeline drops (not queue drops)", 3)
+        doc.table(["switch"] + list(next(iter(drops.values()))),
+                  [[s] + list(d.values()) for s, d in drops.items()])
+    if sw["telemetry"]:
+        doc.h("Queue telemetry", 3)
+        rows = []
+        for s, t in sw["telemetry"].items():
+            dq = t.get("deq_timedelta_us") or {}
+            rows.append([s, t.get("max_enq_qdepth"), dq.get("p50"), dq.get("p99"), dq.get("max")])
+        doc.table(["switch", "max queue depth (pkts)", "queueing p50 (us)", "queueing p99 (us)",
+                   "queueing max (us)"], rows)
+
+
+def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
+    doc.h("Training")
+    if not tr["iterations"]:
+        doc.p("No iteration records: no training curves.")
+        return
+    doc.table(["metric", "value"], [
+        ["final test accuracy", tr["final_accuracy"]], ["best test accuracy", tr["best_accuracy"]],
+        ["final test loss", tr["final_test_loss"]], ["final training loss", tr["final_train_loss"]],
+        ["evaluations", tr["evaluations"]], ["wall time of the iterations (s)", tr["wall_time_s"]],
+    ])
+    doc.image(_plot(plots.training({run.name: training_curves(run)}), "training", "loss and accuracy"))
+
+
+def _agents_section(doc: Doc, agents: dict) -> None:
+    if not agents:
+        return
+    doc.h("Agent totals")
+    keys = sorted({k for a in agents.values() for k in a})
+    doc.table(["host"] + keys, [[h] + [a.get(k) for k in keys] for h, a in agents.items()])
+
+
+def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str, stem: str) -> dict[str, pathlib.Path]:
+    """data as json_name, the document as stem.md and stem.html, its images under plots/."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images = doc.images()
+    if images:
+        (out_dir / "plots").mkdir(exist_ok=True)
+    for img in images:
+        (out_dir / img.filename).write_bytes(img.png)
+    paths = {"json": out_dir / json_name, "md": out_dir / f"{stem}.md", "html": out_dir / f"{stem}.html"}
+    paths["json"].write_text(json.dumps(json_ready(data), indent=1, allow_nan=False) + "\n")
+    paths["md"].write_text(to_markdown(doc))
+    paths["html"].write_text(to_html(doc))
+    return paths
+
+
+def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None) -> dict:
+    """Write summary.json, report.md, report.html and plots/ for one run (into the run directory
+    unless out_dir is given) and return the summary."""
+    run = load_run(run_dir)
+    summary = summarise(run)
+    out = pathlib.Path(out_dir) if out_dir is not None else run.path
+    write_outputs(out, build_doc(run, summary), summary, json_name="summary.json", stem="report")
+    return json_ready(summary)
