@@ -348,7 +348,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             report_variant(results / variant)
     if with_report and len(run_dirs) > 1:
         from dlcp.report import compare_runs
-        compare_runs(run_dirs, results)
+        compare_runs(run_dirs, results, echo=True)
     return results
 
 
