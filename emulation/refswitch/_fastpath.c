@@ -548,7 +548,7 @@ static void free_groups(Engine *e) {
 /* set_tables(lpm, nhop, classify, thresholds, lb_mode, rr_next, n_lpm_entries, n_cls_entries)
  *   lpm: [(prefix, prefix_len, entry, group, size)] sorted longest first (group -1: drop action)
  *   nhop: [(group, member, entry, dmac bytes, port)]
- *   classify: 4096 (entry, qid, color) indexed (dlcp_valid << 11) | (prio << 9) | (drop_prec << 6) | dscp
+ *   classify: 4096 (entry, qid, color) indexed (dlcp_valid << 11) | (prio << 8) | (drop_prec << 6) | dscp
  *   thresholds: 64 (qmax, k1, k2, k3) */
 static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
     PyObject *lpm, *nhop, *cls, *thr, *rr;

@@ -258,7 +258,7 @@ class Pipeline:
         nhop = [(g, m, i, dmac, port) for (g, m), (i, dmac, port) in self.nhop.items()]
         classify = []
         for key in range(4096):
-            valid, prio, dp, dscp = key >> 11, (key >> 9) & 7, (key >> 6) & 3, key & 63
+            valid, prio, dp, dscp = key >> 11, (key >> 8) & 7, (key >> 6) & 3, key & 63
             classify.append(self._classify((valid << 16) | (((prio << 5) | (dp << 3)) << 8) | dscp))
         return (lpm, nhop, classify, list(self.thresholds), self.lb_mode, list(self.rr_next),
                 len(self.lpm_table.entries), len(self.classify_table.entries))
