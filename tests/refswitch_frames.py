@@ -35,7 +35,7 @@ def entry(table, action, params, **kw) -> dict:
 
 
 def runtime_doc(ports=(1, 2, 3, 4), routes=None, lb_mode="per_flow", classify=True, thresholds=None,
-                port_cfg=None, intf=lambda p: f"sw-eth{p}") -> dict:
+                port_cfg=None, intf=lambda p: f"sw-eth{p}", port_thresholds=None) -> dict:
     """A star: 10.0.0.K/32 -> port K; `routes` maps a prefix to a list of member ports (a group)."""
     routes = routes if routes is not None else {f"10.0.0.{p}/32": [p] for p in ports}
     entries = [entry(P.LB_CONFIG, P.SET_LB_MODE, {"mode": P.LB_MODES[lb_mode]}, default_action=True)]
@@ -54,6 +54,9 @@ def runtime_doc(ports=(1, 2, 3, 4), routes=None, lb_mode="per_flow", classify=Tr
     if thresholds:
         entries.append(entry(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, dict(zip(("qmax", "k1", "k2", "k3"), thresholds)),
                              default_action=True))
+    for port, th in (port_thresholds or {}).items():
+        entries.append(entry(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, dict(zip(("qmax", "k1", "k2", "k3"), th)),
+                             match={"egress_port": port}))
     port_cfg = port_cfg or {}
     return {"switch": "sw", "table_entries": entries,
             "ports": [{"port": p, "intf": intf(p), **port_cfg.get(p, {})} for p in ports]}
