@@ -4,7 +4,14 @@ The extension is optional: if it cannot be compiled, the built-in dataplane fall
 Python engine (slower, same semantics) and says so when it starts.
 """
 
+import hashlib
+from pathlib import Path
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("emulation.refswitch._fastpath", ["emulation/refswitch/_fastpath.c"],
-                             extra_compile_args=["-O2", "-Wall"], optional=True)])
+SOURCE = "emulation/refswitch/_fastpath.c"
+# baked into the module so the switch can refuse a binary built from another version of the source
+SHA = hashlib.sha256((Path(__file__).parent / SOURCE).read_bytes()).hexdigest()[:16]
+
+setup(ext_modules=[Extension("emulation.refswitch._fastpath", [SOURCE], extra_compile_args=["-O2", "-Wall"],
+                             define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')], optional=True)])

@@ -12,8 +12,12 @@ from emulation.refswitch.runtime import parse_runtime
 
 from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
 
-fastpath = pytest.importorskip("emulation.refswitch._fastpath",
-                               reason="C engine not built (make setup / pip install -e . builds it)")
+from emulation.refswitch.switch import load_fastpath
+
+try:
+    fastpath = load_fastpath()
+except ImportError as e:
+    pytest.skip(f"C engine not usable: {e} (make setup builds it)", allow_module_level=True)
 
 
 def both(**kw):

@@ -35,6 +35,9 @@
 #define FINE 256
 #define COARSE (34 * 32)
 #define CONTROL_POLL_S 0.05
+#ifndef FASTPATH_SOURCE_SHA
+#define FASTPATH_SOURCE_SHA "unknown"
+#endif
 
 typedef struct Pkt {
     double t_enq;
@@ -429,7 +432,7 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int 
 }
 
 /* Returns frames received, or -errno on a socket error. */
-static int receive(Engine *e, Port *pt, int port, double now) {
+static int receive(Engine *e, Port *pt, double now) {
     for (int i = 0; i < e->batch; i++) e->rxmsgs[i].msg_hdr.msg_flags = 0;
     int n = recvmmsg(pt->fd, e->rxmsgs, e->batch, MSG_DONTWAIT, NULL);
     if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -errno;
@@ -480,7 +483,7 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
             int port = e->port_list[k];
             Port *pt = &e->ports[port];
             if (pt->fd < 0) continue;
-            int r = receive(e, pt, port, now);
+            int r = receive(e, pt, now);
             if (r < 0) { reason = 2; eport = port; eerr = -r; break; }
             got += r;
         }
@@ -666,7 +669,7 @@ static PyObject *Engine_port_gone(Engine *e, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Engine_flush(Engine *e, PyObject *noargs) {
+static PyObject *Engine_flush(Engine *e, PyObject *Py_UNUSED(noargs)) {
     for (int p = 0; p < MAX_PORTS; p++) if (e->ports[p].pcap) fflush(e->ports[p].pcap);
     Py_RETURN_NONE;
 }
@@ -705,7 +708,7 @@ static PyObject *u64_list(const uint64_t *v, int n) {
     return l;
 }
 
-static PyObject *Engine_counters(Engine *e, PyObject *noargs) {
+static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
     uint64_t occ[QUEUE_SLOTS], rr[MAX_GROUPS];
     for (int i = 0; i < QUEUE_SLOTS; i++) occ[i] = e->occupancy[i];
     for (int i = 0; i < MAX_GROUPS; i++) rr[i] = e->rr_next[i];
@@ -806,7 +809,8 @@ static PyTypeObject EngineType = {
     .tp_doc = "The DLCP pipeline, egress queues and batched AF_PACKET loop of one switch.",
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "Fast path of the built-in dataplane.", -1, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "Fast path of the built-in dataplane.", -1,
+                                    NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     crc16_init();
@@ -815,5 +819,6 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     if (!m) return NULL;
     Py_INCREF(&EngineType);
     PyModule_AddObject(m, "Engine", (PyObject *)&EngineType);
+    PyModule_AddStringConstant(m, "SOURCE_SHA", FASTPATH_SOURCE_SHA);
     return m;
 }

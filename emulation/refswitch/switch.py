@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import hashlib
 import json
 import os
 import signal
@@ -43,11 +44,23 @@ class Options:
     engine: str = "auto"
 
 
+def load_fastpath():
+    """The C engine module, checked to be built from the _fastpath.c beside it (ImportError if not)."""
+    from . import _fastpath
+    source = Path(__file__).with_name("_fastpath.c")
+    if source.exists():
+        sha = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        if getattr(_fastpath, "SOURCE_SHA", None) != sha:
+            raise ImportError("the built _fastpath module is stale (built from another _fastpath.c); "
+                              "rebuild with make setup")
+    return _fastpath
+
+
 def make_engine(pipeline: Pipeline, opts: Options):
     """(engine, name): the C fast path unless asked otherwise, absent, or --debug-log is on."""
     if opts.engine != "python" and not opts.debug_log:
         try:
-            from . import _fastpath
+            _fastpath = load_fastpath()
         except ImportError as e:
             if opts.engine == "c":
                 raise SystemExit(f"refswitch: the C engine is not built ({e}); pip install -e . builds it")

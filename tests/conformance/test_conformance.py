@@ -5,7 +5,6 @@ SUTS and must pass the same scenarios."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
@@ -14,7 +13,16 @@ from scenarios import SCENARIOS
 
 pytestmark = pytest.mark.root
 
-HAVE_C = importlib.util.find_spec("emulation.refswitch._fastpath") is not None
+
+def _fastpath_usable() -> bool:
+    from emulation.refswitch.switch import load_fastpath
+    try:
+        load_fastpath()
+        return True
+    except ImportError:
+        return False
+
+HAVE_C = _fastpath_usable()
 SUTS = {
     "ref-c": pytest.param(lambda: RefSwitchSUT("c"), marks=pytest.mark.skipif(not HAVE_C, reason="C engine not built")),
     "ref-python": pytest.param(lambda: RefSwitchSUT("python")),

@@ -4,7 +4,6 @@ while it runs retires cleanly while the other ports keep forwarding."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import time
 
@@ -20,7 +19,16 @@ from refswitch_frames import dlcp_frame, udp_frame
 
 pytestmark = pytest.mark.root
 
-ENGINE = "c" if importlib.util.find_spec("emulation.refswitch._fastpath") else "python"
+
+def _fastpath_usable() -> bool:
+    from emulation.refswitch.switch import load_fastpath
+    try:
+        load_fastpath()
+        return True
+    except ImportError:
+        return False
+
+ENGINE = "c" if _fastpath_usable() else "python"
 N_FUZZ = 100_000
 CHUNK = 2000
 HUGE = 10**9  # thresholds no queue reaches: admission never drops, so the outcome is deterministic
