@@ -74,13 +74,15 @@ class Lab:
         sh("ip", "link", "set", "lo", "up", ns=name)
         return name
 
-    def veth(self, a: str, ns_a: str, b: str, ns_b: str, mtu: int = 1500) -> None:
-        """A veth pair a@ns_a <-> b@ns_b, both up, offloads off (frames are what they look like)."""
+    def veth(self, a: str, ns_a: str, b: str, ns_b: str, mtu: int = 1500, offloads: bool = False) -> None:
+        """A veth pair a@ns_a <-> b@ns_b, both up; offloads off unless asked (then frames can be
+        GSO super-frames with partial checksums, as from a host with default settings)."""
         sh("ip", "link", "add", a, "netns", ns_a, "mtu", str(mtu), "type", "veth", "peer", "name", b,
            "netns", ns_b, "mtu", str(mtu))
         for name, ns in ((a, ns_a), (b, ns_b)):
-            sh("ethtool", "-K", name, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
-               ns=ns, check=False)
+            if not offloads:
+                sh("ethtool", "-K", name, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
+                   ns=ns, check=False)
             sh("ip", "link", "set", name, "up", ns=ns)
 
     def close(self) -> None:
