@@ -40,8 +40,9 @@ class SwitchUnderTest(Protocol):
 
 
 class RefSwitchSUT:
-    def __init__(self, engine: str):
+    def __init__(self, engine: str, extra_args: tuple[str, ...] = ()):
         self.engine = engine
+        self.extra_args = list(extra_args)
         self.name = f"refswitch-{engine}"
         self.proc: subprocess.Popen | None = None
 
@@ -53,7 +54,7 @@ class RefSwitchSUT:
         self.log = workdir / "switch.log"
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "emulation.refswitch", "--runtime", str(rt),
                "--counters", str(self.counters_path), "--control", str(self.control), "--engine", self.engine,
-               "--seed", "7"]
+               "--seed", "7", *self.extra_args]
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
