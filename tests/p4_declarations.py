@@ -53,7 +53,8 @@ def from_p4info(text: str) -> dict:
     actions_by_id = {a["preamble"][0]["id"][0]: a["preamble"][0]["name"][0] for a in info.get("actions", [])}
     out = {"tables": {}, "actions": {}, "counters": set(), "direct_counters": set(), "registers": set()}
     for a in info.get("actions", []):
-        out["actions"][a["preamble"][0]["name"][0]] = [(p["name"][0], int(p["bitwidth"][0])) for p in a.get("params", [])]
+        params = [(p["name"][0], int(p["bitwidth"][0])) for p in a.get("params", [])]
+        out["actions"][a["preamble"][0]["name"][0]] = params
     for t in info.get("tables", []):
         keys = [(f["name"][0], f["match_type"][0].lower()) for f in t.get("match_fields", [])]
         acts = [actions_by_id[r["id"][0]] for r in t.get("action_refs", [])]

@@ -69,7 +69,8 @@ def test_p4info_parser_on_a_synthetic_p4info():
     d = from_p4info(SYNTHETIC_P4INFO)
     assert d["tables"] == {"DlcpIngress.ipv4_lpm": {"keys": [("ipv4_dst", "lpm")],
                                                     "actions": ["DlcpIngress.set_nhop_group"]}}
-    assert d["actions"] == {"DlcpIngress.set_nhop_group": [("group", 16)]} and d["registers"] == {"DlcpIngress.occupancy"}
+    assert d["actions"] == {"DlcpIngress.set_nhop_group": [("group", 16)]}
+    assert d["registers"] == {"DlcpIngress.occupancy"}
 
 
 def declared() -> tuple[dict, str]:

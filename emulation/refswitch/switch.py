@@ -63,7 +63,7 @@ def make_engine(pipeline: Pipeline, opts: Options):
             _fastpath = load_fastpath()
         except ImportError as e:
             if opts.engine == "c":
-                raise SystemExit(f"refswitch: the C engine is not built ({e}); pip install -e . builds it")
+                raise SystemExit(f"refswitch: the C engine is not usable ({e}); make setup builds it") from e
             print(f"refswitch: C engine not available ({e}); using the Python engine", file=sys.stderr)
         else:
             eng = _fastpath.Engine(batch=opts.batch, data_port=opts.data_port,

@@ -47,7 +47,8 @@ def test_pcap_signal_and_control(bed, tmp_path, engine):
         dumped = json.loads(sut.counters_path.read_text())
         assert {p["port"]: p["rx_pkts"] for p in dumped["ports"]}[1] == 5
         assert control_request(sut.control, "dump")["path"] == str(sut.counters_path)
-        assert control_request(sut.control, "nope") == {"ok": False, "error": "unknown command 'nope' (ping, counters, dump)"}
+        assert control_request(sut.control, "nope") == {"ok": False,
+                                                        "error": "unknown command 'nope' (ping, counters, dump)"}
     finally:
         sut.stop()
     rx = [f for _, f in read_pcap(pcap_dir / f"{bed.switch_intf[1]}.pcap")]
