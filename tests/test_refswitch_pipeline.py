@@ -160,8 +160,9 @@ def test_spray_round_robin_and_random():
     assert ports == [1, 2, 3, 4, 1, 2, 3, 4]
     p = pipeline(routes={"10.0.0.2/32": [1, 2, 3, 4]}, lb_mode="spray_random", thresholds=(10**6, 10**6, 10**6, 10**6))
     counts = {k: 0 for k in (1, 2, 3, 4)}
+    frame = dlcp_frame()
     for _ in range(4000):
-        counts[p.ingress(bytearray(dlcp_frame()), 1)[0]] += 1
+        counts[p.ingress(bytearray(frame), 1)[0]] += 1
     assert all(800 < c < 1200 for c in counts.values()), counts
 
 
