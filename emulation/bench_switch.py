@@ -1,6 +1,10 @@
 """`dlcp bench switch`: forwarding rate of the built-in dataplane, beside a Linux bridge (and bmv2
 simple_switch when installed), measured in the same run on the same namespaces.
 
+On a shared machine the wall-clock rate of a user-space switch is its CPU share times its speed,
+so the table also gives the switch's CPU use in the interval and the rate per CPU-second
+(`kpps_per_cpu`), split into user and kernel microseconds per packet.
+
 sender ns --veth--> switch ns (port 1 -> port 2) --veth--> receiver ns. The sender
 (emulation.blaster) offers more 1442-byte DLCP frames than any of the dataplanes forwards; the
 forwarded rate is read from the receiver interface's kernel counters. The refswitch runs the full
@@ -84,9 +88,9 @@ class Bench:
         sender = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(a.warmup)
-            c0, t0, cpu0 = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
+            c0, t0, (u0, s0) = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
             time.sleep(a.seconds)
-            c1, t1, cpu1 = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
+            c1, t1, (u1, s1) = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
             out, err = sender.communicate(timeout=30)
         finally:
             if sender.poll() is None:
@@ -96,10 +100,13 @@ class Bench:
             raise RuntimeError(f"sender failed: {err.strip()[-500:]}")
         offered = int(out.split()[-1]) / (a.warmup + a.seconds + 0.5)
         kpps = (c1 - c0) / (t1 - t0) / 1e3
-        cpu = (cpu1 - cpu0) / (t1 - t0) if pid else None
+        cpu = ((u1 - u0) + (s1 - s0)) / (t1 - t0) if pid else None
+        n = max(c1 - c0, 1)
         return {"dataplane": label, "kpps": kpps, "Mbit_s": kpps * 1e3 * FRAME_BYTES * 8 / 1e6,
                 "offered_kpps": offered / 1e3, "switch_cpu": cpu,
-                "kpps_per_cpu": kpps / cpu if cpu else None}
+                "kpps_per_cpu": kpps / cpu if cpu else None,
+                "user_us_per_pkt": (u1 - u0) / n * 1e6 if pid else None,
+                "sys_us_per_pkt": (s1 - s0) / n * 1e6 if pid else None}
 
     def refswitch(self) -> dict:
         rt = self.workdir / "bench-runtime.json"
@@ -173,12 +180,13 @@ class Bench:
                 proc.wait()
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a process so far (0 without a pid)."""
+def cpu_seconds(pid: int | None) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process so far; (0, 0) without a pid."""
     if not pid:
-        return 0.0
+        return 0.0, 0.0
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck
 
 
 def bmv2_cli_commands(runtime: dict) -> list[str]:
@@ -239,7 +247,8 @@ def bench_switch(argv: list[str]) -> int:
         r["ratio_to_bridge"] = r["kpps"] / bridge["kpps"] if bridge and bridge["kpps"] else None
     if bmv2 is None:
         rows.append({"dataplane": "bmv2 simple_switch", "note": f"not measured: {why}"})
-    cols = ["dataplane", "kpps", "Mbit_s", "offered_kpps", "ratio_to_bridge", "switch_cpu", "kpps_per_cpu", "note"]
+    cols = ["dataplane", "kpps", "Mbit_s", "offered_kpps", "ratio_to_bridge", "switch_cpu", "kpps_per_cpu",
+            "user_us_per_pkt", "sys_us_per_pkt", "note"]
     result = {"ref_kpps": round(ref["kpps"], 1), "bridge_kpps": round(bridge["kpps"], 1) if bridge else None,
               "bmv2_kpps": round(bmv2["kpps"], 1) if bmv2 else None, "frame_bytes": FRAME_BYTES,
               "ref_mbit_s": round(ref["Mbit_s"], 1), "ref_kpps_per_cpu": round(ref["kpps_per_cpu"] or 0, 1),
