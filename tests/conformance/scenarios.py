@@ -46,7 +46,7 @@ SCENARIOS = [
     },
     {
         "name": "early_drop_per_precedence",
-        "runtime": {"port_cfg": {2: {"rate_pps": 200}}, "port_thresholds": {2: [32, 24, 16, 8]}},
+        "runtime": {"port_cfg": {2: {"rate_pps": 100}}, "port_thresholds": {2: [32, 24, 16, 8]}},
         "send": [{"port": 1, "n": 20, "frame": {"kind": "dlcp", "dst": DST, "prio": 2, "drop_prec": c}}
                  for c in (3, 2, 1, 0)],
         # occupancy climbs through k3, k2, k1, qmax; the first packet leaves at once
@@ -55,15 +55,15 @@ SCENARIOS = [
                               "2,2,2": {"admitted_pkts": 8, "early_drop_pkts": 12},
                               "2,2,1": {"admitted_pkts": 8, "early_drop_pkts": 12},
                               "2,2,0": {"admitted_pkts": 8, "early_drop_pkts": 0, "tail_drop_pkts": 12}}},
-        "settle_s": 0.4,
+        "settle_s": 0.5,
     },
     {
         "name": "tail_drop_fifo",
-        "runtime": {"classify": False, "port_cfg": {2: {"rate_pps": 400}}},
+        "runtime": {"classify": False, "port_cfg": {2: {"rate_pps": 200}}},
         "send": [{"port": 1, "n": 90, "frame": {"kind": "dlcp", "dst": DST, "prio": 5, "drop_prec": 3}}],
         # fifo: no classify entries, so everything is queue 0, color 0: only qmax (64) drops
         "expect": {"out": {2: 65}, "tol": 2, "queues": {"2,0,0": {"admitted_pkts": 65, "tail_drop_pkts": 25}}},
-        "settle_s": 0.4,
+        "settle_s": 0.5,
     },
     {
         "name": "spray_round_robin",
