@@ -11,7 +11,7 @@ import pytest
 from emulation import procs
 from emulation.switches import BACKENDS, DEFAULT_BACKEND, RefSwitch, SwitchStartError, switch_class
 
-from refswitch_frames import entry, runtime_doc  # noqa: F401
+from refswitch_frames import entry, runtime_doc
 
 pytestmark = pytest.mark.root
 
@@ -72,5 +72,18 @@ def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):
         msg = str(e.value)
         assert "unknown table 'DlcpIngress.nope'" in msg and "command: " in msg and "-m emulation.refswitch" in msg
         assert procs.recorded() == []
+    finally:
+        net.stop()
+
+
+def test_runtime_ports_must_match_mininet_interfaces(tmp_path, monkeypatch):
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
+    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{3 - p}")  # ports swapped
+    net, _, _, sw = _net(tmp_path, rt)
+    try:
+        net.build()
+        with pytest.raises(SwitchStartError, match=f"{TAG}s1-eth2 is port 2 in Mininet but port 1 in the runtime file"):
+            sw.start([])
+        assert sw.proc is None and procs.recorded() == []
     finally:
         net.stop()
