@@ -16,6 +16,7 @@ from .tables import format_table
 # name -> ("module:function", summary). The function takes argv (list[str]) and returns an exit code.
 BENCHES = {
     "tagging": ("dlcp.bench:bench_tagging", "tag and packetise a large gradient (no root)"),
+    "switch": ("emulation.bench_switch:bench_switch", "built-in dataplane forwarding rate vs Linux bridge (root)"),
 }
 
 

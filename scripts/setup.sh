@@ -28,7 +28,8 @@ fi
     || { echo "setup: $PYTHON is older than 3.10" >&2; exit 1; }
 
 stamp="$VENV/.dlcp-setup-stamp"
-if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh ]]; then
+if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
+      && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c ]]; then
     exit 0
 fi
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"

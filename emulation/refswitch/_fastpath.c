@@ -1,0 +1,824 @@
+/* The built-in dataplane's fast path: the DLCP pipeline of docs/pipeline.md, the egress queues and
+ * the batched AF_PACKET I/O loop, in C.
+ *
+ * It executes exactly what pipeline.py (the readable reference model) and queues.py do; Python
+ * compiles the tables into flat arrays (set_tables) so no match semantics live here except LPM, and
+ * tests/test_refswitch_fastpath.py runs both engines on the same frames and compares every byte and
+ * counter. Python keeps the control plane: runtime file, counters dump, control socket, signals.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+
+#define MAX_PORTS 64
+#define N_QUEUES 8
+#define N_COLORS 4
+#define MAX_GROUPS 1024
+#define QUEUE_SLOTS (MAX_PORTS * N_QUEUES)
+#define COUNTER_SLOTS (QUEUE_SLOTS * N_COLORS)
+#define N_REASONS 8
+#define PARSER_ERROR 0
+#define NOT_IPV4 1
+#define NO_ROUTE 2
+#define TTL_EXPIRED 3
+#define VNET_LEN 10
+#define SLOT (VNET_LEN + 65550)
+#define FINE 256
+#define COARSE (34 * 32)
+#define CONTROL_POLL_S 0.05
+#ifndef FASTPATH_SOURCE_SHA
+#define FASTPATH_SOURCE_SHA "unknown"
+#endif
+
+typedef struct Pkt {
+    double t_enq;
+    uint32_t len;
+    uint32_t enq_depth;
+    int16_t tel;
+    uint8_t qid;
+    uint8_t has_vnet;
+    uint8_t vnet[VNET_LEN];
+    uint8_t data[];
+} Pkt;
+
+typedef struct {
+    Pkt **items;
+    uint32_t head, count, cap;
+} Ring;
+
+typedef struct {
+    int used, fd, gone;
+    uint32_t depth;
+    Ring q[N_QUEUES];
+    uint32_t backlog;
+    double byte_time, pkt_time, t_free, max_lag, delay, loss;
+    int unlimited;
+    Ring flight;      /* packets on the emulated wire */
+    double *due;      /* due time of flight items, same indexing */
+    Ring txq;         /* dequeued, waiting for the kernel to take them */
+    uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, tx_errors, overflow, lost, truncated;
+    FILE *pcap;
+} Port;
+
+typedef struct { uint32_t prefix, mask; int entry, group, size; } Lpm;
+typedef struct { int entry; uint8_t dmac[6]; int port; } Nhop;
+typedef struct { int n; Nhop *members; } Group;
+
+typedef struct {
+    PyObject_HEAD
+    int batch, data_port, lb_mode;
+    /* tables */
+    Lpm *lpm; int n_lpm;
+    Group groups[MAX_GROUPS];
+    int16_t cls_entry[4096]; uint8_t cls_qid[4096], cls_color[4096];
+    uint32_t thr[MAX_PORTS][4];
+    uint64_t *lpm_hits; int n_lpm_entries;   /* [entry * 2] pkts, [entry * 2 + 1] bytes */
+    uint64_t *cls_hits; int n_cls_entries;
+    /* registers and counters */
+    uint32_t occupancy[QUEUE_SLOTS];
+    uint16_t rr_next[MAX_GROUPS];
+    uint64_t adm[2][COUNTER_SLOTS], early[2][COUNTER_SLOTS], tail[2][COUNTER_SLOTS];
+    uint64_t drops[2][N_REASONS];
+    int last_drop;
+    /* telemetry of the queues */
+    uint32_t max_enq_qdepth;
+    uint64_t fine[FINE], coarse[COARSE], delay_n, delay_max;
+    /* ports and I/O */
+    Port ports[MAX_PORTS];
+    int port_list[MAX_PORTS], n_ports;
+    uint8_t *rxbuf;
+    struct mmsghdr *rxmsgs, *txmsgs;
+    struct iovec *rxiov, *txiov;
+    uint64_t rng;
+} Engine;
+
+static const uint8_t ZERO_VNET[VNET_LEN];
+static uint16_t CRC16_TABLE[256];
+
+static void crc16_init(void) {
+    for (int b = 0; b < 256; b++) {
+        uint16_t c = (uint16_t)b;
+        for (int i = 0; i < 8; i++) c = (c & 1) ? (uint16_t)((c >> 1) ^ 0xA001) : (uint16_t)(c >> 1);
+        CRC16_TABLE[b] = c;
+    }
+}
+
+static uint16_t crc16(const uint8_t *p, int n) {
+    uint16_t c = 0;
+    for (int i = 0; i < n; i++) c = (uint16_t)((c >> 8) ^ CRC16_TABLE[(c ^ p[i]) & 0xFF]);
+    return c;
+}
+
+static inline double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline uint64_t rng_next(Engine *e) { /* xorshift64* */
+    uint64_t x = e->rng;
+    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
+    e->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+static inline double rng_unit(Engine *e) { return (rng_next(e) >> 11) * (1.0 / 9007199254740992.0); }
+
+static inline uint32_t fold(uint32_t x) {
+    while (x >> 16) x = (x & 0xFFFF) + (x >> 16);
+    return x;
+}
+
+/* --- rings ------------------------------------------------------------------------------------- */
+
+static int ring_init(Ring *r, uint32_t cap) {
+    r->items = calloc(cap ? cap : 1, sizeof(Pkt *));
+    r->head = r->count = 0;
+    r->cap = cap ? cap : 1;
+    return r->items ? 0 : -1;
+}
+
+static int ring_grow(Ring *r, double **due) {
+    uint32_t cap = r->cap * 2;
+    Pkt **items = malloc(cap * sizeof(Pkt *));
+    double *d = due ? malloc(cap * sizeof(double)) : NULL;
+    if (!items || (due && !d)) { free(items); free(d); return -1; }
+    for (uint32_t i = 0; i < r->count; i++) {
+        items[i] = r->items[(r->head + i) % r->cap];
+        if (due) d[i] = (*due)[(r->head + i) % r->cap];
+    }
+    free(r->items);
+    r->items = items;
+    if (due) { free(*due); *due = d; }
+    r->head = 0;
+    r->cap = cap;
+    return 0;
+}
+
+static inline void ring_push(Ring *r, Pkt *p) { r->items[(r->head + r->count++) % r->cap] = p; }
+
+static inline Pkt *ring_pop(Ring *r) {
+    Pkt *p = r->items[r->head];
+    r->head = (r->head + 1) % r->cap;
+    r->count--;
+    return p;
+}
+
+static void ring_free(Ring *r) {
+    if (!r->items) return;
+    while (r->count) free(ring_pop(r));
+    free(r->items);
+    r->items = NULL;
+}
+
+/* --- ingress ----------------------------------------------------------------------------------- */
+
+static inline void drop(Engine *e, int reason, uint32_t n) {
+    e->drops[0][reason]++;
+    e->drops[1][reason] += n;
+    e->last_drop = reason;
+}
+
+/* Returns 1 and fills the outputs when admitted (frame edited in place), else 0 (counted). */
+static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, int *o_color, int *o_tel) {
+    if (n < 14) { drop(e, PARSER_ERROR, n); return 0; }
+    if (f[12] != 0x08 || f[13] != 0x00) { drop(e, NOT_IPV4, n); return 0; }
+    if (n < 34) { drop(e, PARSER_ERROR, n); return 0; }
+    int proto = f[23], sport = 0, dport = 0, dlcp = 0, tel = -1;
+    if ((f[14] & 0x0F) == 5 && !((f[20] & 0x1F) || f[21])) {
+        if (proto == 17) {
+            if (n < 42) { drop(e, PARSER_ERROR, n); return 0; }
+            sport = (f[34] << 8) | f[35];
+            dport = (f[36] << 8) | f[37];
+            if (dport == e->data_port) {
+                if (n < 66 || (f[42] >> 4) != 1) { drop(e, PARSER_ERROR, n); return 0; }
+                dlcp = 1;
+                if (f[53] & 0x04) {
+                    if (n < 74) { drop(e, PARSER_ERROR, n); return 0; }
+                    tel = 66;
+                }
+            }
+        } else if (proto == 6) {
+            if (n < 38) { drop(e, PARSER_ERROR, n); return 0; }
+            sport = (f[34] << 8) | f[35];
+            dport = (f[36] << 8) | f[37];
+        }
+    }
+    int ttl = f[22];
+    if (ttl <= 1) { drop(e, TTL_EXPIRED, n); return 0; }
+    uint32_t dst = ((uint32_t)f[30] << 24) | ((uint32_t)f[31] << 16) | ((uint32_t)f[32] << 8) | f[33];
+    Lpm *hit = NULL;
+    for (int i = 0; i < e->n_lpm; i++) {  /* sorted by prefix length, longest first */
+        if ((dst & e->lpm[i].mask) == e->lpm[i].prefix) { hit = &e->lpm[i]; break; }
+    }
+    if (!hit || hit->group < 0) { drop(e, NO_ROUTE, n); return 0; }
+    e->lpm_hits[hit->entry * 2]++;
+    e->lpm_hits[hit->entry * 2 + 1] += n;
+    int group = hit->group, size = hit->size, member;
+    if (dlcp && e->lb_mode == 1) {
+        member = (int)(rng_unit(e) * size);
+    } else if (dlcp && e->lb_mode == 2) {
+        uint16_t r = e->rr_next[group];
+        member = r % size;
+        e->rr_next[group] = (uint16_t)(r + 1);
+    } else {
+        uint8_t key[13];
+        memcpy(key, f + 26, 8);
+        key[8] = (uint8_t)proto;
+        key[9] = (uint8_t)(sport >> 8); key[10] = (uint8_t)sport;
+        key[11] = (uint8_t)(dport >> 8); key[12] = (uint8_t)dport;
+        member = crc16(key, 13) % size;
+    }
+    Group *g = &e->groups[group];
+    if (member >= g->n || g->members[member].entry < 0) { drop(e, NO_ROUTE, n); return 0; }
+    Nhop *nh = &g->members[member];
+    memmove(f + 6, f, 6);
+    memcpy(f, nh->dmac, 6);
+    int port = nh->port;
+    int key = (dlcp << 11) | (dlcp ? ((f[43] >> 3) & 0x1F) << 6 : 0) | (f[15] >> 2);
+    int ce = e->cls_entry[key], qid = e->cls_qid[key], color = e->cls_color[key];
+    if (ce >= 0) {
+        e->cls_hits[ce * 2]++;
+        e->cls_hits[ce * 2 + 1] += n;
+    }
+    uint32_t *th = e->thr[port];
+    int oi = port * N_QUEUES + qid, ci = oi * N_COLORS + color;
+    uint32_t occ = e->occupancy[oi];
+    if (occ >= th[0]) {
+        e->tail[0][ci]++; e->tail[1][ci] += n; e->last_drop = -1;
+        return 0;
+    }
+    if (color && occ >= th[color]) {
+        e->early[0][ci]++; e->early[1][ci] += n; e->last_drop = -1;
+        return 0;
+    }
+    e->occupancy[oi] = occ + 1;
+    e->adm[0][ci]++;
+    e->adm[1][ci] += n;
+    uint32_t old = ((uint32_t)ttl << 8) | (uint32_t)proto;
+    f[22] = (uint8_t)(ttl - 1);
+    uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + (old - 0x100);
+    hc = ~fold(hc) & 0xFFFF;
+    f[24] = (uint8_t)(hc >> 8);
+    f[25] = (uint8_t)hc;
+    *o_port = port; *o_qid = qid; *o_color = color; *o_tel = tel;
+    return 1;
+}
+
+/* --- egress ------------------------------------------------------------------------------------ */
+
+static void stamp_telemetry(uint8_t *f, int tel, uint32_t enq_qdepth, uint32_t wait_us, int partial) {
+    uint8_t *t = f + tel;
+    uint32_t old[4], nw[4];
+    uint32_t qd = (t[2] << 8) | t[3];
+    uint32_t total = ((uint32_t)t[4] << 24) | ((uint32_t)t[5] << 16) | ((uint32_t)t[6] << 8) | t[7];
+    old[0] = (t[0] << 8) | t[1]; old[1] = qd; old[2] = total >> 16; old[3] = total & 0xFFFF;
+    t[0] = (uint8_t)(t[0] + 1);
+    uint32_t d = enq_qdepth > 0xFFFF ? 0xFFFF : enq_qdepth;
+    if (d > qd) qd = d;
+    total += wait_us;
+    t[2] = (uint8_t)(qd >> 8); t[3] = (uint8_t)qd;
+    t[4] = (uint8_t)(total >> 24); t[5] = (uint8_t)(total >> 16); t[6] = (uint8_t)(total >> 8); t[7] = (uint8_t)total;
+    uint32_t csum = ((uint32_t)f[40] << 8) | f[41];
+    if (csum == 0 || partial) return;
+    nw[0] = (t[0] << 8) | t[1]; nw[1] = qd; nw[2] = total >> 16; nw[3] = total & 0xFFFF;
+    uint32_t x = ~csum & 0xFFFF;
+    for (int i = 0; i < 4; i++) x += (~old[i] & 0xFFFF) + nw[i];
+    csum = ~fold(x) & 0xFFFF;
+    if (!csum) csum = 0xFFFF;
+    f[40] = (uint8_t)(csum >> 8);
+    f[41] = (uint8_t)csum;
+}
+
+static inline void egress(Engine *e, int port, Pkt *p, uint32_t wait_us) {
+    int oi = port * N_QUEUES + p->qid;
+    if (e->occupancy[oi]) e->occupancy[oi]--;
+    if (p->tel >= 0) stamp_telemetry(p->data, p->tel, p->enq_depth, wait_us, p->has_vnet && (p->vnet[0] & 1));
+}
+
+static void record_delay(Engine *e, uint64_t us) {
+    e->delay_n++;
+    if (us > e->delay_max) e->delay_max = us;
+    if (us < FINE) { e->fine[us]++; return; }
+    int b = 64 - __builtin_clzll(us);
+    int k = (b << 5) | (int)((us >> (b - 6)) & 31);
+    if (k < COARSE) e->coarse[k]++;
+}
+
+/* --- queues and the link ----------------------------------------------------------------------- */
+
+static Pkt *pop_highest(Port *pt) {
+    for (int q = N_QUEUES - 1; q >= 0; q--) {
+        if (pt->q[q].count) { pt->backlog--; return ring_pop(&pt->q[q]); }
+    }
+    return NULL;
+}
+
+static void pcap_write(FILE *fp, const uint8_t *data, uint32_t len) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint32_t cap = len > 65535 ? 65535 : len;
+    uint32_t rec[4] = {(uint32_t)ts.tv_sec, (uint32_t)(ts.tv_nsec / 1000), cap, len};
+    fwrite(rec, sizeof rec, 1, fp);
+    fwrite(data, 1, cap, fp);
+}
+
+/* Dequeue what is due (egress + loss + delay), move what finished its propagation delay to txq. */
+static int schedule(Engine *e, Port *pt, int port, double now) {
+    int moved = 0;
+    if (pt->backlog && !pt->txq.count) {
+        if (!pt->unlimited && pt->t_free < now - pt->max_lag) pt->t_free = now;
+        for (int k = 0; k < e->batch && pt->backlog && (pt->unlimited || pt->t_free <= now); k++) {
+            Pkt *p = pop_highest(pt);
+            if (!pt->unlimited) pt->t_free += pt->byte_time > 0 ? p->len * pt->byte_time : pt->pkt_time;
+            double w = (now - p->t_enq) * 1e6;
+            uint32_t wait_us = w > 0 ? (uint32_t)w : 0;
+            if (p->enq_depth > e->max_enq_qdepth) e->max_enq_qdepth = p->enq_depth;
+            record_delay(e, wait_us);
+            egress(e, port, p, wait_us);
+            if (pt->loss > 0 && rng_unit(e) < pt->loss) { pt->lost++; free(p); continue; }
+            if (pt->delay > 0) {
+                if (pt->flight.count == pt->flight.cap && ring_grow(&pt->flight, &pt->due) < 0) { pt->tx_errors++; free(p); continue; }
+                pt->due[(pt->flight.head + pt->flight.count) % pt->flight.cap] = now + pt->delay;
+                ring_push(&pt->flight, p);
+            } else {
+                if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) { pt->tx_errors++; free(p); continue; }
+                ring_push(&pt->txq, p);
+            }
+            moved++;
+        }
+    }
+    while (pt->flight.count && pt->due[pt->flight.head] <= now) {
+        Pkt *p = ring_pop(&pt->flight);
+        if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) { pt->tx_errors++; free(p); continue; }
+        ring_push(&pt->txq, p);
+        moved++;
+    }
+    return moved;
+}
+
+/* Hand txq to the kernel in batches; returns packets sent, -errno on a hard error (txq dropped). */
+static int transmit(Engine *e, Port *pt) {
+    int sent = 0;
+    while (pt->txq.count) {
+        if (pt->fd < 0) {  /* the interface is gone */
+            pt->tx_errors += pt->txq.count;
+            while (pt->txq.count) free(ring_pop(&pt->txq));
+            return sent;
+        }
+        int cnt = pt->txq.count < (uint32_t)e->batch ? (int)pt->txq.count : e->batch;
+        for (int i = 0; i < cnt; i++) {
+            Pkt *p = pt->txq.items[(pt->txq.head + i) % pt->txq.cap];
+            e->txiov[2 * i].iov_base = p->has_vnet ? p->vnet : (void *)ZERO_VNET;
+            e->txiov[2 * i].iov_len = VNET_LEN;
+            e->txiov[2 * i + 1].iov_base = p->data;
+            e->txiov[2 * i + 1].iov_len = p->len;
+        }
+        int n = sendmmsg(pt->fd, e->txmsgs, cnt, MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == ENOBUFS || errno == EINTR) return sent;
+            int err = errno;
+            pt->tx_errors += cnt;
+            for (int i = 0; i < cnt; i++) free(ring_pop(&pt->txq));
+            return -err;
+        }
+        for (int i = 0; i < n; i++) {
+            Pkt *p = ring_pop(&pt->txq);
+            pt->tx_pkts++;
+            pt->tx_bytes += p->len;
+            if (pt->pcap) pcap_write(pt->pcap, p->data, p->len);
+            free(p);
+        }
+        sent += n;
+        if (n < cnt) break;
+    }
+    return sent;
+}
+
+/* --- receive ----------------------------------------------------------------------------------- */
+
+static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int port, int qid, int tel, double now) {
+    Port *pt = &e->ports[port];
+    Ring *q = &pt->q[qid];
+    if (!pt->used || q->count >= pt->depth) {
+        pt->overflow++;
+        e->occupancy[port * N_QUEUES + qid]--;  /* admitted, but it never got a slot */
+        return;
+    }
+    Pkt *p = malloc(sizeof(Pkt) + n);
+    if (!p) { pt->overflow++; e->occupancy[port * N_QUEUES + qid]--; return; }
+    p->t_enq = now;
+    p->len = n;
+    p->enq_depth = pt->backlog;
+    p->tel = (int16_t)tel;
+    p->qid = (uint8_t)qid;
+    p->has_vnet = (vnet[0] & 1) || vnet[1];
+    if (p->has_vnet) {
+        memcpy(p->vnet, vnet, VNET_LEN);
+        p->vnet[0] &= (uint8_t)~2;  /* DATA_VALID only means something on receive */
+    }
+    memcpy(p->data, f, n);
+    ring_push(q, p);
+    pt->backlog++;
+}
+
+/* Returns frames received, or -errno on a socket error. */
+static int receive(Engine *e, Port *pt, double now) {
+    for (int i = 0; i < e->batch; i++) e->rxmsgs[i].msg_hdr.msg_flags = 0;
+    int n = recvmmsg(pt->fd, e->rxmsgs, e->batch, MSG_DONTWAIT, NULL);
+    if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -errno;
+    for (int i = 0; i < n; i++) {
+        uint8_t *slot = e->rxbuf + (size_t)i * SLOT;
+        uint32_t len = e->rxmsgs[i].msg_len;
+        if (len < VNET_LEN) continue;
+        len -= VNET_LEN;
+        uint8_t *f = slot + VNET_LEN;
+        int truncated = (e->rxmsgs[i].msg_hdr.msg_flags & MSG_TRUNC) != 0;
+        if (truncated && len > SLOT - VNET_LEN) len = SLOT - VNET_LEN;
+        pt->rx_pkts++;
+        pt->rx_bytes += len;
+        if (pt->pcap) pcap_write(pt->pcap, f, len);
+        if (truncated) { pt->truncated++; drop(e, PARSER_ERROR, len); continue; }
+        int oport, qid, color, tel;
+        if (ingress(e, f, len, &oport, &qid, &color, &tel)) enqueue(e, slot, f, len, oport, qid, tel, now);
+    }
+    return n;
+}
+
+/* --- the loop ---------------------------------------------------------------------------------- */
+
+/* run(seconds, wake_fds) -> (reason, port, errno): 0 time is up, 1 a wake fd is readable,
+ * 2 a socket error on `port` (Python decides whether the interface is gone). */
+static PyObject *Engine_run(Engine *e, PyObject *args) {
+    double seconds;
+    PyObject *wake;
+    if (!PyArg_ParseTuple(args, "dO", &seconds, &wake)) return NULL;
+    int nwake = (int)PySequence_Size(wake);
+    if (nwake < 0 || nwake > 8) { PyErr_SetString(PyExc_ValueError, "wake_fds: a sequence of at most 8 fds"); return NULL; }
+    int wfds[8];
+    for (int i = 0; i < nwake; i++) {
+        PyObject *o = PySequence_GetItem(wake, i);
+        wfds[i] = o ? (int)PyLong_AsLong(o) : -1;
+        Py_XDECREF(o);
+        if (PyErr_Occurred()) return NULL;
+    }
+    struct pollfd pfd[MAX_PORTS + 8];
+    int pfd_port[MAX_PORTS + 8];
+    double start = mono(), deadline = start + seconds, last_wake_check = start;
+    int reason = 0, eport = -1, eerr = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        double now = mono();
+        int got = 0, sent = 0;
+        for (int k = 0; k < e->n_ports && !reason; k++) {
+            int port = e->port_list[k];
+            Port *pt = &e->ports[port];
+            if (pt->fd < 0) continue;
+            int r = receive(e, pt, now);
+            if (r < 0) { reason = 2; eport = port; eerr = -r; break; }
+            got += r;
+        }
+        if (reason) break;
+        now = mono();
+        for (int k = 0; k < e->n_ports; k++) {
+            int port = e->port_list[k];
+            Port *pt = &e->ports[port];
+            schedule(e, pt, port, now);
+            if (pt->txq.count) {
+                int r = transmit(e, pt);
+                if (r < 0) { reason = 2; eport = port; eerr = -r; break; }
+                sent += r;
+            }
+        }
+        if (reason) break;
+        if (now >= deadline) break;
+        if (got || sent) {
+            if (now - last_wake_check < CONTROL_POLL_S || !nwake) continue;
+            last_wake_check = now;
+            for (int i = 0; i < nwake; i++) { pfd[i].fd = wfds[i]; pfd[i].events = POLLIN; }
+            if (poll(pfd, nwake, 0) > 0) { reason = 1; break; }
+            continue;
+        }
+        /* idle: sleep until a frame, a departure, an arrival, a wake fd or the deadline */
+        double until = deadline;
+        int nfd = 0;
+        for (int k = 0; k < e->n_ports; k++) {
+            int port = e->port_list[k];
+            Port *pt = &e->ports[port];
+            if (pt->fd >= 0) {
+                pfd[nfd].fd = pt->fd;
+                pfd[nfd].events = POLLIN | (pt->txq.count ? POLLOUT : 0);
+                pfd_port[nfd++] = port;
+            }
+            if (pt->backlog && !pt->txq.count) {
+                double t = pt->unlimited ? now : pt->t_free;
+                if (t < until) until = t;
+            }
+            if (pt->flight.count && pt->due[pt->flight.head] < until) until = pt->due[pt->flight.head];
+        }
+        for (int i = 0; i < nwake; i++) { pfd[nfd].fd = wfds[i]; pfd[nfd].events = POLLIN; pfd_port[nfd++] = -1; }
+        double wait = until - mono();
+        if (wait <= 0) continue;
+        struct timespec ts = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
+        int r = ppoll(pfd, nfd, &ts, NULL);
+        last_wake_check = mono();
+        if (r > 0) {
+            for (int i = 0; i < nfd; i++) {
+                if (pfd_port[i] < 0 && (pfd[i].revents & POLLIN)) { reason = 1; break; }
+            }
+            if (reason) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(iii)", reason, eport, eerr);
+}
+
+/* --- configuration ----------------------------------------------------------------------------- */
+
+static void free_groups(Engine *e) {
+    for (int g = 0; g < MAX_GROUPS; g++) { free(e->groups[g].members); e->groups[g].members = NULL; e->groups[g].n = 0; }
+}
+
+/* set_tables(lpm, nhop, classify, thresholds, lb_mode, rr_next, n_lpm_entries, n_cls_entries)
+ *   lpm: [(prefix, prefix_len, entry, group, size)] sorted longest first (group -1: drop action)
+ *   nhop: [(group, member, entry, dmac bytes, port)]
+ *   classify: 4096 (entry, qid, color) indexed (dlcp_valid << 11) | (prio << 8) | (drop_prec << 6) | dscp
+ *   thresholds: 64 (qmax, k1, k2, k3) */
+static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
+    PyObject *lpm, *nhop, *cls, *thr, *rr;
+    int mode, n_lpm_entries, n_cls_entries;
+    if (!PyArg_ParseTuple(args, "OOOOiOii", &lpm, &nhop, &cls, &thr, &mode, &rr, &n_lpm_entries, &n_cls_entries)) return NULL;
+    Py_ssize_t nl = PySequence_Size(lpm);
+    if (nl < 0) return NULL;
+    free(e->lpm);
+    e->lpm = calloc(nl ? nl : 1, sizeof(Lpm));
+    e->n_lpm = 0;
+    for (Py_ssize_t i = 0; i < nl; i++) {
+        PyObject *t = PySequence_GetItem(lpm, i);
+        unsigned long prefix; int plen, entry, group, size;
+        int ok = t && PyArg_ParseTuple(t, "kiiii", &prefix, &plen, &entry, &group, &size);
+        Py_XDECREF(t);
+        if (!ok) return NULL;
+        Lpm *l = &e->lpm[e->n_lpm++];
+        l->mask = plen ? (uint32_t)(0xFFFFFFFFu << (32 - plen)) : 0;
+        l->prefix = (uint32_t)prefix & l->mask;
+        l->entry = entry; l->group = group; l->size = size;
+    }
+    free_groups(e);
+    Py_ssize_t nn = PySequence_Size(nhop);
+    if (nn < 0) return NULL;
+    for (int pass = 0; pass < 2; pass++) {  /* pass 0 sizes the groups, pass 1 fills them */
+        for (Py_ssize_t i = 0; i < nn; i++) {
+            PyObject *t = PySequence_GetItem(nhop, i);
+            int group, member, entry, port; const char *dmac; Py_ssize_t dlen;
+            int ok = t && PyArg_ParseTuple(t, "iiiy#i", &group, &member, &entry, &dmac, &dlen, &port);
+            Py_XDECREF(t);
+            if (!ok) return NULL;
+            if (group < 0 || group >= MAX_GROUPS || member < 0 || member > 0xFFFF || dlen != 6 || port < 0 || port >= MAX_PORTS) {
+                PyErr_Format(PyExc_ValueError, "nhop entry (%d, %d) out of range", group, member);
+                return NULL;
+            }
+            Group *g = &e->groups[group];
+            if (pass == 0) { if (member + 1 > g->n) g->n = member + 1; continue; }
+            if (!g->members) {
+                g->members = malloc(g->n * sizeof(Nhop));
+                for (int m = 0; m < g->n; m++) g->members[m].entry = -1;
+            }
+            g->members[member].entry = entry;
+            memcpy(g->members[member].dmac, dmac, 6);
+            g->members[member].port = port;
+        }
+    }
+    if (PySequence_Size(cls) != 4096) { PyErr_SetString(PyExc_ValueError, "classify: 4096 entries"); return NULL; }
+    for (int i = 0; i < 4096; i++) {
+        PyObject *t = PySequence_GetItem(cls, i);
+        int entry, qid, color;
+        int ok = t && PyArg_ParseTuple(t, "iii", &entry, &qid, &color);
+        Py_XDECREF(t);
+        if (!ok) return NULL;
+        e->cls_entry[i] = (int16_t)entry; e->cls_qid[i] = (uint8_t)(qid & 7); e->cls_color[i] = (uint8_t)(color & 3);
+    }
+    if (PySequence_Size(thr) != MAX_PORTS) { PyErr_SetString(PyExc_ValueError, "thresholds: 64 entries"); return NULL; }
+    for (int p = 0; p < MAX_PORTS; p++) {
+        PyObject *t = PySequence_GetItem(thr, p);
+        unsigned int a, b, c, d;
+        int ok = t && PyArg_ParseTuple(t, "IIII", &a, &b, &c, &d);
+        Py_XDECREF(t);
+        if (!ok) return NULL;
+        e->thr[p][0] = a; e->thr[p][1] = b; e->thr[p][2] = c; e->thr[p][3] = d;
+    }
+    if (PySequence_Size(rr) != MAX_GROUPS) { PyErr_SetString(PyExc_ValueError, "rr_next: 1024 entries"); return NULL; }
+    for (int g = 0; g < MAX_GROUPS; g++) {
+        PyObject *o = PySequence_GetItem(rr, g);
+        long v = o ? PyLong_AsLong(o) : -1;
+        Py_XDECREF(o);
+        if (PyErr_Occurred()) return NULL;
+        e->rr_next[g] = (uint16_t)v;
+    }
+    e->lb_mode = mode;
+    free(e->lpm_hits); free(e->cls_hits);
+    e->n_lpm_entries = n_lpm_entries; e->n_cls_entries = n_cls_entries;
+    e->lpm_hits = calloc(2 * (n_lpm_entries + 1), sizeof(uint64_t));
+    e->cls_hits = calloc(2 * (n_cls_entries + 1), sizeof(uint64_t));
+    Py_RETURN_NONE;
+}
+
+/* add_port(port, fd, rate_bps, rate_pps, depth, delay_s, loss, max_lag_s, pcap_path or None) */
+static PyObject *Engine_add_port(Engine *e, PyObject *args) {
+    int port, fd, depth;
+    double bps, pps, delay, loss, lag;
+    const char *pcap = NULL;
+    if (!PyArg_ParseTuple(args, "iiddiddd|z", &port, &fd, &bps, &pps, &depth, &delay, &loss, &lag, &pcap)) return NULL;
+    if (port < 0 || port >= MAX_PORTS || e->ports[port].used || depth < 1) {
+        PyErr_Format(PyExc_ValueError, "bad or duplicate port %d", port);
+        return NULL;
+    }
+    Port *pt = &e->ports[port];
+    memset(pt, 0, sizeof *pt);
+    for (int q = 0; q < N_QUEUES; q++) if (ring_init(&pt->q[q], depth) < 0) return PyErr_NoMemory();
+    if (ring_init(&pt->flight, 64) < 0 || ring_init(&pt->txq, 2 * e->batch) < 0) return PyErr_NoMemory();
+    pt->due = calloc(64, sizeof(double));
+    pt->used = 1; pt->fd = fd; pt->depth = depth;
+    pt->byte_time = bps > 0 ? 8.0 / bps : 0;
+    pt->pkt_time = (bps <= 0 && pps > 0) ? 1.0 / pps : 0;
+    pt->unlimited = bps <= 0 && pps <= 0;
+    pt->delay = delay; pt->loss = loss; pt->max_lag = lag;
+    if (pcap) {
+        pt->pcap = fopen(pcap, "wb");
+        if (!pt->pcap) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, pcap);
+        uint32_t hdr[6] = {0xA1B2C3D4, 2 | (4u << 16), 0, 0, 65535, 1};
+        fwrite(hdr, sizeof hdr, 1, pt->pcap);
+    }
+    e->port_list[e->n_ports++] = port;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_port_gone(Engine *e, PyObject *args) {
+    int port;
+    if (!PyArg_ParseTuple(args, "i", &port)) return NULL;
+    if (port >= 0 && port < MAX_PORTS) e->ports[port].fd = -1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_flush(Engine *e, PyObject *Py_UNUSED(noargs)) {
+    for (int p = 0; p < MAX_PORTS; p++) if (e->ports[p].pcap) fflush(e->ports[p].pcap);
+    Py_RETURN_NONE;
+}
+
+/* --- test entry points: the pipeline without sockets (mirror Pipeline.ingress / egress) ---------- */
+
+static PyObject *Engine_ingress(Engine *e, PyObject *args) {
+    Py_buffer buf;
+    int in_port;
+    if (!PyArg_ParseTuple(args, "w*i", &buf, &in_port)) return NULL;
+    int port, qid, color, tel;
+    int ok = ingress(e, buf.buf, (uint32_t)buf.len, &port, &qid, &color, &tel);
+    PyBuffer_Release(&buf);
+    if (!ok) Py_RETURN_NONE;
+    return Py_BuildValue("(iiii)", port, qid, color, tel);
+}
+
+static PyObject *Engine_egress(Engine *e, PyObject *args) {
+    Py_buffer buf;
+    int port, qid, tel, partial;
+    unsigned int depth, wait_us;
+    if (!PyArg_ParseTuple(args, "w*iiiIIp", &buf, &port, &qid, &tel, &depth, &wait_us, &partial)) return NULL;
+    int oi = port * N_QUEUES + qid;
+    if (oi >= 0 && oi < QUEUE_SLOTS && e->occupancy[oi]) e->occupancy[oi]--;
+    if (tel >= 0 && (Py_ssize_t)tel + 8 <= buf.len && buf.len >= 42) stamp_telemetry(buf.buf, tel, depth, wait_us, partial);
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
+/* --- counters ---------------------------------------------------------------------------------- */
+
+static PyObject *u64_list(const uint64_t *v, int n) {
+    PyObject *l = PyList_New(n);
+    if (!l) return NULL;
+    for (int i = 0; i < n; i++) PyList_SET_ITEM(l, i, PyLong_FromUnsignedLongLong(v[i]));
+    return l;
+}
+
+static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
+    uint64_t occ[QUEUE_SLOTS], rr[MAX_GROUPS];
+    for (int i = 0; i < QUEUE_SLOTS; i++) occ[i] = e->occupancy[i];
+    for (int i = 0; i < MAX_GROUPS; i++) rr[i] = e->rr_next[i];
+    PyObject *ports = PyDict_New();
+    for (int k = 0; k < e->n_ports; k++) {
+        Port *pt = &e->ports[e->port_list[k]];
+        PyObject *d = Py_BuildValue("{sKsKsKsKsKsKsKsKsIsi}", "rx_pkts", pt->rx_pkts, "rx_bytes", pt->rx_bytes,
+                                    "tx_pkts", pt->tx_pkts, "tx_bytes", pt->tx_bytes, "tx_errors", pt->tx_errors,
+                                    "queue_overflow_pkts", pt->overflow, "link_loss_pkts", pt->lost,
+                                    "rx_truncated", pt->truncated, "queued_pkts", pt->backlog,
+                                    "pending_pkts", (int)(pt->txq.count + pt->flight.count));
+        PyObject *key = PyLong_FromLong(e->port_list[k]);
+        PyDict_SetItem(ports, key, d);
+        Py_DECREF(key); Py_DECREF(d);
+    }
+    return Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsN}",
+        "admitted_pkts", u64_list(e->adm[0], COUNTER_SLOTS), "admitted_bytes", u64_list(e->adm[1], COUNTER_SLOTS),
+        "early_pkts", u64_list(e->early[0], COUNTER_SLOTS), "early_bytes", u64_list(e->early[1], COUNTER_SLOTS),
+        "tail_pkts", u64_list(e->tail[0], COUNTER_SLOTS), "tail_bytes", u64_list(e->tail[1], COUNTER_SLOTS),
+        "drops_pkts", u64_list(e->drops[0], N_REASONS), "drops_bytes", u64_list(e->drops[1], N_REASONS),
+        "lpm_hits", u64_list(e->lpm_hits, 2 * e->n_lpm_entries), "classify_hits", u64_list(e->cls_hits, 2 * e->n_cls_entries),
+        "occupancy", u64_list(occ, QUEUE_SLOTS), "rr_next", u64_list(rr, MAX_GROUPS),
+        "ports", ports, "max_enq_qdepth", e->max_enq_qdepth,
+        "delay_fine", u64_list(e->fine, FINE), "delay_coarse", u64_list(e->coarse, COARSE),
+        "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
+        "last_drop", PyLong_FromLong(e->last_drop));
+}
+
+/* --- the type ---------------------------------------------------------------------------------- */
+
+static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"batch", "data_port", "seed", NULL};
+    int batch = 64, data_port = 9910;
+    unsigned long long seed = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iiK", kwlist, &batch, &data_port, &seed)) return -1;
+    if (batch < 1 || batch > 1024) { PyErr_SetString(PyExc_ValueError, "batch must be 1..1024"); return -1; }
+    e->batch = batch;
+    e->data_port = data_port;
+    e->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
+    e->last_drop = -1;
+    for (int p = 0; p < MAX_PORTS; p++) { e->thr[p][0] = 64; e->thr[p][1] = 48; e->thr[p][2] = 32; e->thr[p][3] = 16; }
+    e->rxbuf = malloc((size_t)batch * SLOT);
+    e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
+    e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
+    e->rxiov = calloc(batch, sizeof(struct iovec));
+    e->txiov = calloc(2 * batch, sizeof(struct iovec));
+    e->lpm_hits = calloc(2, sizeof(uint64_t));
+    e->cls_hits = calloc(2, sizeof(uint64_t));
+    if (!e->rxbuf || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
+    for (int i = 0; i < batch; i++) {
+        e->rxiov[i].iov_base = e->rxbuf + (size_t)i * SLOT;
+        e->rxiov[i].iov_len = SLOT;
+        e->rxmsgs[i].msg_hdr.msg_iov = &e->rxiov[i];
+        e->rxmsgs[i].msg_hdr.msg_iovlen = 1;
+        e->txmsgs[i].msg_hdr.msg_iov = &e->txiov[2 * i];
+        e->txmsgs[i].msg_hdr.msg_iovlen = 2;
+    }
+    return 0;
+}
+
+static void Engine_dealloc(Engine *e) {
+    for (int p = 0; p < MAX_PORTS; p++) {
+        Port *pt = &e->ports[p];
+        if (!pt->used) continue;
+        for (int q = 0; q < N_QUEUES; q++) ring_free(&pt->q[q]);
+        ring_free(&pt->flight);
+        ring_free(&pt->txq);
+        free(pt->due);
+        if (pt->pcap) fclose(pt->pcap);
+    }
+    free_groups(e);
+    free(e->lpm); free(e->lpm_hits); free(e->cls_hits);
+    free(e->rxbuf); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"set_tables", (PyCFunction)Engine_set_tables, METH_VARARGS, "install compiled tables"},
+    {"add_port", (PyCFunction)Engine_add_port, METH_VARARGS, "attach a port socket and its queue config"},
+    {"port_gone", (PyCFunction)Engine_port_gone, METH_VARARGS, "stop using a port whose interface vanished"},
+    {"run", (PyCFunction)Engine_run, METH_VARARGS, "forward until the time is up, a wake fd is readable or a port fails"},
+    {"flush", (PyCFunction)Engine_flush, METH_NOARGS, "flush pcap files"},
+    {"ingress", (PyCFunction)Engine_ingress, METH_VARARGS, "ingress on one frame (tests)"},
+    {"egress", (PyCFunction)Engine_egress, METH_VARARGS, "egress on one frame (tests)"},
+    {"counters", (PyCFunction)Engine_counters, METH_NOARGS, "counters, registers and port statistics"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject EngineType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "emulation.refswitch._fastpath.Engine",
+    .tp_basicsize = sizeof(Engine),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Engine_init,
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_methods = Engine_methods,
+    .tp_doc = "The DLCP pipeline, egress queues and batched AF_PACKET loop of one switch.",
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "Fast path of the built-in dataplane.", -1,
+                                    NULL, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    crc16_init();
+    if (PyType_Ready(&EngineType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&EngineType);
+    PyModule_AddObject(m, "Engine", (PyObject *)&EngineType);
+    PyModule_AddStringConstant(m, "SOURCE_SHA", FASTPATH_SOURCE_SHA);
+    return m;
+}

@@ -1,0 +1,103 @@
+"""The counter dump `counters/sN.json` (shape: docs/pipeline.md "Counter dump") and the queueing-time
+histogram behind its telemetry section."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from dlcp import p4names as P
+
+_FINE = 256  # 1 us buckets below this, then 32 log-spaced buckets per power of two (~3 % error)
+
+
+class DelayHistogram:
+    """Queueing times in microseconds, bucketed so percentiles cost no per-packet memory."""
+
+    def __init__(self):
+        self.counts: dict[int, int] = {}
+        self.fine = [0] * _FINE
+        self.max = 0
+        self.n = 0
+
+    def add(self, us: int) -> None:
+        self.n += 1
+        if us < _FINE:
+            self.fine[us] += 1
+        else:
+            b = us.bit_length()
+            key = (b << 5) | ((us >> (b - 6)) & 31)
+            self.counts[key] = self.counts.get(key, 0) + 1
+        if us > self.max:
+            self.max = us
+
+    @classmethod
+    def from_counts(cls, fine, coarse, n: int, max_us: int) -> "DelayHistogram":
+        """Rebuild from an engine's counters (coarse: dict key -> count, or a list indexed by key)."""
+        h = cls()
+        h.fine = list(fine)
+        h.counts = dict(coarse) if isinstance(coarse, dict) else {k: v for k, v in enumerate(coarse) if v}
+        h.n, h.max = n, max_us
+        return h
+
+    @staticmethod
+    def _value(key: int) -> int:
+        b, frac = key >> 5, key & 31
+        return (32 | frac) << (b - 6)
+
+    def percentile(self, q: float) -> int:
+        if not self.n:
+            return 0
+        rank = q * (self.n - 1)
+        seen = 0
+        for us, c in enumerate(self.fine):
+            seen += c
+            if seen > rank:
+                return us
+        for key in sorted(self.counts):
+            seen += self.counts[key]
+            if seen > rank:
+                return min(self._value(key), self.max)
+        return self.max
+
+
+def queue_rows(raw: dict) -> list[dict]:
+    rows = []
+    adm_p, adm_b = raw["admitted_pkts"], raw["admitted_bytes"]
+    early_p, early_b = raw["early_pkts"], raw["early_bytes"]
+    tail_p, tail_b = raw["tail_pkts"], raw["tail_bytes"]
+    for i in range(len(adm_p)):
+        if adm_p[i] or early_p[i] or tail_p[i]:
+            port, qid, color = P.queue_counter_key(i)
+            rows.append({"port": port, "qid": qid, "color": color,
+                         "admitted_pkts": adm_p[i], "admitted_bytes": adm_b[i],
+                         "early_drop_pkts": early_p[i], "early_drop_bytes": early_b[i],
+                         "tail_drop_pkts": tail_p[i], "tail_drop_bytes": tail_b[i]})
+    return rows
+
+
+def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
+    """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
+    delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
+    pairs = lambda v: {"pkts": sum(v[0::2]), "bytes": sum(v[1::2])}  # noqa: E731
+    return {
+        "switch": name, "backend": "ref", "engine": engine, "time_unix": time.time(),
+        "queues": queue_rows(raw),
+        "drops": {reason: raw["drops_pkts"][i] for reason, i in P.DROP_REASONS.items()},
+        "ports": ports,
+        "telemetry": {"max_enq_qdepth": raw["max_enq_qdepth"],
+                      "deq_timedelta_us": {"p50": delays.percentile(0.5), "p99": delays.percentile(0.99),
+                                           "max": delays.max}},
+        "tables": {P.IPV4_LPM_HITS: pairs(raw["lpm_hits"]), P.CLASSIFY_HITS: pairs(raw["classify_hits"])},
+        "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
+    }
+
+
+def write_json_atomic(path: str | Path, doc: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, path)

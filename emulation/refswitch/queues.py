@@ -1,0 +1,95 @@
+"""Egress queues of one port: 8 strict-priority FIFOs drained at the port rate, then the link
+(optional propagation delay and random loss).
+
+Time is virtual: the port is busy until `t_free`; a packet leaves when `t_free <= now` and pushes
+`t_free` on by its transmission time (frame bits / rate, or 1 / packet rate). A port that idled or
+fell behind gets at most `max_lag_s` of catch-up, so a late wake-up never becomes a long burst.
+The serialisation delay of the packet itself is not added (it leaves at the start of its slot).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from dlcp import p4names as P
+
+from .runtime import PortConfig
+
+# A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth]
+FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH = range(6)
+
+
+class EgressPort:
+    def __init__(self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002):
+        self.port = cfg.port
+        self.depth = cfg.queue_depth
+        self.queues = [deque() for _ in range(P.N_QUEUES)]
+        self.backlog = 0  # packets in all 8 queues
+        self.byte_time = 8.0 / cfg.rate_bps if cfg.rate_bps else None
+        self.pkt_time = 1.0 / cfg.rate_pps if cfg.rate_pps else None
+        self.unlimited = self.byte_time is None and self.pkt_time is None
+        self.t_free = 0.0
+        self.max_lag_s = max_lag_s
+        self.delay_s = cfg.delay_s
+        self.loss = cfg.loss
+        self.rng = rng
+        self.in_flight: deque = deque()  # (due time, packet) on the emulated wire
+        self.overflow_pkts = 0  # refused because a queue was at its physical depth
+        self.lost_pkts = 0  # lost on the link (random loss)
+
+    def enqueue(self, pkt: list, qid: int) -> bool:
+        q = self.queues[qid]
+        if len(q) >= self.depth:
+            self.overflow_pkts += 1
+            return False
+        q.append(pkt)
+        self.backlog += 1
+        return True
+
+    def _pop(self):
+        for q in reversed(self.queues):
+            if q:
+                self.backlog -= 1
+                return q.popleft()
+        return None
+
+    def dequeue_due(self, now: float, out: list, limit: int) -> None:
+        """Move up to `limit` packets whose departure time has come to `out`, highest queue first."""
+        if self.unlimited:
+            while self.backlog and limit:
+                out.append(self._pop())
+                limit -= 1
+            return
+        if self.t_free < now - self.max_lag_s:
+            self.t_free = now
+        while self.backlog and limit and self.t_free <= now:
+            pkt = self._pop()
+            self.t_free += self.pkt_time if self.byte_time is None else len(pkt[FRAME]) * self.byte_time
+            out.append(pkt)
+            limit -= 1
+
+    def next_departure(self) -> float | None:
+        if not self.backlog:
+            return None
+        return 0.0 if self.unlimited else self.t_free
+
+    def link(self, pkts: list, now: float, out: list) -> None:
+        """Put dequeued packets on the link: random loss, then the delay line (or `out` at once)."""
+        for pkt in pkts:
+            if self.loss and self.rng.random() < self.loss:
+                self.lost_pkts += 1
+                continue
+            if self.delay_s:
+                self.in_flight.append((now + self.delay_s, pkt))
+            else:
+                out.append(pkt)
+
+    def arrived(self, now: float, out: list) -> None:
+        """Packets whose propagation delay has elapsed."""
+        fl = self.in_flight
+        while fl and fl[0][0] <= now:
+            out.append(fl.popleft()[1])
+
+    def next_arrival(self) -> float | None:
+        return self.in_flight[0][0] if self.in_flight else None

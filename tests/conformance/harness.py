@@ -1,0 +1,340 @@
+"""Conformance harness: a switch under test on namespaces and veths this harness creates, frames
+injected with AF_PACKET from a tester namespace, outputs captured on the other ports.
+
+    tester ns: rs<pid>t1..t4  <-veth->  switch ns: rs<pid>p1..p4 (switch ports 1..4)
+
+`SwitchUnderTest` is the only backend-specific part: `RefSwitchSUT` runs the built-in dataplane (C
+or Python engine); a bmv2 implementation only needs start (with the scenario's runtime file),
+stop (returning the counter dump of docs/pipeline.md) and a name.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+from dlcp import p4names as P
+from emulation.netns import Lab, raw_socket
+from emulation.refswitch.hashing import crc16, five_tuple_bytes
+from emulation.refswitch.switch import control_request
+
+from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
+
+ROOT = Path(__file__).resolve().parents[2]
+PORTS = (1, 2, 3, 4)
+
+
+class SwitchUnderTest(Protocol):
+    name: str
+
+    def start(self, runtime: dict, ns: str, workdir: Path) -> None:
+        """Run the switch in namespace `ns` with this runtime document (docs/pipeline.md format)."""
+
+    def stop(self) -> dict:
+        """Stop the switch; return its counter dump (docs/pipeline.md "Counter dump")."""
+
+
+class RefSwitchSUT:
+    def __init__(self, engine: str, extra_args: tuple[str, ...] = ()):
+        self.engine = engine
+        self.extra_args = list(extra_args)
+        self.name = f"refswitch-{engine}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, runtime: dict, ns: str, workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        rt = workdir / "runtime.json"
+        rt.write_text(json.dumps(runtime))
+        self.counters_path, self.control = workdir / "counters.json", workdir / "ctl.sock"
+        self.log = workdir / "switch.log"
+        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "emulation.refswitch", "--runtime", str(rt),
+               "--counters", str(self.counters_path), "--control", str(self.control), "--engine", self.engine,
+               "--seed", "7", *self.extra_args]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if control_request(self.control, "ping", timeout=1.0)["ok"]:
+                    return
+            except (OSError, ValueError):
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not start: {self.log.read_text()[-1500:]}")
+            time.sleep(0.05)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def counters(self) -> dict:
+        return control_request(self.control, "counters")["counters"]
+
+    def stop(self) -> dict:
+        if self.proc is None:
+            return {}
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        return json.loads(self.counters_path.read_text()) if self.counters_path.exists() else {}
+
+
+class SwitchTestbed:
+    """The namespaces, veths and tester sockets, shared by the scenarios of one test module."""
+
+    def __init__(self, prefix: str = "rs"):
+        self.lab = Lab(prefix)
+        try:
+            self.sw = self.lab.netns("sw")
+            self.tester = self.lab.netns("t")
+            p = self.lab.prefix
+            self.switch_intf = {k: f"{p}p{k}" for k in PORTS}
+            self.tester_intf = {k: f"{p}t{k}" for k in PORTS}
+            for k in PORTS:
+                self.lab.veth(self.tester_intf[k], self.tester, self.switch_intf[k], self.sw)
+            self.socks = {k: raw_socket(self.tester, self.tester_intf[k]) for k in PORTS}
+            for s in self.socks.values():
+                s.setblocking(False)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for s in getattr(self, "socks", {}).values():
+            s.close()
+        self.lab.close()
+
+    def runtime(self, **kw) -> dict:
+        return runtime_doc(ports=PORTS, intf=lambda k: self.switch_intf[k], **kw)
+
+    def drain(self) -> None:
+        for s in self.socks.values():
+            try:
+                while s.recv(65536):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def capture(self, seconds: float) -> dict[int, list[tuple[float, bytes]]]:
+        out: dict[int, list] = {k: [] for k in PORTS}  # a port whose socket is closed stays empty
+        by_fd = {s.fileno(): (k, s) for k, s in self.socks.items()}
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select(list(by_fd), [], [], left)
+            now = time.monotonic()
+            for fd in ready:
+                k, s = by_fd[fd]
+                try:
+                    while True:
+                        out[k].append((now, s.recv(65536)))
+                except BlockingIOError:
+                    pass
+        return out
+
+
+# --- frames ----------------------------------------------------------------------------------------
+
+def raw_frame(name: str) -> bytes:
+    if name == "truncated_dlcp":
+        return dlcp_frame(dst="10.0.0.2")[:42 + 10]
+    if name == "dlcp_version_2":
+        f = bytearray(dlcp_frame(dst="10.0.0.2"))
+        f[42] = (2 << 4) | (f[42] & 0x0F)
+        return bytes(f)
+    if name == "truncated_telemetry":
+        return dlcp_frame(dst="10.0.0.2", telemetry=True, payload=0)[:66 + 4]
+    if name == "truncated_ipv4":
+        return udp_frame(dst="10.0.0.2")[:26]
+    if name == "arp":
+        return bytes.fromhex("ffffffffffff020000000001" "0806" "0001080006040001" "020000000001" "0a000001"
+                             "000000000000" "0a000002")
+    if name == "ipv6":
+        return bytes.fromhex("333300000001020000000001" "86dd" "6000000000083aff") + bytes(32) + bytes(8)
+    raise ValueError(f"unknown raw frame {name!r}")
+
+
+def build_frame(spec: dict) -> bytes:
+    spec = dict(spec)
+    kind = spec.pop("kind")
+    if kind == "dlcp":
+        return dlcp_frame(**spec)
+    if kind == "udp":
+        return udp_frame(**spec)
+    if kind == "raw":
+        return raw_frame(spec["name"])
+    raise ValueError(f"unknown frame kind {kind!r}")
+
+
+# --- running a scenario ------------------------------------------------------------------------------
+
+class Result:
+    def __init__(self, sent: int, t_send: float, out: dict, counters: dict):
+        self.sent, self.t_send, self.out, self.counters = sent, t_send, out, counters
+
+    def frames(self, port: int) -> list[bytes]:
+        return [f for _, f in self.out[port]]
+
+
+def run_scenario(bed: SwitchTestbed, sut: SwitchUnderTest, sc: dict, workdir: Path) -> Result:
+    sut.start(bed.runtime(**sc["runtime"]), bed.sw, workdir)
+    try:
+        bed.drain()
+        bursts = [(b["port"], build_frame(b["frame"]), b["n"], b.get("gap_us", 0)) for b in sc["send"]]
+        sent = 0
+        t_send = time.monotonic()
+        for port, frame, n, gap_us in bursts:
+            s = bed.socks[port]
+            for _ in range(n):
+                s.send(frame)
+                sent += 1
+                if gap_us:
+                    time.sleep(gap_us / 1e6)
+        out = bed.capture(sc["settle_s"])
+    finally:
+        counters = sut.stop()
+    return Result(sent, t_send, out, counters)
+
+
+# --- checks ------------------------------------------------------------------------------------------
+
+def _ones_ok(data: bytes) -> bool:
+    if len(data) % 2:
+        data += b"\x00"
+    s = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s == 0xFFFF
+
+
+def checksums_valid(f: bytes) -> bool:
+    if not _ones_ok(f[14:34]):
+        return False
+    udp = f[34:]
+    if f[23] != 17 or udp[6:8] == b"\x00\x00":
+        return True
+    ulen = int.from_bytes(udp[4:6], "big")
+    pseudo = f[26:34] + b"\x00\x11" + udp[4:6]
+    return _ones_ok(pseudo + udp[:ulen])
+
+
+def _all_out(r: Result) -> list[bytes]:
+    return [f for k in PORTS for f in r.frames(k)]
+
+
+def check_ttl_is(r: Result, ttl: int):
+    assert all(f[22] == ttl for f in _all_out(r)), [f[22] for f in _all_out(r)]
+
+
+def check_macs_rewritten(r: Result):
+    for k in PORTS:
+        for f in r.frames(k):
+            assert f[0:6] == bytes.fromhex(f"0200000001{k:02x}") and f[6:12] == bytes.fromhex("0200000000fe")
+
+
+def check_checksums_valid(r: Result):
+    assert all(checksums_valid(f) for f in _all_out(r))
+
+
+def _order_check(seq: list[int], want: list[int], slack: int, what: str):
+    """After at most `slack` leading packets (they left before the burst was complete), the output
+    is exactly `want` minus what those leading packets used up."""
+    for lead in range(slack + 1):
+        rest = want[:]
+        head = seq[:lead]
+        try:
+            for v in head:
+                rest.remove(v)
+        except ValueError:
+            continue
+        if seq[lead:] == rest:
+            return
+    raise AssertionError(f"{what} order {seq} is not {want} (after up to {slack} early packets)")
+
+
+def check_priority_order(r: Result, want: list[int], slack: int):
+    _order_check([f[43] >> 5 for f in r.frames(2)], want, slack, "DLCP prio")
+
+
+def check_priority_order_by_dscp(r: Result, want: list[int], slack: int):
+    _order_check([f[15] >> 5 for f in r.frames(2)], want, slack, "DSCP prio")
+
+
+def check_register(r: Result, name: str, index: str, value: int):
+    assert r.counters["registers"][name].get(index) == value, r.counters["registers"]
+
+
+def check_total_out(r: Result, n: int):
+    assert len(_all_out(r)) == n
+
+
+def check_flows_sticky_crc16(r: Result, members: list[int]):
+    seen: dict[int, set] = {}
+    for k in PORTS:
+        for f in r.frames(k):
+            sport = int.from_bytes(f[34:36], "big")
+            seen.setdefault(sport, set()).add(k)
+    assert seen, "nothing forwarded"
+    for sport, ports in seen.items():
+        key = five_tuple_bytes(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 9]), 17, sport, 6000)
+        assert ports == {members[crc16(key) % len(members)]}, (sport, ports)
+
+
+def check_telemetry(r: Result, hops: int, min_max_depth: int, min_last_wait_us: int):
+    tel = [(f[66], int.from_bytes(f[68:70], "big"), int.from_bytes(f[70:74], "big")) for f in r.frames(2)]
+    assert all(h == hops for h, _, _ in tel), tel
+    assert max(d for _, d, _ in tel) >= min_max_depth, tel
+    assert max(w for _, _, w in tel) >= min_last_wait_us, tel
+    zero = [f for f in r.frames(2) if f[40:42] == b"\x00\x00"]
+    assert len(zero) == 3, "a zero UDP checksum must stay zero"
+
+
+def check_min_latency_s(r: Result, port: int, seconds: float):
+    first = min(t for t, _ in r.out[port])
+    assert first - r.t_send >= seconds, first - r.t_send
+
+
+CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+
+def verify(sc: dict, r: Result) -> None:
+    exp = sc["expect"]
+    tol = exp.get("tol", 0)
+    got = {k: len(r.out[k]) for k in PORTS}
+    c = r.counters
+    assert c, "the switch left no counter dump"
+    for k in PORTS:
+        if k in exp.get("out", {}):
+            assert abs(got[k] - exp["out"][k]) <= tol, f"port {k}: {got[k]} out, expected {exp['out'][k]}"
+        elif k in exp.get("out_range", {}):
+            lo, hi = exp["out_range"][k]
+            assert lo <= got[k] <= hi, f"port {k}: {got[k]} out, expected {lo}..{hi}"
+        elif "out" in exp or "out_range" in exp:
+            assert got[k] == 0, f"port {k}: {got[k]} unexpected frames"
+    for reason in P.DROP_REASONS:
+        assert c["drops"][reason] == exp.get("drops", {}).get(reason, 0), (reason, c["drops"])
+    rows = {(q["port"], q["qid"], q["color"]): q for q in c["queues"]}
+    for key, want in exp.get("queues", {}).items():
+        row = rows.get(tuple(int(x) for x in key.split(",")), {})
+        for counter, n in want.items():
+            assert abs(row.get(counter, 0) - n) <= tol, f"queue {key} {counter}: {row.get(counter, 0)}, expected {n}"
+    # conservation: every frame the switch read is accounted for exactly once
+    ports = {p["port"]: p for p in c["ports"]}
+    rx = sum(p["rx_pkts"] for p in ports.values())
+    assert rx == r.sent, f"switch read {rx} of {r.sent} frames"
+    q = lambda name: sum(row[name] for row in c["queues"])  # noqa: E731
+    assert rx == sum(c["drops"].values()) + q("admitted_pkts") + q("early_drop_pkts") + q("tail_drop_pkts")
+    for k, p in ports.items():
+        assert p["tx_pkts"] == got[k], f"port {k}: switch sent {p['tx_pkts']}, tester saw {got[k]}"
+    assert q("admitted_pkts") == sum(p["tx_pkts"] + p["link_loss_pkts"] + p["queue_overflow_pkts"] + p["queued_pkts"]
+                                     + p["pending_pkts"] for p in ports.values())
+    for name, *args in exp.get("checks", []):
+        CHECKS[name](r, *args)

@@ -1,0 +1,89 @@
+"""RefSwitch in a real Mininet network: start, forward, dump counters on stop, clean up; and a
+start-up failure that reports the switch's own error and command line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from emulation import procs
+from emulation.switches import BACKENDS, DEFAULT_BACKEND, RefSwitch, SwitchStartError, switch_class
+
+from refswitch_frames import entry, runtime_doc
+
+pytestmark = pytest.mark.root
+
+TAG = f"rs{os.getpid() % 100000}"
+
+
+def test_backend_mapping():
+    assert DEFAULT_BACKEND == "ref" and switch_class() is RefSwitch and BACKENDS["ref"] is RefSwitch
+    with pytest.raises(ValueError, match="unknown switch backend 'nope'"):
+        switch_class("nope")
+
+
+def _net(tmp_path, runtime: dict):
+    from mininet.net import Mininet
+    net = Mininet(controller=None, build=False, autoSetMacs=False)
+    h1 = net.addHost(f"{TAG}h1", ip="10.0.0.1/24", mac="02:00:00:00:01:01")
+    h2 = net.addHost(f"{TAG}h2", ip="10.0.0.2/24", mac="02:00:00:00:01:02")
+    rt_path = tmp_path / "s1-runtime.json"
+    rt_path.write_text(json.dumps(runtime))
+    sw = net.addSwitch(f"{TAG}s1", cls=RefSwitch, dpid="1", runtime_json=rt_path, run_dir=tmp_path)
+    net.addLink(h1, sw, port2=1)
+    net.addLink(h2, sw, port2=2)
+    return net, h1, h2, sw
+
+
+def test_refswitch_in_mininet(tmp_path, monkeypatch):
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
+    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}")
+    net, h1, h2, sw = _net(tmp_path, rt)
+    try:
+        net.build()
+        net.staticArp()  # a DLCP switch forwards IPv4 only, so hosts must not need ARP
+        net.start()
+        assert [i["name"] for i in procs.recorded()] == [sw.name]
+        out = h1.cmd("ping -c 3 -i 0.2 -W 2 10.0.0.2")
+        assert " 0% packet loss" in out, out
+        sw.request_counters()
+        assert sum(q["admitted_pkts"] for q in sw.counters()["queues"]) >= 6
+    finally:
+        net.stop()
+    assert sw.proc is None and procs.recorded() == []
+    c = json.loads((tmp_path / "counters" / f"{sw.name}.json").read_text())
+    assert c["switch"] == sw.name and c["backend"] == "ref"
+    ports = {p["port"]: p for p in c["ports"]}
+    assert ports[1]["rx_pkts"] >= 3 and ports[2]["tx_pkts"] >= 3
+
+
+def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
+    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}")
+    rt["table_entries"].append(entry("DlcpIngress.nope", "DlcpIngress.drop", {}))
+    net, _, _, sw = _net(tmp_path, rt)
+    try:
+        net.build()
+        with pytest.raises(SwitchStartError) as e:
+            sw.check_ports = lambda: None  # let the process itself find the problem
+            sw.start([])
+        msg = str(e.value)
+        assert "unknown table 'DlcpIngress.nope'" in msg and "command: " in msg and "-m emulation.refswitch" in msg
+        assert procs.recorded() == []
+    finally:
+        net.stop()
+
+
+def test_runtime_ports_must_match_mininet_interfaces(tmp_path, monkeypatch):
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
+    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{3 - p}")  # ports swapped
+    net, _, _, sw = _net(tmp_path, rt)
+    try:
+        net.build()
+        with pytest.raises(SwitchStartError, match=f"{TAG}s1-eth2 is port 2 in Mininet but port 1 in the runtime file"):
+            sw.start([])
+        assert sw.proc is None and procs.recorded() == []
+    finally:
+        net.stop()
