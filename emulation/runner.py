@@ -204,7 +204,7 @@ class Experiment:
             write_json(self.run_dir / "runtime" / f"{name}-runtime.json", entries)
 
     def start_network(self) -> None:
-        from .switches import backend_class
+        from .switches import switch_class
         from .topologies import build_network
 
         pcap = self.cfg["output"]["pcap_ports"]
@@ -212,7 +212,7 @@ class Experiment:
                       "run_dir": str(self.run_dir), "debug_log": self.cfg["output"]["debug_log"],
                       "pcap_ports": [int(p.rsplit("eth", 1)[1]) for p in pcap if p.startswith(f"{s}-eth")]}
                   for s in self.spec.switches}
-        self.net = build_network(self.spec, backend_class(self.cfg["backend"]), params,
+        self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
                                  self.cfg["links"]["host_queue_pkts"])
         for h in self.spec.hosts.values():
             pid = self.net.get(h.name).shell.pid
