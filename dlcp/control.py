@@ -213,19 +213,24 @@ def decode(body) -> Control:
 
 
 class FrameReader:
-    """Splits a TCP byte stream into frame bodies. A length outside 1..MAX_FRAME raises
-    MalformedPacket("control.length"): the stream cannot be resynchronised after that."""
+    """Splits a TCP byte stream into frame bodies. A length outside COMMON.size..MAX_FRAME sets
+    `error` (MalformedPacket "control.length"): the stream cannot be resynchronised after that, but
+    the frames before it are still returned."""
 
     def __init__(self):
         self._buf = bytearray()
+        self.error: MalformedPacket | None = None
 
     def feed(self, data) -> list[bytes]:
+        if self.error is not None:
+            return []
         self._buf += data
         out = []
         while len(self._buf) >= LEN.size:
             (n,) = LEN.unpack_from(self._buf, 0)
             if not COMMON.size <= n <= MAX_FRAME:
-                raise MalformedPacket("control.length", f"frame length {n} outside {COMMON.size}..{MAX_FRAME}")
+                self.error = MalformedPacket("control.length", f"frame length {n} outside {COMMON.size}..{MAX_FRAME}")
+                break
             if len(self._buf) < LEN.size + n:
                 break
             out.append(bytes(self._buf[LEN.size: LEN.size + n]))

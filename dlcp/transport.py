@@ -19,8 +19,10 @@ far) minus packets already accepted as lost), STOP when no protected packet is m
 that bring the loss within `allowed` (lowest drop precedence first). The sender resends those as
 RETX, protected first, then by priority, and probes again: at most `r_max` retransmission rounds and
 `deadline_ms` from the first PROBE, then FORCE_STOP (logged and recorded as a budget violation).
-A PROBE is answered once no data of its message arrived for a short quiet time (PROBEs travel at
-priority 7 and overtake queued data; answering at once would ask for packets still in flight).
+A PROBE is answered once no data of its message arrived for a quiet time (PROBEs travel at
+priority 7 and overtake queued data; answering at once would ask for packets still in flight). The
+quiet time starts at `probe_quiet_ms` and adapts per source: it doubles whenever a packet asked for
+in a BITMAP turns up as an original (the BITMAP was premature) and eases back after clean messages.
 
 Malformed or unexpected packets and control messages are counted by cause (`stats()["drops"]`),
 logged once per cause, and ignored.
@@ -51,6 +53,8 @@ log = logging.getLogger("dlcp.transport")
 CONTROL_PORT = 9911
 ETH_HEADER = 14  # pacing counts Ethernet frames (preamble and FCS are not on a veth)
 STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
+MAX_R = 250  # retransmission rounds: the round number travels in one byte
+QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
 
 
 class TransportError(RuntimeError):
@@ -80,7 +84,7 @@ class TransportConfig:
     inject_seed: int = 0
     send_impl: str = "sendmmsg"
     send_batch: int = 32
-    probe_quiet_ms: float = 2.0
+    probe_quiet_ms: float = 5.0  # initial quiet time before answering a PROBE (adapts per source)
     rcvbuf_bytes: int = 16 << 20
     sndbuf_bytes: int = 1 << 20
     connect_timeout_s: float = 15.0
@@ -96,8 +100,8 @@ class TransportConfig:
             if not isinstance(v, (int, float)) or not 0 <= v <= 1:
                 bad(f"layer_budgets.{lid}", f"{v!r} is not a fraction in 0..1")
         self.layer_budgets = {int(k): float(v) for k, v in self.layer_budgets.items()}
-        if not isinstance(self.r_max, int) or self.r_max < 0:
-            bad("r_max", f"{self.r_max!r} must be an integer >= 0")
+        if not isinstance(self.r_max, int) or not 0 <= self.r_max <= MAX_R:
+            bad("r_max", f"{self.r_max!r} must be an integer in 0..{MAX_R}")
         if not self.deadline_ms > 0:
             bad("deadline_ms", f"{self.deadline_ms!r} must be > 0")
         if self.pacing_mbps is None:
@@ -287,7 +291,7 @@ class _Tx:
 class _Rx:
     __slots__ = ("key", "n_pkts", "buf", "bytes", "received", "n_received", "retx", "dups",
                  "start_us", "first_byte_us", "first_mono", "last_mono", "last_len", "probe",
-                 "probe_conn", "probe_mono", "last", "rounds", "recv_us")
+                 "probe_conn", "probe_mono", "last", "rounds", "recv_us", "requested", "late")
 
     def __init__(self, key, n_pkts, values_per_pkt, per_packet):
         self.key = key
@@ -307,6 +311,8 @@ class _Rx:
         self.probe_conn = None
         self.probe_mono = 0.0  # when it arrived
         self.last = None  # the last PROBE (its maps serve FORCE_STOP too)
+        self.requested = None  # bytearray: packets asked for in the last BITMAP (until one turns up late)
+        self.late = 0  # requested packets that then arrived as originals: the BITMAP was premature
         self.rounds = 0
         self.recv_us = np.full(n_pkts, -1, dtype=np.int64) if per_packet else None
 
@@ -339,6 +345,8 @@ class Transport:
         self._logged: set = set()
         self.totals = collections.Counter()
         self._pace_next = 0.0
+        self._quiet_floor = config.probe_quiet_ms / 1e3
+        self._quiet_s: dict[int, float] = {}  # per source: adapted quiet time
         self._started_mono = time.monotonic()
         self._open_sockets()
         self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{config.rank}", daemon=True)
@@ -465,6 +473,8 @@ class Transport:
                     "send_errors": dict(self.sender.error_codes),
                     "messages_sent": self.totals["msgs_sent"], "messages_received": self.totals["msgs_rcvd"],
                     "forced_sent": self.totals["forced_sent"], "forced_received": self.totals["forced_rcvd"],
+                    "premature_bitmaps": self.totals["premature_bitmaps"],
+                    "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
                     "control_sent": self.totals["ctrl_sent"], "control_received": self.totals["ctrl_rcvd"],
                     "drops": dict(self.drops), "send_impl": self.sender.impl}
 
@@ -520,11 +530,13 @@ class Transport:
                     self._send_round(st, arg, True)
                 elif kind == "force":
                     self._force(st)
-        except Exception:  # a bug here must not hang the agent silently
+        except Exception as e:  # a bug here must not hang the agent silently
             log.exception("send thread failed")
             with self._cond:
                 self._closing = True
                 self._cond.notify_all()
+            for st in list(self._tx.values()):
+                self._finish_tx(st, st.missing, st.prot_missing, True, f"send thread failed: {e!r}")
 
     def _check_deadlines(self) -> float:
         """Force messages past their deadline; returns seconds until the next deadline (max 0.5)."""
@@ -787,12 +799,7 @@ class Transport:
         if not data:
             self._close_conn(conn)
             return
-        try:
-            bodies = conn.reader.feed(data)
-        except MalformedPacket as e:
-            self._drop(e.field, e.detail)
-            self._close_conn(conn, f"{e} (the stream cannot be resynchronised)")
-            return
+        bodies = conn.reader.feed(data)
         if bodies:
             self._rx_data(4096)  # data that arrived before this control message comes first
         for body in bodies:
@@ -808,6 +815,10 @@ class Transport:
                 self._on_probe(conn, msg)
             else:
                 self._on_reply(msg)
+        if conn.reader.error is not None:
+            e = conn.reader.error
+            self._drop(e.field, e.detail)
+            self._close_conn(conn, f"{e} (the stream cannot be resynchronised)")
 
     # data packets: the hot path -------------------------------------------------------------------
 
@@ -885,6 +896,8 @@ class Transport:
             n_by += plen
             if typ == TYPE_RETX:
                 st.retx += 1
+            elif st.requested is not None and st.requested[seq]:
+                self._late_original(st)
             t = time.monotonic()
             if st.first_byte_us is None:
                 st.first_byte_us = now_us()
@@ -957,12 +970,24 @@ class Transport:
             self._finish_rx(st, forced=True, conn=conn)
 
     def _quiet_enough(self, st: _Rx, now: float) -> bool:
-        """True when a PROBE may be answered: no data of this message for the configured quiet time
-        (or three mean packet gaps of this message, if its packets arrive slower than that; at most
-        50 ms), counted from the last packet, or from the PROBE when no packet arrived at all."""
+        """True when a PROBE may be answered: neither data of this message nor the PROBE itself
+        arrived for the source's quiet time (or three mean packet gaps of this message, if its
+        packets arrive slower than that)."""
         gap = (st.last_mono - st.first_mono) / max(1, st.n_received - 1) if st.n_received > 1 else 0.0
-        quiet = min(0.05, max(self.cfg.probe_quiet_ms / 1e3, 3 * gap))
-        return now - (st.last_mono if st.n_received else st.probe_mono) >= quiet
+        quiet = min(QUIET_MAX_S, max(self._quiet_s.get(st.key[0], self._quiet_floor), 3 * gap))
+        # from the PROBE as well: retransmissions were sent just before it
+        return now - max(st.last_mono, st.probe_mono) >= quiet
+
+    def _late_original(self, st: _Rx) -> None:
+        """A packet asked for in a BITMAP arrived as an original, not as RETX: it was in flight
+        (queued behind higher priorities, or on a slower path), so this source's quiet time was too
+        short. Double it, once per BITMAP, like an RTO backing off."""
+        st.requested = None
+        st.late += 1
+        src = st.key[0]
+        q = self._quiet_s.get(src, self._quiet_floor)
+        self._quiet_s[src] = min(QUIET_MAX_S, 2 * q)
+        self.totals["premature_bitmaps"] += 1
 
     def _check_pending(self) -> None:
         now = time.monotonic()
@@ -1002,6 +1027,7 @@ class Transport:
             pick = unprot[np.argsort(probe.drop_prec[unprot], kind="stable")[:excess]]
             request[pick] = True
         st.probe = None
+        st.requested = bytearray(request.astype(np.uint8).tobytes())
         self._send_frame(conn, C.encode(C.Control(
             C.BITMAP, self.cfg.job_id, st.key[0], self.cfg.rank, st.key[2], st.key[1], st.key[3], st.n_pkts,
             round=probe.round, missing=n_missing, protected_missing=n_prot, requested=request)))
@@ -1037,6 +1063,8 @@ class Transport:
         if forced:
             self.totals["forced_rcvd"] += 1
         self.totals["msgs_rcvd"] += 1
+        if not st.late and key[0] in self._quiet_s:  # no premature answer: ease back to the floor
+            self._quiet_s[key[0]] = max(self._quiet_floor, 0.9 * self._quiet_s[key[0]])
         with self._cond:
             self._rx.pop(key, None)
             self._pending_probe.discard(key)
