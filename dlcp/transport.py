@@ -1126,3 +1126,16 @@ def _set_buf(sock: socket.socket, opt: int, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, force, size)
     except OSError:
         sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
+TRANSPORTS = ("dlcp", "tcp")
+
+
+def make_transport(config: TransportConfig, peers, kind: str = "dlcp"):
+    """The bounded-loss transport (`dlcp`) or the plain-TCP baseline (`tcp`), same interface."""
+    if kind == "tcp":
+        from .tcp_transport import TcpTransport
+        return TcpTransport(config, peers)
+    if kind != "dlcp":
+        raise ValueError(f"dlcp.transport: {kind!r} is not one of {', '.join(TRANSPORTS)}")
+    return Transport(config, peers)

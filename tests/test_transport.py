@@ -319,3 +319,21 @@ def test_config_errors_name_the_key():
         TransportConfig(layer_budgets={"3": -1})
     with pytest.raises(ValueError, match=r"dlcp.send_impl"):
         TransportConfig(send_impl="carrier-pigeon")
+
+
+def test_tcp_baseline_same_interface():
+    from dlcp.transport import make_transport
+    a = make_transport(TransportConfig(rank=0, data_port=0, values_per_pkt=VPP), [], "tcp")
+    b = make_transport(TransportConfig(rank=1, data_port=0, values_per_pkt=VPP), [], "tcp")
+    try:
+        a.add_peer(Peer(1, "127.0.0.1", b.data_port, b.control_port))
+        g, batch, _ = message(n_pkts=300)
+        counts = np.arange(300, dtype=np.uint8)
+        s, r = exchange(a, b, batch, info=SendInfo(rec_msg_id=7, step=2, counts=counts))
+        np.testing.assert_array_equal(r.values, g)
+        np.testing.assert_array_equal(r.counts, counts)
+        assert not s.forced and s.mct_us >= 0
+        assert a.message_rows[0]["side"] == "sender" and b.message_rows[0]["step"] == 2
+    finally:
+        a.close()
+        b.close()
