@@ -16,6 +16,8 @@ from .tables import format_table
 # name -> ("module:function", summary). The function takes argv (list[str]) and returns an exit code.
 BENCHES = {
     "tagging": ("dlcp.bench:bench_tagging", "tag and packetise a large gradient (no root)"),
+    "transport": ("emulation.bench_transport:main",
+                  "goodput of one 25 MB message over an emulated link (root) and loopback"),
 }
 
 

@@ -55,6 +55,8 @@ ETH_HEADER = 14  # pacing counts Ethernet frames (preamble and FCS are not on a 
 STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
 MAX_R = 250  # retransmission rounds: the round number travels in one byte
 QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
+PACE_SLACK_S = 0.005  # pacing catches up on delays shorter than this (sleep overshoot, scheduling)
+PACE_QUANTUM_S = 0.002  # pacing sends this much time's worth of frames per system call (<= send_batch)
 
 
 class TransportError(RuntimeError):
@@ -86,7 +88,7 @@ class TransportConfig:
     send_batch: int = 32
     probe_quiet_ms: float = 5.0  # initial quiet time before answering a PROBE (adapts per source)
     rcvbuf_bytes: int = 16 << 20
-    sndbuf_bytes: int = 1 << 20
+    sndbuf_bytes: int = 128 << 10  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
     connect_timeout_s: float = 15.0
 
     def __post_init__(self):
@@ -625,7 +627,7 @@ class Transport:
         self._probe(st)
 
     def _send_plan(self, plan, st: _Tx) -> None:
-        """Send `plan` in chunks of `send_batch` packets; with pacing, chunks of about 250 us of
+        """Send `plan` in chunks of `send_batch` packets; with pacing, chunks of PACE_QUANTUM_S of
         frames at the pacing rate, each sent when the previous one's time is up."""
         pace = self.cfg.pacing_mbps * 1e6 / 8  # bytes per second
         stamps = st.pkt_send_us if self.cfg.per_packet else None
@@ -634,7 +636,7 @@ class Transport:
         else:
             frame = plan.wire_bytes.astype(np.float64) + ETH_HEADER
             per_chunk = self.sender.batch if pace <= 0 else \
-                int(max(1, min(self.sender.batch, pace * 250e-6 / max(frame.mean(), 1))))
+                int(max(1, min(self.sender.batch, pace * PACE_QUANTUM_S / max(frame.mean(), 1))))
             sent = 0
             for i in range(0, plan.n, per_chunk):
                 j = min(plan.n, i + per_chunk)
@@ -642,8 +644,9 @@ class Transport:
                     now = time.monotonic()
                     if self._pace_next > now:
                         time.sleep(self._pace_next - now)
-                    else:
+                    elif now - self._pace_next > PACE_SLACK_S:
                         self._pace_next = now  # idle: no credit for the past
+                    # (a sleep that overshot by less than the slack is caught up by sending at once)
                     self._pace_next += float(frame[i:j].sum()) / pace
                 sent += self.sender.send(plan, i, j)
                 if stamps is not None:
