@@ -269,7 +269,7 @@ class _Conn:
 class _Tx:
     __slots__ = ("key", "dst", "batch", "info", "handle", "n_pkts", "prio", "dp", "budget_ppm",
                  "rounds", "retx_pkts", "start_us", "deadline", "state", "missing", "prot_missing",
-                 "pkt_send_us", "pkt_retx", "forced_at")
+                 "pkt_send_us", "pkt_retx")
 
     def __init__(self, key, dst, batch, info, handle, budget):
         self.key, self.dst, self.batch, self.info, self.handle = key, dst, batch, info, handle
@@ -285,9 +285,8 @@ class _Tx:
         self.state = "queued"  # queued -> sending -> probing -> (retx -> probing)* -> forcing -> done
         self.missing = self.n_pkts  # as last reported by the receiver
         self.prot_missing = int((self.dp == 0).sum())
-        self.pkt_send_us = None
+        self.pkt_send_us = None  # per-packet records only
         self.pkt_retx = None
-        self.forced_at = None
 
 
 class _Rx:
@@ -349,7 +348,6 @@ class Transport:
         self._pace_next = 0.0
         self._quiet_floor = config.probe_quiet_ms / 1e3
         self._quiet_s: dict[int, float] = {}  # per source: adapted quiet time
-        self._started_mono = time.monotonic()
         self._open_sockets()
         self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{config.rank}", daemon=True)
         self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{config.rank}", daemon=True)
@@ -489,7 +487,7 @@ class Transport:
         self._wake()
         self._tx_thread.join(timeout=5)
         self._rx_thread.join(timeout=5)
-        for c in list(self._conns.values()):
+        for c in list(self._conns.values()) + list(self._out.values()):
             c.sock.close()
         self._sel.close()
         self._close_sockets()

@@ -2,10 +2,11 @@
 
 A `SendPlan` describes the packets of one message in sending order as flat numpy arrays built in a
 few vectorised steps: one `iovec` pair (header row, payload slice) per packet and one IP_TOS
-control message per packet (DSCP from the packet's (prio, drop_prec)). Nothing is copied and no
-Python object is created per packet: `send_batch` hands slices of these arrays to the kernel, 32
-packets per system call by default. The arrays point into the PacketBatch's header rows and the
-message values, so the plan keeps references to both for as long as it lives.
+control message per packet (DSCP from the packet's (prio, drop_prec)). Payloads are never copied
+(only the 24-byte header rows, into sending order) and no Python object is created per packet:
+`BatchSender.send` hands slices of these arrays to the kernel, 32 packets per system call by
+default. The iovecs point into the plan's header rows and the message values, so the plan keeps
+references to both for as long as it lives.
 
 Linux-only (sendmmsg, IP_TOS ancillary data on UDP sockets); `sendmsg` mode works wherever Python's
 `socket.sendmsg` does and is kept for comparison (`dlcp bench transport --send-impl sendmsg`).

@@ -45,12 +45,16 @@ def agent_configs(run_dir: Path, mode: str, world: int, worker_ips: list[str], p
         "run_dir": str(run_dir), "job_id": 1, "world": world, "mode": mode,
         "ps": {"host": f"h{world + 1}", "ip": ps_ip} if ps_ip else None,
         "workers": workers, "ports": {"data": ports[0], "control": ports[1]},
-        "workload": {"model": "synthetic", "dataset": "synthetic", "iterations": 6, "batch_size": 32,
+        "workload": {"mode": mode, "workers": world, "model": "synthetic", "dataset": "synthetic",
+                     "iterations": 6, "batch_size": 32,
                      "lr": 0.1, "seed": 1, "eval_every": 3, "bucket_values": 0, **(workload or {})},
         "dlcp": {"policy": "dlcp", "layer_order": "input_first", "drop_layer_bias": "none",
                  "loss_budget": 0.01, "iter_budget": 0.02, "layer_budgets": {}, "r_max": 3,
                  "deadline_ms": 2000, "fill": "rescale", "reliable": False, "ring_budget": "protect_rs",
-                 "resync_every": 50, "pacing_mbps": None, "telemetry": False, **(dlcp or {})},
+                 "resync_every": 50, "pacing_mbps": None, "telemetry": False,
+                 # keys the runner passes through for the switch: agents must ignore them
+                 "load_balancing": "spray_random", "data_port": ports[0], "control_port": ports[1],
+                 "qmax": 64, "k1": 48, "k2": 32, "k3": 16, **(dlcp or {})},
         "records": {"per_packet": per_packet},
         "timeout_s": timeout_s,
     }
