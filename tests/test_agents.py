@@ -95,7 +95,7 @@ def test_bad_config_is_one_line_error(tmp_path, change, message):
 
 
 def test_missing_peer_is_one_line_error_with_records(tmp_path):
-    cfgs = agent_configs(tmp_path, "ps", 1, ["127.0.0.11"], "127.0.0.10", free_port_pair(), timeout_s=2)
+    agent_configs(tmp_path, "ps", 1, ["127.0.0.11"], "127.0.0.10", free_port_pair(), timeout_s=2)
     p = agent("worker", tmp_path / "agents" / "h1.json")  # no PS running
     assert p.returncode == 1
     last = p.stderr.strip().splitlines()[-1]
