@@ -19,6 +19,7 @@ p4: setup
 
 bench: setup
 	$(DLCP) bench tagging
+	$(DLCP) bench transport
 
 clean: setup
 	$(DLCP) clean

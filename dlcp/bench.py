@@ -17,6 +17,8 @@ from .tables import format_table
 BENCHES = {
     "tagging": ("dlcp.bench:bench_tagging", "tag and packetise a large gradient (no root)"),
     "switch": ("emulation.bench_switch:bench_switch", "built-in dataplane forwarding rate vs Linux bridge (root)"),
+    "transport": ("emulation.bench_transport:main",
+                  "goodput of one 25 MB message over an emulated link (root) and loopback"),
 }
 
 

@@ -95,6 +95,10 @@ class Workload(Protocol):
         """Metrics at evaluation iterations (e.g. {"train_loss", "test_loss", "test_accuracy"}),
         else None. Always returns {"train_loss": ...} at least when it has one."""
 
+    # Optional: `parameters(msg_id) -> np.ndarray`, this replica's current parameters of a message
+    # (flat float32, same layout as its gradient). All-reduce re-sync (dlcp.collectives) needs it;
+    # a workload without it skips re-sync.
+
 
 class ServerWorkload(Protocol):
     """PS side: holds the authoritative parameters and the optimizer."""

@@ -1,0 +1,40 @@
+"""Parameter-server agent: gathers every worker's push, updates, scatters parameters.
+
+    python -m agents.ps --config <run>/agents/hN.json
+
+Per iteration (dlcp/workload.py): gather (each message once every worker's push is complete or
+forced) -> ServerWorkload.update (fill policy + optimizer) -> scatter the parameters to every
+worker. Records and progress: docs/runs.md.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from agents.common import Agent, comm_config, open_transport, run_agent
+from dlcp.collectives import PSServer
+from dlcp.workloads import make_server_workload
+
+
+def run(agent: Agent) -> None:
+    cfg = agent.cfg
+    workload = make_server_workload(cfg["workload"], cfg["dlcp"].get("fill", "rescale"))
+    transport = open_transport(agent)
+    transport.connect()  # every worker listening: pulls will find their sockets bound
+    server = PSServer(transport, comm_config(cfg), workload.layouts(), workload.n_layers)
+    for it in range(agent.iterations):
+        agent.check_time()
+        server.begin(it)
+        aggregates = server.gather(it)
+        workload.update(it, aggregates)
+        server.scatter(it, {lay.msg_id: workload.parameters(lay.msg_id) for lay in workload.layouts()})
+        agent.done = it + 1
+        agent.progress()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_agent("ps", run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Worker agent: trains its Workload and exchanges gradients with the PS or the ring.
+
+    python -m agents.worker --config <run>/agents/hN.json
+
+Per iteration (dlcp/workload.py): backward yields messages, each is pushed (PS) or submitted to the
+ring at once; then parameters are pulled (PS) or aggregates awaited and applied (all-reduce). Every
+`dlcp.resync_every` iterations of all-reduce, rank 0's parameters replace the others' and the drift
+is recorded (records/hN-resync.csv). Records and progress: docs/runs.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import numpy as np
+
+from agents.common import Agent, comm_config, open_transport, run_agent
+from dlcp.collectives import PSClient, RingAllReduce
+from dlcp.control import PS_RANK
+from dlcp.records import now_us
+from dlcp.workload import ParamChunk
+from dlcp.workloads import make_workload
+
+log = logging.getLogger("agent")
+
+
+def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dict, int]:
+    t = {"start_us": now_us(), "compute_s": 0.0, "first_send_us": None}
+    gen = workload.compute(it)
+    while True:
+        c0 = time.perf_counter()
+        msg = next(gen, None)
+        t["compute_s"] += time.perf_counter() - c0
+        if msg is None:
+            break
+        client.push(it, msg)
+        t["first_send_us"] = t["first_send_us"] or now_us()
+    chunks = client.pull(it)
+    t["comm_end_us"] = now_us()
+    c0 = time.perf_counter()
+    for msg_id, chunk in chunks.items():
+        workload.apply_parameters(it, msg_id, chunk)
+    t["compute_s"] += time.perf_counter() - c0
+    return t, int(sum(int(c.lost.sum()) for c in chunks.values()))
+
+
+def iteration_ring(agent: Agent, workload, ring: RingAllReduce, it: int) -> tuple[dict, int]:
+    t = {"start_us": now_us(), "compute_s": 0.0, "first_send_us": None}
+    gen = workload.compute(it)
+    while True:
+        c0 = time.perf_counter()
+        msg = next(gen, None)
+        t["compute_s"] += time.perf_counter() - c0
+        if msg is None:
+            break
+        ring.submit(it, msg)
+        t["first_send_us"] = t["first_send_us"] or now_us()
+    aggs = ring.wait(it)
+    t["comm_end_us"] = now_us()
+    c0 = time.perf_counter()
+    workload.apply_gradients(it, aggs)
+    t["compute_s"] += time.perf_counter() - c0
+    return t, int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
+
+
+def resync(agent: Agent, workload, ring: RingAllReduce, it: int) -> None:
+    if not hasattr(workload, "parameters"):
+        log.warning("re-sync skipped: the workload has no parameters(msg_id)")
+        return
+    params = {lay.msg_id: workload.parameters(lay.msg_id) for lay in workload.layouts()}
+    ref, drift = ring.resync(it, params)
+    if agent.cfg["rank"] != 0:
+        for msg_id, values in ref.items():
+            workload.apply_parameters(it, msg_id, ParamChunk(values, np.zeros(values.size, bool)))
+    agent.resync_rows.append({"host": agent.host, "rank": agent.cfg["rank"], "iter": it, **drift})
+    log.info("re-sync at iteration %d: drift from rank 0 L2 %.6g, max %.6g", it, drift["drift_l2"], drift["drift_max"])
+
+
+def run(agent: Agent) -> None:
+    cfg = agent.cfg
+    rank, world = cfg["rank"], cfg["world"]
+    workload = make_workload(cfg["workload"], rank, world, cfg["dlcp"].get("fill", "rescale"))
+    comm = comm_config(cfg)
+    transport = open_transport(agent)
+    layouts = workload.layouts()
+    if cfg["mode"] == "ps":
+        transport.connect([PS_RANK])
+        coll = PSClient(transport, comm, layouts, workload.n_layers)
+        step = iteration_ps
+    else:
+        transport.connect([(rank + 1) % world] if world > 1 else [])
+        coll = RingAllReduce(transport, comm, layouts, workload.n_layers)
+        step = iteration_ring
+    resync_every = cfg["dlcp"].get("resync_every", 0)
+    try:
+        for it in range(agent.iterations):
+            agent.check_time()
+            coll.begin(it)
+            t, lost_values = step(agent, workload, coll, it)
+            if cfg["mode"] == "allreduce" and world > 1 and resync_every and (it + 1) % resync_every == 0:
+                resync(agent, workload, coll, it)
+            metrics = workload.evaluate(it) or {}
+            end = now_us()
+            first = t["first_send_us"] or t["comm_end_us"]
+            agent.iteration_rows.append({
+                "host": agent.host, "rank": rank, "iter": it, "start_us": t["start_us"], "end_us": end,
+                "iteration_us": end - t["start_us"], "compute_us": int(t["compute_s"] * 1e6),
+                "comm_us": t["comm_end_us"] - first,
+                "lost_values": metrics.get("lost_values", lost_values), "train_loss": metrics.get("train_loss"),
+                "test_loss": metrics.get("test_loss"), "test_accuracy": metrics.get("test_accuracy")})
+            agent.done = it + 1
+            agent.progress()
+    finally:
+        if isinstance(coll, RingAllReduce):
+            coll.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_agent("worker", run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

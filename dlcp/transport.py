@@ -1,0 +1,1142 @@
+"""Bounded-loss transport (DESIGN §6): UDP data, PROBE / BITMAP / STOP / FORCE_STOP on TCP.
+
+One `Transport` per agent owns a UDP data socket (receive on `data_port`, send from a second socket
+so sends may block on a full NIC queue without stalling reception), a TCP listener for control
+(`control_port`), and two threads:
+
+- the **send thread** takes messages from a queue (retransmissions first) and sends their pre-built
+  packets (`dlcp.udpio`: sendmmsg, IP TOS per packet, optional pacing), highest priority first and,
+  within a priority, protected packets first; then it sends PROBE on the control connection to the
+  receiver. It also enforces the message deadline (FORCE_STOP).
+- the **receive thread** places data packets by offset into the message's buffer, keeps the
+  per-packet bitmap, answers PROBEs (STOP or BITMAP) and handles STOP / BITMAP replies to its own
+  messages.
+
+Receiver decision on PROBE (`_decide`): with `missing` packets of `n`, `allowed` = floor(budget * n)
+further capped by the per-iteration budget (per source and iteration: floor(iter_budget * packets so
+far) minus packets already accepted as lost), STOP when no protected packet is missing and `missing
+<= allowed`; else BITMAP asking for every missing protected packet plus the fewest unprotected ones
+that bring the loss within `allowed` (lowest drop precedence first). The sender resends those as
+RETX, protected first, then by priority, and probes again: at most `r_max` retransmission rounds and
+`deadline_ms` from the first PROBE, then FORCE_STOP (logged and recorded as a budget violation).
+A PROBE is answered once no data of its message arrived for a quiet time (PROBEs travel at
+priority 7 and overtake queued data; answering at once would ask for packets still in flight). The
+quiet time starts at `probe_quiet_ms` and adapts per source: it doubles whenever a packet asked for
+in a BITMAP turns up as an original (the BITMAP was premature) and eases back after clean messages.
+
+Malformed or unexpected packets and control messages are counted by cause (`stats()["drops"]`),
+logged once per cause, and ignored.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import control as C
+from .header import (DATA_PORT, FLAG_TELEMETRY, HEADER, HEADER_LEN, PHASE_NAMES, PRIO_CONTROL,
+                     TELEMETRY_LEN, TYPE_RETX, VALUE_BYTES, VALUES_PER_PKT, VERSION, MalformedPacket,
+                     header_fields, tos_of)
+from .records import now_us
+from .udpio import SEND_IMPLS, BatchSender, plan_for, sockaddr_in
+
+log = logging.getLogger("dlcp.transport")
+
+CONTROL_PORT = 9911
+ETH_HEADER = 14  # pacing counts Ethernet frames (preamble and FCS are not on a veth)
+STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
+MAX_R = 250  # retransmission rounds: the round number travels in one byte
+QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
+PACE_SLACK_S = 0.005  # pacing catches up on delays shorter than this (sleep overshoot, scheduling)
+PACE_QUANTUM_S = 0.002  # pacing sends this much time's worth of frames per system call (<= send_batch)
+
+
+class TransportError(RuntimeError):
+    """A transport failure the caller must see (peer unreachable, timeout)."""
+
+
+@dataclass
+class TransportConfig:
+    """Settings of one endpoint; the names follow the agent config's `dlcp` section."""
+    rank: int = 0  # wire rank: 0..254 for workers, control.PS_RANK for the PS
+    job_id: int = 1
+    ip: str = "127.0.0.1"
+    data_port: int = DATA_PORT
+    control_port: int = CONTROL_PORT
+    host: str = ""  # for records
+    values_per_pkt: int = VALUES_PER_PKT
+    loss_budget: float = 0.01  # p_msg
+    iter_budget: float = 0.02  # per-iteration cap, per source
+    layer_budgets: dict = field(default_factory=dict)  # layer id -> budget
+    r_max: int = 3  # retransmission rounds
+    deadline_ms: float = 2000.0  # from the first PROBE
+    reliable: bool = False  # budget 0 for every message
+    pacing_mbps: float = 0.0  # 0 = no pacing; counts Ethernet frames
+    telemetry: bool = False
+    per_packet: bool = False  # per-packet records
+    inject_loss: float = 0.0  # fraction of data packets the sender skips (tests, no lossy switch)
+    inject_seed: int = 0
+    send_impl: str = "sendmmsg"
+    send_batch: int = 32
+    probe_quiet_ms: float = 5.0  # initial quiet time before answering a PROBE (adapts per source)
+    rcvbuf_bytes: int = 16 << 20
+    sndbuf_bytes: int = 128 << 10  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
+    connect_timeout_s: float = 15.0
+
+    def __post_init__(self):
+        def bad(key, why):
+            raise ValueError(f"dlcp.{key}: {why}")
+        for key in ("loss_budget", "iter_budget", "inject_loss"):
+            v = getattr(self, key)
+            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                bad(key, f"{v!r} is not a fraction in 0..1")
+        for lid, v in self.layer_budgets.items():
+            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                bad(f"layer_budgets.{lid}", f"{v!r} is not a fraction in 0..1")
+        self.layer_budgets = {int(k): float(v) for k, v in self.layer_budgets.items()}
+        if not isinstance(self.r_max, int) or not 0 <= self.r_max <= MAX_R:
+            bad("r_max", f"{self.r_max!r} must be an integer in 0..{MAX_R}")
+        if not self.deadline_ms > 0:
+            bad("deadline_ms", f"{self.deadline_ms!r} must be > 0")
+        if self.pacing_mbps is None:
+            self.pacing_mbps = 0.0
+        if self.pacing_mbps < 0:
+            bad("pacing_mbps", f"{self.pacing_mbps!r} must be >= 0")
+        if self.send_impl not in SEND_IMPLS:
+            bad("send_impl", f"{self.send_impl!r} is not one of {', '.join(SEND_IMPLS)}")
+        if not 0 <= self.rank <= 255:
+            bad("rank", f"{self.rank} outside 0..255")
+        if not 1 <= self.values_per_pkt <= VALUES_PER_PKT:
+            bad("values_per_pkt", f"{self.values_per_pkt} outside 1..{VALUES_PER_PKT}")
+
+    def budget_for(self, layer_first: int, layer_last: int) -> float:
+        """The loss budget of a message covering layers layer_first..layer_last."""
+        if self.reliable:
+            return 0.0
+        b = self.loss_budget
+        for lid, v in self.layer_budgets.items():
+            if layer_first <= lid <= layer_last:
+                b = min(b, v)
+        return b
+
+
+@dataclass(frozen=True)
+class Peer:
+    rank: int  # wire rank
+    ip: str
+    data_port: int = DATA_PORT
+    control_port: int = CONTROL_PORT
+
+
+@dataclass
+class SendInfo:
+    """What the transport cannot read from the packets: record labels, budget, ring counts."""
+    rec_msg_id: int  # msg_id shown in records (the gradient message a ring step belongs to)
+    step: int = 0
+    layer_first: int = 0
+    layer_last: int = 0
+    budget: float | None = None  # None: from loss_budget / layer_budgets; 0: every packet
+    counts: np.ndarray | None = None  # per-packet contribution counts (uint8), carried in PROBE
+
+
+@dataclass
+class SendResult:
+    lost_pkts: int
+    protected_lost: int
+    retx_pkts: int
+    rounds: int
+    forced: bool
+    start_us: int
+    complete_us: int
+    error: str | None = None
+
+    @property
+    def mct_us(self) -> int:
+        return self.complete_us - self.start_us
+
+
+class SendHandle:
+    def __init__(self, key):
+        self.key = key
+        self._event = threading.Event()
+        self.result: SendResult | None = None
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> SendResult:
+        if not self._event.wait(timeout):
+            raise TransportError(f"message {_key_text(self.key)} not finished after {timeout} s")
+        return self.result
+
+    def _finish(self, result: SendResult) -> None:
+        self.result = result
+        self._event.set()
+
+
+@dataclass
+class RecvResult:
+    """A received message: values (zeros where lost), which packets arrived, contribution counts."""
+    src: int
+    iter: int
+    phase: int
+    msg_id: int
+    values: np.ndarray  # float32, n_values
+    received: np.ndarray  # bool per packet
+    counts: np.ndarray | None  # uint8 per packet (from the sender's PROBE) or None
+    values_per_pkt: int
+    lost_pkts: int
+    protected_lost: int
+    forced: bool
+    rounds: int
+
+    def loss_mask(self) -> np.ndarray:
+        """Per value: True where the value never arrived."""
+        return np.repeat(~self.received, self.values_per_pkt)[: self.values.size]
+
+    def value_counts(self) -> np.ndarray | None:
+        """Per value: the contribution count of its packet (None when the sender sent none)."""
+        if self.counts is None:
+            return None
+        return np.repeat(self.counts, self.values_per_pkt)[: self.values.size]
+
+
+def _key_text(key) -> str:
+    peer, it, phase, msg = key
+    return f"(peer {peer}, iter {it}, {PHASE_NAMES.get(phase, phase)}, msg {msg})"
+
+
+def _record_rank(rank: int) -> int:
+    return -1 if rank == C.PS_RANK else rank
+
+
+# --- control connections -----------------------------------------------------------------------------
+
+class _Conn:
+    """A non-blocking TCP control connection with an output buffer (writes from any thread)."""
+
+    def __init__(self, sock: socket.socket, outgoing_to: int | None):
+        self.sock = sock
+        self.outgoing_to = outgoing_to  # peer rank for connections we opened, else None
+        self.reader = C.FrameReader()
+        self.out = bytearray()
+        self.lock = threading.Lock()
+        self.closed = False
+        self.fd = sock.fileno()
+
+    def send(self, frame: bytes) -> bool:
+        """Queue `frame`; returns True when bytes are left for the receive thread to flush."""
+        with self.lock:
+            if self.closed:
+                return False
+            if not self.out:
+                try:
+                    n = self.sock.send(frame)
+                except (BlockingIOError, InterruptedError):
+                    n = 0
+                except OSError:
+                    self.closed = True
+                    return False
+                frame = frame[n:]
+            self.out += frame
+            return bool(self.out)
+
+    def flush(self) -> bool:
+        """Write what is buffered; True when everything went out."""
+        with self.lock:
+            while self.out and not self.closed:
+                try:
+                    n = self.sock.send(self.out)
+                except (BlockingIOError, InterruptedError):
+                    return False
+                except OSError:
+                    self.closed = True
+                    return True
+                del self.out[:n]
+            return True
+
+
+# --- per-message state -----------------------------------------------------------------------------
+
+class _Tx:
+    __slots__ = ("key", "dst", "batch", "info", "handle", "n_pkts", "prio", "dp", "budget_ppm",
+                 "rounds", "retx_pkts", "start_us", "deadline", "state", "missing", "prot_missing",
+                 "pkt_send_us", "pkt_retx")
+
+    def __init__(self, key, dst, batch, info, handle, budget):
+        self.key, self.dst, self.batch, self.info, self.handle = key, dst, batch, info, handle
+        f = header_fields(batch.headers)
+        self.n_pkts = len(batch)
+        self.prio = (f["prio_dp_phase"] >> 5).astype(np.uint8)
+        self.dp = ((f["prio_dp_phase"] >> 3) & 3).astype(np.uint8)
+        self.budget_ppm = int(round(budget * C.PPM))
+        self.rounds = 0
+        self.retx_pkts = 0
+        self.start_us = 0
+        self.deadline = None  # monotonic seconds, set at the first PROBE
+        self.state = "queued"  # queued -> sending -> probing -> (retx -> probing)* -> forcing -> done
+        self.missing = self.n_pkts  # as last reported by the receiver
+        self.prot_missing = int((self.dp == 0).sum())
+        self.pkt_send_us = None  # per-packet records only
+        self.pkt_retx = None
+
+
+class _Rx:
+    __slots__ = ("key", "n_pkts", "buf", "bytes", "received", "n_received", "retx", "dups",
+                 "start_us", "first_byte_us", "first_mono", "last_mono", "last_len", "probe",
+                 "probe_conn", "probe_mono", "last", "rounds", "recv_us", "requested", "late")
+
+    def __init__(self, key, n_pkts, values_per_pkt, per_packet):
+        self.key = key
+        self.n_pkts = n_pkts
+        self.buf = np.zeros(n_pkts * values_per_pkt, dtype=np.float32)
+        self.bytes = memoryview(self.buf).cast("B")
+        self.received = bytearray(n_pkts)
+        self.n_received = 0
+        self.retx = 0
+        self.dups = 0
+        self.start_us = now_us()
+        self.first_byte_us = None
+        self.first_mono = 0.0
+        self.last_mono = 0.0
+        self.last_len = -1  # payload values of the last packet, once seen
+        self.probe = None  # the PROBE waiting for an answer
+        self.probe_conn = None
+        self.probe_mono = 0.0  # when it arrived
+        self.last = None  # the last PROBE (its maps serve FORCE_STOP too)
+        self.requested = None  # bytearray: packets asked for in the last BITMAP (until one turns up late)
+        self.late = 0  # requested packets that then arrived as originals: the BITMAP was premature
+        self.rounds = 0
+        self.recv_us = np.full(n_pkts, -1, dtype=np.int64) if per_packet else None
+
+
+class Transport:
+    """One endpoint of the bounded-loss transport. See the module docstring."""
+
+    def __init__(self, config: TransportConfig, peers: dict[int, Peer] | list[Peer]):
+        self.cfg = config
+        self.peers = {p.rank: p for p in (peers.values() if isinstance(peers, dict) else peers)}
+        self.vpp = config.values_per_pkt
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # send queue + receive completions
+        self._work: collections.deque = collections.deque()
+        self._tx: dict = {}
+        self._rx: dict = {}
+        self._rx_done: dict = {}  # key -> RecvResult, until the consumer takes it
+        self._finished: dict = {}  # key -> STOP frame, to answer a repeated PROBE / count late data
+        self._iter_loss: dict = {}  # (src, iter) -> [packets accepted, packets lost]
+        self._current_iter = None
+        self._out: dict[int, _Conn] = {}
+        self._conns: dict[int, _Conn] = {}  # fd -> conn (all control connections)
+        self._pending_reg: collections.deque = collections.deque()
+        self._pending_probe: set = set()
+        self._closing = False
+        self._rng = np.random.default_rng(config.inject_seed)
+        self.message_rows: list[dict] = []
+        self.packet_chunks: list[dict] = []
+        self.drops: collections.Counter = collections.Counter()
+        self._logged: set = set()
+        self.totals = collections.Counter()
+        self._pace_next = 0.0
+        self._quiet_floor = config.probe_quiet_ms / 1e3
+        self._quiet_s: dict[int, float] = {}  # per source: adapted quiet time
+        self._open_sockets()
+        self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{config.rank}", daemon=True)
+        self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{config.rank}", daemon=True)
+        self._rx_thread.start()
+        self._tx_thread.start()
+
+    # --- sockets -------------------------------------------------------------------------------
+
+    def _open_sockets(self) -> None:
+        cfg = self.cfg
+        try:
+            self.udp_rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            _set_buf(self.udp_rx, socket.SO_RCVBUF, cfg.rcvbuf_bytes)
+            self.udp_rx.bind((cfg.ip, cfg.data_port))
+            self.udp_rx.setblocking(False)
+            self.udp_tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            _set_buf(self.udp_tx, socket.SO_SNDBUF, cfg.sndbuf_bytes)
+            self.udp_tx.bind((cfg.ip, 0))
+            self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.listener.bind((cfg.ip, cfg.control_port))
+            self.listener.listen(64)
+            self.listener.setblocking(False)
+        except OSError as e:
+            self._close_sockets()
+            raise TransportError(f"cannot open data port {cfg.ip}:{cfg.data_port} / control port "
+                                 f"{cfg.control_port}: {e.strerror or e}") from None
+        self.data_port = self.udp_rx.getsockname()[1]
+        self.control_port = self.listener.getsockname()[1]
+        self.sender = BatchSender(self.udp_tx, cfg.send_impl, cfg.send_batch)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.udp_rx, selectors.EVENT_READ, "udp")
+        self._sel.register(self.listener, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._dests = {r: sockaddr_in(p.ip, p.data_port) for r, p in self.peers.items()}
+
+    def _close_sockets(self) -> None:
+        for name in ("udp_rx", "udp_tx", "listener"):
+            s = getattr(self, name, None)
+            if s is not None:
+                s.close()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    # --- public API ----------------------------------------------------------------------------
+
+    def add_peer(self, peer: Peer) -> None:
+        """Make `peer` reachable (or move it, e.g. behind a test proxy)."""
+        with self._lock:
+            self.peers = {**self.peers, peer.rank: peer}
+            self._dests = {**self._dests, peer.rank: sockaddr_in(peer.ip, peer.data_port)}
+
+    def connect(self, ranks=None, timeout: float | None = None) -> None:
+        """Open control connections to `ranks` (default: every peer), waiting until each peer is
+        listening: after this, data sent to them will find their sockets bound."""
+        for r in (self.peers if ranks is None else ranks):
+            self._conn_to(r, timeout)
+
+    def send(self, dst: int, batch, info: SendInfo) -> SendHandle:
+        """Queue the packets of `batch` for `dst`; returns at once. The batch (headers and values)
+        must stay unchanged until the handle is done."""
+        if dst not in self.peers:
+            raise TransportError(f"send to unknown rank {dst}")
+        f = header_fields(batch.headers[:1])
+        key = (dst, int(f["iter"][0]), int(f["prio_dp_phase"][0] & 7), int(f["msg_id"][0]))
+        if batch.values_per_pkt != self.vpp:
+            raise ValueError(f"batch has {batch.values_per_pkt} values per packet, transport {self.vpp}")
+        budget = self.cfg.budget_for(info.layer_first, info.layer_last) if info.budget is None else \
+            (0.0 if self.cfg.reliable else info.budget)
+        handle = SendHandle(key)
+        st = _Tx(key, dst, batch, info, handle, budget)
+        if info.counts is not None and len(info.counts) != st.n_pkts:
+            raise ValueError(f"{len(info.counts)} counts for {st.n_pkts} packets")
+        with self._cond:
+            if key in self._tx:
+                raise TransportError(f"message {_key_text(key)} is already in flight")
+            self._tx[key] = st
+            self._work.append(("new", st, None))
+            self._cond.notify_all()
+        return handle
+
+    def recv(self, src: int, iteration: int, phase: int, msg_id: int, timeout: float | None = None) -> RecvResult:
+        """Wait for message (src, iteration, phase, msg_id) to finish (STOP or FORCE_STOP)."""
+        key = (src, iteration & 0xFFFF, phase, msg_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while key not in self._rx_done:
+                if self._closing:
+                    raise TransportError("transport closed")
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    have = self._rx.get(key)
+                    got = f"{have.n_received}/{have.n_pkts} packets" if have else "nothing"
+                    raise TransportError(f"no message {_key_text(key)} after {timeout} s ({got} received)")
+                self._cond.wait(left if left is None else min(left, 1.0))
+            return self._rx_done.pop(key)
+
+    def advance(self, iteration: int) -> None:
+        """The caller moved on to `iteration`: messages more than STALE_WINDOW iterations older
+        become stale (their packets are counted and dropped) and are forgotten."""
+        with self._lock:
+            self._current_iter = iteration & 0xFFFF
+            for table in (self._finished, self._iter_loss, self._rx_done):
+                for k in [k for k in list(table) if self._stale(k[1])]:
+                    table.pop(k, None)
+            for k in [k for k in list(self._rx) if self._stale(k[1])]:
+                self.drops["abandoned"] += 1
+                self._rx.pop(k, None)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"packets_sent": self.totals["pkts_sent"], "bytes_sent": self.totals["bytes_sent"],
+                    "packets_retransmitted": self.totals["retx_sent"],
+                    "packets_received": self.totals["pkts_rcvd"], "bytes_received": self.totals["bytes_rcvd"],
+                    "duplicates": self.totals["dups"], "injected_drops": self.totals["injected_drops"],
+                    "send_errors": dict(self.sender.error_codes),
+                    "messages_sent": self.totals["msgs_sent"], "messages_received": self.totals["msgs_rcvd"],
+                    "forced_sent": self.totals["forced_sent"], "forced_received": self.totals["forced_rcvd"],
+                    "premature_bitmaps": self.totals["premature_bitmaps"],
+                    "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
+                    "control_sent": self.totals["ctrl_sent"], "control_received": self.totals["ctrl_rcvd"],
+                    "drops": dict(self.drops), "send_impl": self.sender.impl}
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._wake()
+        self._tx_thread.join(timeout=5)
+        self._rx_thread.join(timeout=5)
+        for c in list(self._conns.values()) + list(self._out.values()):
+            c.sock.close()
+        self._sel.close()
+        self._close_sockets()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- drops ----------------------------------------------------------------------------------
+
+    def _drop(self, cause: str, detail: str = "") -> None:
+        self.drops[cause] += 1
+        if cause not in self._logged:
+            self._logged.add(cause)
+            log.warning("rank %s: dropped %s%s (further drops of this kind are only counted)",
+                        self.cfg.rank, cause, f": {detail}" if detail else "")
+
+    def _stale(self, it16: int) -> bool:
+        cur = self._current_iter
+        return cur is not None and ((cur - it16) & 0xFFFF) > STALE_WINDOW and ((cur - it16) & 0xFFFF) < 0x8000
+
+    # --- send thread ---------------------------------------------------------------------------
+
+    def _tx_loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._work and not self._closing:
+                        self._cond.wait(self._check_deadlines())
+                    if self._closing:
+                        return
+                    kind, st, arg = self._work.popleft()
+                if kind == "new":
+                    self._send_round(st, np.lexsort((np.arange(st.n_pkts), st.dp, -st.prio.astype(np.int16))), False)
+                elif kind == "retx":
+                    self._send_round(st, arg, True)
+                elif kind == "force":
+                    self._force(st)
+        except Exception as e:  # a bug here must not hang the agent silently
+            log.exception("send thread failed")
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            for st in list(self._tx.values()):
+                self._finish_tx(st, st.missing, st.prot_missing, True, f"send thread failed: {e!r}")
+
+    def _check_deadlines(self) -> float:
+        """Force messages past their deadline; returns seconds until the next deadline (max 0.5)."""
+        now = time.monotonic()
+        wait = 0.5
+        for st in list(self._tx.values()):
+            if st.deadline is None or st.state not in ("probing", "forcing"):
+                continue
+            if now >= st.deadline:
+                if st.state == "probing":
+                    log.warning("rank %s: message %s past its deadline after %d rounds: FORCE_STOP",
+                                self.cfg.rank, _key_text(st.key), st.rounds)
+                    self._work.appendleft(("force", st, None))
+                    st.state = "forcing"
+                    st.deadline = now + self.cfg.deadline_ms / 1e3  # for the receiver's acknowledgement
+                else:  # the receiver never acknowledged FORCE_STOP: give up on it
+                    self._finish_tx(st, st.missing, st.prot_missing, True, "no answer to FORCE_STOP")
+            else:
+                wait = min(wait, st.deadline - now)
+        return max(wait, 0.001)
+
+    def _conn_to(self, dst: int, timeout: float | None = None) -> _Conn:
+        conn = self._out.get(dst)
+        if conn is not None and not conn.closed:
+            return conn
+        peer = self.peers[dst]
+        timeout = self.cfg.connect_timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                s.bind((self.cfg.ip, 0))
+                s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
+                s.connect((peer.ip, peer.control_port))
+                break
+            except OSError as e:
+                s.close()
+                if time.monotonic() >= deadline or self._closing:
+                    raise TransportError(f"no control connection to rank {dst} at {peer.ip}:{peer.control_port}"
+                                         f" after {timeout:.0f} s: {e.strerror or e}") from None
+                time.sleep(0.05)
+        s.setblocking(False)
+        conn = _Conn(s, dst)
+        with self._lock:
+            old = self._out.get(dst)
+            if old is not None and not old.closed:  # another thread won the race
+                s.close()
+                return old
+            self._out[dst] = conn
+            self._pending_reg.append(conn)
+        self._wake()
+        return conn
+
+    def _send_ctrl(self, conn: _Conn, msg: C.Control) -> None:
+        if conn.send(C.encode(msg)):
+            with self._lock:
+                self._pending_reg.append(conn)  # ask the receive thread to watch for writability
+            self._wake()
+        self.totals["ctrl_sent"] += 1
+
+    def _send_round(self, st: _Tx, order: np.ndarray, retx: bool) -> None:
+        cfg = self.cfg
+        if not retx:
+            st.state = "sending"
+            st.start_us = now_us()
+            if cfg.per_packet:
+                st.pkt_send_us = np.full(st.n_pkts, -1, dtype=np.int64)
+                st.pkt_retx = np.zeros(st.n_pkts, dtype=np.int32)
+        plan_order = order
+        if cfg.inject_loss > 0:
+            keep = self._rng.random(len(order)) >= cfg.inject_loss
+            self.totals["injected_drops"] += int((~keep).sum())
+            plan_order = order[keep]
+        if len(plan_order):
+            plan = plan_for(st.batch, plan_order, self._dests[st.dst], TYPE_RETX if retx else None)
+            self._send_plan(plan, st)
+        if retx:
+            st.retx_pkts += len(order)
+            self.totals["retx_sent"] += len(order)
+            if cfg.per_packet:
+                st.pkt_retx[order] += 1
+        if cfg.per_packet and not retx:  # packets the injected loss skipped still count as sent
+            st.pkt_send_us[order[st.pkt_send_us[order] < 0]] = now_us()
+        self._probe(st)
+
+    def _send_plan(self, plan, st: _Tx) -> None:
+        """Send `plan` in chunks of `send_batch` packets; with pacing, chunks of PACE_QUANTUM_S of
+        frames at the pacing rate, each sent when the previous one's time is up."""
+        pace = self.cfg.pacing_mbps * 1e6 / 8  # bytes per second
+        stamps = st.pkt_send_us if self.cfg.per_packet else None
+        if pace <= 0 and stamps is None:
+            sent = self.sender.send(plan, 0, plan.n)
+        else:
+            frame = plan.wire_bytes.astype(np.float64) + ETH_HEADER
+            per_chunk = self.sender.batch if pace <= 0 else \
+                int(max(1, min(self.sender.batch, pace * PACE_QUANTUM_S / max(frame.mean(), 1))))
+            sent = 0
+            for i in range(0, plan.n, per_chunk):
+                j = min(plan.n, i + per_chunk)
+                if pace > 0:
+                    now = time.monotonic()
+                    if self._pace_next > now:
+                        time.sleep(self._pace_next - now)
+                    elif now - self._pace_next > PACE_SLACK_S:
+                        self._pace_next = now  # idle: no credit for the past
+                    # (a sleep that overshot by less than the slack is caught up by sending at once)
+                    self._pace_next += float(frame[i:j].sum()) / pace
+                sent += self.sender.send(plan, i, j)
+                if stamps is not None:
+                    seqs = plan.order[i:j]
+                    stamps[seqs[stamps[seqs] < 0]] = now_us()
+        self.totals["pkts_sent"] += sent
+        self.totals["bytes_sent"] += int(plan.payload_bytes.sum())
+
+    def _probe(self, st: _Tx) -> None:
+        st.rounds += 1
+        info = st.info
+        try:
+            conn = self._conn_to(st.dst)
+        except TransportError as e:
+            self._finish_tx(st, st.missing, st.prot_missing, True, str(e))
+            return
+        f = header_fields(st.batch.headers[:1])
+        msg = C.Control(C.PROBE, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2], st.key[1], st.key[3],
+                        st.n_pkts, round=st.rounds, layer_first=info.layer_first, layer_last=info.layer_last,
+                        prio=int(f["prio_dp_phase"][0] >> 5), step=info.step, rec_msg_id=info.rec_msg_id,
+                        n_values=int(st.batch.values.size), budget_ppm=st.budget_ppm, drop_prec=st.dp,
+                        counts=info.counts)
+        with self._lock:
+            if st.state == "done":
+                return
+            st.state = "probing"
+            if st.deadline is None:
+                st.deadline = time.monotonic() + self.cfg.deadline_ms / 1e3
+        self._send_ctrl(conn, msg)
+        with self._cond:
+            self._cond.notify_all()  # the send thread recomputes its next deadline
+
+    def _force(self, st: _Tx) -> None:
+        conn = self._out.get(st.dst)
+        if conn is None or conn.closed:
+            self._finish_tx(st, st.missing, st.prot_missing, True, "control connection lost")
+            return
+        self._send_ctrl(conn, C.Control(C.FORCE_STOP, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2],
+                                        st.key[1], st.key[3], st.n_pkts, round=st.rounds))
+
+    def _finish_tx(self, st: _Tx, lost: int, prot_lost: int, forced: bool, error: str | None = None) -> None:
+        with self._cond:
+            if st.state == "done":
+                return
+            st.state = "done"
+            self._tx.pop(st.key, None)
+        done_us = now_us()
+        res = SendResult(lost, prot_lost, st.retx_pkts, st.rounds, forced, st.start_us or done_us, done_us, error)
+        if forced:
+            self.totals["forced_sent"] += 1
+            log.warning("rank %s: budget violation: message %s forced after %d rounds, %d of %d packets lost "
+                        "(%d protected)%s", self.cfg.rank, _key_text(st.key), st.rounds, lost, st.n_pkts,
+                        prot_lost, f": {error}" if error else "")
+        self.totals["msgs_sent"] += 1
+        info = st.info
+        row = {"host": self.cfg.host, "rank": _record_rank(self.cfg.rank), "side": "sender",
+               "peer": _record_rank(st.dst), "iter": st.key[1], "msg_id": info.rec_msg_id,
+               "phase": PHASE_NAMES[st.key[2]], "step": info.step, "layer_first": info.layer_first,
+               "layer_last": info.layer_last, "prio": int(st.prio[0]), "bytes": int(st.batch.values.size * VALUE_BYTES),
+               "pkts": st.n_pkts, "lost_pkts": lost, "retx_pkts": st.retx_pkts, "rounds": st.rounds,
+               "forced": int(forced), "protected_lost": prot_lost, "start_us": res.start_us,
+               "first_byte_us": None, "complete_us": done_us, "mct_us": done_us - res.start_us}
+        with self._lock:
+            self.message_rows.append(row)
+            if self.cfg.per_packet and st.pkt_send_us is not None:
+                self.packet_chunks.append({
+                    "side": "sender", "src_rank": _record_rank(self.cfg.rank), "dst_rank": _record_rank(st.dst),
+                    "phase": PHASE_NAMES[st.key[2]], "iter": st.key[1], "msg_id": info.rec_msg_id,
+                    "seq": np.arange(st.n_pkts), "prio": st.prio, "drop_prec": st.dp,
+                    "send_us": st.pkt_send_us, "recv_us": np.full(st.n_pkts, -1), "retx": st.pkt_retx})
+        st.handle._finish(res)
+
+    # --- receive thread --------------------------------------------------------------------------
+
+    def _rx_loop(self) -> None:
+        try:
+            while not self._closing:
+                timeout = 0.2 if not self._pending_probe else self.cfg.probe_quiet_ms / 2e3
+                for key, events in self._sel.select(timeout):
+                    what = key.data
+                    if what == "udp":
+                        self._rx_data(512)
+                    elif what == "listen":
+                        self._accept()
+                    elif what == "wake":
+                        self._on_wake()
+                    else:
+                        if events & selectors.EVENT_WRITE:
+                            if what.flush():
+                                self._watch(what, write=False)
+                        if events & selectors.EVENT_READ:
+                            self._on_readable(what)
+                if self._pending_probe:
+                    self._check_pending()
+        except Exception:
+            log.exception("receive thread failed")
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+
+    def _watch(self, conn: _Conn, write: bool) -> None:
+        ev = selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0)
+        try:
+            self._sel.modify(conn.sock, ev, conn)
+        except KeyError:
+            self._sel.register(conn.sock, ev, conn)
+            self._conns[conn.fd] = conn
+
+    def _on_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        with self._lock:
+            regs = list(self._pending_reg)
+            self._pending_reg.clear()
+        for conn in regs:
+            if not conn.closed:
+                self._watch(conn, write=bool(conn.out))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                s, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            s.setblocking(False)
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._watch(_Conn(s, None), write=False)
+
+    def _close_conn(self, conn: _Conn, why: str | None = None) -> None:
+        with conn.lock:
+            conn.closed = True
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        self._conns.pop(conn.fd, None)
+        conn.sock.close()
+        if why:
+            log.warning("rank %s: closed a control connection: %s", self.cfg.rank, why)
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self._close_conn(conn, f"receive failed: {e.strerror or e}")
+            return
+        if not data:
+            self._close_conn(conn)
+            return
+        bodies = conn.reader.feed(data)
+        if bodies:
+            self._rx_data(4096)  # data that arrived before this control message comes first
+        for body in bodies:
+            try:
+                msg = C.decode(body)
+            except MalformedPacket as e:
+                self._drop(e.field, e.detail)
+                continue
+            self.totals["ctrl_rcvd"] += 1
+            if msg.job_id != self.cfg.job_id:
+                self._drop("control.job_id", f"job {msg.job_id}, expected {self.cfg.job_id}")
+            elif msg.type in (C.PROBE, C.FORCE_STOP):
+                self._on_probe(conn, msg)
+            else:
+                self._on_reply(msg)
+        if conn.reader.error is not None:
+            e = conn.reader.error
+            self._drop(e.field, e.detail)
+            self._close_conn(conn, f"{e} (the stream cannot be resynchronised)")
+
+    # data packets: the hot path -------------------------------------------------------------------
+
+    def _rx_data(self, budget: int) -> None:
+        """Read up to `budget` datagrams (non-blocking) and place them."""
+        sock = self.udp_rx
+        buf = self._rxbuf if hasattr(self, "_rxbuf") else self._make_rxbuf()
+        mv = self._rxmv
+        unpack = HEADER.unpack_from
+        vpp = self.vpp
+        full = vpp * VALUE_BYTES
+        job = self.cfg.job_id
+        rx = self._rx
+        peers = self.peers
+        ver_hi = VERSION << 4
+        per_packet = self.cfg.per_packet
+        n_pk = n_by = 0
+        for _ in range(budget):
+            try:
+                n = sock.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
+                self._drop("socket_error", e.strerror or str(e))
+                continue
+            if n < HEADER_LEN:
+                self._drop("length", f"{n} bytes, the DLCP header needs {HEADER_LEN}")
+                continue
+            vt, pdp, j, src, it, msg, _layer, mag, flags, seq, npk, off = unpack(buf, 0)
+            if vt & 0xF0 != ver_hi:
+                self._drop("ver", f"version {vt >> 4}")
+                continue
+            typ = vt & 0x0F
+            if typ > 2:
+                self._drop("type", f"unknown type {typ}")
+                continue
+            phase = pdp & 7
+            if phase > 4:
+                self._drop("phase", f"unknown phase {phase}")
+                continue
+            if j != job:
+                self._drop("job_id", f"job {j}, expected {job}")
+                continue
+            if src not in peers:
+                self._drop("src_rank", f"unknown sender rank {src}")
+                continue
+            if not 0 < npk <= C.MAX_MSG_PKTS or seq >= npk:
+                self._drop("seq", f"seq {seq} of {npk} packets")
+                continue
+            if off != seq * vpp:
+                self._drop("offset", f"{off} does not match seq {seq}")
+                continue
+            hl = HEADER_LEN + TELEMETRY_LEN if flags & FLAG_TELEMETRY else HEADER_LEN
+            plen = n - hl
+            if plen != full and not (seq == npk - 1 and 0 < plen < full and plen % VALUE_BYTES == 0):
+                self._drop("payload", f"{plen} payload bytes in packet {seq} of {npk}")
+                continue
+            key = (src, it, phase, msg)
+            st = rx.get(key)
+            if st is None:
+                st = self._new_rx(key, npk)
+                if st is None:
+                    continue
+            elif st.n_pkts != npk:
+                self._drop("n_pkts", f"{npk}, message has {st.n_pkts}")
+                continue
+            if st.received[seq]:
+                st.dups += 1
+                self.totals["dups"] += 1
+                continue
+            st.bytes[off * VALUE_BYTES: off * VALUE_BYTES + plen] = mv[hl:n]
+            st.received[seq] = 1
+            st.n_received += 1
+            n_pk += 1
+            n_by += plen
+            if typ == TYPE_RETX:
+                st.retx += 1
+            elif st.requested is not None and st.requested[seq]:
+                self._late_original(st)
+            t = time.monotonic()
+            if st.first_byte_us is None:
+                st.first_byte_us = now_us()
+                st.first_mono = t
+            st.last_mono = t
+            if per_packet:
+                st.recv_us[seq] = time.time_ns() // 1000
+            if seq == npk - 1:
+                st.last_len = plen // VALUE_BYTES
+            if st.probe is not None and st.n_received == st.n_pkts:
+                self._answer(st)
+        self.totals["pkts_rcvd"] += n_pk
+        self.totals["bytes_rcvd"] += n_by
+
+    def _make_rxbuf(self):
+        self._rxbuf = bytearray(65536)
+        self._rxmv = memoryview(self._rxbuf)
+        return self._rxbuf
+
+    def _new_rx(self, key, n_pkts) -> _Rx | None:
+        """State for a message seen for the first time, or None (counted) when it is stale/late."""
+        if key in self._finished:
+            self._drop("late", "packet of a finished message")
+            return None
+        if self._stale(key[1]):
+            self._drop("stale_iter", f"iteration {key[1]}, current {self._current_iter}")
+            return None
+        st = _Rx(key, n_pkts, self.vpp, self.cfg.per_packet)
+        self._rx[key] = st
+        return st
+
+    # control: receiver side -----------------------------------------------------------------------
+
+    def _on_probe(self, conn: _Conn, msg: C.Control) -> None:
+        if msg.dst_rank != self.cfg.rank:
+            self._drop("control.dst_rank", f"addressed to rank {msg.dst_rank}, this is {self.cfg.rank}")
+            return
+        key = msg.key
+        if key in self._finished:  # repeated PROBE / FORCE_STOP of a finished message: same answer
+            self._send_frame(conn, self._finished[key])
+            return
+        if msg.src_rank not in self.peers:
+            self._drop("control.src_rank", f"unknown sender rank {msg.src_rank}")
+            return
+        st = self._rx.get(key)
+        if st is None:
+            st = self._new_rx(key, msg.n_pkts)
+            if st is None:
+                return
+        if st.n_pkts != msg.n_pkts:
+            self._drop("control.n_pkts", f"{msg.n_pkts}, message has {st.n_pkts}")
+            return
+        if msg.type == C.PROBE:
+            if -(-msg.n_values // self.vpp) != msg.n_pkts or (
+                    st.last_len >= 0 and (msg.n_pkts - 1) * self.vpp + st.last_len != msg.n_values):
+                self._drop("control.n_values", f"{msg.n_values} values do not fit {msg.n_pkts} packets")
+                return
+            st.rounds = max(st.rounds, msg.round)
+            st.probe, st.probe_conn, st.last = msg, conn, msg
+            st.probe_mono = time.monotonic()
+            if st.n_received == st.n_pkts or self._quiet_enough(st, st.probe_mono):
+                self._answer(st)
+            else:
+                self._pending_probe.add(key)
+        else:  # FORCE_STOP
+            st.rounds = max(st.rounds, msg.round)
+            if st.last is None:
+                self._drop("control.sequence", "FORCE_STOP before any PROBE")
+                return
+            self._finish_rx(st, forced=True, conn=conn)
+
+    def _quiet_enough(self, st: _Rx, now: float) -> bool:
+        """True when a PROBE may be answered: neither data of this message nor the PROBE itself
+        arrived for the source's quiet time (or three mean packet gaps of this message, if its
+        packets arrive slower than that)."""
+        gap = (st.last_mono - st.first_mono) / max(1, st.n_received - 1) if st.n_received > 1 else 0.0
+        quiet = min(QUIET_MAX_S, max(self._quiet_s.get(st.key[0], self._quiet_floor), 3 * gap))
+        # from the PROBE as well: retransmissions were sent just before it
+        return now - max(st.last_mono, st.probe_mono) >= quiet
+
+    def _late_original(self, st: _Rx) -> None:
+        """A packet asked for in a BITMAP arrived as an original, not as RETX: it was in flight
+        (queued behind higher priorities, or on a slower path), so this source's quiet time was too
+        short. Double it, once per BITMAP, like an RTO backing off."""
+        st.requested = None
+        st.late += 1
+        src = st.key[0]
+        q = self._quiet_s.get(src, self._quiet_floor)
+        self._quiet_s[src] = min(QUIET_MAX_S, 2 * q)
+        self.totals["premature_bitmaps"] += 1
+
+    def _check_pending(self) -> None:
+        now = time.monotonic()
+        for key in list(self._pending_probe):
+            st = self._rx.get(key)
+            if st is None or st.probe is None:
+                self._pending_probe.discard(key)
+            elif st.n_received == st.n_pkts or self._quiet_enough(st, now):
+                self._answer(st)
+
+    def _allowed_loss(self, st: _Rx, budget_ppm: int) -> int:
+        n = st.n_pkts
+        allowed = (budget_ppm * n) // C.PPM
+        acc = self._iter_loss.get((st.key[0], st.key[1]), (0, 0))
+        cap = int(np.floor(self.cfg.iter_budget * (acc[0] + n) + 1e-9)) - acc[1]
+        return max(0, min(allowed, cap))
+
+    def _answer(self, st: _Rx) -> None:
+        """Answer the pending PROBE of `st`: STOP or BITMAP."""
+        self._pending_probe.discard(st.key)
+        probe, conn = st.probe, st.probe_conn
+        recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
+        missing = ~recvd
+        n_missing = int(missing.sum())
+        prot = missing & (probe.drop_prec == 0)
+        n_prot = int(prot.sum())
+        allowed = self._allowed_loss(st, probe.budget_ppm)
+        if n_prot == 0 and n_missing <= allowed:
+            self._finish_rx(st, forced=False, conn=conn)
+            return
+        # ask for every missing protected packet and the fewest unprotected ones (lowest drop
+        # precedence first) that bring the loss within `allowed`
+        request = prot.copy()
+        unprot = np.flatnonzero(missing & ~prot)
+        excess = len(unprot) - allowed
+        if excess > 0:
+            pick = unprot[np.argsort(probe.drop_prec[unprot], kind="stable")[:excess]]
+            request[pick] = True
+        st.probe = None
+        st.requested = bytearray(request.astype(np.uint8).tobytes())
+        self._send_frame(conn, C.encode(C.Control(
+            C.BITMAP, self.cfg.job_id, st.key[0], self.cfg.rank, st.key[2], st.key[1], st.key[3], st.n_pkts,
+            round=probe.round, missing=n_missing, protected_missing=n_prot, requested=request)))
+
+    def _send_frame(self, conn: _Conn, frame: bytes) -> None:
+        if conn.send(frame):
+            self._watch(conn, write=True)
+        self.totals["ctrl_sent"] += 1
+
+    def _finish_rx(self, st: _Rx, forced: bool, conn: _Conn) -> None:
+        probe = st.last
+        recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
+        lost = int(st.n_pkts - st.n_received)
+        prot_lost = int((~recvd & (probe.drop_prec == 0)).sum())
+        key = st.key
+        stop = C.encode(C.Control(C.STOP, self.cfg.job_id, key[0], self.cfg.rank, key[2], key[1], key[3],
+                                  st.n_pkts, round=st.rounds, lost_pkts=lost, protected_lost=prot_lost,
+                                  forced=forced))
+        self._send_frame(conn, stop)
+        done_us = now_us()
+        acc = self._iter_loss.setdefault((key[0], key[1]), [0, 0])
+        acc[0] += st.n_pkts
+        acc[1] += lost
+        res = RecvResult(key[0], key[1], key[2], key[3], st.buf[: probe.n_values], recvd, probe.counts,
+                         self.vpp, lost, prot_lost, forced, st.rounds)
+        row = {"host": self.cfg.host, "rank": _record_rank(self.cfg.rank), "side": "receiver",
+               "peer": _record_rank(key[0]), "iter": key[1], "msg_id": probe.rec_msg_id,
+               "phase": PHASE_NAMES[key[2]], "step": probe.step, "layer_first": probe.layer_first,
+               "layer_last": probe.layer_last, "prio": probe.prio, "bytes": probe.n_values * VALUE_BYTES,
+               "pkts": st.n_pkts, "lost_pkts": lost, "retx_pkts": st.retx, "rounds": st.rounds,
+               "forced": int(forced), "protected_lost": prot_lost, "start_us": st.start_us,
+               "first_byte_us": st.first_byte_us, "complete_us": done_us, "mct_us": done_us - st.start_us}
+        if forced:
+            self.totals["forced_rcvd"] += 1
+        self.totals["msgs_rcvd"] += 1
+        if not st.late and key[0] in self._quiet_s:  # no premature answer: ease back to the floor
+            self._quiet_s[key[0]] = max(self._quiet_floor, 0.9 * self._quiet_s[key[0]])
+        with self._cond:
+            self._rx.pop(key, None)
+            self._pending_probe.discard(key)
+            self._finished[key] = stop
+            self._rx_done[key] = res
+            self.message_rows.append(row)
+            if st.recv_us is not None:
+                self.packet_chunks.append({
+                    "side": "receiver", "src_rank": _record_rank(key[0]), "dst_rank": _record_rank(self.cfg.rank),
+                    "phase": PHASE_NAMES[key[2]], "iter": key[1], "msg_id": probe.rec_msg_id,
+                    "seq": np.arange(st.n_pkts), "prio": np.full(st.n_pkts, probe.prio, np.uint8),
+                    "drop_prec": probe.drop_prec, "send_us": np.full(st.n_pkts, -1), "recv_us": st.recv_us,
+                    "retx": np.zeros(st.n_pkts, np.int8)})
+            self._cond.notify_all()
+
+    # control: sender side -------------------------------------------------------------------------
+
+    def _on_reply(self, msg: C.Control) -> None:
+        if msg.src_rank != self.cfg.rank:
+            self._drop("control.src_rank", f"reply about rank {msg.src_rank}'s message, this is {self.cfg.rank}")
+            return
+        key = (msg.dst_rank, msg.iter, msg.phase, msg.msg_id)
+        st = self._tx.get(key)
+        if st is None and msg.type == C.STOP:
+            self.drops["control.late"] += 1  # a second STOP (PROBE and FORCE_STOP crossed): harmless
+            return
+        if st is None or st.n_pkts != msg.n_pkts:
+            self._drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} for no message in flight {_key_text(key)}")
+            return
+        if msg.type == C.STOP:
+            self._finish_tx(st, msg.lost_pkts, msg.protected_lost, msg.forced)
+            return
+        # BITMAP
+        if st.state != "probing" or msg.round != st.rounds:
+            self._drop("control.unexpected", f"BITMAP of round {msg.round} while in round {st.rounds}")
+            return
+        st.missing, st.prot_missing = msg.missing, msg.protected_missing
+        requested = np.flatnonzero(msg.requested)
+        with self._cond:
+            if st.rounds > self.cfg.r_max or not len(requested):
+                log.warning("rank %s: message %s still misses %d packets (%d protected) after %d rounds: FORCE_STOP",
+                            self.cfg.rank, _key_text(key), msg.missing, msg.protected_missing, st.rounds)
+                st.state = "forcing"
+                st.deadline = time.monotonic() + self.cfg.deadline_ms / 1e3
+                self._work.appendleft(("force", st, None))
+            else:
+                st.state = "retx"
+                # protected first, then by priority (highest first), then by seq
+                order = requested[np.lexsort((requested, -st.prio[requested].astype(np.int16),
+                                              st.dp[requested] != 0))]
+                self._work.appendleft(("retx", st, order))
+            self._cond.notify_all()
+
+
+def _set_buf(sock: socket.socket, opt: int, size: int) -> None:
+    """Socket buffer of `size` bytes; as root beyond net.core.[rw]mem_max (SO_*BUFFORCE)."""
+    force = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}[opt]  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force, size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
+TRANSPORTS = ("dlcp", "tcp")
+
+
+def make_transport(config: TransportConfig, peers, kind: str = "dlcp"):
+    """The bounded-loss transport (`dlcp`) or the plain-TCP baseline (`tcp`), same interface."""
+    if kind == "tcp":
+        from .tcp_transport import TcpTransport
+        return TcpTransport(config, peers)
+    if kind != "dlcp":
+        raise ValueError(f"dlcp.transport: {kind!r} is not one of {', '.join(TRANSPORTS)}")
+    return Transport(config, peers)

@@ -1,0 +1,169 @@
+"""A proxy for transport tests: forwards DLCP datagrams to a target, dropping, duplicating, reordering
+and delaying them as told, and relays the control connection. Real sockets on 127.0.0.1, no root.
+
+Ordering: before relaying control bytes toward the receiver, the proxy forwards every datagram it
+has received (loopback delivery is synchronous, so everything the sender sent before its PROBE is
+already in the proxy's socket). A PROBE therefore never overtakes data here unless `hold_ms` says
+so; the tests' packet counts then do not depend on thread scheduling.
+"""
+
+from __future__ import annotations
+
+import collections
+import selectors
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlcp import header as H
+
+
+@dataclass
+class Pkt:
+    type: int
+    seq: int
+    n_pkts: int
+    msg_id: int
+    iter: int
+    phase: int
+    src: int
+    protected: bool
+    transmission: int  # 0 = first time this proxy sees this (src, iter, phase, msg, seq)
+
+
+class LossyProxy:
+    """`drop(pkt) -> bool` decides per packet; `loss` adds seeded random loss, `dup` duplicates a
+    fraction, `reorder` shuffles windows of that many packets, `hold_ms` delays every packet (a
+    queue that the control channel overtakes)."""
+
+    def __init__(self, target: tuple[str, int], control_target: tuple[str, int] | None = None, drop=None,
+                 loss: float = 0.0, dup: float = 0.0, reorder: int = 0, seed: int = 0, hold_ms: float = 0.0):
+        self.target = target
+        self.control_target = control_target
+        self.drop = drop
+        self.loss, self.dup, self.reorder = loss, dup, reorder
+        self.hold_s = hold_ms / 1e3
+        self.held: collections.deque = collections.deque()
+        self.window: list[bytes] = []
+        self.rng = np.random.default_rng(seed)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE (root)
+        except OSError:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+        self.out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.setblocking(False)
+        self.control_port = self.listener.getsockname()[1]
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.sock, selectors.EVENT_READ, ("udp", None))
+        self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        self.seen: dict = {}
+        self.dropped: list[Pkt] = []
+        self.forwarded = 0
+        self.duplicated = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _classify(self, data: bytes) -> Pkt | None:
+        if len(data) < H.HEADER_LEN:
+            return None
+        vt, pdp, _, src, it, msg, _, _, flags, seq, n_pkts, _ = H.HEADER.unpack_from(data)
+        k = (src, it, pdp & 7, msg, seq)
+        t = self.seen.get(k, 0)
+        self.seen[k] = t + 1
+        return Pkt(vt & 15, seq, n_pkts, msg, it, pdp & 7, src, bool(flags & H.FLAG_PROTECTED), t)
+
+    def _run(self) -> None:
+        while not self._stop:
+            for key, _ in self.sel.select(0.002):
+                kind, peer = key.data
+                if kind == "udp":
+                    self._drain_udp()
+                elif kind == "listen":
+                    self._accept()
+                else:
+                    self._relay(key.fileobj, peer, toward_receiver=(kind == "from_sender"))
+            self._flush()
+            self._release()
+
+    def _drain_udp(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except BlockingIOError:
+                break
+            p = self._classify(data)
+            if p is not None and ((self.drop is not None and self.drop(p)) or
+                                  (self.loss and self.rng.random() < self.loss)):
+                self.dropped.append(p)
+                continue
+            copies = 2 if self.dup and self.rng.random() < self.dup else 1
+            self.duplicated += copies - 1
+            self.window.extend([data] * copies)
+            if len(self.window) >= max(1, self.reorder):
+                self._flush()
+
+    def _flush(self) -> None:
+        if self.reorder > 1:
+            self.rng.shuffle(self.window)
+        if self.hold_s:
+            due = time.monotonic() + self.hold_s
+            self.held.extend((due, d) for d in self.window)
+        else:
+            for d in self.window:
+                self.out.sendto(d, self.target)
+                self.forwarded += 1
+        self.window.clear()
+
+    def _release(self) -> None:
+        now = time.monotonic()
+        while self.held and self.held[0][0] <= now:
+            self.out.sendto(self.held.popleft()[1], self.target)
+            self.forwarded += 1
+
+    def _accept(self) -> None:
+        try:
+            a, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        b = socket.create_connection(self.control_target)
+        a.setblocking(True)
+        b.setblocking(True)
+        self.sel.register(a, selectors.EVENT_READ, ("from_sender", b))
+        self.sel.register(b, selectors.EVENT_READ, ("from_receiver", a))
+
+    def _relay(self, src: socket.socket, dst: socket.socket, toward_receiver: bool) -> None:
+        try:
+            data = src.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            for s in (src, dst):
+                try:
+                    self.sel.unregister(s)
+                except (KeyError, ValueError):
+                    pass
+                s.close()
+            return
+        if toward_receiver:  # data sent before this control message goes first
+            self._drain_udp()
+            self._flush()
+        dst.sendall(data)
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=2)
+        for key in list(self.sel.get_map().values()):
+            key.fileobj.close()
+        self.sel.close()
+        self.out.close()

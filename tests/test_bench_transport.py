@@ -1,0 +1,29 @@
+"""`dlcp bench transport` prints its table and, with --json, the figures on its last line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def bench(*args):
+    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "bench", "transport", *args, "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return p.stdout, json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_loopback_only():
+    out, res = bench("--skip-link", "--size-mb", "2", "--repeats", "1")
+    assert "loopback dlcp" in out and res["loopback_mbps"] > 0
+    assert res["goodput_mbps"] is None and res["link_mbps"] == 200.0
+
+
+@pytest.mark.root
+def test_emulated_link_reaches_the_link_rate():
+    out, res = bench("--size-mb", "4", "--repeats", "1", "--link-mbps", "100")
+    assert set(res) >= {"link_mbps", "goodput_mbps", "fraction_of_link", "loopback_mbps"}
+    assert res["link_mbps"] == 100 and 0 < res["fraction_of_link"] <= res["max_fraction"]
+    assert res["variants"]["link dlcp"]["lost_pkts"] == 0  # backpressure, not drops
+    assert "link tcp" in out

@@ -1,0 +1,75 @@
+"""4-worker PS and 4-worker ring all-reduce between network namespaces joined by a Linux bridge
+(root). Every sender drops 2 % of its data packets (dlcp.inject_loss); with p_msg = 1 % every message
+must end within budget, with its retransmissions logged, and with no protected packet missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from agent_runs import agent_configs, log_text, read_csv, start_agent, wait_all
+
+from emulation import procs
+from emulation.nslan import BridgeLan
+
+pytestmark = pytest.mark.root
+
+WORKLOAD = {"layers": [20_000, 200_000, 50_000, 1_000], "iterations": 5, "eval_every": 5}
+DLCP = {"inject_loss": 0.02, "loss_budget": 0.01, "iter_budget": 0.02, "r_max": 3}
+
+
+def run_on_lan(tmp_path, mode: str):
+    world = 4
+    with BridgeLan(f"tp{os.getpid() % 100000}", world + 1) as lan:
+        hosts = {h.name: h for h in lan.hosts}
+        ips = [lan.hosts[r].ip for r in range(world)]
+        ps_ip = lan.hosts[world].ip if mode == "ps" else None
+        cfgs = agent_configs(tmp_path, mode, world, ips, ps_ip, (9910, 9911), workload=WORKLOAD, dlcp=DLCP,
+                             timeout_s=90)
+        running = {}
+        try:
+            for host, role, _ in sorted(cfgs, key=lambda c: c[1] != "ps"):
+                p = start_agent(tmp_path, host, role, prefix=hosts[host].prefix())
+                procs.record(p.pid, f"test-{role}", host, p.args)
+                running[host] = p
+            codes = wait_all(running, 120)
+        finally:
+            for p in running.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                procs.forget(p.pid)
+    assert all(c == 0 for c in codes.values()), (codes, log_text(tmp_path))
+    rows = [r for host, _, _ in cfgs for r in read_csv(tmp_path / "records" / f"{host}-messages.csv")]
+    totals = [json.loads((tmp_path / "records" / f"{host}-agent.json").read_text()) for host, _, _ in cfgs]
+    return rows, totals
+
+
+def check_bounded_loss(rows, totals):
+    assert sum(t["injected_drops"] for t in totals) > 0  # loss really happened
+    receivers = [r for r in rows if r["side"] == "receiver"]
+    assert receivers
+    for r in receivers:
+        pkts, lost, retx = int(r["pkts"]), int(r["lost_pkts"]), int(r["retx_pkts"])
+        assert r["forced"] == "0", r
+        assert r["protected_lost"] == "0", r
+        allowed = int(float(DLCP["loss_budget"]) * pkts) if r["phase"] != "reduce_scatter" else 0
+        assert lost <= allowed, r
+    # every packet the senders dropped was either retransmitted (and logged) or accepted as lost
+    retx = sum(int(r["retx_pkts"]) for r in rows if r["side"] == "sender")
+    lost = sum(int(r["lost_pkts"]) for r in rows if r["side"] == "sender")
+    assert retx > 0 and retx + lost >= sum(t["injected_drops"] for t in totals)
+
+
+def test_ps_four_workers_through_bridge_with_loss(tmp_path):
+    rows, totals = run_on_lan(tmp_path, "ps")
+    assert {r["phase"] for r in rows} == {"push", "pull"}
+    check_bounded_loss(rows, totals)
+
+
+def test_ring_four_workers_through_bridge_with_loss(tmp_path):
+    rows, totals = run_on_lan(tmp_path, "allreduce")
+    assert {r["phase"] for r in rows} == {"reduce_scatter", "all_gather"}
+    check_bounded_loss(rows, totals)
