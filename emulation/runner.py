@@ -104,6 +104,13 @@ def write_json(path: Path, obj) -> None:
 
 # --- agent configurations ----------------------------------------------------------------------------
 
+def _agent_workload(cfg: dict) -> dict:
+    w = dict(cfg["workload"], seed=cfg["seed"])
+    if not w["layers"]:  # empty = the workload's own default sizes
+        del w["layers"]
+    return w
+
+
 def agent_configs(cfg: dict, spec: topospec.TopologySpec, run_dir: Path) -> list[tuple[str, str, dict]]:
     """(host, role, config) for every agent of the run: workers, PS, background senders and sinks."""
     workers = spec.by_role("worker")
@@ -113,7 +120,7 @@ def agent_configs(cfg: dict, spec: topospec.TopologySpec, run_dir: Path) -> list
         "ps": {"host": ps[0].name, "ip": ps[0].ip} if ps else None,
         "workers": [{"rank": h.rank, "host": h.name, "ip": h.ip} for h in workers],
         "ports": {"data": cfg["dlcp"]["data_port"], "control": cfg["dlcp"]["control_port"]},
-        "workload": dict(cfg["workload"], seed=cfg["seed"]),
+        "workload": _agent_workload(cfg),
         "dlcp": dict(cfg["dlcp"]),
         "records": {"per_packet": cfg["output"]["per_packet"]},
         "timeout_s": cfg["timeout_s"],
