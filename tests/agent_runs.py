@@ -98,3 +98,21 @@ def read_csv(path: Path) -> list[dict]:
 
 def log_text(run_dir: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in sorted((run_dir / "logs").glob("*.log")))
+
+
+def check_bounded_loss(rows: list[dict], totals: list[dict], loss_budget: float) -> None:
+    """Every message ended within budget (none forced, no protected packet missing) and every
+    injected drop was retransmitted or accepted as lost."""
+    assert sum(t["injected_drops"] for t in totals) > 0  # loss really happened
+    receivers = [r for r in rows if r["side"] == "receiver"]
+    assert receivers
+    for r in receivers:
+        pkts, lost, retx = int(r["pkts"]), int(r["lost_pkts"]), int(r["retx_pkts"])
+        assert r["forced"] == "0", r
+        assert r["protected_lost"] == "0", r
+        allowed = int(loss_budget * pkts) if r["phase"] != "reduce_scatter" else 0
+        assert lost <= allowed, r
+    # every packet the senders dropped was either retransmitted (and logged) or accepted as lost
+    retx = sum(int(r["retx_pkts"]) for r in rows if r["side"] == "sender")
+    lost = sum(int(r["lost_pkts"]) for r in rows if r["side"] == "sender")
+    assert retx > 0 and retx + lost >= sum(t["injected_drops"] for t in totals)
