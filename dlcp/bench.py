@@ -16,6 +16,7 @@ from .tables import format_table
 # name -> ("module:function", summary). The function takes argv (list[str]) and returns an exit code.
 BENCHES = {
     "tagging": ("dlcp.bench:bench_tagging", "tag and packetise a large gradient (no root)"),
+    "accuracy": ("dlcp.training.accuracy_bench:bench_accuracy", "test accuracy under packet loss per fill policy (in-process)"),
 }
 
 

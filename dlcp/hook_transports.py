@@ -204,9 +204,15 @@ class UdpAllToAll:
             self._done[key] = True
             while len(self._done) > 4096:
                 self._done.popitem(last=False)
-            total = values.astype(np.float32, copy=True)
-            count = np.ones(values.size, np.uint16)
-            for inc in peers.values():
+            # added in rank order, own contribution included, so every rank gets the same bits
+            total = np.zeros(values.size, np.float32)
+            count = np.zeros(values.size, np.uint16)
+            for r in range(self.world):
+                if r == self.rank:
+                    total += values
+                    count += 1
+                    continue
+                inc = peers[r]
                 self.stats.lost_pkts += inc.reasm.n_pkts - inc.reasm.n_received
                 total += inc.reasm.values
                 count += ~inc.reasm.loss_mask()

@@ -123,13 +123,18 @@ class _Readiness:
 
 
 class TorchWorkload:
-    """Worker side (Workload protocol of dlcp/workload.py)."""
+    """Worker side (Workload protocol of dlcp/workload.py).
+
+    `overlap=False` runs backward to the end before the first message is yielded (no wait-free
+    backprop: the baseline, and cheaper when nothing would overlap, as in the in-process bench);
+    the messages and their order are the same either way."""
 
     def __init__(self, config: WorkloadConfig, rank: int = 0, world: int = 1, fill: str = "rescale",
-                 data=None):
+                 data=None, overlap: bool = True):
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside 0..{world - 1}")
         self.config, self.rank, self.world, self.fill = config, rank, world, check_fill(fill)
+        self.overlap = overlap
         self.data = data if data is not None else load_dataset(config.dataset)
         self.schedule = BatchSchedule(self.data.n_train, config.batch_size * world, config.seed)
         self.model = build_model(config.model, self.data.in_shape, self.data.n_classes, config.seed)
@@ -173,6 +178,15 @@ class TorchWorkload:
                 error = e
             readiness.finish(error)
 
+        if not self.overlap:
+            backward()
+            try:
+                for index, m in enumerate(self.flat.messages):
+                    readiness.wait(index)
+                    yield GradMessage(m.layout, m.send_np, self.n_layers)
+            finally:
+                self._readiness = None
+            return
         thread = threading.Thread(target=backward, name=f"backward-r{self.rank}", daemon=True)
         thread.start()
         try:
