@@ -49,20 +49,27 @@ class DlcpHookState:
     - `fill`: `zero`, `rescale` (default: the mean of what arrived, unbiased), `stale`, `local`.
     - `tagging`: the tagging policy of the packets (default `dlcp`: layer priority and magnitude
       drop precedence).
+    - `loss_budget`: fraction of a bucket's values allowed to miss a contribution (the transport
+      enforces the budget; the hook only counts and logs buckets over it). None: no check.
     Statistics, cumulative: `iteration` (advanced after the last bucket of a backward),
-    `exchanged_values`, `filled_values` (values that missed at least one rank's contribution).
+    `exchanged_values`, `filled_values` (values that missed at least one rank's contribution),
+    `budget_violations` (buckets over `loss_budget`).
     """
 
-    __slots__ = ("transport", "fill", "tagging", "n_layers", "iteration", "exchanged_values",
-                 "filled_values", "_layer_of", "_layouts", "_previous", "_executor")
+    __slots__ = ("transport", "fill", "tagging", "loss_budget", "n_layers", "iteration", "exchanged_values",
+                 "filled_values", "budget_violations", "_layer_of", "_layouts", "_previous", "_executor")
 
     def __init__(self, model: torch.nn.Module, transport, fill: str = "rescale",
-                 tagging: TaggingConfig = TaggingConfig(policy="dlcp")):
+                 tagging: TaggingConfig = TaggingConfig(policy="dlcp"), loss_budget: float | None = None):
         module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
         layers = parameter_layers(module)
         self.transport = transport
         self.fill = check_fill(fill)
         self.tagging = tagging
+        if loss_budget is not None and not 0 <= loss_budget <= 1:
+            raise ValueError(f"dlcp.loss_budget: must lie in [0, 1], got {loss_budget}")
+        self.loss_budget = loss_budget
+        self.budget_violations = 0
         self.n_layers = len(layers)
         self.iteration = 0
         self.exchanged_values = 0
@@ -98,8 +105,13 @@ class DlcpHookState:
         avg = fill_average(agg, self.fill, previous=previous, own=values)
         if self.fill == "stale":
             self._previous[index] = (signature, avg.clone())  # DDP may reuse the result as its buffer
+        filled = int(np.count_nonzero(np.asarray(agg.count) < agg.world))
         self.exchanged_values += values.size
-        self.filled_values += int(np.count_nonzero(np.asarray(agg.count) < agg.world))
+        self.filled_values += filled
+        if self.loss_budget is not None and filled > self.loss_budget * values.size:
+            self.budget_violations += 1
+            logger.warning("dlcp_hook: bucket %d of iteration %d: %.2f %% of values filled, budget %.2f %%",
+                           index, iteration, 100.0 * filled / values.size, 100.0 * self.loss_budget)
         return avg.view_as(buffer)
 
     def close(self) -> None:
