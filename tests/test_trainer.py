@@ -105,12 +105,13 @@ def test_compute_yields_messages_while_backward_still_runs(digits):
 
 
 @pytest.mark.parametrize("exchange", sorted(ALLREDUCE_EXCHANGES))
-@pytest.mark.parametrize("model,bucket_values,threaded", [
-    ("cnn", 0, False), ("cnn", 5000, True), ("mlp", 0, True), ("resnet", 100000, False)])
-def test_allreduce_equals_single_process_on_the_concatenated_batch(digits, exchange, model, bucket_values, threaded):
+@pytest.mark.parametrize("model,bucket_values,threaded,overlap", [
+    ("cnn", 0, False, True), ("cnn", 5000, True, True), ("mlp", 0, True, False), ("resnet", 100000, False, True)])
+def test_allreduce_equals_single_process_on_the_concatenated_batch(digits, exchange, model, bucket_values, threaded,
+                                                                   overlap):
     iterations = 4 if model == "resnet" else 8
     cfg = WorkloadConfig(model=model, batch_size=16, lr=0.05, bucket_values=bucket_values, seed=7)
-    workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits) for r in range(WORLD)]
+    workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits, overlap=overlap) for r in range(WORLD)]
     endpoints, abort = ALLREDUCE_EXCHANGES[exchange](workloads)
     train_allreduce(workloads, endpoints, iterations, threaded=threaded, abort=abort)
     ref = reference_parameters(cfg, digits, WORLD, iterations)

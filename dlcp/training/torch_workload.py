@@ -148,8 +148,9 @@ class TorchWorkload:
             p.register_post_accumulate_grad_hook(self._on_gradient)
 
     @classmethod
-    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale") -> "TorchWorkload":
-        return cls(WorkloadConfig.from_dict(workload), rank, world, fill)
+    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale",
+                    **kwargs) -> "TorchWorkload":
+        return cls(WorkloadConfig.from_dict(workload), rank, world, fill, **kwargs)
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
@@ -178,23 +179,19 @@ class TorchWorkload:
                 error = e
             readiness.finish(error)
 
-        if not self.overlap:
+        thread = None
+        if self.overlap:
+            thread = threading.Thread(target=backward, name=f"backward-r{self.rank}", daemon=True)
+            thread.start()
+        else:
             backward()
-            try:
-                for index, m in enumerate(self.flat.messages):
-                    readiness.wait(index)
-                    yield GradMessage(m.layout, m.send_np, self.n_layers)
-            finally:
-                self._readiness = None
-            return
-        thread = threading.Thread(target=backward, name=f"backward-r{self.rank}", daemon=True)
-        thread.start()
         try:
             for index, m in enumerate(self.flat.messages):
                 readiness.wait(index)
                 yield GradMessage(m.layout, m.send_np, self.n_layers)
         finally:
-            thread.join()
+            if thread is not None:
+                thread.join()
             self._readiness = None
 
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
