@@ -28,9 +28,9 @@ def _train(rank, data, variant):
     ddp = DDP(model, bucket_cap_mb=0.02)
     state = None
     if variant == "udp":
-        state = DlcpHookState(model, UdpAllToAll.for_process_group(timeout_s=20), fill="rescale", loss_budget=0.0)
+        state = DlcpHookState(model, UdpAllToAll.for_process_group(timeout_s=60), fill="rescale", loss_budget=0.0)
     elif variant == "udp_lossy":
-        state = DlcpHookState(model, UdpAllToAll.for_process_group(timeout_s=20, drop_rate=0.2, seed=5),
+        state = DlcpHookState(model, UdpAllToAll.for_process_group(timeout_s=60, drop_rate=0.2, seed=5),
                               fill="rescale", loss_budget=0.01)
     elif variant == "gloo":
         state = DlcpHookState(model, GlooAllReduce(), fill="zero")
