@@ -19,6 +19,7 @@ BENCHES = {
     "switch": ("emulation.bench_switch:bench_switch", "built-in dataplane forwarding rate vs Linux bridge (root)"),
     "transport": ("emulation.bench_transport:main",
                   "goodput of one 25 MB message over an emulated link (root) and loopback"),
+    "accuracy": ("dlcp.training.accuracy_bench:bench_accuracy", "test accuracy under packet loss per fill policy (in-process)"),
 }
 
 
