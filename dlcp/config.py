@@ -104,6 +104,8 @@ SCHEMA = Section({
         "iterations": Field(int, 20, min=1, doc="training iterations per worker"),
         "batch_size": Field(int, 32, min=1, doc="per-worker batch"),
         "lr": Field((int, float), 0.05, min=0, doc="SGD learning rate"),
+        "momentum": Field((int, float), 0.9, min=0, max=0.999, doc="SGD momentum (torch models)"),
+        "weight_decay": Field((int, float), 0.0, min=0, doc="SGD weight decay (torch models)"),
         "eval_every": Field(int, 5, min=0, doc="0 = evaluate only at the end"),
         "bucket_values": Field(int, 0, min=0, doc="0 = one message per layer"),
         "layers": Field(list, [], doc="synthetic model: layer sizes in values (empty = LeNet-5 sizes)"),

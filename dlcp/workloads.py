@@ -6,13 +6,18 @@ from __future__ import annotations
 
 from .synthetic import SyntheticServerWorkload, SyntheticWorkload
 
+TORCH_MODELS = ("mlp", "cnn", "resnet")
+
 
 def make_workload(workload: dict, rank: int, world: int, fill: str = "rescale"):
     """Worker side of `workload` (the agent config's `workload` section) for `rank` of `world`."""
     model = workload.get("model", "cnn")
     if model == "synthetic":
         return SyntheticWorkload.from_config(workload, rank, world, fill)
-    raise ValueError(f"workload.model: {model!r} is not available in this build (synthetic)")
+    if model in TORCH_MODELS:
+        from .training.torch_workload import TorchWorkload  # torch loads only when a model needs it
+        return TorchWorkload.from_config(workload, rank, world, fill)
+    raise ValueError(f"workload.model: {model!r} is not one of synthetic, {', '.join(TORCH_MODELS)}")
 
 
 def make_server_workload(workload: dict, fill: str = "rescale"):
@@ -20,4 +25,7 @@ def make_server_workload(workload: dict, fill: str = "rescale"):
     model = workload.get("model", "cnn")
     if model == "synthetic":
         return SyntheticServerWorkload.from_config(workload, fill)
-    raise ValueError(f"workload.model: {model!r} is not available in this build (synthetic)")
+    if model in TORCH_MODELS:
+        from .training.torch_workload import TorchServerWorkload
+        return TorchServerWorkload.from_config(workload, fill)
+    raise ValueError(f"workload.model: {model!r} is not one of synthetic, {', '.join(TORCH_MODELS)}")

@@ -152,7 +152,8 @@ def test_clean_after_sigkilled_run(tmp_path):
     proc.kill()
     proc.wait()
     left = leftovers()
-    assert left["links"] and left["host_shells"] and left["recorded"]  # a SIGKILL leaves a mess
+    # a SIGKILL leaves a mess (host shells die with their pty, the rest stays)
+    assert left["links"] and left["recorded"]
     p = subprocess.run(DLCP + ["clean"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "stopped" in p.stdout
     assert_clean()

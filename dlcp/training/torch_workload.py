@@ -203,6 +203,10 @@ class TorchWorkload:
     def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
         self.lost_values += self.flat.install_parameters(msg_id, chunk.values, chunk.lost)
 
+    def parameters(self, msg_id: int) -> np.ndarray:
+        """A copy of this replica's parameters of message `msg_id` (ring re-sync compares them)."""
+        return self.flat.message(msg_id).params_np.copy()
+
     def evaluate(self, iteration: int) -> dict | None:
         out = {"train_loss": self.train_loss, "lost_values": self.lost_values}
         if self.config.is_eval_iteration(iteration):
