@@ -22,10 +22,10 @@ followed by, per type:
                 u8 prio, u8 step, u16 rec_msg_id, u32 n_values, u32 budget_ppm,
                 drop_prec map: 2 bits per packet, packet 0 in the top bits of byte 0, ceil(n/4) bytes,
                 [COUNTS: one u8 per packet: contributions summed into that packet (ring all-reduce)]
-    BITMAP      u8 round, u8 attempt, u32 missing, u32 protected_missing,
+    BITMAP      u8 round, u8 attempt, u32 held_us, u32 missing, u32 protected_missing,
                 requested: 1 bit per packet (packet 0 = top bit of byte 0), ceil(n/8) bytes
     STOP        u8 rounds, u8 flags (bit0 FORCED: the answer to FORCE_STOP), u8 attempt,
-                u8 reserved, u32 lost_pkts, u32 protected_lost
+                u8 reserved, u32 held_us, u32 lost_pkts, u32 protected_lost
     FORCE_STOP  u8 round, u8 reserved
 
 DESCRIBE is sent once per message, before its data: what the receiver needs to judge the message
@@ -33,9 +33,10 @@ DESCRIBE is sent once per message, before its data: what the receiver needs to j
 on yet. The trigger, the PROBE, is not a control message: it travels in band on the data path after
 each round (dlcp/header.py, TYPE_PROBE), so it cannot overtake the data it asks about. The receiver
 answers a PROBE on the message's control connection with STOP (done, within budget) or BITMAP (the
-packets it asks for again), echoing the `attempt` of the PROBE it answers (the sender's PROBE
-timeout measures round-trip times from it, without Karn's ambiguity; NO_ATTEMPT in a STOP that
-answers FORCE_STOP). FORCE_STOP ends a message that ran out of rounds or time. `rec_msg_id`
+packets it asks for again), echoing the `attempt` of the PROBE it answers and how long it held that
+PROBE before answering (`held_us`: waiting for the DESCRIBE or for a quiet time), so the sender's
+PROBE timeout measures network round trips only, without Karn's ambiguity (NO_ATTEMPT in a STOP
+that answers FORCE_STOP). FORCE_STOP ends a message that ran out of rounds or time. `rec_msg_id`
 and `step` are what the receiver's records show (a ring step is its own wire message but belongs to
 a gradient message). `budget_ppm` is the message's loss budget in parts per million (0: every packet
 must arrive).
@@ -66,8 +67,8 @@ PPM = 1_000_000
 LEN = struct.Struct("!I")
 COMMON = struct.Struct("!BBBBBBHHI")
 DESCRIBE_FIXED = struct.Struct("!BBHHBBHII")
-BITMAP_FIXED = struct.Struct("!BBII")
-STOP_FIXED = struct.Struct("!BBBBII")
+BITMAP_FIXED = struct.Struct("!BBIII")
+STOP_FIXED = struct.Struct("!BBBBIII")
 FORCE_FIXED = struct.Struct("!BB")
 MAX_FRAME = COMMON.size + DESCRIBE_FIXED.size + MAX_MSG_PKTS // 4 + MAX_MSG_PKTS + 16
 
@@ -85,6 +86,7 @@ class Control:
     n_pkts: int
     round: int = 1  # BITMAP, STOP, FORCE_STOP (DESCRIBE: unused)
     attempt: int = 0  # BITMAP, STOP: the attempt of the PROBE answered
+    held_us: int = 0  # BITMAP, STOP: how long the receiver held that PROBE before answering
     # DESCRIBE
     layer_first: int = 0
     layer_last: int = 0
@@ -154,11 +156,12 @@ def encode(m: Control) -> bytes:
             pack_drop_prec(dp),
             b"" if m.counts is None else np.asarray(m.counts, np.uint8).tobytes()])
     elif m.type == BITMAP:
-        body = _common(m) + BITMAP_FIXED.pack(m.round, m.attempt, m.missing, m.protected_missing) + \
+        body = _common(m) + BITMAP_FIXED.pack(m.round, m.attempt, min(m.held_us, 0xFFFFFFFF), m.missing,
+                                             m.protected_missing) + \
             pack_bits(m.requested)
     elif m.type == STOP:
-        body = _common(m) + STOP_FIXED.pack(m.round, 1 if m.forced else 0, m.attempt, 0, m.lost_pkts,
-                                           m.protected_lost)
+        body = _common(m) + STOP_FIXED.pack(m.round, 1 if m.forced else 0, m.attempt, 0,
+                                           min(m.held_us, 0xFFFFFFFF), m.lost_pkts, m.protected_lost)
     elif m.type == FORCE_STOP:
         body = _common(m) + FORCE_FIXED.pack(m.round, 0)
     else:
@@ -205,13 +208,13 @@ def decode(body) -> Control:
             raise MalformedPacket("control.n_values", f"{m.n_values} values")
     elif typ == BITMAP:
         _expect_len(body, off + BITMAP_FIXED.size + -(-n // 8), BITMAP)
-        m.round, m.attempt, m.missing, m.protected_missing = BITMAP_FIXED.unpack_from(body, off)
+        m.round, m.attempt, m.held_us, m.missing, m.protected_missing = BITMAP_FIXED.unpack_from(body, off)
         m.requested = unpack_bits(body[off + BITMAP_FIXED.size:], n)
         if m.missing > n or m.protected_missing > m.missing:
             raise MalformedPacket("control.missing", f"{m.missing} missing ({m.protected_missing} protected) of {n}")
     elif typ == STOP:
         _expect_len(body, off + STOP_FIXED.size, STOP)
-        m.round, flags, m.attempt, _, m.lost_pkts, m.protected_lost = STOP_FIXED.unpack_from(body, off)
+        m.round, flags, m.attempt, _, m.held_us, m.lost_pkts, m.protected_lost = STOP_FIXED.unpack_from(body, off)
         m.forced = bool(flags & 1)
         if m.lost_pkts > n or m.protected_lost > m.lost_pkts:
             raise MalformedPacket("control.lost_pkts", f"{m.lost_pkts} lost ({m.protected_lost} protected) of {n}")

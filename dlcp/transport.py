@@ -64,6 +64,8 @@ ETH_HEADER = 14  # pacing counts Ethernet frames (preamble and FCS are not on a 
 STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
 MAX_R = 250  # retransmission rounds: the round number travels in one byte
 QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
+TCP_RTO_MIN_US = 45  # socket option (Linux 6.16)
+CONTROL_RTO_MIN_US = 10_000
 MAX_ATTEMPTS = 250  # re-probes of one round (the attempt travels in one byte; the deadline ends it first)
 PACE_SLACK_S = 0.005  # pacing catches up on delays shorter than this (sleep overshoot, scheduling)
 PACE_QUANTUM_S = 0.002  # pacing sends this much time's worth of frames per system call (<= send_batch)
@@ -231,6 +233,23 @@ def _key_text(key) -> str:
 
 def _record_rank(rank: int) -> int:
     return -1 if rank == C.PS_RANK else rank
+
+
+def _held_us(st: "_Rx") -> int:
+    """How long the receiver has held the PROBE it is answering (echoed to the sender)."""
+    return int((time.monotonic() - st.probe_mono) * 1e6)
+
+
+def _control_socket_options(s: socket.socket) -> None:
+    """Priority 7, no Nagle, and (Linux >= 6.16) a 10 ms floor instead of 200 ms for the TCP
+    retransmission timeout: where control shares a lossy queue (the fifo baseline), a lost DESCRIBE,
+    BITMAP or STOP segment otherwise stalls its message for at least 200 ms."""
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, CONTROL_RTO_MIN_US)
+    except OSError:  # older kernels: the default floor
+        pass
 
 
 # --- control connections -----------------------------------------------------------------------------
@@ -401,6 +420,9 @@ class Transport:
             self.udp_tx.bind((cfg.ip, 0))
             self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # the SYN-ACK carries the listener's TOS: at priority 0 it queues (and is dropped) with
+            # background traffic, and a lost SYN-ACK costs the connecting peer a 1 s SYN timeout
+            self.listener.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
             self.listener.bind((cfg.ip, cfg.control_port))
             self.listener.listen(64)
             self.listener.setblocking(False)
@@ -613,8 +635,7 @@ class Transport:
         deadline = time.monotonic() + timeout
         while True:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _control_socket_options(s)
             try:
                 s.bind((self.cfg.ip, 0))
                 s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
@@ -760,8 +781,8 @@ class Transport:
 
     def _rto(self, dst: int) -> float:
         """PROBE timeout before backoff (seconds): max(floor, srtt + 4 rttvar) of PROBE -> answer
-        times to `dst` (RFC 6298 with unambiguous samples: answers echo the PROBE's attempt), the floor
-        until the first sample. The round's size adds nothing: the PROBE leaves after the round's
+        times to `dst` (RFC 6298 with unambiguous samples: answers echo the PROBE's attempt and the
+        time the receiver held it, which is subtracted), the floor until the first sample. The round's size adds nothing: the PROBE leaves after the round's
         packets have left the socket, so what can still be ahead of it is bounded by the send buffer
         and the switch queues on the path, which the measured round-trip times include."""
         floor = self.cfg.probe_rto_ms / 1e3
@@ -872,8 +893,7 @@ class Transport:
             except (BlockingIOError, InterruptedError):
                 return
             s.setblocking(False)
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _control_socket_options(s)
             self._watch(_Conn(s, None), write=False)
 
     def _close_conn(self, conn: _Conn, why: str | None = None) -> None:
@@ -1198,8 +1218,8 @@ class Transport:
         st.premature = False
         self._send_frame(conn, C.encode(C.Control(
             C.BITMAP, self.cfg.job_id, st.key[0], self.cfg.rank, st.key[2], st.key[1], st.key[3], st.n_pkts,
-            round=rnd, attempt=st.probe_attempt, missing=n_missing, protected_missing=n_prot,
-            requested=request)))
+            round=rnd, attempt=st.probe_attempt, held_us=_held_us(st), missing=n_missing,
+            protected_missing=n_prot, requested=request)))
 
     def _send_frame(self, conn: _Conn, frame: bytes) -> None:
         if conn.send(frame):
@@ -1214,7 +1234,8 @@ class Transport:
         key = st.key
         stop = C.encode(C.Control(C.STOP, self.cfg.job_id, key[0], self.cfg.rank, key[2], key[1], key[3],
                                   st.n_pkts, round=st.rounds, lost_pkts=lost, protected_lost=prot_lost,
-                                  forced=forced, attempt=C.NO_ATTEMPT if forced else st.probe_attempt))
+                                  forced=forced, attempt=C.NO_ATTEMPT if forced else st.probe_attempt,
+                                  held_us=0 if forced else _held_us(st)))
         self._send_frame(conn, stop)
         done_us = now_us()
         acc = self._iter_loss.setdefault((key[0], key[1]), [0, 0])
@@ -1264,7 +1285,8 @@ class Transport:
             self._drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} for no message in flight {_key_text(key)}")
             return
         if st.state == "probing" and msg.round == st.rounds and msg.attempt < len(st.probe_times):
-            self._rtt_sample(st.dst, time.monotonic() - st.probe_times[msg.attempt])
+            rtt = time.monotonic() - st.probe_times[msg.attempt] - msg.held_us / 1e6
+            self._rtt_sample(st.dst, max(rtt, 0.0))
         if msg.type == C.STOP:
             self._finish_tx(st, msg.lost_pkts, msg.protected_lost, msg.forced)
             return

@@ -40,17 +40,18 @@ def test_describe_roundtrip(dp, with_counts):
 @given(st.lists(st.booleans(), min_size=1, max_size=300))
 def test_bitmap_roundtrip(bits):
     n = len(bits)
-    m = C.Control(**common(type=C.BITMAP, n_pkts=n), round=2, attempt=3, missing=sum(bits), protected_missing=0,
-                  requested=np.array(bits))
+    m = C.Control(**common(type=C.BITMAP, n_pkts=n), round=2, attempt=3, held_us=70_000, missing=sum(bits),
+                  protected_missing=0, requested=np.array(bits))
     d = C.decode(C.encode(m)[4:])
     np.testing.assert_array_equal(d.requested, bits)
-    assert d.missing == sum(bits) and d.round == 2 and d.attempt == 3
+    assert (d.missing, d.round, d.attempt, d.held_us) == (sum(bits), 2, 3, 70_000)
 
 
 def test_stop_and_force_roundtrip():
     d = C.decode(C.encode(C.Control(**common(type=C.STOP), round=2, lost_pkts=3, protected_lost=1, forced=True,
-                                    attempt=C.NO_ATTEMPT))[4:])
-    assert (d.type, d.round, d.lost_pkts, d.protected_lost, d.forced, d.attempt) == (C.STOP, 2, 3, 1, True, 255)
+                                    attempt=C.NO_ATTEMPT, held_us=12))[4:])
+    assert (d.type, d.round, d.lost_pkts, d.protected_lost, d.forced, d.attempt, d.held_us) == \
+        (C.STOP, 2, 3, 1, True, 255, 12)
     d = C.decode(C.encode(C.Control(**common(type=C.FORCE_STOP), round=4))[4:])
     assert (d.type, d.round) == (C.FORCE_STOP, 4)
 
