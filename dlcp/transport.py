@@ -382,7 +382,7 @@ class Transport:
         self._tx: dict = {}
         self._rx: dict = {}
         self._rx_done: dict = {}  # key -> RecvResult, until the consumer takes it
-        self._finished: dict = {}  # key -> STOP frame, to answer a repeated PROBE / count late data
+        self._finished: dict = {}  # key -> STOP frame, to answer a FORCE_STOP that crossed it / count late data
         self._iter_loss: dict = {}  # (src, iter) -> [packets accepted, packets lost]
         self._current_iter = None
         self._out: dict[int, _Conn] = {}
@@ -1072,12 +1072,8 @@ class Transport:
         if seq:
             self._drop("probe.seq", f"PROBE with seq {seq}")
             return
-        fin = self._finished.get(key)
-        if fin is not None:  # a re-probe that crossed our STOP, or a PROBE after FORCE_STOP: same answer
+        if key in self._finished:  # a re-probe that crossed our STOP: the STOP is on its way (TCP)
             self.totals["dup_probes"] += 1
-            frame_, conn = fin
-            if conn is not None and not conn.closed:
-                self._send_frame(conn, frame_)
             return
         st = self._rx.get(key)
         if st is None:
@@ -1124,7 +1120,7 @@ class Transport:
             return
         fin = self._finished.get(key)
         if fin is not None:  # FORCE_STOP crossed our STOP: same answer
-            self._send_frame(conn, fin[0])
+            self._send_frame(conn, fin)
             return
         st = self._rx.get(key)
         if st is None or st.desc is None or st.n_pkts != msg.n_pkts:
@@ -1258,7 +1254,7 @@ class Transport:
         with self._cond:
             self._rx.pop(key, None)
             self._pending_probe.discard(key)
-            self._finished[key] = (stop, conn)
+            self._finished[key] = stop
             self._rx_done[key] = res
             self.message_rows.append(row)
             if st.recv_us is not None:
