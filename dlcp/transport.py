@@ -782,9 +782,10 @@ class Transport:
     def _rto(self, dst: int) -> float:
         """PROBE timeout before backoff (seconds): max(floor, srtt + 4 rttvar) of PROBE -> answer
         times to `dst` (RFC 6298 with unambiguous samples: answers echo the PROBE's attempt and the
-        time the receiver held it, which is subtracted), the floor until the first sample. The round's size adds nothing: the PROBE leaves after the round's
-        packets have left the socket, so what can still be ahead of it is bounded by the send buffer
-        and the switch queues on the path, which the measured round-trip times include."""
+        time the receiver held it, which is subtracted), the floor until the first sample. The
+        round's size adds nothing: the PROBE leaves after the round's packets have left the socket,
+        so what can still be ahead of it is bounded by the send buffer and the queues on the path,
+        which the measured round-trip times include."""
         floor = self.cfg.probe_rto_ms / 1e3
         est = self._rtt.get(dst)
         return floor if est is None else max(floor, est[0] + 4 * est[1])
@@ -1280,8 +1281,9 @@ class Transport:
         if st is None or st.n_pkts != msg.n_pkts:
             self._drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} for no message in flight {_key_text(key)}")
             return
-        if st.state == "probing" and msg.round == st.rounds and msg.attempt < len(st.probe_times):
-            rtt = time.monotonic() - st.probe_times[msg.attempt] - msg.held_us / 1e6
+        times = st.probe_times  # (the send thread replaces the list when the next round starts)
+        if st.state == "probing" and msg.round == st.rounds and msg.attempt < len(times):
+            rtt = time.monotonic() - times[msg.attempt] - msg.held_us / 1e6
             self._rtt_sample(st.dst, max(rtt, 0.0))
         if msg.type == C.STOP:
             self._finish_tx(st, msg.lost_pkts, msg.protected_lost, msg.forced)

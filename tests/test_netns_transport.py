@@ -2,9 +2,9 @@
 strict-priority port (the PS-incast PROBE problem in miniature), and the control listener's SYN-ACK
 priority.
 
-    hA (10.0.0.1) --port 1--\
-                             sw (refswitch; port 2 drains at 4 Mbit/s, 8 strict-priority queues) -- port 2 -- hB (10.0.0.2)
-    hC (10.0.0.3) --port 3--/
+    h1 (10.0.0.1) --port 1--\
+                             sw (refswitch) --port 2: 4 Mbit/s, 8 strict-priority queues-- h2 (10.0.0.2)
+    h3 (10.0.0.3) --port 3--/
 """
 
 from __future__ import annotations
@@ -116,9 +116,10 @@ def _message(n: int, prio: int, src: int):
 
 
 def test_low_priority_message_queued_behind_strict_priority_is_not_forced(tmp_path):
-    # C's priority-6 message holds A's priority-1 message ~150 ms in the switch's port toward B.
-    # Control (priority 7) overtakes both; a PROBE on the control channel made B ask for all of A's
-    # queued data and force A after r_max rounds. The in-band PROBE waits behind A's data.
+    # Sender C (h3)'s priority-6 message holds sender A (h1)'s priority-1 message ~150 ms in the
+    # switch's port toward the receiver B (h2). Control (priority 7) overtakes both; a PROBE on the
+    # control channel made B ask for all of A's queued data and force A after r_max rounds (this
+    # test fails that way with the old transport). The in-band PROBE waits behind A's data.
     star = Star(tmp_path, port_cfg={2: {"rate_mbps": 4.0, "queue_depth_pkts": 1000}})
     ts = {}
     try:
