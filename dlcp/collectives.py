@@ -22,7 +22,7 @@ ring step 0..2*world-3). Budgets (`ring_budget`):
 - `per_step`: every step gets `loss_budget / (2 * (world - 1))`, so the compounded loss of a value
   stays within `loss_budget`.
 Contribution counts are exact, not estimated: every step message carries one count per packet in
-its PROBE (control.py, COUNTS). A reduce-scatter receiver adds its own gradient: count = count_in + 1
+its DESCRIBE (control.py, COUNTS). A reduce-scatter receiver adds its own gradient: count = count_in + 1
 where the packet arrived, 1 where it was lost (the partial sum is gone). An all-gather receiver takes
 the owner's counts where the packet arrived and 0 where it was lost (it forwards zeros with count 0).
 `Aggregate.count` is then the number of workers whose gradient is inside `total` for every value.

@@ -26,6 +26,18 @@ switches fill it in place so the frame length never changes):
 The payload that follows is little-endian fp32 values (the host's native order on every platform we
 run on), at most MAX_PAYLOAD_BYTES.
 
+A PROBE (type 3) travels on the data path, in band, right after a round of a message's packets, so
+that queues which hold back that data hold back the PROBE too (docs/transport.md). Its header names
+the message like its data packets do (phase, job_id, src_rank, iter, msg_id, n_pkts, layer_id of the
+message's first layer) with seq 0, offset 0, drop_prec 0 and flags PROTECTED; prio is the lowest
+priority among the packets of its round. An 8-byte body follows the header (after the telemetry
+block, if TELEMETRY is set):
+
+    byte 0      round         (1 = the first transmission, k = after k-1 retransmission rounds)
+    byte 1      attempt       (0 = first PROBE of the round, k = k-th re-probe after a timeout)
+    bytes 2-3   reserved      (0)
+    bytes 4-7   round_pkts    (data packets the sender sent in this round)
+
 Three views of the same layout live here: `HEADER` (struct, one header at a time), `HEADER_DTYPE`
 (numpy, many headers at once) and the scapy layers `DLCP` / `DLCPTelemetry` (tests and pcaps).
 """
@@ -51,7 +63,8 @@ VALUES_PER_PKT = MAX_PAYLOAD_BYTES // VALUE_BYTES  # 350
 TYPE_DATA = 0
 TYPE_RETX = 1
 TYPE_PARAM = 2
-TYPE_NAMES = {TYPE_DATA: "DATA", TYPE_RETX: "RETX", TYPE_PARAM: "PARAM"}
+TYPE_PROBE = 3  # in-band PROBE: header + PROBE_BODY, no values
+TYPE_NAMES = {TYPE_DATA: "DATA", TYPE_RETX: "RETX", TYPE_PARAM: "PARAM", TYPE_PROBE: "PROBE"}
 
 # phase (low 3 bits of byte 1)
 PHASE_PUSH = 0
@@ -94,9 +107,14 @@ TELEMETRY_FIELD_BITS = (
     ("hops", 8), ("reserved", 8), ("max_enq_qdepth", 16), ("sum_deq_timedelta_us", 32),
 )
 
+PROBE_FIELD_BITS = (("round", 8), ("attempt", 8), ("reserved", 16), ("round_pkts", 32))
+
 HEADER = struct.Struct("!BBBBHHHBBIII")
 TELEMETRY = struct.Struct("!BBHI")
+PROBE_BODY = struct.Struct("!BBHI")
+PROBE_LEN = PROBE_BODY.size  # 8
 assert HEADER.size == HEADER_LEN and TELEMETRY.size == TELEMETRY_LEN
+assert 8 * PROBE_LEN == sum(bits for _, bits in PROBE_FIELD_BITS)
 
 # numpy view: the raw bytes 0 and 1 stay packed (ver_type, prio_dp_phase)
 HEADER_DTYPE = np.dtype([
@@ -237,6 +255,42 @@ def unpack_telemetry(buf, offset: int = HEADER_LEN) -> Telemetry:
     return Telemetry(hops, qd, dt)
 
 
+@dataclass(slots=True)
+class Probe:
+    """The body of an in-band PROBE (see the module docstring)."""
+    round: int = 1
+    attempt: int = 0
+    round_pkts: int = 0
+
+
+def probe_header(h: DlcpHeader, prio: int) -> DlcpHeader:
+    """The header of a PROBE for the message whose (first) data header is `h`, sent at `prio`."""
+    return DlcpHeader(type=TYPE_PROBE, prio=prio, drop_prec=0, phase=h.phase, job_id=h.job_id,
+                      src_rank=h.src_rank, iter=h.iter, msg_id=h.msg_id, layer_id=h.layer_id,
+                      mag_class=MAG_CLASS_MEDIAN, flags=FLAG_PROTECTED, seq=0, n_pkts=h.n_pkts, offset=0)
+
+
+def pack_probe(h: DlcpHeader, p: Probe) -> bytes:
+    """A PROBE datagram (UDP payload): header `h` (type PROBE, see `probe_header`) and body `p`."""
+    if h.type != TYPE_PROBE or h.has_telemetry:
+        raise ValueError("pack_probe needs a PROBE header without telemetry")
+    for name, hi in (("round", 255), ("attempt", 255), ("round_pkts", 0xFFFFFFFF)):
+        v = getattr(p, name)
+        if not 0 <= v <= hi:
+            raise MalformedPacket(f"probe.{name}", f"{v} outside 0..{hi}")
+    return h.pack() + PROBE_BODY.pack(p.round, p.attempt, 0, p.round_pkts)
+
+
+def unpack_probe(buf, offset: int = HEADER_LEN) -> Probe:
+    """The PROBE body at `offset` (the payload offset of its header); it must end the datagram."""
+    if len(buf) - offset != PROBE_LEN:
+        raise MalformedPacket("probe.length", f"{len(buf) - offset} body bytes, a PROBE has {PROBE_LEN}")
+    rnd, attempt, _, pkts = PROBE_BODY.unpack_from(buf, offset)
+    if rnd == 0:
+        raise MalformedPacket("probe.round", "round 0 (rounds start at 1)")
+    return Probe(rnd, attempt, pkts)
+
+
 def payload_offset(flags: int) -> int:
     """Where the fp32 payload starts after the UDP header."""
     return HEADER_LEN + (TELEMETRY_LEN if flags & FLAG_TELEMETRY else 0)
@@ -300,6 +354,8 @@ def _scapy_layers():
         def guess_payload_class(self, payload):
             if int(self.flags) & FLAG_TELEMETRY:
                 return DLCPTelemetry
+            if self.type == TYPE_PROBE:
+                return DLCPProbe
             return super().guess_payload_class(payload)
 
     class DLCPTelemetry(Packet):
@@ -311,8 +367,23 @@ def _scapy_layers():
             IntField("sum_deq_timedelta_us", 0),
         ]
 
+        def guess_payload_class(self, payload):
+            under = self.underlayer
+            if under is not None and under.type == TYPE_PROBE:
+                return DLCPProbe
+            return super().guess_payload_class(payload)
+
+    class DLCPProbe(Packet):
+        name = "DLCPProbe"
+        fields_desc = [
+            ByteField("round", 1),
+            ByteField("attempt", 0),
+            ShortField("reserved", 0),
+            IntField("round_pkts", 0),
+        ]
+
     bind_layers(UDP, DLCP, dport=DATA_PORT)
-    return DLCP, DLCPTelemetry
+    return DLCP, DLCPTelemetry, DLCPProbe
 
 
 _LAYERS = None
@@ -326,7 +397,13 @@ def scapy_layers():
     global _LAYERS
     if _LAYERS is None:
         _LAYERS = _scapy_layers()
-    return _LAYERS
+    return _LAYERS[:2]
+
+
+def scapy_probe_layer():
+    """The scapy Packet class of the in-band PROBE body (follows DLCP, or DLCPTelemetry)."""
+    scapy_layers()
+    return _LAYERS[2]
 
 
 def bind_data_port(port: int) -> None:

@@ -1,28 +1,35 @@
-"""Bounded-loss transport (DESIGN §6): UDP data, PROBE / BITMAP / STOP / FORCE_STOP on TCP.
+"""Bounded-loss transport (DESIGN §6): UDP data with in-band PROBEs; DESCRIBE / BITMAP / STOP /
+FORCE_STOP on TCP.
 
 One `Transport` per agent owns a UDP data socket (receive on `data_port`, send from a second socket
 so sends may block on a full NIC queue without stalling reception), a TCP listener for control
 (`control_port`), and two threads:
 
-- the **send thread** takes messages from a queue (retransmissions first) and sends their pre-built
-  packets (`dlcp.udpio`: sendmmsg, IP TOS per packet, optional pacing), highest priority first and,
-  within a priority, protected packets first; then it sends PROBE on the control connection to the
-  receiver. It also enforces the message deadline (FORCE_STOP).
+- the **send thread** takes messages from a queue (retransmissions first), sends the message's
+  DESCRIBE on the control connection to the receiver, then its pre-built packets (`dlcp.udpio`:
+  sendmmsg, IP TOS per packet, optional pacing), highest priority first and, within a priority,
+  protected packets first, then a PROBE on the same UDP socket (an in-band DLCP packet of type
+  PROBE at the lowest priority of the round, drop precedence 0, PROTECTED). Queues serve a priority
+  in FIFO order and the PROBE is in the lowest one of its round, so on any one path it reaches the
+  receiver after every surviving packet of the round. It also runs the timers: a PROBE not answered
+  within the PROBE timeout is sent again (a re-probe: not a new round), and a message past its
+  deadline gets FORCE_STOP.
 - the **receive thread** places data packets by offset into the message's buffer, keeps the
-  per-packet bitmap, answers PROBEs (STOP or BITMAP) and handles STOP / BITMAP replies to its own
-  messages.
+  per-packet bitmap, answers PROBEs (STOP or BITMAP, on the control connection the DESCRIBE came
+  from) and handles STOP / BITMAP replies to its own messages.
 
-Receiver decision on PROBE (`_decide`): with `missing` packets of `n`, `allowed` = floor(budget * n)
+Receiver decision on PROBE (`_answer`): with `missing` packets of `n`, `allowed` = floor(budget * n)
 further capped by the per-iteration budget (per source and iteration: floor(iter_budget * packets so
 far) minus packets already accepted as lost), STOP when no protected packet is missing and `missing
 <= allowed`; else BITMAP asking for every missing protected packet plus the fewest unprotected ones
 that bring the loss within `allowed` (lowest drop precedence first). The sender resends those as
 RETX, protected first, then by priority, and probes again: at most `r_max` retransmission rounds and
 `deadline_ms` from the first PROBE, then FORCE_STOP (logged and recorded as a budget violation).
-A PROBE is answered once no data of its message arrived for a quiet time (PROBEs travel at
-priority 7 and overtake queued data; answering at once would ask for packets still in flight). The
-quiet time starts at `probe_quiet_ms` and adapts per source: it doubles whenever a packet asked for
-in a BITMAP turns up as an original (the BITMAP was premature) and eases back after clean messages.
+A PROBE is answered at once when every packet of its round is in; otherwise after a short quiet
+time (no data of the message since the PROBE) because per-packet spraying can still deliver data
+of a slower path after it. The quiet time starts at `probe_quiet_ms` and adapts per source: it
+doubles whenever a packet asked for in a BITMAP turns up as an original (the BITMAP was premature)
+and eases back after clean messages.
 
 Malformed or unexpected packets and control messages are counted by cause (`stats()["drops"]`),
 logged once per cause, and ignored.
@@ -35,6 +42,7 @@ import logging
 import os
 import selectors
 import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,8 +51,9 @@ import numpy as np
 
 from . import control as C
 from .header import (DATA_PORT, FLAG_TELEMETRY, HEADER, HEADER_LEN, PHASE_NAMES, PRIO_CONTROL,
-                     TELEMETRY_LEN, TYPE_RETX, VALUE_BYTES, VALUES_PER_PKT, VERSION, MalformedPacket,
-                     header_fields, tos_of)
+                     PROBE_LEN, TELEMETRY_LEN, TYPE_PROBE, TYPE_RETX, VALUE_BYTES, VALUES_PER_PKT, VERSION,
+                     MalformedPacket, Probe, header_fields, pack_probe, probe_header, tos_of, unpack_from,
+                     unpack_probe)
 from .records import now_us
 from .udpio import SEND_IMPLS, BatchSender, plan_for, sockaddr_in
 
@@ -55,6 +64,9 @@ ETH_HEADER = 14  # pacing counts Ethernet frames (preamble and FCS are not on a 
 STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
 MAX_R = 250  # retransmission rounds: the round number travels in one byte
 QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
+TCP_RTO_MIN_US = 45  # socket option (Linux 6.16)
+CONTROL_RTO_MIN_US = 10_000
+MAX_ATTEMPTS = 250  # re-probes of one round (the attempt travels in one byte; the deadline ends it first)
 PACE_SLACK_S = 0.005  # pacing catches up on delays shorter than this (sleep overshoot, scheduling)
 PACE_QUANTUM_S = 0.002  # pacing sends this much time's worth of frames per system call (<= send_batch)
 
@@ -86,7 +98,8 @@ class TransportConfig:
     inject_seed: int = 0
     send_impl: str = "sendmmsg"
     send_batch: int = 32
-    probe_quiet_ms: float = 5.0  # initial quiet time before answering a PROBE (adapts per source)
+    probe_quiet_ms: float = 2.0  # initial quiet time before answering a PROBE with data missing (adapts per source)
+    probe_rto_ms: float = 20.0  # floor of the PROBE timeout (re-probe after max(floor, srtt + 4 rttvar), doubling)
     rcvbuf_bytes: int = 16 << 20
     sndbuf_bytes: int = 128 << 10  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
     connect_timeout_s: float = 15.0
@@ -106,6 +119,10 @@ class TransportConfig:
             bad("r_max", f"{self.r_max!r} must be an integer in 0..{MAX_R}")
         if not self.deadline_ms > 0:
             bad("deadline_ms", f"{self.deadline_ms!r} must be > 0")
+        if not self.probe_rto_ms > 0:
+            bad("probe_rto_ms", f"{self.probe_rto_ms!r} must be > 0")
+        if not self.probe_quiet_ms > 0:
+            bad("probe_quiet_ms", f"{self.probe_quiet_ms!r} must be > 0")
         if self.pacing_mbps is None:
             self.pacing_mbps = 0.0
         if self.pacing_mbps < 0:
@@ -218,6 +235,23 @@ def _record_rank(rank: int) -> int:
     return -1 if rank == C.PS_RANK else rank
 
 
+def _held_us(st: "_Rx") -> int:
+    """How long the receiver has held the PROBE it is answering (echoed to the sender)."""
+    return int((time.monotonic() - st.probe_mono) * 1e6)
+
+
+def _control_socket_options(s: socket.socket) -> None:
+    """Priority 7, no Nagle, and (Linux >= 6.16) a 10 ms floor instead of 200 ms for the TCP
+    retransmission timeout: where control shares a lossy queue (the fifo baseline), a lost DESCRIBE,
+    BITMAP or STOP segment otherwise stalls its message for at least 200 ms."""
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, CONTROL_RTO_MIN_US)
+    except OSError:  # older kernels: the default floor
+        pass
+
+
 # --- control connections -----------------------------------------------------------------------------
 
 class _Conn:
@@ -269,7 +303,8 @@ class _Conn:
 class _Tx:
     __slots__ = ("key", "dst", "batch", "info", "handle", "n_pkts", "prio", "dp", "budget_ppm",
                  "rounds", "retx_pkts", "start_us", "deadline", "state", "missing", "prot_missing",
-                 "pkt_send_us", "pkt_retx")
+                 "pkt_send_us", "pkt_retx", "probe_head", "round_prio", "round_pkts", "attempt",
+                 "probe_times", "probe_due", "probes")
 
     def __init__(self, key, dst, batch, info, handle, budget):
         self.key, self.dst, self.batch, self.info, self.handle = key, dst, batch, info, handle
@@ -278,7 +313,7 @@ class _Tx:
         self.prio = (f["prio_dp_phase"] >> 5).astype(np.uint8)
         self.dp = ((f["prio_dp_phase"] >> 3) & 3).astype(np.uint8)
         self.budget_ppm = int(round(budget * C.PPM))
-        self.rounds = 0
+        self.rounds = 0  # PROBE rounds so far: 1 + retransmission rounds
         self.retx_pkts = 0
         self.start_us = 0
         self.deadline = None  # monotonic seconds, set at the first PROBE
@@ -287,12 +322,22 @@ class _Tx:
         self.prot_missing = int((self.dp == 0).sum())
         self.pkt_send_us = None  # per-packet records only
         self.pkt_retx = None
+        first = unpack_from(batch.headers[0].tobytes())
+        first.layer_id = info.layer_first & 0xFFFF
+        self.probe_head = probe_header(first, 0)  # prio set per round
+        self.round_prio = 0  # lowest priority among the packets of the current round
+        self.round_pkts = 0
+        self.attempt = 0  # re-probes of the current round so far
+        self.probe_times: list[float] = []  # monotonic send time of each attempt of the current round
+        self.probe_due = float("inf")  # when the current round is probed again
+        self.probes = 0  # PROBE packets sent, re-probes included
 
 
 class _Rx:
     __slots__ = ("key", "n_pkts", "buf", "bytes", "received", "n_received", "retx", "dups",
-                 "start_us", "first_byte_us", "first_mono", "last_mono", "last_len", "probe",
-                 "probe_conn", "probe_mono", "last", "rounds", "recv_us", "requested", "late")
+                 "start_us", "first_byte_us", "first_mono", "last_mono", "orig_last_mono", "n_orig",
+                 "last_len", "desc", "conn", "probe_round", "probe_attempt", "probe_mono", "answered",
+                 "rounds", "recv_us", "requested", "req_left", "premature", "late")
 
     def __init__(self, key, n_pkts, values_per_pkt, per_packet):
         self.key = key
@@ -305,15 +350,21 @@ class _Rx:
         self.dups = 0
         self.start_us = now_us()
         self.first_byte_us = None
-        self.first_mono = 0.0
-        self.last_mono = 0.0
+        self.first_mono = 0.0  # first data packet
+        self.last_mono = 0.0  # latest data packet
+        self.orig_last_mono = 0.0  # latest original (not RETX) packet: the gap estimate ignores rounds
+        self.n_orig = 0
         self.last_len = -1  # payload values of the last packet, once seen
-        self.probe = None  # the PROBE waiting for an answer
-        self.probe_conn = None
+        self.desc = None  # the DESCRIBE (maps, budget, labels), once it arrived
+        self.conn = None  # the control connection it came on: answers go there
+        self.probe_round = 0  # round of the PROBE waiting for an answer (0: none)
+        self.probe_attempt = 0
         self.probe_mono = 0.0  # when it arrived
-        self.last = None  # the last PROBE (its maps serve FORCE_STOP too)
-        self.requested = None  # bytearray: packets asked for in the last BITMAP (until one turns up late)
-        self.late = 0  # requested packets that then arrived as originals: the BITMAP was premature
+        self.answered = 0  # the last round answered with a BITMAP
+        self.requested = None  # bytearray: packets asked for in the last BITMAP
+        self.req_left = 0  # of those, how many have not arrived yet
+        self.premature = False  # a requested packet already turned up as an original
+        self.late = 0  # BITMAPs found premature
         self.rounds = 0
         self.recv_us = np.full(n_pkts, -1, dtype=np.int64) if per_packet else None
 
@@ -331,7 +382,7 @@ class Transport:
         self._tx: dict = {}
         self._rx: dict = {}
         self._rx_done: dict = {}  # key -> RecvResult, until the consumer takes it
-        self._finished: dict = {}  # key -> STOP frame, to answer a repeated PROBE / count late data
+        self._finished: dict = {}  # key -> STOP frame, to answer a FORCE_STOP that crossed it / count late data
         self._iter_loss: dict = {}  # (src, iter) -> [packets accepted, packets lost]
         self._current_iter = None
         self._out: dict[int, _Conn] = {}
@@ -348,6 +399,7 @@ class Transport:
         self._pace_next = 0.0
         self._quiet_floor = config.probe_quiet_ms / 1e3
         self._quiet_s: dict[int, float] = {}  # per source: adapted quiet time
+        self._rtt: dict[int, list[float]] = {}  # per destination: [srtt, rttvar] of PROBE -> answer (s)
         self._open_sockets()
         self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{config.rank}", daemon=True)
         self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{config.rank}", daemon=True)
@@ -368,6 +420,9 @@ class Transport:
             self.udp_tx.bind((cfg.ip, 0))
             self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # the SYN-ACK carries the listener's TOS: at priority 0 it queues (and is dropped) with
+            # background traffic, and a lost SYN-ACK costs the connecting peer a 1 s SYN timeout
+            self.listener.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
             self.listener.bind((cfg.ip, cfg.control_port))
             self.listener.listen(64)
             self.listener.setblocking(False)
@@ -475,6 +530,9 @@ class Transport:
                     "forced_sent": self.totals["forced_sent"], "forced_received": self.totals["forced_rcvd"],
                     "premature_bitmaps": self.totals["premature_bitmaps"],
                     "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
+                    "probes_sent": self.totals["probes_sent"], "probe_timeouts": self.totals["probe_timeouts"],
+                    "duplicate_probes": self.totals["dup_probes"],
+                    "srtt_ms": {str(k): round(v[0] * 1e3, 3) for k, v in self._rtt.items()},
                     "control_sent": self.totals["ctrl_sent"], "control_received": self.totals["ctrl_rcvd"],
                     "drops": dict(self.drops), "send_impl": self.sender.impl}
 
@@ -520,7 +578,10 @@ class Transport:
             while True:
                 with self._cond:
                     while not self._work and not self._closing:
-                        self._cond.wait(self._check_deadlines())
+                        wait = self._check_deadlines()
+                        if self._work:  # a timer fired: act now, not after the next one
+                            break
+                        self._cond.wait(wait)
                     if self._closing:
                         return
                     kind, st, arg = self._work.popleft()
@@ -528,6 +589,8 @@ class Transport:
                     self._send_round(st, np.lexsort((np.arange(st.n_pkts), st.dp, -st.prio.astype(np.int16))), False)
                 elif kind == "retx":
                     self._send_round(st, arg, True)
+                elif kind == "reprobe":
+                    self._reprobe(st)
                 elif kind == "force":
                     self._force(st)
         except Exception as e:  # a bug here must not hang the agent silently
@@ -539,7 +602,8 @@ class Transport:
                 self._finish_tx(st, st.missing, st.prot_missing, True, f"send thread failed: {e!r}")
 
     def _check_deadlines(self) -> float:
-        """Force messages past their deadline; returns seconds until the next deadline (max 0.5)."""
+        """Force messages past their deadline, queue re-probes of PROBEs past their timeout; returns
+        seconds until the next timer (max 0.5)."""
         now = time.monotonic()
         wait = 0.5
         for st in list(self._tx.values()):
@@ -554,8 +618,12 @@ class Transport:
                     st.deadline = now + self.cfg.deadline_ms / 1e3  # for the receiver's acknowledgement
                 else:  # the receiver never acknowledged FORCE_STOP: give up on it
                     self._finish_tx(st, st.missing, st.prot_missing, True, "no answer to FORCE_STOP")
-            else:
-                wait = min(wait, st.deadline - now)
+                continue
+            if st.state == "probing" and now >= st.probe_due:
+                st.probe_due = float("inf")  # until the re-probe is out
+                self._work.appendleft(("reprobe", st, None))
+                continue
+            wait = min(wait, st.deadline - now, st.probe_due - now)
         return max(wait, 0.001)
 
     def _conn_to(self, dst: int, timeout: float | None = None) -> _Conn:
@@ -567,8 +635,7 @@ class Transport:
         deadline = time.monotonic() + timeout
         while True:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _control_socket_options(s)
             try:
                 s.bind((self.cfg.ip, 0))
                 s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
@@ -607,6 +674,8 @@ class Transport:
             if cfg.per_packet:
                 st.pkt_send_us = np.full(st.n_pkts, -1, dtype=np.int64)
                 st.pkt_retx = np.zeros(st.n_pkts, dtype=np.int32)
+            if not self._describe(st):
+                return
         plan_order = order
         if cfg.inject_loss > 0:
             keep = self._rng.random(len(order)) >= cfg.inject_loss
@@ -622,7 +691,29 @@ class Transport:
                 st.pkt_retx[order] += 1
         if cfg.per_packet and not retx:  # packets the injected loss skipped still count as sent
             st.pkt_send_us[order[st.pkt_send_us[order] < 0]] = now_us()
+        st.round_prio = int(st.prio[order].min())
+        st.round_pkts = len(order)
+        st.rounds += 1
+        st.attempt = 0
+        st.probe_times = []
         self._probe(st)
+
+    def _describe(self, st: _Tx) -> bool:
+        """Send the message's DESCRIBE on the control connection; False (message finished with an
+        error) when the receiver cannot be reached."""
+        info = st.info
+        try:
+            conn = self._conn_to(st.dst)
+        except TransportError as e:
+            self._finish_tx(st, st.missing, st.prot_missing, True, str(e))
+            return False
+        f = header_fields(st.batch.headers[:1])
+        self._send_ctrl(conn, C.Control(
+            C.DESCRIBE, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2], st.key[1], st.key[3], st.n_pkts,
+            layer_first=info.layer_first, layer_last=info.layer_last, prio=int(f["prio_dp_phase"][0] >> 5),
+            step=info.step, rec_msg_id=info.rec_msg_id, n_values=int(st.batch.values.size),
+            budget_ppm=st.budget_ppm, drop_prec=st.dp, counts=info.counts))
+        return True
 
     def _send_plan(self, plan, st: _Tx) -> None:
         """Send `plan` in chunks of `send_batch` packets; with pacing, chunks of PACE_QUANTUM_S of
@@ -654,28 +745,58 @@ class Transport:
         self.totals["bytes_sent"] += int(plan.payload_bytes.sum())
 
     def _probe(self, st: _Tx) -> None:
-        st.rounds += 1
-        info = st.info
-        try:
-            conn = self._conn_to(st.dst)
-        except TransportError as e:
-            self._finish_tx(st, st.missing, st.prot_missing, True, str(e))
-            return
-        f = header_fields(st.batch.headers[:1])
-        msg = C.Control(C.PROBE, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2], st.key[1], st.key[3],
-                        st.n_pkts, round=st.rounds, layer_first=info.layer_first, layer_last=info.layer_last,
-                        prio=int(f["prio_dp_phase"][0] >> 5), step=info.step, rec_msg_id=info.rec_msg_id,
-                        n_values=int(st.batch.values.size), budget_ppm=st.budget_ppm, drop_prec=st.dp,
-                        counts=info.counts)
-        with self._lock:
+        """Send the PROBE of the current round in band (attempt `st.attempt`) and arm its timeout."""
+        st.probe_head.prio = st.round_prio
+        frame = pack_probe(st.probe_head, Probe(st.rounds, st.attempt, st.round_pkts))
+        now = time.monotonic()
+        with self._cond:
             if st.state == "done":
                 return
             st.state = "probing"
             if st.deadline is None:
-                st.deadline = time.monotonic() + self.cfg.deadline_ms / 1e3
-        self._send_ctrl(conn, msg)
-        with self._cond:
-            self._cond.notify_all()  # the send thread recomputes its next deadline
+                st.deadline = now + self.cfg.deadline_ms / 1e3
+            st.probe_times.append(now)
+            st.probe_due = min(st.deadline, now + self._rto(st.dst) * (1 << min(st.attempt, 16)))
+            self._cond.notify_all()  # the send thread recomputes its next timer
+        peer = self.peers[st.dst]
+        anc = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos_of(st.round_prio, 0)))]
+        try:
+            self.udp_tx.sendmsg([frame], anc, 0, (peer.ip, peer.data_port))
+        except OSError as e:  # ENOBUFS and the like: the PROBE timeout sends it again
+            self.sender._count_error(e.errno or 0)
+        st.probes += 1
+        self.totals["probes_sent"] += 1
+        if self.cfg.pacing_mbps > 0:
+            self._pace_next += (len(frame) + 28 + ETH_HEADER) * 8 / (self.cfg.pacing_mbps * 1e6)
+
+    def _reprobe(self, st: _Tx) -> None:
+        """The PROBE of the current round went unanswered for its timeout: probe again (same round;
+        a PROBE lost to a full queue is not a reason to resend data or count a round)."""
+        with self._lock:
+            if st.state != "probing" or st.attempt >= MAX_ATTEMPTS:
+                return
+            st.attempt += 1
+        self.totals["probe_timeouts"] += 1
+        self._probe(st)
+
+    def _rto(self, dst: int) -> float:
+        """PROBE timeout before backoff (seconds): max(floor, srtt + 4 rttvar) of PROBE -> answer
+        times to `dst` (RFC 6298 with unambiguous samples: answers echo the PROBE's attempt and the
+        time the receiver held it, which is subtracted), the floor until the first sample. The
+        round's size adds nothing: the PROBE leaves after the round's packets have left the socket,
+        so what can still be ahead of it is bounded by the send buffer and the queues on the path,
+        which the measured round-trip times include."""
+        floor = self.cfg.probe_rto_ms / 1e3
+        est = self._rtt.get(dst)
+        return floor if est is None else max(floor, est[0] + 4 * est[1])
+
+    def _rtt_sample(self, dst: int, r: float) -> None:
+        est = self._rtt.get(dst)
+        if est is None:
+            self._rtt[dst] = [r, r / 2]
+        else:
+            est[1] = 0.75 * est[1] + 0.25 * abs(est[0] - r)
+            est[0] = 0.875 * est[0] + 0.125 * r
 
     def _force(self, st: _Tx) -> None:
         conn = self._out.get(st.dst)
@@ -773,8 +894,7 @@ class Transport:
             except (BlockingIOError, InterruptedError):
                 return
             s.setblocking(False)
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _control_socket_options(s)
             self._watch(_Conn(s, None), write=False)
 
     def _close_conn(self, conn: _Conn, why: str | None = None) -> None:
@@ -812,8 +932,10 @@ class Transport:
             self.totals["ctrl_rcvd"] += 1
             if msg.job_id != self.cfg.job_id:
                 self._drop("control.job_id", f"job {msg.job_id}, expected {self.cfg.job_id}")
-            elif msg.type in (C.PROBE, C.FORCE_STOP):
-                self._on_probe(conn, msg)
+            elif msg.type == C.DESCRIBE:
+                self._on_describe(conn, msg)
+            elif msg.type == C.FORCE_STOP:
+                self._on_force(conn, msg)
             else:
                 self._on_reply(msg)
         if conn.reader.error is not None:
@@ -824,7 +946,8 @@ class Transport:
     # data packets: the hot path -------------------------------------------------------------------
 
     def _rx_data(self, budget: int) -> None:
-        """Read up to `budget` datagrams (non-blocking) and place them."""
+        """Read up to `budget` datagrams (non-blocking) and place them (PROBEs go to
+        `_on_probe_packet`)."""
         sock = self.udp_rx
         buf = self._rxbuf if hasattr(self, "_rxbuf") else self._make_rxbuf()
         mv = self._rxmv
@@ -853,7 +976,7 @@ class Transport:
                 self._drop("ver", f"version {vt >> 4}")
                 continue
             typ = vt & 0x0F
-            if typ > 2:
+            if typ > TYPE_PROBE:
                 self._drop("type", f"unknown type {typ}")
                 continue
             phase = pdp & 7
@@ -873,6 +996,9 @@ class Transport:
                 self._drop("offset", f"{off} does not match seq {seq}")
                 continue
             hl = HEADER_LEN + TELEMETRY_LEN if flags & FLAG_TELEMETRY else HEADER_LEN
+            if typ == TYPE_PROBE:
+                self._on_probe_packet((src, it, phase, msg), npk, seq, mv[:n], hl)
+                continue
             plen = n - hl
             if plen != full and not (seq == npk - 1 and 0 < plen < full and plen % VALUE_BYTES == 0):
                 self._drop("payload", f"{plen} payload bytes in packet {seq} of {npk}")
@@ -895,11 +1021,16 @@ class Transport:
             st.n_received += 1
             n_pk += 1
             n_by += plen
+            t = time.monotonic()
             if typ == TYPE_RETX:
                 st.retx += 1
-            elif st.requested is not None and st.requested[seq]:
-                self._late_original(st)
-            t = time.monotonic()
+            else:
+                st.n_orig += 1
+                st.orig_last_mono = t
+            if st.requested is not None and st.requested[seq]:
+                st.req_left -= 1
+                if typ != TYPE_RETX and not st.premature:
+                    self._late_original(st)
             if st.first_byte_us is None:
                 st.first_byte_us = now_us()
                 st.first_mono = t
@@ -908,7 +1039,7 @@ class Transport:
                 st.recv_us[seq] = time.time_ns() // 1000
             if seq == npk - 1:
                 st.last_len = plen // VALUE_BYTES
-            if st.probe is not None and st.n_received == st.n_pkts:
+            if st.probe_round and st.desc is not None and self._round_complete(st):
                 self._answer(st)
         self.totals["pkts_rcvd"] += n_pk
         self.totals["bytes_rcvd"] += n_by
@@ -932,16 +1063,41 @@ class Transport:
 
     # control: receiver side -----------------------------------------------------------------------
 
-    def _on_probe(self, conn: _Conn, msg: C.Control) -> None:
-        if msg.dst_rank != self.cfg.rank:
-            self._drop("control.dst_rank", f"addressed to rank {msg.dst_rank}, this is {self.cfg.rank}")
+    def _on_probe_packet(self, key, n_pkts: int, seq: int, frame, hl: int) -> None:
+        """An in-band PROBE: answer it now if its round is complete, else once the message is quiet."""
+        try:
+            probe = unpack_probe(frame, hl)
+        except MalformedPacket as e:
+            self._drop(e.field, e.detail)
             return
-        key = msg.key
-        if key in self._finished:  # repeated PROBE / FORCE_STOP of a finished message: same answer
-            self._send_frame(conn, self._finished[key])
+        if seq:
+            self._drop("probe.seq", f"PROBE with seq {seq}")
             return
-        if msg.src_rank not in self.peers:
-            self._drop("control.src_rank", f"unknown sender rank {msg.src_rank}")
+        if key in self._finished:  # a re-probe that crossed our STOP: the STOP is on its way (TCP)
+            self.totals["dup_probes"] += 1
+            return
+        st = self._rx.get(key)
+        if st is None:
+            st = self._new_rx(key, n_pkts)
+            if st is None:
+                return
+        elif st.n_pkts != n_pkts:
+            self._drop("n_pkts", f"{n_pkts}, message has {st.n_pkts}")
+            return
+        if probe.round <= st.answered or probe.round == st.probe_round:
+            self.totals["dup_probes"] += 1  # a re-probe of a round already answered or waiting
+            return
+        st.rounds = max(st.rounds, probe.round)
+        st.probe_round, st.probe_attempt = probe.round, probe.attempt
+        st.probe_mono = time.monotonic()
+        self._try_answer(st, st.probe_mono)
+
+    def _on_describe(self, conn: _Conn, msg: C.Control) -> None:
+        key = self._control_key(msg)
+        if key is None:
+            return
+        if key in self._finished:
+            self._drop("control.late", f"DESCRIBE of a finished message {_key_text(key)}")
             return
         st = self._rx.get(key)
         if st is None:
@@ -951,39 +1107,64 @@ class Transport:
         if st.n_pkts != msg.n_pkts:
             self._drop("control.n_pkts", f"{msg.n_pkts}, message has {st.n_pkts}")
             return
-        if msg.type == C.PROBE:
-            if -(-msg.n_values // self.vpp) != msg.n_pkts or (
-                    st.last_len >= 0 and (msg.n_pkts - 1) * self.vpp + st.last_len != msg.n_values):
-                self._drop("control.n_values", f"{msg.n_values} values do not fit {msg.n_pkts} packets")
-                return
-            st.rounds = max(st.rounds, msg.round)
-            st.probe, st.probe_conn, st.last = msg, conn, msg
-            st.probe_mono = time.monotonic()
-            if st.n_received == st.n_pkts or self._quiet_enough(st, st.probe_mono):
-                self._answer(st)
-            else:
-                self._pending_probe.add(key)
-        else:  # FORCE_STOP
-            st.rounds = max(st.rounds, msg.round)
-            if st.last is None:
-                self._drop("control.sequence", "FORCE_STOP before any PROBE")
-                return
-            self._finish_rx(st, forced=True, conn=conn)
+        if -(-msg.n_values // self.vpp) != msg.n_pkts or (
+                st.last_len >= 0 and (msg.n_pkts - 1) * self.vpp + st.last_len != msg.n_values):
+            self._drop("control.n_values", f"{msg.n_values} values do not fit {msg.n_pkts} packets")
+            return
+        st.desc, st.conn = msg, conn
+        if st.probe_round:  # the PROBE came first (the DESCRIBE was delayed)
+            self._try_answer(st, time.monotonic())
+
+    def _on_force(self, conn: _Conn, msg: C.Control) -> None:
+        key = self._control_key(msg)
+        if key is None:
+            return
+        fin = self._finished.get(key)
+        if fin is not None:  # FORCE_STOP crossed our STOP: same answer
+            self._send_frame(conn, fin)
+            return
+        st = self._rx.get(key)
+        if st is None or st.desc is None or st.n_pkts != msg.n_pkts:
+            self._drop("control.sequence", f"FORCE_STOP for no described message {_key_text(key)}")
+            return
+        st.rounds = max(st.rounds, msg.round)
+        self._finish_rx(st, forced=True, conn=conn)
+
+    def _control_key(self, msg: C.Control):
+        """The message key of a control message addressed to this endpoint, or None (counted)."""
+        if msg.dst_rank != self.cfg.rank:
+            self._drop("control.dst_rank", f"addressed to rank {msg.dst_rank}, this is {self.cfg.rank}")
+            return None
+        if msg.src_rank not in self.peers:
+            self._drop("control.src_rank", f"unknown sender rank {msg.src_rank}")
+            return None
+        return msg.key
+
+    def _round_complete(self, st: _Rx) -> bool:
+        """Every packet of the PROBE's round is in: nothing the answer could wait for."""
+        return st.n_received == st.n_pkts or (st.requested is not None and st.req_left <= 0)
+
+    def _try_answer(self, st: _Rx, now: float) -> None:
+        if st.desc is not None and (self._round_complete(st) or self._quiet_enough(st, now)):
+            self._answer(st)
+        else:
+            self._pending_probe.add(st.key)
 
     def _quiet_enough(self, st: _Rx, now: float) -> bool:
-        """True when a PROBE may be answered: neither data of this message nor the PROBE itself
-        arrived for the source's quiet time (or three mean packet gaps of this message, if its
-        packets arrive slower than that)."""
-        gap = (st.last_mono - st.first_mono) / max(1, st.n_received - 1) if st.n_received > 1 else 0.0
+        """True when a PROBE whose round is incomplete may be answered: neither data of this message
+        nor the PROBE itself arrived for the source's quiet time (or three mean gaps between the
+        message's original packets, if they arrive slower than that). On one path the PROBE comes
+        after its round's data, so the wait only covers data of slower paths (per-packet spraying)."""
+        n = st.n_orig
+        gap = (st.orig_last_mono - st.first_mono) / (n - 1) if n > 1 else 0.0
         quiet = min(QUIET_MAX_S, max(self._quiet_s.get(st.key[0], self._quiet_floor), 3 * gap))
-        # from the PROBE as well: retransmissions were sent just before it
         return now - max(st.last_mono, st.probe_mono) >= quiet
 
     def _late_original(self, st: _Rx) -> None:
         """A packet asked for in a BITMAP arrived as an original, not as RETX: it was in flight
-        (queued behind higher priorities, or on a slower path), so this source's quiet time was too
-        short. Double it, once per BITMAP, like an RTO backing off."""
-        st.requested = None
+        (on a slower path), so this source's quiet time was too short. Double it, once per BITMAP,
+        like an RTO backing off."""
+        st.premature = True
         st.late += 1
         src = st.key[0]
         q = self._quiet_s.get(src, self._quiet_floor)
@@ -994,9 +1175,9 @@ class Transport:
         now = time.monotonic()
         for key in list(self._pending_probe):
             st = self._rx.get(key)
-            if st is None or st.probe is None:
+            if st is None or not st.probe_round:
                 self._pending_probe.discard(key)
-            elif st.n_received == st.n_pkts or self._quiet_enough(st, now):
+            elif st.desc is not None and (self._round_complete(st) or self._quiet_enough(st, now)):
                 self._answer(st)
 
     def _allowed_loss(self, st: _Rx, budget_ppm: int) -> int:
@@ -1007,15 +1188,15 @@ class Transport:
         return max(0, min(allowed, cap))
 
     def _answer(self, st: _Rx) -> None:
-        """Answer the pending PROBE of `st`: STOP or BITMAP."""
+        """Answer the pending PROBE of `st` (its DESCRIBE is in): STOP or BITMAP."""
         self._pending_probe.discard(st.key)
-        probe, conn = st.probe, st.probe_conn
+        desc, conn = st.desc, st.conn
         recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
         missing = ~recvd
         n_missing = int(missing.sum())
-        prot = missing & (probe.drop_prec == 0)
+        prot = missing & (desc.drop_prec == 0)
         n_prot = int(prot.sum())
-        allowed = self._allowed_loss(st, probe.budget_ppm)
+        allowed = self._allowed_loss(st, desc.budget_ppm)
         if n_prot == 0 and n_missing <= allowed:
             self._finish_rx(st, forced=False, conn=conn)
             return
@@ -1025,13 +1206,17 @@ class Transport:
         unprot = np.flatnonzero(missing & ~prot)
         excess = len(unprot) - allowed
         if excess > 0:
-            pick = unprot[np.argsort(probe.drop_prec[unprot], kind="stable")[:excess]]
+            pick = unprot[np.argsort(desc.drop_prec[unprot], kind="stable")[:excess]]
             request[pick] = True
-        st.probe = None
+        rnd = st.probe_round
+        st.answered, st.probe_round = rnd, 0
         st.requested = bytearray(request.astype(np.uint8).tobytes())
+        st.req_left = int(request.sum())
+        st.premature = False
         self._send_frame(conn, C.encode(C.Control(
             C.BITMAP, self.cfg.job_id, st.key[0], self.cfg.rank, st.key[2], st.key[1], st.key[3], st.n_pkts,
-            round=probe.round, missing=n_missing, protected_missing=n_prot, requested=request)))
+            round=rnd, attempt=st.probe_attempt, held_us=_held_us(st), missing=n_missing,
+            protected_missing=n_prot, requested=request)))
 
     def _send_frame(self, conn: _Conn, frame: bytes) -> None:
         if conn.send(frame):
@@ -1039,14 +1224,15 @@ class Transport:
         self.totals["ctrl_sent"] += 1
 
     def _finish_rx(self, st: _Rx, forced: bool, conn: _Conn) -> None:
-        probe = st.last
+        probe = st.desc
         recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
         lost = int(st.n_pkts - st.n_received)
         prot_lost = int((~recvd & (probe.drop_prec == 0)).sum())
         key = st.key
         stop = C.encode(C.Control(C.STOP, self.cfg.job_id, key[0], self.cfg.rank, key[2], key[1], key[3],
                                   st.n_pkts, round=st.rounds, lost_pkts=lost, protected_lost=prot_lost,
-                                  forced=forced))
+                                  forced=forced, attempt=C.NO_ATTEMPT if forced else st.probe_attempt,
+                                  held_us=0 if forced else _held_us(st)))
         self._send_frame(conn, stop)
         done_us = now_us()
         acc = self._iter_loss.setdefault((key[0], key[1]), [0, 0])
@@ -1090,11 +1276,15 @@ class Transport:
         key = (msg.dst_rank, msg.iter, msg.phase, msg.msg_id)
         st = self._tx.get(key)
         if st is None and msg.type == C.STOP:
-            self.drops["control.late"] += 1  # a second STOP (PROBE and FORCE_STOP crossed): harmless
+            self.drops["control.late"] += 1  # a second STOP (a re-probe or FORCE_STOP crossed it): harmless
             return
         if st is None or st.n_pkts != msg.n_pkts:
             self._drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} for no message in flight {_key_text(key)}")
             return
+        times = st.probe_times  # (the send thread replaces the list when the next round starts)
+        if st.state == "probing" and msg.round == st.rounds and msg.attempt < len(times):
+            rtt = time.monotonic() - times[msg.attempt] - msg.held_us / 1e6
+            self._rtt_sample(st.dst, max(rtt, 0.0))
         if msg.type == C.STOP:
             self._finish_tx(st, msg.lost_pkts, msg.protected_lost, msg.forced)
             return

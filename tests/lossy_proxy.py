@@ -1,15 +1,20 @@
-"""A proxy for transport tests: forwards DLCP datagrams to a target, dropping, duplicating, reordering
-and delaying them as told, and relays the control connection. Real sockets on 127.0.0.1, no root.
+"""A proxy for transport tests: forwards DLCP datagrams (data and in-band PROBEs) to a target,
+dropping, duplicating, reordering, delaying and queueing them as told, and relays the control
+connection. Real sockets on 127.0.0.1, no root.
 
-Ordering: before relaying control bytes toward the receiver, the proxy forwards every datagram it
-has received (loopback delivery is synchronous, so everything the sender sent before its PROBE is
-already in the proxy's socket). A PROBE therefore never overtakes data here unless `hold_ms` says
-so; the tests' packet counts then do not depend on thread scheduling.
+Ordering: before relaying control bytes toward the receiver, the proxy takes in every datagram it
+has received (loopback delivery is synchronous, so everything the sender sent before a control
+message is already in the proxy's socket) and forwards it unless a delay line or queue holds it.
+Control bytes are never held: like priority-7 control traffic they overtake queued data.
+
+`rate_pps` turns the proxy into a slow switch port: datagrams wait in 8 FIFO queues by their DLCP
+priority and leave at `rate_pps`, highest priority first (strict priority, as the built-in switch).
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
 import selectors
 import socket
 import threading
@@ -31,22 +36,37 @@ class Pkt:
     phase: int
     src: int
     protected: bool
-    transmission: int  # 0 = first time this proxy sees this (src, iter, phase, msg, seq)
+    transmission: int  # 0 = first time this proxy sees this (src, iter, phase, msg, seq) (PROBEs apart)
+    prio: int = 0
+
+    @property
+    def probe(self) -> bool:
+        return self.type == H.TYPE_PROBE
 
 
 class LossyProxy:
-    """`drop(pkt) -> bool` decides per packet; `loss` adds seeded random loss, `dup` duplicates a
-    fraction, `reorder` shuffles windows of that many packets, `hold_ms` delays every packet (a
-    queue that the control channel overtakes)."""
+    """`drop(pkt) -> bool` decides per data packet and `drop_probe(pkt) -> bool` per PROBE; `loss`
+    adds seeded random loss (data and PROBEs), `dup` duplicates a fraction, `reorder` shuffles windows
+    of that many packets, `hold_ms` delays every packet (a queue that the control channel overtakes),
+    `data_lag_ms` delays data packets but not PROBEs (data sprayed onto a slower path), `rate_pps`
+    queues them by priority (a slow strict-priority port)."""
 
     def __init__(self, target: tuple[str, int], control_target: tuple[str, int] | None = None, drop=None,
-                 loss: float = 0.0, dup: float = 0.0, reorder: int = 0, seed: int = 0, hold_ms: float = 0.0):
+                 loss: float = 0.0, dup: float = 0.0, reorder: int = 0, seed: int = 0, hold_ms: float = 0.0,
+                 drop_probe=None, data_lag_ms: float = 0.0, rate_pps: float = 0.0):
         self.target = target
         self.control_target = control_target
         self.drop = drop
+        self.drop_probe = drop_probe
         self.loss, self.dup, self.reorder = loss, dup, reorder
         self.hold_s = hold_ms / 1e3
-        self.held: collections.deque = collections.deque()
+        self.lag_s = data_lag_ms / 1e3
+        self.held: list = []  # heap of (due, n, datagram)
+        self._n_held = 0
+        self.rate_pps = rate_pps
+        self.queues = [collections.deque() for _ in range(8)]
+        self._next_tx = 0.0
+        self.arrivals: list[Pkt] = []  # what left the proxy toward the target, in order (rate_pps only)
         self.window: list[bytes] = []
         self.rng = np.random.default_rng(seed)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -78,14 +98,16 @@ class LossyProxy:
         if len(data) < H.HEADER_LEN:
             return None
         vt, pdp, _, src, it, msg, _, _, flags, seq, n_pkts, _ = H.HEADER.unpack_from(data)
-        k = (src, it, pdp & 7, msg, seq)
+        probe = vt & 15 == H.TYPE_PROBE
+        k = (src, it, pdp & 7, msg, seq, probe)
         t = self.seen.get(k, 0)
         self.seen[k] = t + 1
-        return Pkt(vt & 15, seq, n_pkts, msg, it, pdp & 7, src, bool(flags & H.FLAG_PROTECTED), t)
+        return Pkt(vt & 15, seq, n_pkts, msg, it, pdp & 7, src, bool(flags & H.FLAG_PROTECTED), t, pdp >> 5)
 
     def _run(self) -> None:
         while not self._stop:
-            for key, _ in self.sel.select(0.002):
+            busy = self.held or any(self.queues)
+            for key, _ in self.sel.select(0.0005 if busy else 0.002):
                 kind, peer = key.data
                 if kind == "udp":
                     self._drain_udp()
@@ -103,33 +125,55 @@ class LossyProxy:
             except BlockingIOError:
                 break
             p = self._classify(data)
-            if p is not None and ((self.drop is not None and self.drop(p)) or
-                                  (self.loss and self.rng.random() < self.loss)):
+            rule = None if p is None else (self.drop_probe if p.probe else self.drop)
+            if p is not None and ((rule is not None and rule(p)) or (self.loss and self.rng.random() < self.loss)):
                 self.dropped.append(p)
                 continue
             copies = 2 if self.dup and self.rng.random() < self.dup else 1
             self.duplicated += copies - 1
-            self.window.extend([data] * copies)
+            self.window.extend([(data, p)] * copies)
             if len(self.window) >= max(1, self.reorder):
                 self._flush()
 
     def _flush(self) -> None:
         if self.reorder > 1:
             self.rng.shuffle(self.window)
-        if self.hold_s:
-            due = time.monotonic() + self.hold_s
-            self.held.extend((due, d) for d in self.window)
-        else:
-            for d in self.window:
-                self.out.sendto(d, self.target)
-                self.forwarded += 1
+        now = time.monotonic()
+        for d, p in self.window:
+            delay = self.hold_s + (self.lag_s if p is not None and not p.probe else 0.0)
+            if delay:
+                self._n_held += 1
+                heapq.heappush(self.held, (now + delay, self._n_held, d, p))
+            else:
+                self._enqueue(d, p)
         self.window.clear()
+
+    def _enqueue(self, d: bytes, p: Pkt | None) -> None:
+        if self.rate_pps:
+            self.queues[p.prio if p is not None else 0].append((d, p))
+        else:
+            self.out.sendto(d, self.target)
+            self.forwarded += 1
 
     def _release(self) -> None:
         now = time.monotonic()
         while self.held and self.held[0][0] <= now:
-            self.out.sendto(self.held.popleft()[1], self.target)
+            _, _, d, p = heapq.heappop(self.held)
+            self._enqueue(d, p)
+        if not self.rate_pps:
+            return
+        if now - self._next_tx > 0.002:
+            self._next_tx = now  # an idle port earns no credit
+        while self._next_tx <= now:
+            q = next((q for q in reversed(self.queues) if q), None)
+            if q is None:
+                return
+            d, p = q.popleft()
+            self.out.sendto(d, self.target)
             self.forwarded += 1
+            if p is not None:
+                self.arrivals.append(p)
+            self._next_tx += 1.0 / self.rate_pps
 
     def _accept(self) -> None:
         try:

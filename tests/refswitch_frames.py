@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dlcp import p4names as P
-from dlcp.header import DATA_PORT, FLAG_TELEMETRY, DlcpHeader, tos_of
+from dlcp.header import DATA_PORT, FLAG_TELEMETRY, DlcpHeader, Probe, pack_probe, probe_header, tos_of
 
 
 def dlcp_frame(dst="10.0.0.2", src="10.0.0.1", prio=1, drop_prec=0, ttl=64, sport=40000, payload=64,
@@ -19,6 +19,17 @@ def dlcp_frame(dst="10.0.0.2", src="10.0.0.1", prio=1, drop_prec=0, ttl=64, spor
     pkt = (Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:fe")
            / IP(src=src, dst=dst, ttl=ttl, tos=tos_of(prio, drop_prec) if tos is None else tos) / udp / Raw(body))
     return bytes(pkt)
+
+
+def probe_frame(dst="10.0.0.2", src="10.0.0.1", prio=1, ttl=64, sport=40000, round=1, n_pkts=9) -> bytes:
+    """An in-band PROBE (DLCP type PROBE, drop precedence 0, PROTECTED) as the transport sends it."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    body = pack_probe(probe_header(DlcpHeader(n_pkts=n_pkts, msg_id=3), prio), Probe(round, 0, n_pkts))
+    return bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:fe")
+                 / IP(src=src, dst=dst, ttl=ttl, tos=tos_of(prio, 0)) / UDP(sport=sport, dport=DATA_PORT) / Raw(body))
 
 
 def udp_frame(dst="10.0.0.2", src="10.0.0.1", sport=5000, dport=6000, tos=0, ttl=64, payload=32) -> bytes:

@@ -119,3 +119,27 @@ def test_scapy_binds_udp_port_and_telemetry():
     tel = H.unpack_telemetry(bytes(parsed[DLCP]))
     assert (tel.hops, tel.max_enq_qdepth) == (2, 17)
     assert H.payload_offset(H.FLAG_TELEMETRY) == 32 and H.payload_offset(0) == 24
+
+
+def test_probe_packet_roundtrip_and_scapy():
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    data = H.DlcpHeader(type=H.TYPE_DATA, prio=5, drop_prec=3, phase=H.PHASE_PULL, job_id=2, src_rank=4, iter=9,
+                        msg_id=11, layer_id=6, seq=7, n_pkts=40, offset=7 * 350)
+    head = H.probe_header(data, prio=2)
+    frame = H.pack_probe(head, H.Probe(round=3, attempt=1, round_pkts=12))
+    assert len(frame) == H.HEADER_LEN + H.PROBE_LEN == 32
+    h = H.unpack_from(frame)
+    assert (h.type, h.prio, h.drop_prec, h.phase, h.src_rank, h.iter, h.msg_id, h.layer_id, h.seq, h.offset,
+            h.n_pkts, h.flags) == (H.TYPE_PROBE, 2, 0, H.PHASE_PULL, 4, 9, 11, 6, 0, 0, 40, H.FLAG_PROTECTED)
+    assert H.unpack_probe(frame) == H.Probe(3, 1, 12)
+    with pytest.raises(H.MalformedPacket, match="probe.length"):
+        H.unpack_probe(frame + b"x")
+    with pytest.raises(H.MalformedPacket, match="probe.round"):
+        H.unpack_probe(frame[:24] + bytes(8))
+    DLCP, _ = H.scapy_layers()
+    Probe = H.scapy_probe_layer()
+    pkt = Ether(bytes(Ether() / IP() / UDP(sport=1, dport=H.DATA_PORT) / frame))
+    assert pkt[DLCP].type == H.TYPE_PROBE and pkt[DLCP].sprintf("%DLCP.type%") == "PROBE"
+    assert (pkt[Probe].round, pkt[Probe].attempt, pkt[Probe].round_pkts) == (3, 1, 12)
+    assert [n for n, _ in H.PROBE_FIELD_BITS] == [f.name for f in Probe.fields_desc]

@@ -10,7 +10,7 @@ import pytest
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.runtime import parse_runtime
 
-from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
+from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from emulation.refswitch.switch import load_fastpath
 
@@ -33,6 +33,7 @@ def frames(rng: random.Random, n: int):
     base = [dlcp_frame(prio=p, drop_prec=d, dst=f"10.0.0.{rng.randrange(1, 6)}", ttl=rng.choice([0, 1, 2, 64]),
                        telemetry=rng.random() < 0.3, sport=rng.randrange(65536))
             for p in range(8) for d in range(4)]
+    base += [probe_frame(prio=p, dst=f"10.0.0.{rng.randrange(1, 6)}", sport=rng.randrange(65536)) for p in range(8)]
     base += [udp_frame(dst=f"10.0.0.{rng.randrange(1, 6)}", sport=rng.randrange(65536), tos=rng.randrange(256))
              for _ in range(16)]
     for i in range(n):

@@ -13,7 +13,7 @@ from emulation.refswitch.hashing import crc16, five_tuple_bytes
 from emulation.refswitch.pipeline import Pipeline, stamp_telemetry
 from emulation.refswitch.runtime import RuntimeFileError, parse_runtime
 
-from refswitch_frames import dlcp_frame, entry, runtime_doc, udp_frame
+from refswitch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
 
 
 def pipeline(**kw) -> Pipeline:
@@ -171,6 +171,23 @@ def test_classify_dlcp_dscp_and_default():
     assert p.ingress(bytearray(dlcp_frame(prio=5, drop_prec=2, tos=0)), 1)[1:3] == (5, 2)   # from the DLCP header
     assert p.ingress(bytearray(udp_frame(tos=(6 << 5) | (3 << 3))), 1)[1:3] == (6, 3)        # from DSCP
     assert pipeline(classify=False).ingress(bytearray(dlcp_frame(prio=5, drop_prec=2)), 1)[1:3] == (0, 0)  # fifo
+
+
+def test_in_band_probe_is_a_dlcp_packet():
+    # parsed as DLCP (the parser checks the version only), classified by its prio / drop_prec
+    # whatever the DSCP says, sprayed like data; drop precedence 0: only tail-dropped
+    p = pipeline(routes={"10.0.0.2/32": [1, 2, 3, 4]}, lb_mode="spray_rr", thresholds=(2, 1, 1, 1))
+    f = bytearray(probe_frame(prio=3))
+    f[15] = 0  # DSCP 0: classification must come from the DLCP header
+    ports = []
+    for _ in range(4):
+        port, qid, color, _ = p.ingress(bytearray(f), 1)
+        ports.append(port)
+        assert (qid, color) == (3, 0)
+    assert ports == [1, 2, 3, 4]
+    p = pipeline(thresholds=(2, 1, 1, 1))
+    assert [p.ingress(bytearray(probe_frame(prio=1)), 1) is not None for _ in range(3)] == [True, True, False]
+    assert p.counters()["tail_pkts"][(2 * 8 + 1) * 4 + 0] == 1  # port 2, queue 1, color 0: a tail drop
 
 
 def test_admission_early_and_tail_drops():

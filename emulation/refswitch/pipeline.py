@@ -39,6 +39,7 @@ _CACHE_MAX = 1 << 16
 
 _U16 = struct.Struct("!H")
 _TEL = struct.Struct("!BxHI")
+_TEL_QD_TOTAL = struct.Struct("!HI")
 
 
 def _fold(x: int) -> int:
@@ -294,7 +295,8 @@ def stamp_telemetry(f: bytearray, tel: int, enq_qdepth: int, deq_timedelta_us: i
     hops = (hops + 1) & 0xFF
     qd = max(qd, min(enq_qdepth, 0xFFFF))
     total = (total + deq_timedelta_us) & 0xFFFFFFFF
-    _TEL.pack_into(f, tel, hops, qd, total)
+    f[tel] = hops  # the reserved byte stays as it came (the P4 program never writes it)
+    _TEL_QD_TOTAL.pack_into(f, tel + 2, qd, total)
     csum = (f[UDP_CSUM] << 8) | f[UDP_CSUM + 1]
     if csum == 0 or csum_partial:
         return
