@@ -147,7 +147,7 @@ SCHEMA = Section({
         "rate_mbps": Field((int, float), 20, min=0.01, doc="UDP sending rate (during on-periods)"),
         "on_ms": Field((int, float), 50, min=1, doc="udp_onoff: burst length"),
         "off_ms": Field((int, float), 50, min=0, doc="udp_onoff: silence between bursts"),
-        "start_s": Field((int, float), 0, min=0, doc="start after the agents start"),
+        "start_s": Field((int, float), 0, min=0, doc="start this long after every worker finished its first iteration"),
         "stop_s": Field((int, float), 0, min=0, doc="0 = until the workload ends"),
         "dscp": Field(int, 0, min=0, max=63, doc="0 = background priority"),
         "packet_bytes": Field(int, 1400, min=64, max=1472, doc="UDP payload bytes"),

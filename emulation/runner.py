@@ -201,6 +201,7 @@ class Experiment:
         self.spec = topospec.from_config(cfg)
         self.net = None
         self.shell_pids: list[int] = []
+        self.pending_background: list[tuple[str, str, dict]] = []
         self.agents: list[tuple[str, str, subprocess.Popen, Path]] = []  # host, role, process, log
 
     def prepare(self) -> None:
@@ -239,11 +240,22 @@ class Experiment:
         self.agents.append((host, role, p, log))
 
     def start_agents(self) -> None:
+        """Sinks, the PS and the workers; background senders wait for start_background."""
         configs = agent_configs(self.cfg, self.spec, self.run_dir)
-        # sinks and the PS first, so senders find their peers listening
-        order = {"ps": 1, "worker": 2, "background": 3}
-        for host, role, acfg in sorted(configs, key=lambda c: 0 if c[1].startswith("sink") else order[c[1]]):
+        order = {"ps": 1, "worker": 2}  # sinks and the PS first, so senders find peers listening
+        for host, role, acfg in sorted(configs, key=lambda c: 0 if c[1].startswith("sink") else order.get(c[1], 3)):
+            if role == "background":
+                self.pending_background.append((host, role, acfg))
+            else:
+                self.start_agent(host, role, acfg)
+
+    def start_background(self) -> None:
+        """Background traffic starts once every worker finished its first iteration: by then every
+        control connection is up, so a SYN lost in a full queue (a 1 s kernel timeout) cannot
+        masquerade as a slow first iteration. `start_s` counts from here."""
+        for host, role, acfg in self.pending_background:
             self.start_agent(host, role, acfg)
+        self.pending_background = []
 
     def workload_agents(self):
         return [a for a in self.agents if a[1] in ("worker", "ps")]
@@ -260,6 +272,8 @@ class Experiment:
                     raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{log_tail(log)}")
             done = {h: read_progress(self.run_dir, h).get("iter", 0)
                     for h, r, _, _ in self.agents if r == "worker"}
+            if self.pending_background and min(done.values()) >= 1:
+                self.start_background()
             progress.show(progress_line(done, iters, time.monotonic() - start))
             if all(p.poll() is not None for _, _, p, _ in self.workload_agents()):
                 return

@@ -80,7 +80,7 @@ def agent(role, cfg_path):
     (lambda c: c["ports"].update(data=70000), "ports.data: 70000 is not a port number"),
     (lambda c: c["dlcp"].update(loss_budget=2), "dlcp.loss_budget: 2 is not a fraction"),
     (lambda c: c["dlcp"].update(ring_budget="never"), "dlcp.ring_budget: 'never'"),
-    (lambda c: c["workload"].update(model="gpt5"), "workload.model: 'gpt5' is not available"),
+    (lambda c: c["workload"].update(model="gpt5"), "workload.model: 'gpt5' is not one of synthetic, mlp, cnn, resnet"),
     (lambda c: c.update(ip="10.0.0.300"), "ip: '10.0.0.300' is not an IPv4 address"),
 ])
 def test_bad_config_is_one_line_error(tmp_path, change, message):
