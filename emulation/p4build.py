@@ -104,17 +104,20 @@ def build(out_dir: Path = BUILD_DIR, data_port: int = DATA_PORT, p4c: str | None
     return result
 
 
-def ensure_built(out_dir: Path = BUILD_DIR, data_port: int = DATA_PORT) -> Build:
-    """The current build, compiling first if the sources or the data port changed."""
+def ensure_built(out_dir: Path = BUILD_DIR, data_port: int | None = None) -> Build:
+    """The current build, compiling first if the sources or the data port changed.
+
+    `data_port=None` keeps the data port of the existing build (default DATA_PORT)."""
     stamp = out_dir / "build.json"
     try:
         info = json.loads(stamp.read_text())
+        data_port = info["data_port"] if data_port is None else data_port
         if (info["sources"] == sources_digest() and info["data_port"] == data_port
                 and (out_dir / "dlcp.json").is_file() and (out_dir / "dlcp.p4info.txtpb").is_file()):
             return Build(out_dir / "dlcp.json", out_dir / "dlcp.p4info.txtpb", info["p4c_version"], data_port)
     except (OSError, ValueError, KeyError):
         pass
-    return build(out_dir, data_port)
+    return build(out_dir, DATA_PORT if data_port is None else data_port)
 
 
 def main(args: argparse.Namespace) -> int:

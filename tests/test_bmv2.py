@@ -1,0 +1,193 @@
+"""p4/dlcp.p4 on a real simple_switch_grpc (root + bmv2): forwarding and counters, the priority
+numbering and queue rates of bmv2, early drop by precedence, spray vs per-flow load balancing,
+queue telemetry, and the start-up errors. Each test starts its own switch on its own veth pairs."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from dlcp import p4names as pn
+from dlcp.runtime import Route, SwitchConfig, Thresholds
+
+pytestmark = [pytest.mark.bmv2, pytest.mark.root]
+
+pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
+
+from bmv2_rig import PREFIX, SENDER, bmv2_rig, host_ip, host_mac  # noqa: E402
+from emulation import bmv2switch, veth  # noqa: E402
+from frames import dlcp_frame, flow_member, udp_frame  # noqa: E402
+
+SRC = host_ip(SENDER)
+
+
+def test_forwarding_rewrites_headers_and_counters_match(tmp_path):
+    with bmv2_rig(tmp_path, 3, SwitchConfig(policy="dlcp")) as rig:
+        dl = [dlcp_frame(SRC, host_ip(2), prio=6, drop_prec=1, seq=i) for i in range(5)]
+        other = [udp_frame(SRC, host_ip(3), 5000, 5001, bytes(100), dscp=(2 << 3) | (1 << 1)) for _ in range(3)]
+        bad = [
+            udp_frame(SRC, host_ip(2), 5000, 5001, b"x", ttl=1),                       # ttl_expired
+            bytes.fromhex("ffffffffffff000000000001 0806".replace(" ", "")) + bytes(28),  # ARP: not_ipv4
+            dlcp_frame(SRC, host_ip(2), ver=2),                                          # parser_error
+            dlcp_frame(SRC, host_ip(2))[:50],                                            # short: parser_error
+            udp_frame(SRC, "10.9.9.9", 5000, 5001, b"x"),                                # no_route
+        ]
+        rig.send(dl + other + bad)
+        got = rig.collect([1, 2, 3], want=8)
+        assert (len(got[1]), len(got[2]), len(got[3])) == (0, 5, 3)
+        for _, p in got[2] + got[3]:
+            assert p.ttl == 63 and p.ip_ok and p.udp_ok
+            assert p.src_mac == "00:00:00:00:00:bb"  # the old destination MAC
+        assert {p.dst_mac for _, p in got[2]} == {host_mac(2)} and {p.dst_mac for _, p in got[3]} == {host_mac(3)}
+        assert [p.dlcp.seq for _, p in got[2]] == list(range(5))
+
+        dump = rig.counters()
+        assert dump["queues"] == [
+            {"port": 2, "qid": 6, "color": 1, "admitted_pkts": 5, "admitted_bytes": 5 * len(dl[0]),
+             "early_drop_pkts": 0, "early_drop_bytes": 0, "tail_drop_pkts": 0, "tail_drop_bytes": 0},
+            {"port": 3, "qid": 2, "color": 1, "admitted_pkts": 3, "admitted_bytes": 3 * len(other[0]),
+             "early_drop_pkts": 0, "early_drop_bytes": 0, "tail_drop_pkts": 0, "tail_drop_bytes": 0},
+        ]
+        assert dump["drops"] == {"parser_error": 2, "not_ipv4": 1, "no_route": 1, "ttl_expired": 1}
+
+
+def test_fifo_policy_puts_everything_in_queue_0(tmp_path):
+    with bmv2_rig(tmp_path, 2, SwitchConfig(policy="fifo")) as rig:
+        rig.send([dlcp_frame(SRC, host_ip(2), prio=6, drop_prec=3) for _ in range(4)])
+        assert len(rig.collect([2], want=4)[2]) == 4
+        assert [(q["port"], q["qid"], q["color"], q["admitted_pkts"]) for q in rig.counters()["queues"]] == \
+            [(2, 0, 0, 4)]
+
+
+def test_priority_queues_pin_bmv2_numbering_and_rates(tmp_path):
+    """bmv2 facts the pipeline relies on (docs/pipeline.md, Queues):
+    - standard_metadata.priority 7 is served first;
+    - Thrift's per-priority queue calls address the same numbering;
+    - rates apply per priority queue, not per port."""
+    with bmv2_rig(tmp_path, 4, SwitchConfig(policy="dlcp")) as rig, rig.thrift() as th:
+        # (a) Port 2's queues are created by this call, all with the same last-sent time, so the
+        # first packet of every priority becomes due at the same instant (t + 0.5 s): the switch
+        # then serves them in priority order although they were sent lowest first.
+        th.set_queue_rate(2, 2)
+        rig.send([dlcp_frame(SRC, host_ip(2), prio=p, seq=r) for r in range(2) for p in (0, 3, 7)])
+        order = [p.dlcp.prio for _, p in rig.collect([2], want=6, limit_s=5)[2]]
+        assert order == [7, 3, 0, 7, 3, 0]
+
+        # (b) Only priority 7 of port 3 is slowed down (4 packets/s); priority 0 passes at once.
+        th.set_queue_rate(3, 4, priority=7)
+        rig.send([dlcp_frame(SRC, host_ip(3), prio=p, seq=i) for i in range(6) for p in (7, 0)])
+        got = rig.collect([3], want=12, limit_s=5)[3]
+        t0 = got[0][0]
+        low = [t - t0 for t, p in got if p.dlcp.prio == 0]
+        high = [t - t0 for t, p in got if p.dlcp.prio == 7]
+        assert len(low) == len(high) == 6
+        assert max(low) < 0.3 and max(high) > 1.0
+
+        # (c) 20 packets/s on every queue of port 4: two busy priorities drain at 20 packets/s
+        # each, so 10 + 10 packets take about 0.5 s, not the 1 s a per-port rate would take.
+        th.set_queue_rate(4, 20)
+        rig.send([dlcp_frame(SRC, host_ip(4), prio=p, seq=i) for i in range(10) for p in (7, 0)])
+        got = rig.collect([4], want=20, limit_s=5)[4]
+        assert len(got) == 20
+        assert got[-1][0] - got[0][0] < 0.75
+
+
+def test_early_drop_of_droppable_packets_before_protected(tmp_path):
+    cfg = SwitchConfig(policy="dlcp", thresholds=Thresholds(qmax=24, k1=16, k2=12, k3=8))
+    with bmv2_rig(tmp_path, 2, cfg, port_opts={2: {"rate_pps": 50, "queue_depth_pkts": 64}}) as rig:
+        burst = [dlcp_frame(SRC, host_ip(2), prio=3, drop_prec=dp, seq=i)
+                 for i in range(24) for dp in (0, 3)]
+        rig.send(burst)
+        got = rig.collect([2], limit_s=5)[2]
+        rows = {q["color"]: q for q in rig.counters()["queues"] if (q["port"], q["qid"]) == (2, 3)}
+        protected, droppable = rows[0], rows[3]
+        # drop_prec 0 is never dropped early; only the full queue (qmax) drops it
+        assert protected["early_drop_pkts"] == 0
+        assert protected["admitted_pkts"] + protected["tail_drop_pkts"] == 24
+        assert protected["admitted_pkts"] >= 18
+        # drop_prec 3 goes once 8 packets wait
+        assert droppable["admitted_pkts"] + droppable["early_drop_pkts"] + droppable["tail_drop_pkts"] == 24
+        assert droppable["early_drop_pkts"] >= 16 and droppable["admitted_pkts"] <= 8
+        # what was admitted is what came out, and the occupancy went back to zero
+        assert sum(1 for _, p in got if p.dlcp.drop_prec == 0) == protected["admitted_pkts"]
+        assert sum(1 for _, p in got if p.dlcp.drop_prec == 3) == droppable["admitted_pkts"]
+        with rig.thrift() as th:
+            assert th.register_read(pn.OCCUPANCY, pn.occupancy_index(2, 3)) == 0
+
+
+def test_spray_spreads_one_dlcp_flow_while_other_flows_stay_on_one_path(tmp_path):
+    group = (2, 3, 4)
+    dst = "10.0.9.9"
+    routes = [Route(f"{host_ip(k)}/32", (k,)) for k in range(1, 5)] + [Route("10.0.9.0/24", group)]
+    with bmv2_rig(tmp_path, 4, SwitchConfig(policy="dlcp", lb_mode="spray_rr"), routes=routes) as rig:
+        def counts(frames, n):
+            rig.send(frames)
+            got = rig.collect(list(group), want=n, limit_s=10)
+            return {k: len(got[k]) for k in group}
+
+        def set_mode(mode):
+            rig.switch.p4rt.write_entries([{"table": pn.LB_CONFIG, "default_action": True,
+                                            "action_name": pn.SET_LB_MODE,
+                                            "action_params": {"mode": pn.LB_MODES[mode]}}])
+
+        one_flow = [dlcp_frame(SRC, dst, seq=i) for i in range(300)]
+        assert counts(one_flow, 300) == {2: 100, 3: 100, 4: 100}  # round-robin
+
+        udp = [udp_frame(SRC, dst, 40001, 5001, bytes(64)) for _ in range(60)]
+        tcp = [udp_frame(SRC, dst, 40002, 80, bytes(64), proto=6) for _ in range(60)]
+        for frames, proto, sport, dport in ((udp, 17, 40001, 5001), (tcp, 6, 40002, 80)):
+            member = group[flow_member(SRC, dst, proto, sport, dport, len(group))]
+            assert counts(frames, 60) == {k: (60 if k == member else 0) for k in group}, proto
+
+        set_mode("spray_random")
+        c = counts(one_flow, 300)
+        assert sum(c.values()) == 300 and min(c.values()) >= 60, c  # mean 100, sd 8
+
+        set_mode("per_flow")
+        member = group[flow_member(SRC, dst, 17, 40000, 9910, len(group))]
+        assert counts(one_flow[:60], 60) == {k: (60 if k == member else 0) for k in group}
+
+
+def test_telemetry_is_stamped_in_place_with_valid_checksums(tmp_path):
+    with bmv2_rig(tmp_path, 2, SwitchConfig(policy="dlcp"), port_opts={2: {"rate_pps": 100}}) as rig:
+        frames = [dlcp_frame(SRC, host_ip(2), prio=2, seq=i, telemetry=True) for i in range(10)]
+        frames.append(dlcp_frame(SRC, host_ip(2), prio=2, seq=10, telemetry=True, udp_checksum=False))
+        rig.send(frames)
+        got = [p for _, p in rig.collect([2], want=11, limit_s=5)[2]]
+        assert [p.dlcp.seq for p in got] == list(range(11))
+        assert all(p.length == len(frames[0]) for p in got)
+        assert all(p.telemetry.hops == 1 and p.udp_ok for p in got)
+        assert got[-1].udp_checksum == 0 and all(p.udp_checksum != 0 for p in got[:-1])
+        depths = [p.telemetry.max_enq_qdepth for p in got]
+        waits = [p.telemetry.sum_deq_timedelta_us for p in got]
+        assert depths[0] == 0 and depths[9] >= 5  # the queue built up behind the rate limit
+        assert waits[9] >= 40_000  # ~10 ms per packet ahead of it at 100 packets/s
+
+
+def test_busy_port_is_refused(tmp_path):
+    from dlcp.runtime import SwitchTopo, runtime_for
+    rt = runtime_for(SwitchTopo("s7", 7, (), ()), SwitchConfig())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(bmv2switch.SwitchStartError, match=rf"s7: TCP port {port} \(Thrift\) is busy"):
+            bmv2switch.start_bmv2("s7", rt, {}, tmp_path, thrift_port=port, grpc_port=port + 1)
+
+
+def test_failed_start_shows_command_and_log(tmp_path):
+    from dlcp.runtime import SwitchTopo, runtime_for
+    from fake_p4runtime import free_port
+    rt = runtime_for(SwitchTopo("s8", 8, (), ()), SwitchConfig())
+    missing = f"{PREFIX}nosuch"
+    with pytest.raises(bmv2switch.SwitchStartError) as e:
+        bmv2switch.start_bmv2("s8", rt, {1: missing}, tmp_path, grpc_port=free_port(), thrift_port=free_port(),
+                              timeout_s=10)
+    text = str(e.value)
+    assert text.startswith("s8: ") and f"-i 1@{missing}" in text and "log tail" in text
+    assert not [i for i in bmv2switch.procs.recorded() if i["name"] == "s8"]
+
+
+def test_veth_prefix_is_ours():
+    assert PREFIX.startswith("pf") and len(PREFIX) + 2 <= veth.IFNAMSIZ
