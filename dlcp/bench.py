@@ -16,6 +16,7 @@ from .tables import format_table
 # name -> ("module:function", summary). The function takes argv (list[str]) and returns an exit code.
 BENCHES = {
     "tagging": ("dlcp.bench:bench_tagging", "tag and packetise a large gradient (no root)"),
+    "bmv2": ("emulation.bmv2bench:bench_bmv2", "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
 }
 
 

@@ -191,3 +191,15 @@ def test_failed_start_shows_command_and_log(tmp_path):
 
 def test_veth_prefix_is_ours():
     assert PREFIX.startswith("pf") and len(PREFIX) + 2 <= veth.IFNAMSIZ
+
+
+def test_bench_bmv2_prints_its_figures():
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "dlcp.cli", "bench", "bmv2", "--seconds", "0.5", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["bmv2_kpps"] > 0 and result["direct_kpps"] > 0 and result["frame_bytes"] == 1466
+    assert "bmv2 p4/dlcp.p4" in out.stdout
