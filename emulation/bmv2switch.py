@@ -159,8 +159,7 @@ class Bmv2Process:
             if self.p4rt is not None:
                 self.p4rt.close()
                 self.p4rt = None
-            procs.stop_pid(self.pid)
-            self.popen.wait()
+            _terminate(self.popen)
             procs.forget(self.pid)
             if self._log is not None:
                 self._log.close()
@@ -170,6 +169,17 @@ class Bmv2Process:
         if self._log is not None:
             self._log.write(f"dlcp: {text}\n".encode())
             self._log.flush()
+
+
+def _terminate(popen: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`; reaped (procs.stop_pid would wait on our own zombie)."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
 
 
 def start_bmv2(name: str, runtime: Mapping[str, Any], interfaces: Mapping[int, str], run_dir: str | Path,
@@ -186,14 +196,14 @@ def start_bmv2(name: str, runtime: Mapping[str, Any], interfaces: Mapping[int, s
     if unknown:
         raise SwitchStartError(f"{name}: the runtime configures port(s) {unknown}, the switch has "
                                f"{sorted(interfaces)}")
+    for port, intf in sorted(interfaces.items()):
+        if not Path("/sys/class/net", intf).exists():
+            raise SwitchStartError(f"{name}: interface {intf} (port {port}) does not exist")
     for label, port in (("gRPC", grpc_port), ("Thrift", thrift_port)):
         if port_busy(port):
             raise SwitchStartError(f"{name}: TCP port {port} ({label}) is busy: another switch still "
                                    "running? (`dlcp clean` stops leftovers of earlier runs)")
-    try:
-        p4build.ensure_built()
-    except p4build.P4BuildError as e:
-        raise SwitchStartError(f"{name}: {e}") from None
+    _ensure_program(name, runtime)
 
     run_dir = Path(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -211,11 +221,16 @@ def start_bmv2(name: str, runtime: Mapping[str, Any], interfaces: Mapping[int, s
     sw = Bmv2Process(name, device_id, cmd, popen, grpc_port, thrift_port, log_path, run_dir, _log=log)
     try:
         _wait_listening(sw, timeout_s)
-        from .controller import ControllerError, push_runtime
+        from .controller import ControllerError, ThriftSwitch, push_runtime
         try:
             sw.p4rt = push_runtime(runtime, sw.grpc_addr, thrift_port)
+            with ThriftSwitch(thrift_port, name=name) as th:
+                attached = th.ports()
         except ControllerError as e:
             raise SwitchStartError(f"{name}: pushing the runtime failed: {e}") from None
+        if attached != dict(interfaces):
+            # bmv2 only logs a port it could not open and runs on without it
+            raise SwitchStartError(f"{name}: bmv2 attached ports {attached}, asked for {dict(interfaces)}")
         if not sw.alive():
             raise SwitchStartError(f"{name}: simple_switch_grpc exited (code {popen.returncode}) "
                                    "after the runtime was pushed")
@@ -226,6 +241,20 @@ def start_bmv2(name: str, runtime: Mapping[str, Any], interfaces: Mapping[int, s
                                    f"{log_tail(log_path)}") from None
         raise
     return sw
+
+
+def _ensure_program(name: str, runtime: Mapping[str, Any]) -> None:
+    """Compile p4/dlcp.p4 if the runtime uses the default build and it is missing or stale."""
+    from .controller import resolve
+    paths = [resolve(runtime["p4info"]), resolve(runtime["bmv2_json"])]
+    if all(p.parent == p4build.BUILD_DIR for p in paths):
+        try:
+            p4build.ensure_built()
+        except p4build.P4BuildError as e:
+            raise SwitchStartError(f"{name}: {e}") from None
+    for p in paths:
+        if not p.is_file():
+            raise SwitchStartError(f"{name}: {p} missing (run `dlcp build`)")
 
 
 def _wait_listening(sw: Bmv2Process, timeout_s: float) -> None:

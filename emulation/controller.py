@@ -345,6 +345,10 @@ class ThriftSwitch:
         iprot.skip(TType.STRUCT)
         iprot.readMessageEnd()
 
+    def ports(self) -> dict[int, str]:
+        """port -> interface bmv2 actually attached."""
+        return {p.port_num: p.iface_name for p in self.standard.bm_dev_mgr_show_ports()}
+
     def register_write(self, name: str, index: int, value: int) -> None:
         self.standard.bm_register_write(0, name, index, value)
 

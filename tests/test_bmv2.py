@@ -34,7 +34,7 @@ def test_forwarding_rewrites_headers_and_counters_match(tmp_path):
             udp_frame(SRC, "10.9.9.9", 5000, 5001, b"x"),                                # no_route
         ]
         rig.send(dl + other + bad)
-        got = rig.collect([1, 2, 3], want=8)
+        got = rig.collect([1, 2, 3])
         assert (len(got[1]), len(got[2]), len(got[3])) == (0, 5, 3)
         for _, p in got[2] + got[3]:
             assert p.ttl == 63 and p.ip_ok and p.udp_ok
@@ -163,30 +163,6 @@ def test_telemetry_is_stamped_in_place_with_valid_checksums(tmp_path):
         waits = [p.telemetry.sum_deq_timedelta_us for p in got]
         assert depths[0] == 0 and depths[9] >= 5  # the queue built up behind the rate limit
         assert waits[9] >= 40_000  # ~10 ms per packet ahead of it at 100 packets/s
-
-
-def test_busy_port_is_refused(tmp_path):
-    from dlcp.runtime import SwitchTopo, runtime_for
-    rt = runtime_for(SwitchTopo("s7", 7, (), ()), SwitchConfig())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        with pytest.raises(bmv2switch.SwitchStartError, match=rf"s7: TCP port {port} \(Thrift\) is busy"):
-            bmv2switch.start_bmv2("s7", rt, {}, tmp_path, thrift_port=port, grpc_port=port + 1)
-
-
-def test_failed_start_shows_command_and_log(tmp_path):
-    from dlcp.runtime import SwitchTopo, runtime_for
-    from fake_p4runtime import free_port
-    rt = runtime_for(SwitchTopo("s8", 8, (), ()), SwitchConfig())
-    missing = f"{PREFIX}nosuch"
-    with pytest.raises(bmv2switch.SwitchStartError) as e:
-        bmv2switch.start_bmv2("s8", rt, {1: missing}, tmp_path, grpc_port=free_port(), thrift_port=free_port(),
-                              timeout_s=10)
-    text = str(e.value)
-    assert text.startswith("s8: ") and f"-i 1@{missing}" in text and "log tail" in text
-    assert not [i for i in bmv2switch.procs.recorded() if i["name"] == "s8"]
 
 
 def test_veth_prefix_is_ours():

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -73,7 +74,8 @@ def test_bmv2switch_carries_real_udp_and_cleans_up(tmp_path):
 
         assert "1 received" in a.cmd("ping -c1 -W2 10.0.0.2")
         receiver = b.popen([sys.executable, "-c", RECEIVER, "20"], stdout=subprocess.PIPE, text=True)
-        a.cmd(f"sleep 0.3; {sys.executable} -c '{SENDER}' 20")
+        time.sleep(0.3)
+        assert a.popen([sys.executable, "-c", SENDER, "20"]).wait(timeout=10) == 0
         got = json.loads(receiver.communicate(timeout=10)[0])
         assert [g[0] for g in got] == list(range(20))
         queues = {(q["port"], q["qid"], q["color"]): q["admitted_pkts"] for q in sw.counter_dump()["queues"]}
