@@ -89,12 +89,12 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
      * the whole action */
     @hidden
     action pick_round_robin() {
-        bit<16> next;
+        bit<16> rr;
         @atomic {
-            rr_next.read(next, (index_t)meta.nhop_group);
-            rr_next.write((index_t)meta.nhop_group, next + 1);
+            rr_next.read(rr, (index_t)meta.nhop_group);
+            rr_next.write((index_t)meta.nhop_group, rr + 1);
         }
-        meta.member = next % meta.group_size;
+        meta.member = rr % meta.group_size;
     }
 
     @hidden
