@@ -10,19 +10,19 @@
 #include "headers.p4"
 
 /* Fold a sum of 16-bit words to a 16-bit one's-complement sum (enough for up to 2**16 terms). */
-function bit<16> ones_fold(in bit<32> sum) {
+bit<16> ones_fold(in bit<32> sum) {
     bit<32> s = (sum & 0xffff) + (sum >> 16);
     s = (s & 0xffff) + (s >> 16);
     return s[15:0];
 }
 
 /* Checksum after one 16-bit word of the covered data changes from old_word to new_word. */
-function bit<16> csum_replace2(in bit<16> csum, in bit<16> old_word, in bit<16> new_word) {
+bit<16> csum_replace2(in bit<16> csum, in bit<16> old_word, in bit<16> new_word) {
     return ~ones_fold((bit<32>)(~csum) + (bit<32>)(~old_word) + (bit<32>)new_word);
 }
 
 /* Same for four words at once (the telemetry block). */
-function bit<16> csum_replace8(in bit<16> csum, in bit<64> old_words, in bit<64> new_words) {
+bit<16> csum_replace8(in bit<16> csum, in bit<64> old_words, in bit<64> new_words) {
     return ~ones_fold((bit<32>)(~csum)
                       + (bit<32>)(~old_words[63:48]) + (bit<32>)(~old_words[47:32])
                       + (bit<32>)(~old_words[31:16]) + (bit<32>)(~old_words[15:0])

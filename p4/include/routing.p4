@@ -94,7 +94,9 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
             rr_next.read(rr, (index_t)meta.nhop_group);
             rr_next.write((index_t)meta.nhop_group, rr + 1);
         }
-        meta.member = rr % meta.group_size;
+        /* rr mod size: bmv2 takes the hash modulo its last argument, and p4c only folds `%` on
+         * compile-time constants */
+        hash(meta.member, HashAlgorithm.identity, (bit<16>)0, { rr }, meta.group_size);
     }
 
     @hidden
