@@ -171,6 +171,14 @@ class Bmv2Process:
             self._log.flush()
 
 
+def offloads_off(intf: str) -> None:
+    """Segmentation/receive offloads off on a port bmv2 captures from. With any of them on,
+    libpcap sizes its receive ring for 64 KB frames and holds only ~32 packets: bmv2 then loses
+    the rest of any burst before its parser sees it."""
+    subprocess.run(["ethtool", "-K", intf, "tso", "off", "gso", "off", "gro", "off", "lro", "off"],
+                   capture_output=True)
+
+
 def _terminate(popen: subprocess.Popen, grace_s: float = 3.0) -> None:
     """SIGTERM, then SIGKILL after `grace_s`; reaped (procs.stop_pid would wait on our own zombie)."""
     if popen.poll() is None:
@@ -204,6 +212,8 @@ def start_bmv2(name: str, runtime: Mapping[str, Any], interfaces: Mapping[int, s
             raise SwitchStartError(f"{name}: TCP port {port} ({label}) is busy: another switch still "
                                    "running? (`dlcp clean` stops leftovers of earlier runs)")
     _ensure_program(name, runtime)
+    for intf in interfaces.values():
+        offloads_off(intf)
 
     run_dir = Path(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)

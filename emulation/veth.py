@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 ETH_P_ALL = 0x0003
+SO_RCVBUFFORCE = 33  # <asm-generic/socket.h>; not exported by the socket module
 IFNAMSIZ = 15
 
 
@@ -49,7 +50,10 @@ def veth_pairs(pairs: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
 
 def raw_socket(ifname: str, rcvbuf: int = 4 << 20) -> socket.socket:
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    try:  # past net.core.rmem_max (root only): bursts must not overflow the capture
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+    except PermissionError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.bind((ifname, 0))
     return s
 

@@ -95,20 +95,24 @@ def test_priority_queues_pin_bmv2_numbering_and_rates(tmp_path):
 
 def test_early_drop_of_droppable_packets_before_protected(tmp_path):
     cfg = SwitchConfig(policy="dlcp", thresholds=Thresholds(qmax=24, k1=16, k2=12, k3=8))
-    with bmv2_rig(tmp_path, 2, cfg, port_opts={2: {"rate_pps": 50, "queue_depth_pkts": 64}}) as rig:
+    with bmv2_rig(tmp_path, 2, cfg, port_opts={2: {"rate_pps": 10, "queue_depth_pkts": 64}}) as rig:
         burst = [dlcp_frame(SRC, host_ip(2), prio=3, drop_prec=dp, seq=i)
                  for i in range(24) for dp in (0, 3)]
-        rig.send(burst)
-        got = rig.collect([2], limit_s=5)[2]
+        rig.send(burst)  # a few ms; at 10 packets/s hardly any leaves meanwhile
+        got = rig.collect([2], limit_s=8)[2]
         rows = {q["color"]: q for q in rig.counters()["queues"] if (q["port"], q["qid"]) == (2, 3)}
         protected, droppable = rows[0], rows[3]
         # drop_prec 0 is never dropped early; only the full queue (qmax) drops it
         assert protected["early_drop_pkts"] == 0
         assert protected["admitted_pkts"] + protected["tail_drop_pkts"] == 24
         assert protected["admitted_pkts"] >= 18
-        # drop_prec 3 goes once 8 packets wait
+        # drop_prec 3 goes once 8 packets wait (later, with 24 waiting, the tail drop takes it)
         assert droppable["admitted_pkts"] + droppable["early_drop_pkts"] + droppable["tail_drop_pkts"] == 24
-        assert droppable["early_drop_pkts"] >= 16 and droppable["admitted_pkts"] <= 8
+        assert droppable["admitted_pkts"] <= 6 and droppable["early_drop_pkts"] >= 12
+        dp3_seqs = [p.dlcp.seq for _, p in got if p.dlcp.drop_prec == 3]
+        dp0_seqs = [p.dlcp.seq for _, p in got if p.dlcp.drop_prec == 0]
+        assert dp3_seqs == list(range(len(dp3_seqs)))  # the first ones, before the queue built
+        assert max(dp0_seqs) >= max(dp3_seqs) + 10  # protected ones kept coming after that
         # what was admitted is what came out, and the occupancy went back to zero
         assert sum(1 for _, p in got if p.dlcp.drop_prec == 0) == protected["admitted_pkts"]
         assert sum(1 for _, p in got if p.dlcp.drop_prec == 3) == droppable["admitted_pkts"]
