@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -27,7 +26,8 @@ RECEIVER = textwrap.dedent("""
     from dlcp.header import unpack_from
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("10.0.0.2", 9910))
-    s.settimeout(3.0)
+    s.settimeout(5.0)
+    print("ready", flush=True)
     got = []
     try:
         while len(got) < int(sys.argv[1]):
@@ -48,7 +48,8 @@ SENDER = textwrap.dedent("""
 """)
 
 
-def test_bmv2switch_carries_real_udp_and_cleans_up(tmp_path):
+def test_bmv2switch_carries_real_udp_and_cleans_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")  # apart from other runs' `dlcp clean`
     from mininet.net import Mininet
 
     h1, h2, s1 = f"{PREFIX}h1", f"{PREFIX}h2", f"{PREFIX}s1"
@@ -74,9 +75,9 @@ def test_bmv2switch_carries_real_udp_and_cleans_up(tmp_path):
 
         assert "1 received" in a.cmd("ping -c1 -W2 10.0.0.2")
         receiver = b.popen([sys.executable, "-c", RECEIVER, "20"], stdout=subprocess.PIPE, text=True)
-        time.sleep(0.3)
-        assert a.popen([sys.executable, "-c", SENDER, "20"]).wait(timeout=10) == 0
-        got = json.loads(receiver.communicate(timeout=10)[0])
+        assert receiver.stdout.readline().strip() == "ready"
+        assert a.popen([sys.executable, "-c", SENDER, "20"]).wait(timeout=20) == 0
+        got = json.loads(receiver.communicate(timeout=20)[0])
         assert [g[0] for g in got] == list(range(20))
         queues = {(q["port"], q["qid"], q["color"]): q["admitted_pkts"] for q in sw.counter_dump()["queues"]}
         assert queues[(2, 5, 0)] == 10 and queues[(2, 5, 1)] == 10
