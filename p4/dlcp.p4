@@ -38,8 +38,7 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
-        meta.no_route = 0;
-        meta.admitted = 0;
+        /* meta.no_route and meta.admitted start at 0 (set by the parser) */
         if (standard_metadata.parser_error != error.NoError) {
             drop_for(DROP_PARSER_ERROR);
         } else if (!hdr.ipv4.isValid()) {

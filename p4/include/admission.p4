@@ -25,12 +25,15 @@ control DlcpAdmission(inout headers_t hdr, inout metadata_t meta,
     @name(".DlcpIngress.tail_drops")
     counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) tail_drops;
 
+    /* Besides the thresholds, reads the queue's occupancy and picks the threshold of the packet's
+     * color: all in the one action bmv2 runs anyway (each extra step would be a table). */
     @name(".DlcpIngress.set_thresholds")
     action set_thresholds(bit<32> qmax, bit<32> k1, bit<32> k2, bit<32> k3) {
         meta.qmax = qmax;
-        meta.k1 = k1;
-        meta.k2 = k2;
-        meta.k3 = k3;
+        meta.k = meta.color == 1 ? k1 : (meta.color == 2 ? k2 : (meta.color == 3 ? k3 : qmax));
+        meta.occ_index = (index_t)standard_metadata.egress_spec * N_QUEUES + (index_t)meta.qid;
+        meta.queue_index = meta.occ_index * N_COLORS + (index_t)meta.color;
+        occupancy.read(meta.occ, meta.occ_index);
     }
 
     /* the default action holds the switch-wide thresholds; entries override them per port */
@@ -77,22 +80,9 @@ control DlcpAdmission(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         queue_thresholds.apply();
-        meta.occ_index = (index_t)standard_metadata.egress_spec * N_QUEUES + (index_t)meta.qid;
-        meta.queue_index = meta.occ_index * N_COLORS + (index_t)meta.color;
-
-        bit<32> occ;
-        occupancy.read(occ, meta.occ_index);
-        bit<32> k = meta.qmax;
-        if (meta.color == 1) {
-            k = meta.k1;
-        } else if (meta.color == 2) {
-            k = meta.k2;
-        } else if (meta.color == 3) {
-            k = meta.k3;
-        }
-        if (occ >= meta.qmax) {
+        if (meta.occ >= meta.qmax) {
             tail_drop();
-        } else if (meta.color != 0 && occ >= k) {
+        } else if (meta.color != 0 && meta.occ >= meta.k) {
             early_drop();
         } else {
             admit();

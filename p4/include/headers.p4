@@ -89,10 +89,9 @@ struct metadata_t {
     bit<16> l4_dport;
     bit<3>  qid;
     bit<2>  color;
-    bit<32> qmax;
-    bit<32> k1;
-    bit<32> k2;
-    bit<32> k3;
+    bit<32> qmax;         /* admission thresholds of this packet's port */
+    bit<32> k;            /* the early-drop threshold of its color (qmax for color 0) */
+    bit<32> occ;          /* occupancy[occ_index] when it arrived */
     index_t occ_index;    /* port * N_QUEUES + qid */
     index_t queue_index;  /* occ_index * N_COLORS + color */
 }

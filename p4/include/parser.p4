@@ -9,7 +9,13 @@
 
 parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
                   inout standard_metadata_t standard_metadata) {
+    /* per-packet metadata is set here rather than in the ingress: assignments in the parser cost
+     * bmv2 no table application */
     state start {
+        meta.no_route = 0;
+        meta.admitted = 0;
+        meta.l4_sport = 0;
+        meta.l4_dport = 0;
         packet.extract(hdr.ethernet);
         transition select(hdr.ethernet.ether_type) {
             ETHERTYPE_IPV4: parse_ipv4;
@@ -29,6 +35,8 @@ parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
 
     state parse_udp {
         packet.extract(hdr.udp);
+        meta.l4_sport = hdr.udp.src_port;
+        meta.l4_dport = hdr.udp.dst_port;
         transition select(hdr.udp.dst_port) {
             DLCP_PORT: parse_dlcp;
             default: accept;
@@ -37,6 +45,8 @@ parser DlcpParser(packet_in packet, out headers_t hdr, inout metadata_t meta,
 
     state parse_tcp {
         packet.extract(hdr.tcp);
+        meta.l4_sport = hdr.tcp.src_port;
+        meta.l4_dport = hdr.tcp.dst_port;
         transition accept;
     }
 

@@ -107,16 +107,7 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
-        meta.l4_sport = 0;
-        meta.l4_dport = 0;
-        if (hdr.udp.isValid()) {
-            meta.l4_sport = hdr.udp.src_port;
-            meta.l4_dport = hdr.udp.dst_port;
-        } else if (hdr.tcp.isValid()) {
-            meta.l4_sport = hdr.tcp.src_port;
-            meta.l4_dport = hdr.tcp.dst_port;
-        }
-
+        /* meta.l4_sport / l4_dport: set by the parser (0 without UDP/TCP) */
         ipv4_lpm.apply();
         /* out-of-range groups would index past rr_next; an empty group has no member */
         if (meta.no_route == 0 && ((index_t)meta.nhop_group >= MAX_GROUPS || meta.group_size == 0)) {
