@@ -192,3 +192,40 @@ def test_bench_bmv2_prints_its_figures():  # DLCP_STATE_DIR (own_pid_records) re
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["bmv2_kpps"] > 0 and result["direct_kpps"] > 0 and result["frame_bytes"] == 1466
     assert "bmv2 p4/dlcp.p4" in out.stdout
+
+
+def test_two_switches_from_one_process_in_a_chain(tmp_path):
+    """h1 - s1 - s2 - h2: two simple_switch_grpc driven from this process; a telemetry packet
+    comes out with two hops stamped and the TTL down by two."""
+    from dlcp.runtime import Port, SwitchTopo, runtime_for
+    from emulation.bmv2switch import start_bmv2
+    from fake_p4runtime import free_port
+    from frames import parse
+
+    a1, h1, a2, b1, b2, h2 = (f"{PREFIX}{n}" for n in ("a1", "h1", "a2", "b1", "b2", "h2"))
+    cfg = SwitchConfig(policy="dlcp")
+    s1 = runtime_for(SwitchTopo(f"{PREFIX}c1", 1, (Port(1, a1, "h1", host_mac(1), queue_depth_pkts=None),
+                                                  Port(2, a2, "s2", "02:dc:00:00:02:01", queue_depth_pkts=None)),
+                                (Route(f"{host_ip(2)}/32", (2,)),)), cfg)
+    s2 = runtime_for(SwitchTopo(f"{PREFIX}c2", 2, (Port(1, b1, "s1", "02:dc:00:00:01:02", queue_depth_pkts=None),
+                                                  Port(2, b2, "h2", host_mac(2), queue_depth_pkts=None)),
+                                (Route(f"{host_ip(2)}/32", (2,)),)), cfg)
+    with veth.veth_pairs([(a1, h1), (a2, b1), (b2, h2)]):
+        tx, rx = veth.raw_socket(h1), veth.raw_socket(h2)
+        sw1 = start_bmv2(s1["switch"], s1, {1: a1, 2: a2}, tmp_path, grpc_port=free_port(), thrift_port=free_port())
+        try:
+            sw2 = start_bmv2(s2["switch"], s2, {1: b1, 2: b2}, tmp_path, grpc_port=free_port(),
+                             thrift_port=free_port())
+            try:
+                veth.drain(rx)
+                tx.send(dlcp_frame(SRC, host_ip(2), telemetry=True, ttl=20))
+                got = [parse(f) for _, f in veth.receive(rx, quiet_s=1.0, want=1)]
+                assert len(got) == 1 and got[0].ttl == 18 and got[0].ip_ok and got[0].udp_ok
+                assert got[0].telemetry.hops == 2 and got[0].dst_mac == host_mac(2)
+                assert sw1.counter_dump()["queues"][0]["port"] == 2 and sw2.counter_dump()["queues"][0]["port"] == 2
+            finally:
+                sw2.stop()
+        finally:
+            sw1.stop()
+            tx.close()
+            rx.close()
