@@ -83,7 +83,8 @@ def test_missing_bmv2_is_one_line(monkeypatch, runtime, tmp_path):
 def test_command_line():
     cmd = bmv2switch.bmv2_command("ssg", 3, {2: "s3-eth2", 1: "s3-eth1"}, 9562, 9093)
     assert cmd == ["ssg", "--device-id", "3", "-i", "1@s3-eth1", "-i", "2@s3-eth2", "--thrift-port", "9093",
-                   "--log-level", "off", "--no-p4", "--", "--grpc-server-addr", "127.0.0.1:9562", "--priority-queues", "8"]
+                   "--log-level", "off", "--no-p4", "--", "--grpc-server-addr", "127.0.0.1:9562",
+                   "--priority-queues", "8"]
     debug = bmv2switch.bmv2_command("ssg", 3, {}, 1, 2, debug_log=True, pcap_dir=os.path.join("r", "pcap"))
     assert debug[debug.index("--log-console"):debug.index("--no-p4")] == \
         ["--log-console", "-L", "debug", "--pcap", os.path.join("r", "pcap")]
