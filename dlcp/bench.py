@@ -20,6 +20,7 @@ BENCHES = {
     "transport": ("emulation.bench_transport:main",
                   "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "accuracy": ("dlcp.training.accuracy_bench:bench_accuracy", "test accuracy under packet loss per fill policy (in-process)"),
+    "bmv2": ("emulation.bmv2bench:bench_bmv2", "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
 }
 
 

@@ -12,6 +12,7 @@ import sys
 
 from . import __version__
 from .bench import BENCHES, run_bench
+from .header import DATA_PORT
 
 
 def _call(target: str, args: argparse.Namespace) -> int:
@@ -38,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("clean", help="stop what a killed run left (processes, host shells, links; root)")
     c.set_defaults(func=lambda a: _call("emulation.clean:main", a))
+
+    bd = sub.add_parser("build", help="compile p4/dlcp.p4 for bmv2 with p4c (into build/p4/)")
+    bd.add_argument("--out", help="output directory (default: build/p4 in the repository)")
+    bd.add_argument("--data-port", type=int, default=DATA_PORT,
+                    help=f"UDP destination port parsed as DLCP (default: {DATA_PORT})")
+    bd.set_defaults(func=lambda a: _call("emulation.p4build:main", a))
 
     b = sub.add_parser("bench", help="run a benchmark and print its figures",
                        description="Benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()))

@@ -1,0 +1,112 @@
+/* Admission control: per-(egress port, queue) occupancy in a register, charged here when a packet
+ * is admitted and given back in the egress when it leaves the queue. Color c > 0 is dropped early
+ * once the occupancy reaches K_c; every color is dropped at Qmax. */
+#ifndef DLCP_ADMISSION_P4
+#define DLCP_ADMISSION_P4
+
+#include <core.p4>
+#include <v1model.p4>
+#include "headers.p4"
+#include "checksums.p4"
+
+/* Shared by the ingress (charge) and the egress (give back), hence declared at the top level.
+ * Index: port * N_QUEUES + qid. */
+@name(".DlcpIngress.occupancy")
+register<bit<32>>(OCCUPANCY_SIZE) occupancy;
+
+control DlcpAdmission(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
+
+    /* index: (port * N_QUEUES + qid) * N_COLORS + color */
+    @name(".DlcpIngress.admitted")
+    counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) admitted;
+    @name(".DlcpIngress.early_drops")
+    counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) early_drops;
+    @name(".DlcpIngress.tail_drops")
+    counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) tail_drops;
+
+    /* Besides the thresholds, reads the queue's occupancy and picks the threshold of the packet's
+     * color: all in the one action bmv2 runs anyway (each extra step would be a table). */
+    @name(".DlcpIngress.set_thresholds")
+    action set_thresholds(bit<32> qmax, bit<32> k1, bit<32> k2, bit<32> k3) {
+        meta.qmax = qmax;
+        meta.k = meta.color == 1 ? k1 : (meta.color == 2 ? k2 : (meta.color == 3 ? k3 : qmax));
+        meta.occ_index = (index_t)standard_metadata.egress_spec * N_QUEUES + (index_t)meta.qid;
+        meta.queue_index = meta.occ_index * N_COLORS + (index_t)meta.color;
+        occupancy.read(meta.occ, meta.occ_index);
+    }
+
+    /* the default action holds the switch-wide thresholds; entries override them per port */
+    @name(".DlcpIngress.queue_thresholds")
+    table queue_thresholds {
+        key = {
+            standard_metadata.egress_spec: exact @name("egress_port");
+        }
+        actions = {
+            set_thresholds;
+        }
+        default_action = set_thresholds(DEFAULT_QMAX, DEFAULT_K1, DEFAULT_K2, DEFAULT_K3);
+        size = 64;
+    }
+
+    /* charge the queue in one action: bmv2 holds the register's lock for the whole action */
+    @hidden
+    action admit() {
+        bit<32> occ;
+        @atomic {
+            occupancy.read(occ, meta.occ_index);
+            occupancy.write(meta.occ_index, occ + 1);
+        }
+        meta.admitted = 1;
+        admitted.count(meta.queue_index);
+        standard_metadata.priority = meta.qid;
+        hdr.ipv4.hdr_checksum = csum_replace2(hdr.ipv4.hdr_checksum,
+                                              hdr.ipv4.ttl ++ hdr.ipv4.protocol,
+                                              (hdr.ipv4.ttl - 1) ++ hdr.ipv4.protocol);
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+
+    @hidden
+    action early_drop() {
+        early_drops.count(meta.queue_index);
+        mark_to_drop(standard_metadata);
+    }
+
+    @hidden
+    action tail_drop() {
+        tail_drops.count(meta.queue_index);
+        mark_to_drop(standard_metadata);
+    }
+
+    apply {
+        queue_thresholds.apply();
+        if (meta.occ >= meta.qmax) {
+            tail_drop();
+        } else if (meta.color != 0 && meta.occ >= meta.k) {
+            early_drop();
+        } else {
+            admit();
+        }
+    }
+}
+
+/* Egress half: give the slot back when the packet leaves the queue (saturating at 0). */
+control DlcpDeparture(inout headers_t hdr, inout metadata_t meta,
+                      inout standard_metadata_t standard_metadata) {
+    @hidden
+    action release() {
+        bit<32> occ;
+        @atomic {
+            occupancy.read(occ, meta.occ_index);
+            occupancy.write(meta.occ_index, occ - (bit<32>)((bit<1>)(occ != 0)));
+        }
+    }
+
+    apply {
+        if (meta.admitted == 1) {
+            release();
+        }
+    }
+}
+
+#endif
