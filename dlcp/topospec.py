@@ -12,8 +12,9 @@ back from `topology.json`. Names: hosts hN, switches sN, switch port K is interf
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+from . import runtime as rt
 
 from .config import ConfigError
 
@@ -84,28 +85,6 @@ class TopologySpec:
                     out.append((sw.name, p.port, p.peer, p.peer_port, p.rate_mbps))
         return out
 
-    def next_hops(self, switch: str, host: str) -> list[int]:
-        """Ports of `switch` on a shortest path to `host` (several = equal-cost multi-path)."""
-        target = self.hosts[host]
-        if target.switch == switch:
-            return [target.switch_port]
-        dist = self._switch_distances(target.switch)
-        here = dist.get(switch)
-        if here is None:
-            return []
-        return sorted(p.port for p in self.switches[switch].ports.values()
-                      if p.peer in self.switches and dist.get(p.peer) == here - 1)
-
-    def _switch_distances(self, origin: str) -> dict[str, int]:
-        dist, todo = {origin: 0}, deque([origin])
-        while todo:
-            s = todo.popleft()
-            for p in self.switches[s].ports.values():
-                if p.peer in self.switches and p.peer not in dist:
-                    dist[p.peer] = dist[s] + 1
-                    todo.append(p.peer)
-        return dist
-
     def by_role(self, role: str) -> list[Host]:
         hs = [h for h in self.hosts.values() if h.role == role]
         return sorted(hs, key=lambda h: (h.rank, int(h.name[1:])))
@@ -121,6 +100,24 @@ class TopologySpec:
                 if h.rank == int(ref[6:]):
                     return h
         raise KeyError(ref)
+
+    def runtimes(self, cfg: dict) -> dict[str, dict]:
+        """Each switch's runtime file content (docs/pipeline.md) for the resolved experiment config:
+        routes over all equal-cost shortest paths (dlcp.runtime.switch_topos), the policy's
+        classification, load balancing and thresholds, and the links' queue, delay and loss."""
+        links_cfg, d = cfg["links"], cfg["dlcp"]
+        hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
+        links = [rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
+                 for a, pa, b, pb, rate in self.links()]
+        switch_cfg = rt.SwitchConfig(policy=d["policy"], lb_mode=d["load_balancing"],
+                                     thresholds=rt.Thresholds(d["qmax"], d["k1"], d["k2"], d["k3"]),
+                                     target="ref" if cfg["backend"] == "ref" else "bmv2")
+        out = {}
+        for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
+            ports = tuple(replace(p, delay_us=links_cfg["delay_us"], loss=float(links_cfg["loss"]))
+                          for p in topo.ports)
+            out[topo.name] = rt.runtime_for(replace(topo, ports=ports), switch_cfg)
+        return out
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "background_sources": self.background_sources,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from dlcp import config as configmod
 from dlcp import topospec
-from dlcp.runtime_entries import runtime_files
+from dlcp.runtime import write_runtime
 
 from . import procs
 from .clean import clean
@@ -208,8 +208,8 @@ class Experiment:
         make_run_dir(self.run_dir)
         (self.run_dir / "config.toml").write_text(configmod.dumps(self.cfg))
         write_json(self.run_dir / "topology.json", self.spec.to_json())
-        for name, entries in runtime_files(self.spec, self.cfg).items():
-            write_json(self.run_dir / "runtime" / f"{name}-runtime.json", entries)
+        for runtime in self.spec.runtimes(self.cfg).values():
+            write_runtime(runtime, self.run_dir / "runtime")
 
     def start_network(self) -> None:
         from .switches import switch_class

@@ -13,6 +13,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host
 
+from dlcp.runtime import switch_port_mac
 from dlcp.topospec import TopologySpec
 
 
@@ -48,11 +49,16 @@ def build_network(spec: TopologySpec, switch_cls, switch_params: dict[str, dict]
         net.addHost(h.name, ip=f"{h.ip}/24", mac=h.mac)
     for s in spec.switches.values():
         net.addSwitch(s.name, dpid=f"{s.device_id:016x}", **switch_params.get(s.name, {}))
+    def mac(switch: str, port: int) -> str:  # the MACs the runtime entries use as next hops
+        return switch_port_mac(spec.switches[switch].device_id, port)
+
     for a, pa, b, pb, _rate in spec.links():
         if b in spec.hosts:
-            net.addLink(b, a, port1=0, port2=pa, intfName1=f"{b}-eth0", intfName2=f"{a}-eth{pa}")
+            net.addLink(b, a, port1=0, port2=pa, intfName1=f"{b}-eth0", intfName2=f"{a}-eth{pa}",
+                        addr1=spec.hosts[b].mac, addr2=mac(a, pa))
         else:
-            net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}")
+            net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
+                        addr1=mac(a, pa), addr2=mac(b, pb))
     net.build()
     for h in spec.hosts.values():
         node = net.get(h.name)
