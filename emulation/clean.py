@@ -40,23 +40,30 @@ def _our_links() -> list[str]:
 
 
 def clean(verbose: bool = True) -> dict:
-    """Stop recorded processes, Mininet host shells and our links; returns what was removed."""
+    """Stop recorded processes, Mininet host shells and our links; returns what was removed.
+
+    While an experiment is still running (a live owner of recorded processes), its processes and
+    host shells are left alone and no link is removed: links cannot be told apart by run."""
+    running = {p["owner"] for p in procs.recorded() if procs.owner_alive(p)}
+    protected = {p["pid"] for p in procs.recorded() if procs.owner_alive(p)}
     stopped = procs.kill_recorded()
-    shells = _mininet_shells()
+    shells = [pid for pid in _mininet_shells() if pid not in protected]
     for pid in shells:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    links = _our_links()
+    links = [] if running else _our_links()
     for name in links:
         subprocess.run(["ip", "link", "del", name], capture_output=True)
     summary = {"processes": [f"{p['role']} {p['name']} (pid {p['pid']})" for p in stopped],
-               "host_shells": len(shells), "links": links}
+               "host_shells": len(shells), "links": links, "running_owners": sorted(running)}
     if verbose:
         print(f"dlcp clean: stopped {len(stopped)} recorded processes"
               + (f" ({', '.join(summary['processes'])})" if stopped else "")
-              + f", {len(shells)} host shells, removed {len(links)} links")
+              + f", {len(shells)} host shells, removed {len(links)} links"
+              + (f"; left alone what running experiments own (pids {', '.join(map(str, sorted(running)))})"
+                 if running else ""))
     return summary
 
 

@@ -17,10 +17,12 @@ STATE_DIR = Path(os.environ.get("DLCP_STATE_DIR", "/run/dlcp/pids"))
 
 
 def record(pid: int, role: str, name: str, cmdline: list[str] | str) -> None:
-    """Remember a process this run started."""
+    """Remember a process this run started. The recording process is its owner: while the owner
+    lives, `dlcp clean` leaves the process alone (it belongs to an experiment still running)."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
+    owner = os.getpid()
     info = {"pid": pid, "role": role, "name": name, "cmdline": cmdline, "started_unix": time.time(),
-            "starttime": _start_ticks(pid)}
+            "starttime": _start_ticks(pid), "owner": owner, "owner_starttime": _start_ticks(owner)}
     (STATE_DIR / str(pid)).write_text(json.dumps(info))
 
 
@@ -51,6 +53,15 @@ def _start_ticks(pid: int) -> int | None:
 def is_ours_and_alive(info: dict) -> bool:
     ticks = _start_ticks(info["pid"])
     return ticks is not None and ticks == info.get("starttime")
+
+
+def owner_alive(info: dict) -> bool:
+    """The process that recorded `info` still runs (same PID and start time)."""
+    owner = info.get("owner")
+    if owner is None or owner == os.getpid():
+        return False
+    ticks = _start_ticks(owner)
+    return ticks is not None and ticks == info.get("owner_starttime")
 
 
 def stop_pid(pid: int, grace_s: float = 3.0) -> None:
@@ -87,9 +98,12 @@ def stop_child(p, grace_s: float = 3.0) -> int | None:
 
 
 def kill_recorded() -> list[dict]:
-    """Stop every recorded process that is still ours; returns what was stopped."""
+    """Stop every recorded process that is still ours and whose owner is gone (a killed run);
+    returns what was stopped. Processes of experiments still running are left alone."""
     stopped = []
     for info in recorded():
+        if owner_alive(info):
+            continue
         if is_ours_and_alive(info):
             stop_pid(info["pid"])
             stopped.append(info)

@@ -31,10 +31,19 @@ from .clean import clean
 REPO = Path(__file__).resolve().parents[1]
 BACKGROUND_PORT = 5001
 PROGRESS_PERIOD_S = 0.5
+NET_STOP_TIMEOUT_S = 60
 
 
 class RunFailed(RuntimeError):
     """The run did not complete; the message says why in one line (plus a log tail)."""
+
+
+class StopTimeout(Exception):
+    """Mininet's stop did not return in time."""
+
+
+def _raise_stop_timeout(signum, frame):
+    raise StopTimeout()
 
 
 class Terminated(BaseException):
@@ -222,10 +231,9 @@ class Experiment:
                   for s in self.spec.switches}
         self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
                                  self.cfg["links"]["host_queue_pkts"])
-        for h in self.spec.hosts.values():
-            pid = self.net.get(h.name).shell.pid
-            procs.record(pid, "host-shell", h.name, "mininet host shell")
-            self.shell_pids.append(pid)
+        for node in self.net.hosts + self.net.switches:  # switches have a shell too (net.stop uses it)
+            procs.record(node.pid, "node-shell", node.name, "mininet node shell")
+            self.shell_pids.append(node.pid)
 
     def start_agent(self, host: str, role: str, agent_cfg: dict) -> None:
         module = "background" if agent_cfg["role"] == "background" else role
@@ -296,11 +304,36 @@ class Experiment:
         finally:
             if self.net is not None:
                 try:
-                    self.net.stop()
+                    self.stop_network()
                 finally:
                     for pid in self.shell_pids:
                         procs.forget(pid)
                     self.net = None
+
+    def stop_network(self) -> None:
+        """Mininet's own stop, which runs commands in every node's shell. If a shell is gone
+        (killed from outside) that would block forever, so then only the switch processes are
+        stopped (they dump counters) and `clean` removes the rest; a watchdog covers other hangs."""
+        nodes = self.net.hosts + self.net.switches
+        dead = [n.name for n in nodes if n.shell is None or n.shell.poll() is not None]
+        if dead:
+            print(f"dlcp run: shells of {', '.join(dead)} are gone; tearing the network down directly",
+                  file=sys.stderr)
+            for sw in self.net.switches:
+                sw.stop_process()
+            return
+        old = signal.signal(signal.SIGALRM, _raise_stop_timeout)
+        signal.alarm(NET_STOP_TIMEOUT_S)
+        try:
+            self.net.stop()
+        except StopTimeout:
+            print(f"dlcp run: Mininet's stop hung for {NET_STOP_TIMEOUT_S} s; tearing down directly",
+                  file=sys.stderr)
+            for sw in self.net.switches:
+                sw.stop_process()
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
 
 
 def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress) -> None:
@@ -359,6 +392,9 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     results = Path(out_root or base["output"]["dir"]) / f"{utc_stamp()}-{base['name']}"
     progress = Progress()
     signal.signal(signal.SIGTERM, _raise_terminated)
+    # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
+    # must still stop the run cleanly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     run_dirs = []
     for i, (variant, cfg) in enumerate(variants):
         print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {results / variant}",

@@ -146,6 +146,10 @@ class DlcpSwitch(Switch):
         self._terminate()
         super().stop(deleteIntfs)
 
+    def stop_process(self) -> None:
+        """Stop only the switch process (counters dumped), not its Mininet interfaces."""
+        self._terminate()
+
     def counters(self) -> dict:
         """The last counter dump (after stop(), or after request_counters())."""
         return json.loads(self.counters_path.read_text())

@@ -55,12 +55,12 @@ def write_config(tmp_path: Path, iterations=4, model="cnn", timeout=120) -> Path
 
 
 def leftovers() -> dict:
-    return {"links": clean._our_links(), "host_shells": clean._mininet_shells(),
+    return {"links": clean._our_links(), "node_shells": clean._mininet_shells(),
             "recorded": [p for p in procs.recorded() if procs.is_ours_and_alive(p)]}
 
 
 def assert_clean():
-    assert leftovers() == {"links": [], "host_shells": [], "recorded": []}
+    assert leftovers() == {"links": [], "node_shells": [], "recorded": []}
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +69,7 @@ def clean_machine():
     yield
     left = leftovers()
     clean.clean(verbose=False)
-    assert left == {"links": [], "host_shells": [], "recorded": []}, "the test left things behind"
+    assert left == {"links": [], "node_shells": [], "recorded": []}, "the test left things behind"
 
 
 def run_dirs(out: Path) -> list[Path]:
@@ -174,3 +174,37 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip() == "dlcp run: dlcp.loss_budget: 2 is not a fraction in 0..1"
     assert not (tmp_path / "r").exists()
+
+
+def test_clean_leaves_a_running_experiment_alone(tmp_path):
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        wait_for_progress(tmp_path / "r", proc)
+        before = leftovers()
+        p = subprocess.run(DLCP + ["clean"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "left alone what running experiments own" in p.stdout
+        after = leftovers()
+        assert after["links"] == before["links"] and after["node_shells"] == before["node_shells"]
+        assert {p["pid"] for p in before["recorded"]} <= {p["pid"] for p in after["recorded"]}
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert_clean()
+
+
+def test_stop_survives_a_node_shell_killed_from_outside(tmp_path):
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wait_for_progress(tmp_path / "r", proc)
+    shell = next(p for p in procs.recorded() if p["role"] == "node-shell" and p["name"] == "s1")
+    os.kill(shell["pid"], signal.SIGKILL)  # Mininet's stop would wait on this shell forever
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err[-2000:]
+    assert "shells of s1 are gone" in err
+    clean.clean(verbose=False)  # the network parts Mininet could not remove without the shell
+    assert_clean()
