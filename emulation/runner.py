@@ -229,8 +229,12 @@ class Experiment:
                       "run_dir": str(self.run_dir), "debug_log": self.cfg["output"]["debug_log"],
                       "pcap_ports": [int(p.rsplit("eth", 1)[1]) for p in pcap if p.startswith(f"{s}-eth")]}
                   for s in self.spec.switches}
-        self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
-                                 self.cfg["links"]["host_queue_pkts"])
+        try:
+            self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
+                                     self.cfg["links"]["host_queue_pkts"])
+        except Exception as e:  # Mininet raises bare Exceptions; the cause is in the message
+            hint = " (a killed run may have left it behind: sudo dlcp clean)" if "File exists" in str(e) else ""
+            raise RunFailed(f"network set-up failed: {e}{hint}") from e
         for node in self.net.hosts + self.net.switches:  # switches have a shell too (net.stop uses it)
             procs.record(node.pid, "node-shell", node.name, "mininet node shell")
             self.shell_pids.append(node.pid)
