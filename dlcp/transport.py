@@ -682,7 +682,7 @@ class Transport:
             self.totals["injected_drops"] += int((~keep).sum())
             plan_order = order[keep]
         if len(plan_order):
-            plan = plan_for(st.batch, plan_order, self._dests[st.dst], TYPE_RETX if retx else None)
+            plan = plan_for(st.batch, plan_order, self._dests[st.dst], retransmission=retx)
             self._send_plan(plan, st)
         if retx:
             st.retx_pkts += len(order)

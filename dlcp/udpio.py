@@ -23,7 +23,8 @@ import struct
 
 import numpy as np
 
-from .header import HEADER_LEN, TELEMETRY_LEN, VALUE_BYTES, tos_of
+from .header import (DROP_PREC_MAX, FLAG_PROTECTED, HEADER_LEN, TELEMETRY_LEN, TYPE_RETX, VALUE_BYTES,
+                     tos_of)
 
 SEND_IMPLS = ("sendmmsg", "sendmsg")
 
@@ -121,13 +122,19 @@ class SendPlan:
         self.wire_bytes = plen + (28 + HEADER_LEN + (TELEMETRY_LEN if telemetry else 0))
 
 
-def plan_for(batch, order, dest: np.ndarray, packet_type: int | None = None) -> SendPlan:
-    """SendPlan for packets `order` of PacketBatch `batch` to `dest`; `packet_type` overrides the
-    type nibble (retransmissions go out as RETX)."""
+def plan_for(batch, order, dest: np.ndarray, retransmission: bool = False) -> SendPlan:
+    """SendPlan for packets `order` of PacketBatch `batch` to `dest`.
+
+    A retransmission goes out as RETX with drop precedence 0 and the PROTECTED flag: the receiver
+    asked for exactly these packets because the message cannot finish within budget without them,
+    so a switch must not early-drop them again (they still tail-drop when a queue is full).
+    """
     order = np.asarray(order, dtype=np.int64)
     rows = batch.headers[order]  # a copy, in sending order
-    if packet_type is not None:
-        rows[:, 0] = (rows[:, 0] & 0xF0) | packet_type
+    if retransmission:
+        rows[:, 0] = (rows[:, 0] & 0xF0) | TYPE_RETX
+        rows[:, 1] &= ~np.uint8(DROP_PREC_MAX << 3)
+        rows[:, 11] |= FLAG_PROTECTED
     pdp = rows[:, 1].astype(np.int32)
     tos = tos_of(pdp >> 5, (pdp >> 3) & 3)
     return SendPlan(rows, batch.values, batch.values_per_pkt, order, tos, dest, bool(batch.telemetry))

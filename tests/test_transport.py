@@ -444,3 +444,26 @@ def test_low_priority_message_behind_strict_priority_queue_is_not_forced():
         for t in ts:
             t.close()
         px.close()
+
+
+def test_retransmissions_are_protected_on_the_wire():
+    """Requested packets are needed to finish within budget: they go out as RETX with drop
+    precedence 0 (PROTECTED, DSCP without drop precedence) so switches do not early-drop them again."""
+    from dlcp import header as H
+    from dlcp.chunking import MessageId, packetize
+    from dlcp.tagging import Tags
+    from dlcp.udpio import plan_for
+
+    n = 4
+    tags = Tags(prio=np.full(n, 5, np.uint8), drop_prec=np.array([0, 1, 2, 3], np.uint8),
+                mag_class=np.full(n, 8, np.uint8), layer_id=np.zeros(n, np.uint16))
+    batch = packetize(np.zeros(n * 350, np.float32), MessageId(msg_id=7), tags)
+    dest = np.zeros(16, np.uint8)
+    first = plan_for(batch, np.arange(n), dest)
+    again = plan_for(batch, np.arange(n), dest, retransmission=True)
+    assert [H.unpack_from(r).drop_prec for r in first.rows] == [0, 1, 2, 3]
+    for row, tos in zip(again.rows, again.tos):
+        h = H.unpack_from(row)
+        assert (h.type, h.drop_prec, h.prio) == (H.TYPE_RETX, 0, 5) and h.protected
+        assert tos == H.tos_of(5, 0)
+    assert [H.unpack_from(r).drop_prec for r in batch.headers] == [0, 1, 2, 3]  # originals untouched
