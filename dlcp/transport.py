@@ -760,12 +760,12 @@ class Transport:
             self._cond.notify_all()  # the send thread recomputes its next timer
         peer = self.peers[st.dst]
         anc = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos_of(st.round_prio, 0)))]
+        st.probes += 1  # counted first: the answer can arrive before sendmsg returns
+        self.totals["probes_sent"] += 1
         try:
             self.udp_tx.sendmsg([frame], anc, 0, (peer.ip, peer.data_port))
         except OSError as e:  # ENOBUFS and the like: the PROBE timeout sends it again
             self.sender._count_error(e.errno or 0)
-        st.probes += 1
-        self.totals["probes_sent"] += 1
         if self.cfg.pacing_mbps > 0:
             self._pace_next += (len(frame) + 28 + ETH_HEADER) * 8 / (self.cfg.pacing_mbps * 1e6)
 
