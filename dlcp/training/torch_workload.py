@@ -140,7 +140,9 @@ class TorchWorkload:
         self.model = build_model(config.model, self.data.in_shape, self.data.n_classes, config.seed)
         self.flat = FlatModel(self.model, config.bucket_values)
         self.n_layers = self.flat.n_layers
-        self._optimizer = None  # created on the first all-reduce step (unused in PS mode)
+        # created now, although PS-mode workers never step: building the first optimizer imports
+        # torch's compiler stack (~1.4 s), which would otherwise land in iteration 0's timing
+        self._optimizer = _optimizer(self.model, self.config)
         self._readiness: _Readiness | None = None
         self.train_loss: float | None = None
         self.lost_values = 0
@@ -196,8 +198,6 @@ class TorchWorkload:
 
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
         self.lost_values += self.flat.install_gradients(iteration, aggregates, self.fill, use_own=True)
-        if self._optimizer is None:
-            self._optimizer = _optimizer(self.model, self.config)
         self._optimizer.step()
 
     def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
