@@ -88,9 +88,9 @@ class Bench:
         sender = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(a.warmup)
-            c0, t0, (u0, s0) = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
+            c0, t0, (u0, s0) = link_counters(self.rx_if, self.rcv)["rx_packets"], time.monotonic(), cpu_seconds(pid)
             time.sleep(a.seconds)
-            c1, t1, (u1, s1) = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
+            c1, t1, (u1, s1) = link_counters(self.rx_if, self.rcv)["rx_packets"], time.monotonic(), cpu_seconds(pid)
             out, err = sender.communicate(timeout=30)
         finally:
             if sender.poll() is None:

@@ -192,14 +192,6 @@ class Progress:
             self.stream.flush()
 
 
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + line for line in text[-lines:])
-
-
 # --- one run -------------------------------------------------------------------------------------------
 
 class Experiment:
@@ -281,7 +273,7 @@ class Experiment:
             for host, role, p, log in self.agents:
                 rc = p.poll()
                 if rc not in (None, 0):
-                    raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{log_tail(log)}")
+                    raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{procs.log_tail(log)}")
             done = {h: read_progress(self.run_dir, h).get("iter", 0)
                     for h, r, _, _ in self.agents if r == "worker"}
             if self.pending_background and min(done.values()) >= 1:
