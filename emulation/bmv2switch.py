@@ -154,7 +154,7 @@ class Bmv2Process(DataplaneProcess):
         self.runtime: dict[str, Any] = {}
         self.grpc_port, self.thrift_port = grpc_port, thrift_port
         self.p4rt = None  # emulation.controller.P4RuntimeSwitch once configured
-        self.port_base: dict[int, dict[str, int] | None] = {}  # kernel counts when the switch started
+        self.port_base: dict[int, dict[str, int] | None] = {}  # kernel counts before the pipeline was set
 
     @property
     def grpc_addr(self) -> str:
@@ -211,6 +211,9 @@ class Bmv2Process(DataplaneProcess):
 
     def configure(self) -> None:
         from .controller import ControllerError, push_runtime
+        # before the pipeline exists: what reaches the ports from now on is either processed by
+        # the P4 program (and counted there) or lost before it
+        self.port_base = kernel_port_counts(self.interfaces)
         try:
             self.p4rt = push_runtime(self.runtime, self.grpc_addr, self.thrift_port)
             with self.thrift() as th:
@@ -220,7 +223,6 @@ class Bmv2Process(DataplaneProcess):
         if attached != self.interfaces:
             # bmv2 only logs a port it could not open and runs on without it
             self._refuse(f"bmv2 attached ports {attached}, asked for {self.interfaces}")
-        self.port_base = kernel_port_counts(self.interfaces)
 
     def thrift(self):
         """A Thrift connection to the switch (queues, registers); use it as a context manager."""
@@ -237,7 +239,7 @@ class Bmv2Process(DataplaneProcess):
         return dump
 
     def port_rows(self) -> list[dict[str, Any]]:
-        """The kernel's counts on the switch's interfaces since the switch started."""
+        """The kernel's counts on the switch's interfaces since just before the pipeline was set."""
         rows = []
         for port, now in sorted(kernel_port_counts(self.interfaces).items()):
             row = {"port": port, "intf": self.interfaces[port], "state": "gone" if now is None else "up"}
