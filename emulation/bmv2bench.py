@@ -125,7 +125,7 @@ def bench_bmv2(argv: list[str]) -> int:
         rate = args.offered_kpps * 1e3 if args.offered_kpps else None
         direct = measure(pairs[2][0], pairs[2][1], args.seconds, rate)
         sw = bmv2switch.start_bmv2(f"{pre}s", runtime, {1: pairs[0][0], 2: pairs[1][0]}, Path(run_dir),
-                                   grpc_port=_free_port(), thrift_port=_free_port())
+                                   grpc_port=bmv2switch.free_port(), thrift_port=bmv2switch.free_port())
         try:
             through = measure(pairs[0][1], pairs[1][1], args.seconds, rate)
         finally:
@@ -138,12 +138,6 @@ def bench_bmv2(argv: list[str]) -> int:
     emit(f"bmv2 forwarding, {DATA_FRAME_BYTES}-byte DLCP frames, logging off, {offered}, {args.seconds:g} s "
          f"(shared {os.cpu_count()}-core machine: noisy)", rows, result, args.json)
     return 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

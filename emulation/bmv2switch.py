@@ -18,8 +18,6 @@ Nothing here imports the P4Runtime/gRPC stack until a switch is started.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -41,17 +39,14 @@ __all__ = ["Bmv2Process", "SwitchStartError", "start_bmv2", "find_bmv2", "toolch
 
 
 def find_bmv2() -> str | None:
-    env = os.environ.get(BMV2_ENV)
-    if env:
-        return env if os.access(env, os.X_OK) else shutil.which(env)
-    return shutil.which("simple_switch_grpc")
+    return p4build.find_tool(BMV2_ENV, "simple_switch_grpc")
 
 
 def missing_bmv2_message() -> str:
-    env = os.environ.get(BMV2_ENV)
-    where = f"{BMV2_ENV}={env} is not an executable" if env else "simple_switch_grpc not found on PATH"
-    return (f"{where}: install bmv2 with P4Runtime (https://github.com/p4lang/behavioral-model, "
-            f"configure --with-pi) and put it on PATH, or set {BMV2_ENV}=/path/to/simple_switch_grpc")
+    return p4build.missing_tool_message(
+        BMV2_ENV, "simple_switch_grpc",
+        "bmv2 with P4Runtime (https://github.com/p4lang/behavioral-model, configure --with-pi)",
+        "/path/to/simple_switch_grpc")
 
 
 def bmv2_version(binary: str) -> str:
@@ -103,6 +98,13 @@ def port_busy(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def free_port() -> int:
+    """A TCP port nothing holds right now (for switches that must not use the default ports)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _listening(port: int) -> bool:

@@ -153,6 +153,13 @@ def test_missing_bmv2_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """`dlcp run` of a long experiment into tmp_path/r, in the background (stderr piped)."""
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    return subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
 def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -168,9 +175,7 @@ def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> 
 
 
 def test_sigint_mid_run_cleans_up(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE)
     run = wait_for_progress(tmp_path / "r", proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -181,9 +186,7 @@ def test_sigint_mid_run_cleans_up(tmp_path):
 
 
 def test_crashed_agent_fails_run_with_its_log(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE)
     wait_for_progress(tmp_path / "r", proc)
     worker = next(p for p in procs.recorded() if p["role"] == "agent-worker" and p["name"] == "h2")
     os.kill(worker["pid"], signal.SIGKILL)
@@ -194,9 +197,7 @@ def test_crashed_agent_fails_run_with_its_log(tmp_path):
 
 
 def test_clean_after_sigkilled_run(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
     proc.kill()
     proc.wait()
@@ -226,9 +227,7 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
 
 
 def test_clean_leaves_a_running_experiment_alone(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path)
     try:
         wait_for_progress(tmp_path / "r", proc)
         before = leftovers()
@@ -245,9 +244,7 @@ def test_clean_leaves_a_running_experiment_alone(tmp_path):
 
 
 def test_stop_survives_a_node_shell_killed_from_outside(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
     shell = next(p for p in procs.recorded() if p["role"] == "node-shell" and p["name"] == "s1")
     os.kill(shell["pid"], signal.SIGKILL)  # Mininet's stop would wait on this shell forever

@@ -29,6 +29,19 @@ ROOT = Path(__file__).resolve().parents[2]
 PORTS = (1, 2, 3, 4)
 
 
+def _fastpath_usable() -> bool:
+    from emulation.refswitch.switch import load_fastpath
+    try:
+        load_fastpath()
+        return True
+    except ImportError:
+        return False
+
+
+HAVE_C = _fastpath_usable()
+ENGINES = ("c", "python") if HAVE_C else ("python",)  # the refswitch engines this machine can run
+
+
 class SwitchUnderTest(Protocol):
     name: str
 

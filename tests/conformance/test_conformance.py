@@ -9,19 +9,10 @@ from __future__ import annotations
 import pytest
 
 from emulation.dataplane import SwitchStartError
-from harness import Bmv2SUT, RefSwitchSUT, SwitchTestbed, for_backend, run_scenario, verify
+from harness import HAVE_C, Bmv2SUT, RefSwitchSUT, SwitchTestbed, for_backend, run_scenario, verify
 from scenarios import SCENARIOS
 
 pytestmark = pytest.mark.root
-
-
-def _fastpath_usable() -> bool:
-    from emulation.refswitch.switch import load_fastpath
-    try:
-        load_fastpath()
-        return True
-    except ImportError:
-        return False
 
 
 def _p4runtime_usable() -> bool:
@@ -29,7 +20,6 @@ def _p4runtime_usable() -> bool:
     return importlib.util.find_spec("p4runtime_sh") is not None
 
 
-HAVE_C = _fastpath_usable()
 SUTS = {
     "ref-c": pytest.param(lambda: RefSwitchSUT("c"),
                           marks=pytest.mark.skipif(not HAVE_C, reason="C engine not built")),

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from emulation.netns import Lab, sh
-from harness import RefSwitchSUT
+from harness import ENGINES, RefSwitchSUT
 from refswitch_frames import runtime_doc
 
 pytestmark = pytest.mark.root
@@ -50,16 +50,7 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def _engines():
-    from emulation.refswitch.switch import load_fastpath
-    try:
-        load_fastpath()
-        return ["c", "python"]
-    except ImportError:
-        return ["python"]
-
-
-@pytest.mark.parametrize("engine", _engines())
+@pytest.mark.parametrize("engine", ENGINES)
 def test_gso_tcp_and_partial_checksum_udp_through_the_switch(tmp_path, engine):
     with Lab(f"rso{engine[0]}") as lab:
         h1, h2 = lab.netns("h1"), lab.netns("h2")

@@ -14,21 +14,13 @@ from emulation.netns import link_counters, sh
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.runtime import parse_runtime
 
-from harness import PORTS, RefSwitchSUT, SwitchTestbed
+from harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame, udp_frame
 
 pytestmark = pytest.mark.root
 
 
-def _fastpath_usable() -> bool:
-    from emulation.refswitch.switch import load_fastpath
-    try:
-        load_fastpath()
-        return True
-    except ImportError:
-        return False
-
-ENGINE = "c" if _fastpath_usable() else "python"
+ENGINE = ENGINES[0]  # the C engine where it is built
 N_FUZZ = 100_000
 CHUNK = 2000
 HUGE = 10**9  # thresholds no queue reaches: admission never drops, so the outcome is deterministic
@@ -122,7 +114,7 @@ def test_fuzz_100k_frames_counted_per_model(bed, tmp_path):
     assert got_out == want_out and {k: ports[k]["tx_pkts"] for k in PORTS} == want_out
 
 
-@pytest.mark.parametrize("engine", [ENGINE, "python"] if ENGINE == "c" else ["python"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_deleted_link_does_not_stop_the_switch(bed, tmp_path, engine):
     # a testbed of its own: this test deletes one of its links
     own = SwitchTestbed(f"rsd{engine[0]}")

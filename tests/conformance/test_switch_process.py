@@ -13,7 +13,7 @@ import pytest
 
 from emulation.refswitch.pcap import read_pcap
 from emulation.refswitch.switch import control_request
-from harness import ROOT, RefSwitchSUT, SwitchTestbed
+from harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame
 
 pytestmark = pytest.mark.root
@@ -28,7 +28,6 @@ def bed():
 
 @pytest.mark.parametrize("engine", ["c", "python"])
 def test_pcap_signal_and_control(bed, tmp_path, engine):
-    from test_conformance import HAVE_C
     if engine == "c" and not HAVE_C:
         pytest.skip("C engine not built")
     pcap_dir = tmp_path / "pcap"
