@@ -26,7 +26,9 @@ from dlcp.workloads import make_workload
 log = logging.getLogger("agent")
 
 
-def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dict, int]:
+def compute_and_send(workload, it: int, send) -> dict:
+    """Run the iteration's compute, handing every message to `send(it, msg)` as soon as it is
+    produced (overlap); returns the timing dict (start, compute seconds, first send)."""
     t = {"start_us": now_us(), "compute_s": 0.0, "first_send_us": None}
     gen = workload.compute(it)
     while True:
@@ -34,9 +36,13 @@ def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dic
         msg = next(gen, None)
         t["compute_s"] += time.perf_counter() - c0
         if msg is None:
-            break
-        client.push(it, msg)
+            return t
+        send(it, msg)
         t["first_send_us"] = t["first_send_us"] or now_us()
+
+
+def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dict, int]:
+    t = compute_and_send(workload, it, client.push)
     chunks = client.pull(it)
     t["comm_end_us"] = now_us()
     c0 = time.perf_counter()
@@ -47,16 +53,7 @@ def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dic
 
 
 def iteration_ring(agent: Agent, workload, ring: RingAllReduce, it: int) -> tuple[dict, int]:
-    t = {"start_us": now_us(), "compute_s": 0.0, "first_send_us": None}
-    gen = workload.compute(it)
-    while True:
-        c0 = time.perf_counter()
-        msg = next(gen, None)
-        t["compute_s"] += time.perf_counter() - c0
-        if msg is None:
-            break
-        ring.submit(it, msg)
-        t["first_send_us"] = t["first_send_us"] or now_us()
+    t = compute_and_send(workload, it, ring.submit)
     aggs = ring.wait(it)
     t["comm_end_us"] = now_us()
     c0 = time.perf_counter()

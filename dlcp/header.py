@@ -20,7 +20,8 @@ switches fill it in place so the frame length never changes):
 
     byte 0      hops               (switches that stamped the block)
     byte 1      reserved
-    bytes 2-3   max_enq_qdepth     (packets queued at the egress port on arrival, max over hops)
+    bytes 2-3   max_enq_qdepth     (packets ahead in the packet's priority queue of the egress port
+                                    on arrival, max over hops)
     bytes 4-7   sum_deq_timedelta_us (time spent queued, summed over hops)
 
 The payload that follows is little-endian fp32 values (the host's native order on every platform we

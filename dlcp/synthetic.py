@@ -30,7 +30,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .workload import Aggregate, GradMessage, MessageLayout, ParamChunk
+from .workload import Aggregate, GradMessage, MessageLayout, ParamChunk, plan_messages
 
 FILLS = ("zero", "rescale", "stale", "local")
 # LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
@@ -100,20 +100,6 @@ def fill_mean(agg: Aggregate, policy: str, previous: np.ndarray | None = None,
     if base is None:
         return total / world
     return ((total + (world - count) * base) / world).astype(np.float32)
-
-
-def plan_messages(layer_sizes, bucket_values: int) -> list[list[int]]:
-    """Layer ids of each message, messages in backward order, layers ascending inside."""
-    groups, current, size = [], [], 0
-    for layer in reversed(range(len(layer_sizes))):
-        current.append(layer)
-        size += layer_sizes[layer]
-        if size >= bucket_values:
-            groups.append(sorted(current))
-            current, size = [], 0
-    if current:
-        groups.append(sorted(current))
-    return groups
 
 
 class _Problem:

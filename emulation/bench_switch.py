@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from dlcp.bench import emit
 from dlcp.header import DATA_PORT, DlcpHeader, tos_of
 
 from .netns import Lab, link_counters, sh
+from .procs import stop_child
 
 FRAME_BYTES = 1442  # Ethernet 14 + IPv4 20 + UDP 8 + 1400 bytes of UDP payload (DLCP header + values)
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,23 +74,25 @@ class Bench:
         lab.veth(self.p2, self.sw, self.rx_if, self.rcv)
         self.frame = dlcp_frame()
 
-    def measure(self, label: str, pid: int | None = None) -> dict:
+    def measure(self, label: str, pid: int | None = None, tx_if: str | None = None, rx_if: str | None = None) -> dict:
         """Offer frames for warm-up + seconds; the forwarded rate is what reached the receiver.
 
         With `pid` (a user-space switch), also the CPU time it used in the interval, so the rate per
-        CPU-second can be told apart from time the shared machine gave to other processes."""
+        CPU-second can be told apart from time the shared machine gave to other processes. tx_if /
+        rx_if: the sender's and receiver's interfaces (default: the pair around the switch namespace)."""
         a = self.args
+        tx_if, rx_if = tx_if or self.tx_if, rx_if or self.rx_if
         print(f"bench switch: measuring {label} ({a.seconds:g} s)...", file=sys.stderr, flush=True)
-        cmd = ["ip", "netns", "exec", self.snd, sys.executable, "-m", "emulation.blaster", "--intf", self.tx_if,
+        cmd = ["ip", "netns", "exec", self.snd, sys.executable, "-m", "emulation.blaster", "--intf", tx_if,
                "--frame-hex", self.frame.hex(), "--seconds", str(a.warmup + a.seconds + 0.5)]
         if a.sender_cpu is not None:
             cmd += ["--cpu", str(a.sender_cpu)]
         sender = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             time.sleep(a.warmup)
-            c0, t0, (u0, s0) = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
+            c0, t0, (u0, s0) = link_counters(rx_if, self.rcv)["rx_packets"], time.monotonic(), cpu_seconds(pid)
             time.sleep(a.seconds)
-            c1, t1, (u1, s1) = link_counters(self.rcv, self.rx_if)["rx_packets"], time.monotonic(), cpu_seconds(pid)
+            c1, t1, (u1, s1) = link_counters(rx_if, self.rcv)["rx_packets"], time.monotonic(), cpu_seconds(pid)
             out, err = sender.communicate(timeout=30)
         finally:
             if sender.poll() is None:
@@ -123,12 +125,7 @@ class Bench:
             row = self.measure(f"refswitch ({self.args.engine} engine)" if self.args.engine != "auto"
                                else "refswitch", proc.pid)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_child(proc, grace_s=10)
         c = json.loads((self.workdir / "counters.json").read_text())
         port1 = next(p for p in c["ports"] if p["port"] == 1)
         row["note"] = f"{port1['rx_kernel_drops']} frames dropped by the kernel before the switch read them"
@@ -146,38 +143,31 @@ class Bench:
         finally:
             sh("ip", "link", "del", "br0", ns=self.sw, check=False)
 
-    def bmv2(self) -> dict | None:
-        """simple_switch running p4/dlcp.p4, when it is installed and built; else None and why."""
-        json_path = ROOT / "build" / "p4" / "dlcp.json"
-        if shutil.which("simple_switch") is None or shutil.which("simple_switch_CLI") is None:
-            return None, "simple_switch / simple_switch_CLI not on PATH"
-        if not json_path.exists():
-            return None, f"{json_path.relative_to(ROOT)} not built (dlcp build)"
-        log = self.workdir / "bmv2.log"
-        cmd = ["ip", "netns", "exec", self.sw, "simple_switch", "--log-level", "off", "--thrift-port", "9590",
-               "-i", f"1@{self.p1}", "-i", f"2@{self.p2}", str(json_path), "--", "--priority-queues", "8"]
-        with open(log, "w") as log_file:
-            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+    def bmv2(self) -> tuple[dict | None, str | None]:
+        """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2switch.py) when it is installed;
+        else None and why. bmv2's gRPC/Thrift servers must be reachable from here, so its ports are
+        a second pair of veths in the root namespace (the sender and receiver stay where they are)."""
+        from dlcp.runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+
+        from . import bmv2switch
         try:
-            commands = bmv2_cli_commands(bench_runtime(self.p1, self.p2))
-            for _ in range(50):
-                time.sleep(0.1)
-                p = subprocess.run(["ip", "netns", "exec", self.sw, "simple_switch_CLI", "--thrift-port", "9590"],
-                                   input="\n".join(commands) + "\n", capture_output=True, text=True)
-                if p.returncode == 0 and "Could not connect" not in p.stdout + p.stderr:
-                    break
-            else:
-                return None, f"could not program simple_switch: {(p.stdout + p.stderr)[-300:]}"
-            if "Error" in p.stdout:
-                return None, f"simple_switch_CLI rejected an entry: {p.stdout[-300:]}"
-            return self.measure("bmv2 simple_switch", proc.pid), None
+            bmv2switch.toolchain()
+        except bmv2switch.SwitchStartError as e:
+            return None, str(e)
+        p = self.lab.prefix
+        tx_if, q1, q2, rx_if = f"{p}c", f"{p}q1", f"{p}q2", f"{p}d"
+        self.lab.veth(tx_if, self.snd, q1, None)
+        self.lab.veth(q2, None, rx_if, self.rcv)
+        topo = SwitchTopo(f"{p}bm", 1, (Port(1, q1, "snd", SRC_MAC, queue_depth_pkts=None),
+                                        Port(2, q2, "rcv", OUT_MAC, queue_depth_pkts=None)),
+                          (Route(f"{DST_IP}/32", (2,)),))
+        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_rr"))
+        sw = bmv2switch.start_bmv2(topo.name, runtime, {1: q1, 2: q2}, self.workdir, grpc_port=bmv2switch.free_port(),
+                                   thrift_port=bmv2switch.free_port())
+        try:
+            return self.measure("bmv2 simple_switch_grpc", sw.pid, tx_if=tx_if, rx_if=rx_if), None
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            sw.stop(dump_counters=False)
 
 
 def cpu_seconds(pid: int | None) -> tuple[float, float]:
@@ -187,28 +177,6 @@ def cpu_seconds(pid: int | None) -> tuple[float, float]:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     tck = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tck, int(fields[12]) / tck
-
-
-def bmv2_cli_commands(runtime: dict) -> list[str]:
-    """The bench runtime's entries as simple_switch_CLI commands."""
-    out = []
-    for e in runtime["table_entries"]:
-        params = " ".join(str(v) for v in e["action_params"].values())
-        if e.get("default_action"):
-            out.append(f"table_set_default {e['table']} {e['action_name']} {params}".rstrip())
-            continue
-        keys = []
-        for key, kind in P.TABLES[e["table"]]["keys"]:
-            v = e["match"].get(key)
-            if kind == "lpm":
-                keys.append(f"{v[0]}/{v[1]}")
-            elif kind == "ternary":
-                keys.append("0&&&0" if v is None else f"{v}&&&0xff")
-            else:
-                keys.append(str(v))
-        prio = f" {e['priority']}" if "priority" in e else ""
-        out.append(f"table_add {e['table']} {e['action_name']} {' '.join(keys)} => {params}{prio}".rstrip())
-    return out
 
 
 def bench_switch(argv: list[str]) -> int:

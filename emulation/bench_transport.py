@@ -163,8 +163,8 @@ def main(argv: list[str]) -> int:
             print("dlcp bench transport: the emulated link needs root (network namespaces); loopback only",
                   file=sys.stderr)
     else:
-        from emulation.nslan import RateLink
-        with RateLink(f"tpb{os.getpid() % 100000}", args.link_mbps) as net:
+        from emulation.netns import RateLink
+        with RateLink("tpb", args.link_mbps) as net:
             pre = (net.b.prefix(), net.a.prefix())
             kw = dict(recv_ip=net.b.ip, send_ip=net.a.ip, port=9910, prefixes=pre)
             variants = [("link dlcp", dict(kw)),

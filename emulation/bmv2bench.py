@@ -22,7 +22,7 @@ from dlcp.bench import emit
 from dlcp.header import MAX_PAYLOAD_BYTES, DlcpHeader, dscp_of
 from dlcp.runtime import DATA_FRAME_BYTES, Port, Route, SwitchConfig, SwitchTopo, runtime_for
 
-from . import bmv2switch, p4build, veth
+from . import bmv2switch, netns, p4build
 
 
 def _frame() -> bytes:
@@ -42,7 +42,7 @@ def _frame() -> bytes:
 
 
 def _count(ifname: str, seconds: float, length: int, ready, result) -> None:
-    s = veth.raw_socket(ifname, rcvbuf=32 << 20)
+    s = netns.raw_socket(ifname, rcvbuf=32 << 20)
     s.settimeout(0.2)
     n = 0
     ready.set()
@@ -59,7 +59,7 @@ def _count(ifname: str, seconds: float, length: int, ready, result) -> None:
 
 def _blast(ifname: str, seconds: float, frame: bytes, rate_pps: float | None = None) -> int:
     """Send for `seconds`, as fast as possible or paced to `rate_pps` (in batches of 64)."""
-    s = veth.raw_socket(ifname)
+    s = netns.raw_socket(ifname)
     sent = 0
     start = time.monotonic()
     end = start + seconds
@@ -113,17 +113,19 @@ def bench_bmv2(argv: list[str]) -> int:
     except p4build.P4BuildError as e:
         raise SystemExit(f"dlcp bench bmv2: {e}") from None
 
-    pre = veth.unique_prefix("pb")
+    pre = netns.unique_prefix("pb")
     pairs = [(f"{pre}s1", f"{pre}h1"), (f"{pre}s2", f"{pre}h2"), (f"{pre}d1", f"{pre}d2")]
     topo = SwitchTopo(f"{pre}s", 1, (Port(1, pairs[0][0], "h1", "00:00:00:00:00:01", queue_depth_pkts=None),
                                      Port(2, pairs[1][0], "h2", "00:00:00:00:00:02", queue_depth_pkts=None)),
                       (Route("10.0.0.1/32", (1,)), Route("10.0.0.2/32", (2,))))
     runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_random"))
-    with veth.veth_pairs(pairs), tempfile.TemporaryDirectory(prefix="dlcp-bench-bmv2-") as run_dir:
+    with netns.Lab("pb") as lab, tempfile.TemporaryDirectory(prefix="dlcp-bench-bmv2-") as run_dir:
+        for a, b in pairs:
+            lab.veth(a, None, b, None, offloads=True)
         rate = args.offered_kpps * 1e3 if args.offered_kpps else None
         direct = measure(pairs[2][0], pairs[2][1], args.seconds, rate)
         sw = bmv2switch.start_bmv2(f"{pre}s", runtime, {1: pairs[0][0], 2: pairs[1][0]}, Path(run_dir),
-                                   grpc_port=_free_port(), thrift_port=_free_port())
+                                   grpc_port=bmv2switch.free_port(), thrift_port=bmv2switch.free_port())
         try:
             through = measure(pairs[0][1], pairs[1][1], args.seconds, rate)
         finally:
@@ -136,12 +138,6 @@ def bench_bmv2(argv: list[str]) -> int:
     emit(f"bmv2 forwarding, {DATA_FRAME_BYTES}-byte DLCP frames, logging off, {offered}, {args.seconds:g} s "
          f"(shared {os.cpu_count()}-core machine: noisy)", rows, result, args.json)
     return 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

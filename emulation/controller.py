@@ -355,6 +355,9 @@ class ThriftSwitch:
     def register_read(self, name: str, index: int) -> int:
         return self.standard.bm_register_read(0, name, index)
 
+    def register_read_all(self, name: str) -> list[int]:
+        return list(self.standard.bm_register_read_all(0, name))
+
     def close(self) -> None:
         self._transport.close()
 

@@ -41,18 +41,29 @@ class Build:
     data_port: int
 
 
-def find_p4c() -> str | None:
-    env = os.environ.get(P4C_ENV)
+def find_tool(env_var: str, *names: str) -> str | None:
+    """An executable: where `env_var` points (a path or a name on PATH), else the first of `names`
+    on PATH."""
+    env = os.environ.get(env_var)
     if env:
         return env if os.access(env, os.X_OK) else shutil.which(env)
-    return shutil.which("p4c") or shutil.which("p4c-bm2-ss")
+    return next((p for p in map(shutil.which, names) if p), None)
+
+
+def missing_tool_message(env_var: str, name: str, install: str, example: str) -> str:
+    """One line: what is missing, how to install it, how to point the project at it."""
+    env = os.environ.get(env_var)
+    where = f"{env_var}={env} is not an executable" if env else f"{name} not found on PATH"
+    return f"{where}: install {install} and put it on PATH, or set {env_var}={example}"
+
+
+def find_p4c() -> str | None:
+    return find_tool(P4C_ENV, "p4c", "p4c-bm2-ss")
 
 
 def missing_p4c_message() -> str:
-    env = os.environ.get(P4C_ENV)
-    where = f"{P4C_ENV}={env} is not an executable" if env else "p4c not found on PATH"
-    return (f"{where}: install p4c (https://github.com/p4lang/p4c) and put it on PATH, "
-            f"or set {P4C_ENV}=/path/to/p4c (or p4c-bm2-ss)")
+    return missing_tool_message(P4C_ENV, "p4c", "p4c (https://github.com/p4lang/p4c)",
+                                "/path/to/p4c (or p4c-bm2-ss)")
 
 
 def p4c_version(p4c: str) -> str:

@@ -97,6 +97,15 @@ def stop_child(p, grace_s: float = 3.0) -> int | None:
     return p.returncode
 
 
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a process's log file, indented, for error messages."""
+    try:
+        text = path.read_bytes()[-16384:].decode(errors="replace")
+    except OSError:
+        return "    (no log)"
+    return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (empty)"
+
+
 def kill_recorded() -> list[dict]:
     """Stop every recorded process that is still ours and whose owner is gone (a killed run);
     returns what was stopped. Processes of experiments still running are left alone."""

@@ -77,15 +77,47 @@ def git_revision() -> str | None:
     return (rev + ("+dirty" if dirty else "")) if rev else None
 
 
-def _tool_version(cmd: list[str]) -> str | None:
+def check_backend(cfg: dict) -> dict[str, str]:
+    """What the switch backend needs (bmv2: simple_switch_grpc installed, p4/dlcp.p4 compiled for
+    the data port, compiling it if missing or stale), before anything starts; the tool versions.
+    Raises RunFailed with the one-line reason and how to point the project at an installation."""
+    from .dataplane import SwitchStartError
+    from .switches import switch_class
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (p.stdout or p.stderr).strip().splitlines()[0] if p.returncode == 0 else None
+        return switch_class(cfg["backend"]).toolchain(cfg["dlcp"]["data_port"])
+    except SwitchStartError as e:
+        raise RunFailed(f"backend {cfg['backend']}: {e}") from None
 
 
-def collect_meta(cfg: dict, variant: str) -> dict:
+BMV2_RATE_NOTE = ("dlcp run: note: on bmv2 every priority queue of a port drains at the link rate on its own "
+                  "(docs/pipeline.md, bmv2 specifics): priorities do not share a bottleneck's rate")
+
+
+def unprocessed_frames(dump: dict) -> tuple[int, int]:
+    """(frames that reached the switch's ports but not its P4 program, frames that reached them),
+    from a counter dump whose `ports` rows count received frames (bmv2: the kernel's counts)."""
+    rx = sum(p.get("rx_pkts", 0) for p in dump.get("ports", []))
+    seen = sum(dump["drops"].values()) + sum(q["admitted_pkts"] + q["early_drop_pkts"] + q["tail_drop_pkts"]
+                                             for q in dump["queues"])
+    return max(0, rx - seen), rx
+
+
+def report_unprocessed(run_dir: Path) -> None:
+    """One line per switch that did not get to process every frame (bmv2's capture falls behind
+    beyond its ~10-15 kpps here); those losses are in no P4 counter."""
+    for path in sorted((run_dir / "counters").glob("*.json")):
+        try:
+            lost, rx = unprocessed_frames(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError):
+            continue
+        if lost:
+            print(f"dlcp run: {path.stem}: {lost} of {rx} frames reached the switch's ports but not its "
+                  f"pipeline (lost before the parser: the switch could not keep up)", file=sys.stderr)
+
+
+def collect_meta(cfg: dict, variant: str, tools: dict[str, str]) -> dict:
+    """meta.json: versions (with the backend's tools: p4c and simple_switch_grpc on bmv2), backend,
+    git revision, kernel, host, start time."""
     def version(pkg):
         try:
             return metadata.version(pkg)
@@ -95,13 +127,10 @@ def collect_meta(cfg: dict, variant: str) -> dict:
     meta = {
         "name": cfg["name"], "variant": variant, "policy": cfg["dlcp"]["policy"],
         "backend": cfg["backend"],
-        "versions": {p: version(p) for p in ("dlcp", "torch", "numpy", "scapy", "mininet")},
+        "versions": {**{p: version(p) for p in ("dlcp", "torch", "numpy", "scapy", "mininet")}, **tools},
         "python": platform.python_version(), "kernel": platform.release(), "hostname": platform.node(),
         "git_revision": git_revision(), "start_utc": datetime.now(timezone.utc).isoformat(),
     }
-    if cfg["backend"] == "bmv2":
-        meta["versions"]["simple_switch_grpc"] = _tool_version(["simple_switch_grpc", "--version"])
-        meta["versions"]["p4c"] = _tool_version(["p4c", "--version"])
     return meta
 
 
@@ -192,14 +221,6 @@ class Progress:
             self.stream.flush()
 
 
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + line for line in text[-lines:])
-
-
 # --- one run -------------------------------------------------------------------------------------------
 
 class Experiment:
@@ -281,7 +302,7 @@ class Experiment:
             for host, role, p, log in self.agents:
                 rc = p.poll()
                 if rc not in (None, 0):
-                    raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{log_tail(log)}")
+                    raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{procs.log_tail(log)}")
             done = {h: read_progress(self.run_dir, h).get("iter", 0)
                     for h, r, _, _ in self.agents if r == "worker"}
             if self.pending_background and min(done.values()) >= 1:
@@ -315,16 +336,17 @@ class Experiment:
                     self.net = None
 
     def stop_network(self) -> None:
-        """Mininet's own stop, which runs commands in every node's shell. If a shell is gone
-        (killed from outside) that would block forever, so then only the switch processes are
-        stopped (they dump counters) and `clean` removes the rest; a watchdog covers other hangs."""
+        """The switch processes first, while their links still exist (Mininet's stop deletes links
+        before switches, and a counter dump should still see its ports); then Mininet's own stop,
+        which runs commands in every node's shell. If a shell is gone (killed from outside) that
+        would block forever, so then `clean` removes the rest; a watchdog covers other hangs."""
+        for sw in self.net.switches:
+            sw.stop_process()
         nodes = self.net.hosts + self.net.switches
         dead = [n.name for n in nodes if n.shell is None or n.shell.poll() is not None]
         if dead:
             print(f"dlcp run: shells of {', '.join(dead)} are gone; tearing the network down directly",
                   file=sys.stderr)
-            for sw in self.net.switches:
-                sw.stop_process()
             return
         old = signal.signal(signal.SIGALRM, _raise_stop_timeout)
         signal.alarm(NET_STOP_TIMEOUT_S)
@@ -333,18 +355,16 @@ class Experiment:
         except StopTimeout:
             print(f"dlcp run: Mininet's stop hung for {NET_STOP_TIMEOUT_S} s; tearing down directly",
                   file=sys.stderr)
-            for sw in self.net.switches:
-                sw.stop_process()
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
 
 
-def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress) -> None:
+def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str]) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
     exp = Experiment(cfg, run_dir, variant)
     exp.prepare()
-    meta = collect_meta(cfg, variant)
+    meta = collect_meta(cfg, variant, tools)
     write_json(run_dir / "meta.json", meta)
     t0 = time.monotonic()
     status = "error"
@@ -366,6 +386,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress) -> N
         old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             exp.stop()
+            report_unprocessed(run_dir)
         finally:
             clean(verbose=False)  # anything the orderly stop missed
             meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=time.monotonic() - t0,
@@ -388,11 +409,14 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     for policy in policies or [None]:
         cfg = configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=policy))) if policy else base
         variants.append((policy or "run", cfg))
-    # roles and background placement are checked before anything starts
+    # roles and background placement, and the backend's tools, are checked before anything starts
     for _, cfg in variants:
         topospec.from_config(cfg)
+    tools = check_backend(base)
     if os.geteuid() != 0:
         raise SystemExit("dlcp run: needs root (Mininet network namespaces); run: sudo dlcp run ...")
+    if base["backend"] == "bmv2":
+        print(BMV2_RATE_NOTE, file=sys.stderr)
     results = Path(out_root or base["output"]["dir"]) / f"{utc_stamp()}-{base['name']}"
     progress = Progress()
     signal.signal(signal.SIGTERM, _raise_terminated)
@@ -403,7 +427,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     for i, (variant, cfg) in enumerate(variants):
         print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {results / variant}",
               file=sys.stderr)
-        run_variant(cfg, results / variant, variant, progress)
+        run_variant(cfg, results / variant, variant, progress, tools)
         run_dirs.append(results / variant)
         if with_report:
             report_variant(results / variant)

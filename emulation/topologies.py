@@ -67,9 +67,11 @@ def build_network(spec: TopologySpec, switch_cls, switch_params: dict[str, dict]
             if other.name != h.name:
                 node.setARP(other.ip, other.mac)
     for s in spec.switches.values():
-        # switch-side interfaces are in the root namespace: keep them free of offloads too
+        # switch-side interfaces are in the root namespace: keep them free of offloads too, and
+        # of IPv6 (the kernel would send its own neighbour discovery out of the switch's ports)
         for intf in net.get(s.name).intfList():
             if intf.name != "lo":
-                intf.cmd(f"ethtool -K {intf.name} rx off tx off sg off tso off gso off gro off >/dev/null 2>&1")
+                intf.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1; "
+                         f"ethtool -K {intf.name} rx off tx off sg off tso off gso off gro off >/dev/null 2>&1")
     net.start()
     return net

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Iterator
 
 from dlcp.runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
-from emulation import bmv2switch, veth
+from emulation import bmv2switch, netns
 from emulation.controller import ThriftSwitch
 from fake_p4runtime import free_port
 from frames import parse
 
-PREFIX = veth.unique_prefix("pf")
+PREFIX = netns.unique_prefix("pf")
 SENDER = 1
 
 
@@ -84,14 +84,16 @@ def bmv2_rig(run_dir: Path, n_ports: int, cfg: SwitchConfig, routes=None, port_o
                           "queue_depth_pkts": None, **port_opts.get(k, {})}) for k in range(1, n_ports + 1))
     routes = routes or tuple(Route(f"{host_ip(k)}/32", (k,)) for k in range(1, n_ports + 1))
     runtime = runtime_for(SwitchTopo(f"{PREFIX}s", 1, ports, tuple(routes)), cfg)
-    with veth.veth_pairs(pairs):
-        sockets = {k: veth.raw_socket(pairs[k - 1][1]) for k in range(1, n_ports + 1)}
+    with netns.Lab("pf") as lab:
+        for a, b in pairs:
+            lab.veth(a, None, b, None, offloads=True)  # the switch turns its side's offloads off
+        sockets = {k: netns.raw_socket(pairs[k - 1][1]) for k in range(1, n_ports + 1)}
         thrift_port = free_port()
         sw = bmv2switch.start_bmv2(f"{PREFIX}s", runtime, {k: pairs[k - 1][0] for k in range(1, n_ports + 1)},
                                    run_dir, grpc_port=free_port(), thrift_port=thrift_port)
         try:
             for s in sockets.values():
-                veth.drain(s)
+                netns.drain(s)
             yield Rig(sw, sockets, thrift_port, run_dir, runtime)
         finally:
             sw.stop()

@@ -17,6 +17,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from dlcp import p4names as pn
+from emulation.bmv2switch import free_port  # noqa: F401  (tests import it from here)
 
 # key widths of the DLCP tables (bit<> of the P4 fields they match)
 KEY_BITS = {"ipv4_dst": 32, "nhop_group": 16, "nhop_member": 16, "dlcp_valid": 1, "dlcp_prio": 3,
@@ -65,12 +66,6 @@ def expected_p4info() -> p4info_pb2.P4Info:
         r.type_spec.bitstring.bit.bitwidth = REGISTER_BITS[name]
         r.size = size
     return info
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FakeP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):

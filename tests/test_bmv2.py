@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
 from bmv2_rig import PREFIX, SENDER, bmv2_rig, host_ip, host_mac  # noqa: E402
-from emulation import veth  # noqa: E402
+from emulation import netns  # noqa: E402
 from emulation import procs  # noqa: E402
 from frames import dlcp_frame, flow_member, udp_frame  # noqa: E402
 
@@ -179,7 +179,7 @@ def test_telemetry_is_stamped_in_place_with_valid_checksums(tmp_path):
 
 
 def test_veth_prefix_is_ours():
-    assert PREFIX.startswith("pf") and len(PREFIX) + 2 <= veth.IFNAMSIZ
+    assert PREFIX.startswith("pf") and len(PREFIX) + 2 <= netns.IFNAMSIZ
 
 
 def test_bench_bmv2_prints_its_figures():  # DLCP_STATE_DIR (own_pid_records) reaches the bench
@@ -210,16 +210,18 @@ def test_two_switches_from_one_process_in_a_chain(tmp_path):
     s2 = runtime_for(SwitchTopo(f"{PREFIX}c2", 2, (Port(1, b1, "s1", "02:dc:00:00:01:02", queue_depth_pkts=None),
                                                   Port(2, b2, "h2", host_mac(2), queue_depth_pkts=None)),
                                 (Route(f"{host_ip(2)}/32", (2,)),)), cfg)
-    with veth.veth_pairs([(a1, h1), (a2, b1), (b2, h2)]):
-        tx, rx = veth.raw_socket(h1), veth.raw_socket(h2)
+    with netns.Lab("pf") as lab:
+        for a, b in ((a1, h1), (a2, b1), (b2, h2)):
+            lab.veth(a, None, b, None, offloads=True)
+        tx, rx = netns.raw_socket(h1), netns.raw_socket(h2)
         sw1 = start_bmv2(s1["switch"], s1, {1: a1, 2: a2}, tmp_path, grpc_port=free_port(), thrift_port=free_port())
         try:
             sw2 = start_bmv2(s2["switch"], s2, {1: b1, 2: b2}, tmp_path, grpc_port=free_port(),
                              thrift_port=free_port())
             try:
-                veth.drain(rx)
+                netns.drain(rx)
                 tx.send(dlcp_frame(SRC, host_ip(2), telemetry=True, ttl=20))
-                got = [parse(f) for _, f in veth.receive(rx, quiet_s=1.0, want=1)]
+                got = [parse(f) for _, f in netns.receive(rx, quiet_s=1.0, want=1)]
                 assert len(got) == 1 and got[0].ttl == 18 and got[0].ip_ok and got[0].udp_ok
                 assert got[0].telemetry.hops == 2 and got[0].dst_mac == host_mac(2)
                 assert sw1.counter_dump()["queues"][0]["port"] == 2 and sw2.counter_dump()["queues"][0]["port"] == 2

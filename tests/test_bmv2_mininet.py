@@ -18,7 +18,7 @@ pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
 from bmv2_rig import PREFIX  # noqa: E402
 from emulation import procs  # noqa: E402
-from emulation.bmv2switch import Bmv2Switch  # noqa: E402
+from emulation.switches import Bmv2Switch  # noqa: E402
 from fake_p4runtime import free_port  # noqa: E402
 
 RECEIVER = textwrap.dedent("""
@@ -68,7 +68,7 @@ def test_bmv2switch_carries_real_udp_and_cleans_up(tmp_path, monkeypatch):
         net.addLink(b, sw, port1=0, port2=2)
         net.build()
         net.start()
-        pid = sw.bmv2.pid
+        pid = sw.dataplane.pid
         for host, peer in ((a, b), (b, a)):
             host.setARP(peer.IP(), peer.MAC())
             host.cmd(f"ethtool -K {host.defaultIntf()} tx off rx off")  # the switch forwards bytes as they are
@@ -79,7 +79,7 @@ def test_bmv2switch_carries_real_udp_and_cleans_up(tmp_path, monkeypatch):
         assert a.popen([sys.executable, "-c", SENDER, "20"]).wait(timeout=20) == 0
         got = json.loads(receiver.communicate(timeout=20)[0])
         assert [g[0] for g in got] == list(range(20))
-        queues = {(q["port"], q["qid"], q["color"]): q["admitted_pkts"] for q in sw.counter_dump()["queues"]}
+        queues = {(q["port"], q["qid"], q["color"]): q["admitted_pkts"] for q in sw.dataplane.counter_dump()["queues"]}
         assert queues[(2, 5, 0)] == 10 and queues[(2, 5, 1)] == 10
     finally:
         net.stop()

@@ -42,7 +42,7 @@ def test_switch_that_dies_shows_command_and_log_tail(fake_bmv2, runtime, tmp_pat
         bmv2switch.start_bmv2("s8", runtime, {1: "lo"}, tmp_path / "run", grpc_port=free_port(),
                               thrift_port=free_port())
     text = str(e.value)
-    assert text.startswith("s8: simple_switch_grpc exited with code 3 during start-up")
+    assert text.startswith("bmv2 switch s8: simple_switch_grpc exited with status 3 during start-up")
     assert f"command: {exe} --device-id 8 -i 1@lo --thrift-port" in text
     assert "--priority-queues 8" in text and "boom: cannot open device" in text
     assert procs.recorded() == []

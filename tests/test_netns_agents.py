@@ -6,13 +6,12 @@ must end within budget, with its retransmissions logged, and with no protected p
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from agent_runs import agent_configs, check_bounded_loss, log_text, read_csv, start_agent, wait_all
 
 from emulation import procs
-from emulation.nslan import BridgeLan
+from emulation.netns import BridgeLan
 
 pytestmark = pytest.mark.root
 
@@ -22,7 +21,7 @@ DLCP = {"inject_loss": 0.02, "loss_budget": 0.01, "iter_budget": 0.02, "r_max": 
 
 def run_on_lan(tmp_path, mode: str):
     world = 4
-    with BridgeLan(f"tp{os.getpid() % 100000}", world + 1) as lan:
+    with BridgeLan("tp", world + 1) as lan:
         hosts = {h.name: h for h in lan.hosts}
         ips = [lan.hosts[r].ip for r in range(world)]
         ps_ip = lan.hosts[world].ip if mode == "ps" else None

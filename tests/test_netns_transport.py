@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,14 +21,13 @@ from dlcp import header as H
 from dlcp.chunking import MessageId, packetize
 from dlcp.tagging import Tags
 from dlcp.transport import Peer, SendInfo, Transport, TransportConfig
+from emulation.dataplane import RefProcess
 from emulation.netns import Lab, in_netns, raw_socket, sh
-from emulation.refswitch.switch import control_request
 
 from refswitch_frames import runtime_doc
 
 pytestmark = pytest.mark.root
 
-ROOT = Path(__file__).resolve().parents[1]
 VPP = 50
 PORTS = (1, 2, 3)
 
@@ -44,14 +41,13 @@ class Star:
 
     def __init__(self, tmp: Path, port_cfg: dict):
         self.lab = Lab("tq")
-        self.proc = None
+        self.switch = None
         try:
             p = self.lab.prefix
-            self.sw = self.lab.netns("sw")
             self.hosts = {}
             for k in PORTS:
                 ns = self.lab.netns(f"h{k}")
-                self.lab.veth(f"{p}h{k}", ns, f"{p}p{k}", self.sw)
+                self.lab.veth(f"{p}h{k}", ns, f"{p}p{k}", None)
                 sh("ip", "link", "set", f"{p}h{k}", "address", _mac(k), ns=ns)
                 sh("ip", "addr", "add", f"10.0.0.{k}/24", "dev", f"{p}h{k}", ns=ns)
                 for j in PORTS:  # the switch forwards IPv4 only: no ARP
@@ -62,22 +58,8 @@ class Star:
             rt = runtime_doc(ports=PORTS, intf=lambda k: f"{p}p{k}", thresholds=(1000, 1000, 1000, 1000),
                              port_cfg=port_cfg)
             (tmp / "runtime.json").write_text(json.dumps(rt))
-            self.counters, ctl = tmp / "counters.json", tmp / "ctl.sock"
-            self.log = open(tmp / "switch.log", "wb")
-            cmd = ["ip", "netns", "exec", self.sw, sys.executable, "-m", "emulation.refswitch", "--runtime",
-                   str(tmp / "runtime.json"), "--counters", str(self.counters), "--control", str(ctl)]
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    if control_request(ctl, "ping", timeout=1.0)["ok"]:
-                        break
-                except (OSError, ValueError):
-                    pass
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"refswitch did not start: {' '.join(cmd)}: "
-                                       f"{(tmp / 'switch.log').read_text()[-1500:]}")
-                time.sleep(0.05)
+            self.switch = RefProcess(f"{p}sw", tmp / "runtime.json", tmp)
+            self.switch.start()
         except BaseException:
             self.close()
             raise
@@ -93,17 +75,11 @@ class Star:
 
     def close(self) -> dict:
         counters = {}
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.log.close()
-            if self.counters.exists():
-                counters = json.loads(self.counters.read_text())
-            self.proc = None
+        if self.switch is not None:
+            self.switch.stop()
+            if self.switch.counters_path.exists():
+                counters = self.switch.counters()
+            self.switch = None
         self.lab.close()
         return counters
 
@@ -156,7 +132,7 @@ def test_control_handshake_travels_at_control_priority(tmp_path):
     lab = Lab("tq")
     try:
         ns = lab.netns("l")
-        cap = raw_socket(ns, "lo")
+        cap = raw_socket("lo", ns)
         cap.settimeout(0.2)
         with in_netns(ns):
             t = Transport(TransportConfig(rank=1, data_port=0, control_port=0), [])

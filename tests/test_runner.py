@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ DLCP = [sys.executable, "-m", "dlcp.cli"]
 
 SHORT = """
 name = "short"
+backend = "{backend}"
 timeout_s = {timeout}
 [topology]
 kind = "star"
@@ -48,9 +50,9 @@ off_ms = 30
 """
 
 
-def write_config(tmp_path: Path, iterations=4, model="cnn", timeout=120) -> Path:
+def write_config(tmp_path: Path, iterations=4, model="cnn", timeout=120, backend="ref") -> Path:
     p = tmp_path / "short.toml"
-    p.write_text(SHORT.format(iterations=iterations, model=model, timeout=timeout))
+    p.write_text(SHORT.format(iterations=iterations, model=model, timeout=timeout, backend=backend))
     return p
 
 
@@ -104,6 +106,60 @@ def test_short_experiment_end_to_end(tmp_path):
     assert json.loads((run / "records" / "h4-background0.json").read_text())["pkts"] > 0
 
 
+@pytest.mark.bmv2
+def test_short_experiment_on_bmv2(tmp_path):
+    """The same short experiment with simple_switch_grpc running p4/dlcp.p4 as the switch."""
+    from emulation.bmv2switch import GRPC_PORT_BASE, THRIFT_PORT_BASE, port_busy
+    cfg = write_config(tmp_path, iterations=3, backend="bmv2")
+    p = subprocess.run(DLCP + ["run", str(cfg), "--out", str(tmp_path / "results")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [run] = run_dirs(tmp_path / "results")
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "ok" and meta["backend"] == "bmv2"
+    assert meta["versions"]["p4c"].startswith("p4c ") and meta["versions"]["simple_switch_grpc"]
+    for h in ("h1", "h2"):
+        assert [int(r["iter"]) for r in read_csv(run / "records" / f"{h}-iterations.csv")] == [0, 1, 2]
+    dump = json.loads((run / "counters" / "s1.json").read_text())
+    assert dump["backend"] == "bmv2" and sum(q["admitted_pkts"] for q in dump["queues"]) > 0
+    # every frame that reached bmv2's ports went through the P4 program, and what it admitted left
+    accounted = sum(dump["drops"].values()) + sum(q[k] for q in dump["queues"]
+                                                  for k in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts"))
+    assert sum(p["rx_pkts"] for p in dump["ports"]) == accounted
+    assert sum(p["tx_pkts"] for p in dump["ports"]) == sum(q["admitted_pkts"] for q in dump["queues"])
+    assert "simple_switch_grpc --device-id 1" in (run / "logs" / "s1.log").read_text()
+    assert (run / "summary.json").exists()
+    assert not port_busy(GRPC_PORT_BASE + 1) and not port_busy(THRIFT_PORT_BASE + 1)
+
+
+def test_missing_bmv2_fails_before_anything_starts(tmp_path):
+    """Without simple_switch_grpc (or p4c, when the P4 program must be compiled) a bmv2 run stops
+    with one line that says how to point the project at an installation; needs no root."""
+    cfg = write_config(tmp_path, backend="bmv2")
+    env = dict(os.environ, DLCP_BMV2_BIN="/nonexistent/simple_switch_grpc")
+    p = subprocess.run(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("dlcp run: failed: backend bmv2: DLCP_BMV2_BIN=/nonexistent/simple_switch_grpc "
+                               "is not an executable") and "set DLCP_BMV2_BIN=" in p.stderr
+    assert not (tmp_path / "r").exists()
+    if shutil.which("simple_switch_grpc") is None:
+        return
+    env = dict(os.environ, DLCP_P4C="/nonexistent/p4c")  # a data port no build has: p4c must run
+    p = subprocess.run(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--set", "dlcp.data_port=9990"],
+                       capture_output=True, text=True, cwd=ROOT, env=env)
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("dlcp run: failed: backend bmv2: DLCP_P4C=/nonexistent/p4c is not an executable")
+    assert not (tmp_path / "r").exists()
+
+
+def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    """`dlcp run` of a long experiment into tmp_path/r, in the background (stderr piped)."""
+    cfg = write_config(tmp_path, iterations=500, timeout=600)
+    return subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+                            stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
 def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -119,9 +175,7 @@ def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> 
 
 
 def test_sigint_mid_run_cleans_up(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE)
     run = wait_for_progress(tmp_path / "r", proc)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -132,9 +186,7 @@ def test_sigint_mid_run_cleans_up(tmp_path):
 
 
 def test_crashed_agent_fails_run_with_its_log(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE)
     wait_for_progress(tmp_path / "r", proc)
     worker = next(p for p in procs.recorded() if p["role"] == "agent-worker" and p["name"] == "h2")
     os.kill(worker["pid"], signal.SIGKILL)
@@ -145,9 +197,7 @@ def test_crashed_agent_fails_run_with_its_log(tmp_path):
 
 
 def test_clean_after_sigkilled_run(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
     proc.kill()
     proc.wait()
@@ -177,9 +227,7 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
 
 
 def test_clean_leaves_a_running_experiment_alone(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path)
     try:
         wait_for_progress(tmp_path / "r", proc)
         before = leftovers()
@@ -196,9 +244,7 @@ def test_clean_leaves_a_running_experiment_alone(tmp_path):
 
 
 def test_stop_survives_a_node_shell_killed_from_outside(tmp_path):
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    proc = subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
     shell = next(p for p in procs.recorded() if p["role"] == "node-shell" and p["name"] == "s1")
     os.kill(shell["pid"], signal.SIGKILL)  # Mininet's stop would wait on this shell forever

@@ -5,23 +5,38 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from emulation import procs
-from emulation.switches import BACKENDS, DEFAULT_BACKEND, RefSwitch, SwitchStartError, switch_class
+from emulation.dataplane import RefProcess
+from emulation.switches import (BACKENDS, DEFAULT_BACKEND, Bmv2Switch, DlcpSwitch, RefSwitch, SwitchStartError,
+                                switch_class)
 
 from refswitch_frames import entry, runtime_doc
 
 pytestmark = pytest.mark.root
 
 TAG = f"rs{os.getpid() % 100000}"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_backend_mapping():
     assert DEFAULT_BACKEND == "ref" and switch_class() is RefSwitch and BACKENDS["ref"] is RefSwitch
+    assert switch_class("bmv2") is Bmv2Switch and issubclass(Bmv2Switch, DlcpSwitch)
     with pytest.raises(ValueError, match="unknown switch backend 'nope'"):
         switch_class("nope")
+
+
+def test_backends_load_the_p4runtime_stack_only_when_bmv2_starts():
+    code = ("import sys; from emulation.switches import BACKENDS; BACKENDS['bmv2'].toolchain; "
+            "print(sorted(m for m in ('grpc', 'p4runtime_sh', 'emulation.controller', 'emulation.bmv2switch') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def _net(tmp_path, runtime: dict):
@@ -52,7 +67,7 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
         assert sum(q["admitted_pkts"] for q in sw.counters()["queues"]) >= 6
     finally:
         net.stop()
-    assert sw.proc is None and procs.recorded() == []
+    assert sw.dataplane is None and procs.recorded() == []
     c = json.loads((tmp_path / "counters" / f"{sw.name}.json").read_text())
     assert c["switch"] == sw.name and c["backend"] == "ref"
     ports = {p["port"]: p for p in c["ports"]}
@@ -66,8 +81,9 @@ def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):
     net, _, _, sw = _net(tmp_path, rt)
     try:
         net.build()
+        # let the process itself find the problem
+        monkeypatch.setattr(RefProcess, "runtime_ports", lambda self: {1: f"{TAG}s1-eth1", 2: f"{TAG}s1-eth2"})
         with pytest.raises(SwitchStartError) as e:
-            sw.check_ports = lambda: None  # let the process itself find the problem
             sw.start([])
         msg = str(e.value)
         assert "unknown table 'DlcpIngress.nope'" in msg and "command: " in msg and "-m emulation.refswitch" in msg
@@ -82,8 +98,8 @@ def test_runtime_ports_must_match_mininet_interfaces(tmp_path, monkeypatch):
     net, _, _, sw = _net(tmp_path, rt)
     try:
         net.build()
-        with pytest.raises(SwitchStartError, match=f"{TAG}s1-eth2 is port 2 in Mininet but port 1 in the runtime file"):
+        with pytest.raises(SwitchStartError, match=f"{TAG}s1-eth2 is port 2 in the topology but port 1 in the runtime"):
             sw.start([])
-        assert sw.proc is None and procs.recorded() == []
+        assert sw.dataplane is None and procs.recorded() == []
     finally:
         net.stop()

@@ -79,6 +79,16 @@ class IterationSeries:
     per_host: dict[str, tuple[np.ndarray, np.ndarray]]  # host -> (iters, iteration_us)
 
 
+def per_iteration(vals: np.ndarray, it: np.ndarray, iters: np.ndarray, reduce) -> np.ndarray:
+    """reduce(finite values of rows with iteration i) for each i of `iters` (NaN where none)."""
+    out = np.full(iters.size, np.nan)
+    for j, i in enumerate(iters):
+        v = vals[(it == i) & np.isfinite(vals)]
+        if v.size:
+            out[j] = reduce(v)
+    return out
+
+
 def iteration_series(run: RunData) -> IterationSeries:
     t = run.iterations
     it = t.col("iter")
@@ -86,13 +96,7 @@ def iteration_series(run: RunData) -> IterationSeries:
     iters = np.unique(it[ok])
 
     def slowest(col: str) -> np.ndarray:
-        vals = t.col(col)
-        out = np.full(iters.size, np.nan)
-        for j, i in enumerate(iters):
-            v = vals[(it == i) & np.isfinite(vals)]
-            if v.size:
-                out[j] = v.max()
-        return out
+        return per_iteration(t.col(col), it, iters, np.max)
 
     per_host = {}
     for host in sorted(set(t.col("host")[ok])):
@@ -231,12 +235,7 @@ def training_curves(run: RunData) -> TrainingCurves:
     t0 = np.nanmin(t.col("start_us")) if np.isfinite(t.col("start_us")).any() else np.nan
 
     def mean_at(vals: np.ndarray, iters: np.ndarray) -> np.ndarray:
-        out = np.full(iters.size, np.nan)
-        for j, i in enumerate(iters):
-            v = vals[(it == i) & np.isfinite(vals)]
-            if v.size:
-                out[j] = v.mean()
-        return out
+        return per_iteration(vals, it, iters, np.mean)
 
     iters = np.unique(it[np.isfinite(it)])
     acc, tl = t.col("test_accuracy"), t.col("test_loss")

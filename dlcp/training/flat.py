@@ -22,25 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..workload import Aggregate, MessageLayout
+from ..workload import Aggregate, MessageLayout, plan_messages
 from .fill import fill_average
 from .models import parameter_layers
-
-
-def plan_messages(layer_sizes: list[int], bucket_values: int) -> list[list[int]]:
-    """Layer ids of each message, messages in backward order, layers ascending inside."""
-    if bucket_values < 0:
-        raise ValueError(f"workload.bucket_values: must be >= 0, got {bucket_values}")
-    groups, current, size = [], [], 0
-    for layer in reversed(range(len(layer_sizes))):
-        current.append(layer)
-        size += layer_sizes[layer]
-        if size >= bucket_values:
-            groups.append(sorted(current))
-            current, size = [], 0
-    if current:
-        groups.append(sorted(current))
-    return groups
 
 
 @dataclass

@@ -418,7 +418,7 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int 
     if (!p) { pt->overflow++; e->occupancy[port * N_QUEUES + qid]--; return; }
     p->t_enq = now;
     p->len = n;
-    p->enq_depth = pt->backlog;
+    p->enq_depth = q->count;  /* enq_qdepth: this packet's own priority queue, as bmv2 counts */
     p->tel = (int16_t)tel;
     p->qid = (uint8_t)qid;
     p->has_vnet = (vnet[0] & 1) || vnet[1];

@@ -128,9 +128,10 @@ class PyEngine:
                 continue
             eport, qid, color, tel = r
             ep = ports[eport].egress
+            depth = len(ep.queues[qid])  # enq_qdepth: this packet's own priority queue, as bmv2 counts
             if self.debug:
-                print(f"port {p.num} len {ln} -> port {eport} q{qid} c{color} depth {ep.backlog}", file=sys.stderr)
-            if not ep.enqueue([f, vnet, qid, tel, now, ep.backlog], qid):
+                print(f"port {p.num} len {ln} -> port {eport} q{qid} c{color} depth {depth}", file=sys.stderr)
+            if not ep.enqueue([f, vnet, qid, tel, now, depth], qid):
                 pipe.occupancy[eport * 8 + qid] -= 1  # admitted, but it never got a slot
         return n
 

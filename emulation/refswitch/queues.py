@@ -17,6 +17,7 @@ from dlcp import p4names as P
 from .runtime import PortConfig
 
 # A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth]
+# (enq_qdepth: packets ahead of it in its own priority queue when it was enqueued)
 FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH = range(6)
 
 

@@ -1,27 +1,27 @@
-"""Conformance harness: a switch under test on namespaces and veths this harness creates, frames
-injected with AF_PACKET from a tester namespace, outputs captured on the other ports.
+"""Conformance harness: a switch under test on veth pairs this harness creates, frames injected
+with AF_PACKET from a tester namespace, outputs captured on the other ports.
 
-    tester ns: rs<pid>t1..t4  <-veth->  switch ns: rs<pid>p1..p4 (switch ports 1..4)
+    tester ns: <p>t1..t4  <-veth->  root ns: <p>p1..p4 (switch ports 1..4), p = "rs" + PID
 
-`SwitchUnderTest` is the only backend-specific part: `RefSwitchSUT` runs the built-in dataplane (C
-or Python engine); a bmv2 implementation only needs start (with the scenario's runtime file),
-stop (returning the counter dump of docs/pipeline.md) and a name.
+The switch runs in the root namespace, where bmv2's gRPC and Thrift servers are reachable from
+this process. `SwitchUnderTest` is the only backend-specific part: `RefSwitchSUT` runs the
+built-in dataplane (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
+through emulation/dataplane.py like the runner's switches do.
 """
 
 from __future__ import annotations
 
 import json
 import select
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Protocol
 
 from dlcp import p4names as P
-from emulation.netns import Lab, raw_socket
+from dlcp.runtime import DEFAULT_QUEUE_DEPTH_PKTS, SwitchConfig
+from emulation.dataplane import RefProcess
+from emulation.netns import Lab, drain, raw_socket
 from emulation.refswitch.hashing import crc16, five_tuple_bytes
-from emulation.refswitch.switch import control_request
 
 from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
 
@@ -29,79 +29,100 @@ ROOT = Path(__file__).resolve().parents[2]
 PORTS = (1, 2, 3, 4)
 
 
+def _fastpath_usable() -> bool:
+    from emulation.refswitch.switch import load_fastpath
+    try:
+        load_fastpath()
+        return True
+    except ImportError:
+        return False
+
+
+HAVE_C = _fastpath_usable()
+ENGINES = ("c", "python") if HAVE_C else ("python",)  # the refswitch engines this machine can run
+
+
 class SwitchUnderTest(Protocol):
     name: str
 
-    def start(self, runtime: dict, ns: str, workdir: Path) -> None:
-        """Run the switch in namespace `ns` with this runtime document (docs/pipeline.md format)."""
+    def start(self, runtime: dict, workdir: Path) -> None:
+        """Run the switch on the root-namespace interfaces of this runtime document (docs/pipeline.md)."""
 
     def stop(self) -> dict:
         """Stop the switch; return its counter dump (docs/pipeline.md "Counter dump")."""
 
 
-class RefSwitchSUT:
+class _ProcessSUT:
+    """A switch under test run by an emulation.dataplane process."""
+
+    process = None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive()
+
+    def stop(self) -> dict:
+        if self.process is None:
+            return {}
+        self.process.stop()
+        path, self.process = self.process.counters_path, None
+        return json.loads(path.read_text()) if path.exists() else {}
+
+
+class RefSwitchSUT(_ProcessSUT):
     def __init__(self, engine: str, extra_args: tuple[str, ...] = ()):
         self.engine = engine
-        self.extra_args = list(extra_args)
+        self.extra_args = ["--engine", engine, "--seed", "7", *extra_args]
         self.name = f"refswitch-{engine}"
-        self.proc: subprocess.Popen | None = None
 
-    def start(self, runtime: dict, ns: str, workdir: Path) -> None:
+    def start(self, runtime: dict, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         rt = workdir / "runtime.json"
         rt.write_text(json.dumps(runtime))
-        self.counters_path, self.control = workdir / "counters.json", workdir / "ctl.sock"
-        self.log = workdir / "switch.log"
-        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "emulation.refswitch", "--runtime", str(rt),
-               "--counters", str(self.counters_path), "--control", str(self.control), "--engine", self.engine,
-               "--seed", "7", *self.extra_args]
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if control_request(self.control, "ping", timeout=1.0)["ok"]:
-                    return
-            except (OSError, ValueError):
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{self.name} did not start: {self.log.read_text()[-1500:]}")
-            time.sleep(0.05)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        self.process = RefProcess(runtime["switch"], rt, workdir, extra_args=self.extra_args)
+        self.process.start()
 
     def counters(self) -> dict:
-        return control_request(self.control, "counters")["counters"]
+        return self.process.live_counters()
 
-    def stop(self) -> dict:
-        if self.proc is None:
-            return {}
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-        return json.loads(self.counters_path.read_text()) if self.counters_path.exists() else {}
+
+class Bmv2SUT(_ProcessSUT):
+    """simple_switch_grpc running p4/dlcp.p4; the harness's runtime documents get what a bmv2
+    runtime file has beyond them (device id, P4 build, registers) and the built-in dataplane's
+    default queue depth (bmv2's own, 64 packets, would drop before admission control at qmax 64)."""
+
+    name = "bmv2"
+
+    def start(self, runtime: dict, workdir: Path) -> None:
+        from emulation.bmv2switch import Bmv2Process
+        from fake_p4runtime import free_port
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        cfg = SwitchConfig()
+        doc = {"device_id": 1, "target": "bmv2", "p4info": cfg.p4info, "bmv2_json": cfg.bmv2_json,
+               "registers": [], **runtime}
+        doc["ports"] = [{"queue_depth_pkts": DEFAULT_QUEUE_DEPTH_PKTS, **p} for p in runtime["ports"]]
+        rt = workdir / "runtime.json"
+        rt.write_text(json.dumps(doc))
+        self.process = Bmv2Process(runtime["switch"], rt, workdir, grpc_port=free_port(), thrift_port=free_port())
+        self.process.start()
+
+    def counters(self) -> dict:
+        return self.process.counter_dump()
 
 
 class SwitchTestbed:
     """The namespaces, veths and tester sockets, shared by the scenarios of one test module."""
 
-    def __init__(self, prefix: str = "rs"):
-        self.lab = Lab(prefix)
+    def __init__(self, tag: str = "rs"):
+        self.lab = Lab(tag)
         try:
-            self.sw = self.lab.netns("sw")
             self.tester = self.lab.netns("t")
             p = self.lab.prefix
             self.switch_intf = {k: f"{p}p{k}" for k in PORTS}
             self.tester_intf = {k: f"{p}t{k}" for k in PORTS}
             for k in PORTS:
-                self.lab.veth(self.tester_intf[k], self.tester, self.switch_intf[k], self.sw)
-            self.socks = {k: raw_socket(self.tester, self.tester_intf[k]) for k in PORTS}
+                self.lab.veth(self.tester_intf[k], self.tester, self.switch_intf[k], None)
+            self.socks = {k: raw_socket(self.tester_intf[k], self.tester) for k in PORTS}
             for s in self.socks.values():
                 s.setblocking(False)
         except BaseException:
@@ -118,11 +139,7 @@ class SwitchTestbed:
 
     def drain(self) -> None:
         for s in self.socks.values():
-            try:
-                while s.recv(65536):
-                    pass
-            except BlockingIOError:
-                pass
+            drain(s)
 
     def capture(self, seconds: float) -> dict[int, list[tuple[float, bytes]]]:
         out: dict[int, list] = {k: [] for k in PORTS}  # a port whose socket is closed stays empty
@@ -185,7 +202,7 @@ class Result:
 
 
 def run_scenario(bed: SwitchTestbed, sut: SwitchUnderTest, sc: dict, workdir: Path) -> Result:
-    sut.start(bed.runtime(**sc["runtime"]), bed.sw, workdir)
+    sut.start(bed.runtime(**sc["runtime"]), workdir)
     try:
         bed.drain()
         bursts = [(b["port"], build_frame(b["frame"]), b["n"], b.get("gap_us", 0)) for b in sc["send"]]
@@ -297,12 +314,25 @@ def check_telemetry(r: Result, hops: int, min_max_depth: int, min_last_wait_us: 
     assert len(zero) == 3, "a zero UDP checksum must stay zero"
 
 
+def check_telemetry_depths(r: Result, prio: int, n: int, lo: int, hi: int):
+    """The `n` priority-`prio` frames out of port 2 carry max_enq_qdepth in lo..hi."""
+    depths = [int.from_bytes(f[68:70], "big") for f in r.frames(2) if f[43] >> 5 == prio]
+    assert len(depths) == n and all(lo <= d <= hi for d in depths), depths
+
+
 def check_min_latency_s(r: Result, port: int, seconds: float):
     first = min(t for t, _ in r.out[port])
     assert first - r.t_send >= seconds, first - r.t_send
 
 
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+
+def for_backend(sc: dict, backend: str) -> dict:
+    """The scenario as it runs on `backend`: a backend's own section (scenarios.py) replaces the
+    parts it reformulates."""
+    own = sc.get(backend, {})
+    return {**sc, **{k: v for k, v in own.items() if k in ("runtime", "send", "expect", "settle_s")}}
 
 
 def verify(sc: dict, r: Result) -> None:
@@ -326,7 +356,8 @@ def verify(sc: dict, r: Result) -> None:
         row = rows.get(tuple(int(x) for x in key.split(",")), {})
         for counter, n in want.items():
             assert abs(row.get(counter, 0) - n) <= tol, f"queue {key} {counter}: {row.get(counter, 0)}, expected {n}"
-    # conservation: every frame the switch read is accounted for exactly once
+    # conservation: every frame the switch read is accounted for exactly once (bmv2's `ports` are
+    # the kernel's counts on its interfaces: frames its capture missed would show here)
     ports = {p["port"]: p for p in c["ports"]}
     rx = sum(p["rx_pkts"] for p in ports.values())
     assert rx == r.sent, f"switch read {rx} of {r.sent} frames"
@@ -334,7 +365,7 @@ def verify(sc: dict, r: Result) -> None:
     assert rx == sum(c["drops"].values()) + q("admitted_pkts") + q("early_drop_pkts") + q("tail_drop_pkts")
     for k, p in ports.items():
         assert p["tx_pkts"] == got[k], f"port {k}: switch sent {p['tx_pkts']}, tester saw {got[k]}"
-    assert q("admitted_pkts") == sum(p["tx_pkts"] + p["link_loss_pkts"] + p["queue_overflow_pkts"] + p["queued_pkts"]
-                                     + p["pending_pkts"] for p in ports.values())
+    in_switch = ("link_loss_pkts", "queue_overflow_pkts", "queued_pkts", "pending_pkts")  # refswitch only
+    assert q("admitted_pkts") == sum(p["tx_pkts"] + sum(p.get(k, 0) for k in in_switch) for p in ports.values())
     for name, *args in exp.get("checks", []):
         CHECKS[name](r, *args)

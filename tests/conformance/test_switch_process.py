@@ -13,7 +13,7 @@ import pytest
 
 from emulation.refswitch.pcap import read_pcap
 from emulation.refswitch.switch import control_request
-from harness import ROOT, RefSwitchSUT, SwitchTestbed
+from harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame
 
 pytestmark = pytest.mark.root
@@ -28,26 +28,26 @@ def bed():
 
 @pytest.mark.parametrize("engine", ["c", "python"])
 def test_pcap_signal_and_control(bed, tmp_path, engine):
-    from test_conformance import HAVE_C
     if engine == "c" and not HAVE_C:
         pytest.skip("C engine not built")
     pcap_dir = tmp_path / "pcap"
     sut = RefSwitchSUT(engine, ("--pcap-dir", str(pcap_dir), "--pcap-port", "1", "--pcap-port", "2"))
-    sut.start(bed.runtime(), bed.sw, tmp_path)
+    sut.start(bed.runtime(), tmp_path)
     try:
         bed.drain()
         sent = [dlcp_frame(seq=i) for i in range(5)]
         for f in sent:
             bed.socks[1].send(f)
         out = bed.capture(0.3)
-        sut.proc.send_signal(signal.SIGUSR1)
+        sw = sut.process
+        sw.proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 5
-        while not sut.counters_path.exists() and time.monotonic() < deadline:
+        while not sw.counters_path.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
-        dumped = json.loads(sut.counters_path.read_text())
+        dumped = json.loads(sw.counters_path.read_text())
         assert {p["port"]: p["rx_pkts"] for p in dumped["ports"]}[1] == 5
-        assert control_request(sut.control, "dump")["path"] == str(sut.counters_path)
-        assert control_request(sut.control, "nope") == {"ok": False,
+        assert control_request(sw.control_path, "dump")["path"] == str(sw.counters_path)
+        assert control_request(sw.control_path, "nope") == {"ok": False,
                                                         "error": "unknown command 'nope' (ping, counters, dump)"}
     finally:
         sut.stop()
