@@ -20,17 +20,23 @@ OUR_LINK = re.compile(r"^s\d+-eth\d+$")
 
 
 def _mininet_shells() -> list[int]:
-    pids = []
+    return [pid for pid, _ in _mininet_shells_with_parent()]
+
+
+def _mininet_shells_with_parent() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every Mininet node shell on the machine."""
+    out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             argv = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if any(HOST_SHELL.match(a) for a in argv):
-            pids.append(int(d.name))
-    return pids
+            out.append((int(d.name), ppid))
+    return out
 
 
 def _our_links() -> list[str]:
@@ -40,14 +46,19 @@ def _our_links() -> list[str]:
 
 
 def clean(verbose: bool = True) -> dict:
-    """Stop recorded processes, Mininet host shells and our links; returns what was removed.
+    """Stop recorded processes, orphaned Mininet node shells and our links; returns what was
+    removed.
 
-    While an experiment is still running (a live owner of recorded processes), its processes and
-    host shells are left alone and no link is removed: links cannot be told apart by run."""
+    A node shell whose parent (the Mininet process that made it) still runs belongs to a live
+    experiment, recorded here or in another checkout's state directory: it is left alone, and so
+    are the processes of live owners. While any experiment runs no link is removed: links cannot
+    be told apart by run."""
     running = {p["owner"] for p in procs.recorded() if procs.owner_alive(p)}
-    protected = {p["pid"] for p in procs.recorded() if procs.owner_alive(p)}
     stopped = procs.kill_recorded()
-    shells = [pid for pid in _mininet_shells() if pid not in protected]
+    all_shells = _mininet_shells_with_parent()
+    ours = (1, os.getpid())  # orphans, or shells of the run calling us (the runner's last resort)
+    running |= {ppid for _, ppid in all_shells if ppid not in ours}
+    shells = [pid for pid, ppid in all_shells if ppid in ours]
     for pid in shells:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -61,7 +72,7 @@ def clean(verbose: bool = True) -> dict:
     if verbose:
         print(f"dlcp clean: stopped {len(stopped)} recorded processes"
               + (f" ({', '.join(summary['processes'])})" if stopped else "")
-              + f", {len(shells)} host shells, removed {len(links)} links"
+              + f", {len(shells)} orphaned node shells, removed {len(links)} links"
               + (f"; left alone what running experiments own (pids {', '.join(map(str, sorted(running)))})"
                  if running else ""))
     return summary
