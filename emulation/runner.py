@@ -451,4 +451,6 @@ def main(args) -> int:
         print("dlcp run: interrupted; everything was stopped and cleaned up", file=sys.stderr)
         return 130
     print(f"dlcp run: results in {results}")
+    for report in sorted(results.glob("*/report.html")) + sorted(results.glob("compare.html")):
+        print(f"  {report}")
     return 0
