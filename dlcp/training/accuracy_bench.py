@@ -68,7 +68,7 @@ def bench_accuracy(argv: list[str]) -> int:
     ap.add_argument("--fills", type=_fills, default=list(FILLS))
     ap.add_argument("--mode", choices=LOSS_MODES, default="uniform",
                     help="uniform: any packet may be lost; protected: only drop_prec > 0 packets")
-    ap.add_argument("--seeds", type=int, default=2,
+    ap.add_argument("--seeds", type=int, default=4,
                     help="average over this many seeds (1, 2, ...): one run's accuracy varies by ~0.5 points")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--json", action="store_true")
