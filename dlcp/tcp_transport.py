@@ -25,7 +25,7 @@ from .header import PHASE_NAMES, VALUE_BYTES, header_fields, tos_of
 from .records import now_us
 from .tagging import n_packets
 from .transport import (Peer, RecvResult, SendHandle, SendInfo, SendResult, TransportConfig,
-                        TransportError, _key_text, _record_rank, _set_buf)
+                        TransportError, _key_text, _record_rank, _set_buf, wait_for_done)
 
 log = logging.getLogger("dlcp.tcp_transport")
 
@@ -110,16 +110,8 @@ class TcpTransport:
 
     def recv(self, src: int, iteration: int, phase: int, msg_id: int, timeout: float | None = None) -> RecvResult:
         key = (src, iteration & 0xFFFF, phase, msg_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while key not in self._done:
-                if self._closing:
-                    raise TransportError("transport closed")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TransportError(f"no message {_key_text(key)} after {timeout} s")
-                self._cond.wait(1.0 if left is None else min(left, 1.0))
-            return self._done.pop(key)
+        return wait_for_done(self._cond, self._done, key, timeout, lambda: self._closing,
+                             lambda: "not the whole message")
 
     def advance(self, iteration: int) -> None:
         cur = iteration & 0xFFFF

@@ -226,6 +226,21 @@ class RecvResult:
         return np.repeat(self.counts, self.values_per_pkt)[: self.values.size]
 
 
+def wait_for_done(cond: threading.Condition, done: dict, key, timeout: float | None, closing, received):
+    """Pop `done[key]` once a transport thread puts it there (waiting on `cond`); raises
+    TransportError when the transport closes or after `timeout` s, saying what `received()` has."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with cond:
+        while key not in done:
+            if closing():
+                raise TransportError("transport closed")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TransportError(f"no message {_key_text(key)} after {timeout} s ({received()} received)")
+            cond.wait(1.0 if left is None else min(left, 1.0))
+        return done.pop(key)
+
+
 def _key_text(key) -> str:
     peer, it, phase, msg = key
     return f"(peer {peer}, iter {it}, {PHASE_NAMES.get(phase, phase)}, msg {msg})"
@@ -494,18 +509,12 @@ class Transport:
     def recv(self, src: int, iteration: int, phase: int, msg_id: int, timeout: float | None = None) -> RecvResult:
         """Wait for message (src, iteration, phase, msg_id) to finish (STOP or FORCE_STOP)."""
         key = (src, iteration & 0xFFFF, phase, msg_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while key not in self._rx_done:
-                if self._closing:
-                    raise TransportError("transport closed")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    have = self._rx.get(key)
-                    got = f"{have.n_received}/{have.n_pkts} packets" if have else "nothing"
-                    raise TransportError(f"no message {_key_text(key)} after {timeout} s ({got} received)")
-                self._cond.wait(left if left is None else min(left, 1.0))
-            return self._rx_done.pop(key)
+
+        def received() -> str:
+            have = self._rx.get(key)
+            return f"{have.n_received}/{have.n_pkts} packets" if have else "nothing"
+
+        return wait_for_done(self._cond, self._rx_done, key, timeout, lambda: self._closing, received)
 
     def advance(self, iteration: int) -> None:
         """The caller moved on to `iteration`: messages more than STALE_WINDOW iterations older
