@@ -7,38 +7,43 @@ The interface (`HookTransport`) is one blocking call per bucket:
 - `values`: this rank's flat float32 gradient of the bucket (a numpy view of DDP's bucket buffer;
   read it, never write it; it stays valid until `exchange` returns);
 - `tags`: per-packet priority / drop precedence / layer (dlcp.tagging.Tags, packets of
-  dlcp.header.VALUES_PER_PKT values) for the wire;
+  `values_per_pkt` values) for the wire;
 - returns an `Aggregate` (dlcp/workload.py): per value, the sum over all ranks of the
-  contributions that arrived (this rank's own included) and their count. Every rank calls
-  `exchange` for the same (iteration, msg_id) sequence; keys on the wire are (iter mod 2^16,
-  msg_id, src_rank). Packets lost within the loss budget simply lower `count`; the hook fills.
-It may be called from a helper thread (one call at a time per rank) and has `world` and `close()`.
+  contributions that arrived (this rank's own included, added in rank order so every replica gets
+  the same bits) and their count. Every rank calls `exchange` for the same (iteration, msg_id)
+  sequence. Packets lost within the loss budget simply lower `count`; the hook fills.
+It may be called from a helper thread (one call at a time per rank) and has `world`,
+`values_per_pkt`, `stats` (ExchangeStats) and `close()`.
 
-`UdpAllToAll`: every rank sends its DLCP packets (dlcp.chunking) to every other rank over UDP and
-reassembles theirs by offset; a background thread drains the socket. Loss can be emulated at the
-receiver (`drop_rate`, optionally only drop-eligible packets): a dropped packet is counted as
-seen, so the message still completes at once, as it would after the bounded-loss transport's
-STOP. Without emulated loss nothing is dropped; a message that is still incomplete after
-`timeout_s` (a dead peer, a kernel buffer overflow) is returned as it is and counted in `forced`.
+`TransportAllToAll` (the hook's default): every rank sends its bucket to every other rank as one
+message of the bounded-loss transport (dlcp/transport.py, docs/transport.md): in-band PROBE,
+BITMAP / STOP / FORCE_STOP on TCP, retransmission of protected packets and of whatever exceeds the
+loss budget, at most `r_max` rounds within `deadline_ms`. A message the transport had to force is
+counted (`stats.forced`) and logged; its missing packets lower `count` like accepted losses.
 
 `GlooAllReduce`: the reference path, an all-reduce of values and counts on a gloo group of its
-own (never lossy unless `drop_rate` drops packets of this rank's contribution before sending).
+own. It stays because it is the hook's ground truth without any DLCP wire format (the tests
+compare against it) and because its `drop_rate` emulates loss that nothing recovers, protected
+packets included, which the bounded-loss transport by design never produces.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
+import os
 import socket
-import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from .chunking import MessageId, Reassembler, packetize
-from .header import PHASE_P2P, VALUES_PER_PKT, MalformedPacket, payload_offset, unpack_from
-from .tagging import Tags, n_packets
+from .chunking import MessageId, packetize
+from .control import PS_RANK
+from .header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT
+from .tagging import Tags
+from .transport import Peer, SendInfo, Transport, TransportConfig, TransportError
 from .workload import Aggregate
 
 logger = logging.getLogger(__name__)
@@ -46,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 class HookTransport(Protocol):
     world: int
+    values_per_pkt: int
 
     def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate: ...
 
@@ -53,198 +59,138 @@ class HookTransport(Protocol):
 
 
 @dataclass
-class TransportStats:
-    sent_pkts: int = 0
-    recv_pkts: int = 0
-    dropped_pkts: int = 0  # emulated loss
-    lost_pkts: int = 0  # never arrived (emulated drops included)
-    malformed_pkts: int = 0
-    stale_pkts: int = 0  # for a message already completed, or another job
-    forced: int = 0  # messages returned incomplete at the timeout
-    forced_keys: list = field(default_factory=list)  # ((iter, msg_id), {src: missing pkts}), first 100
-    malformed_by_field: dict = field(default_factory=dict)
+class ExchangeStats:
+    """Cumulative counts of one rank's exchanges."""
+    exchanges: int = 0
+    sent_pkts: int = 0  # packets of this rank's contributions, first transmissions, all destinations
+    retx_pkts: int = 0  # of those, retransmissions the receivers asked for
+    lost_pkts: int = 0  # packets missing from the aggregates (accepted within budget, forced or emulated)
+    protected_lost: int = 0  # of those, protected ones (drop precedence 0): only a forced message loses any
+    forced: int = 0  # messages (sent or received) finished by FORCE_STOP
+    forced_keys: list = field(default_factory=list)  # first 100: (iteration, msg_id, peer, "sent"/"received")
+
+    def _forced(self, iteration: int, msg_id: int, peer: int, side: str) -> None:
+        self.forced += 1
+        if len(self.forced_keys) < 100:
+            self.forced_keys.append((iteration, msg_id, peer, side))
 
 
-class _Incoming:
-    """One peer's copy of one message: reassembly plus emulated drops (`drop[seq]`: drop that
-    packet if it is drop-eligible; drawn up front so a run does not depend on arrival order)."""
-
-    def __init__(self, n_values: int, drop: np.ndarray | None):
-        self.reasm = Reassembler(n_values)
-        self.drop = drop
-        self.dropped = 0
-
-    @property
-    def seen_all(self) -> bool:
-        return self.reasm.n_received + self.dropped >= self.reasm.n_pkts
+def _local_address() -> str:
+    """This host's address towards MASTER_ADDR (torchrun sets it), else 127.0.0.1. A connected
+    UDP socket picks the source address the routing table would use; nothing is sent."""
+    master = os.environ.get("MASTER_ADDR")
+    if not master:
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((master, int(os.environ.get("MASTER_PORT", "29500"))))
+        return s.getsockname()[0]
 
 
-class UdpAllToAll:
-    """All-to-all of DLCP packets over UDP (see the module docstring). `peers[r]` is the
-    (host, port) where rank r receives; `sock` is this rank's bound socket (peers[rank])."""
+class TransportAllToAll:
+    """All-to-all of every bucket over the bounded-loss transport (see the module docstring).
 
-    def __init__(self, rank: int, peers: list[tuple[str, int]], sock: socket.socket, *, job_id: int = 0,
-                 timeout_s: float = 30.0, drop_rate: float = 0.0, drop_protected: bool = False,
-                 seed: int = 0):
-        if not 0 <= rank < len(peers) <= 256:
-            raise ValueError(f"rank {rank} outside 0..{len(peers) - 1} (at most 256 ranks)")
-        self.rank, self.world, self.peers, self.sock = rank, len(peers), list(peers), sock
-        self.job_id, self.timeout_s = job_id, timeout_s
-        self.drop_rate, self.drop_protected = drop_rate, drop_protected
-        self.seed = seed
-        self.stats = TransportStats()
-        self._cond = threading.Condition()
-        self._incoming: dict[tuple[int, int], dict[int, _Incoming]] = {}  # (iter, msg) -> src -> _Incoming
-        self._early: dict[tuple[int, int], list[bytes]] = collections.defaultdict(list)
-        self._done: collections.OrderedDict = collections.OrderedDict()  # recently completed keys
-        self._closing = False
-        try:  # room for a burst of every peer's packets while this rank is busy in backward
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        except OSError:
-            pass
-        sock.settimeout(0.1)
-        self._thread = threading.Thread(target=self._receive_loop, name=f"dlcp-udp-r{rank}", daemon=True)
-        self._thread.start()
+    `endpoint` is this rank's `Transport` (wire rank = process-group rank) with every other rank
+    as a peer; the object owns it and closes it in `close()`. `timeout_s` bounds the wait for one
+    peer's message (a peer that never sends raises TransportError, which DDP re-raises in
+    backward). The transport's message records of the latest `keep_rows` messages stay in
+    `message_rows` (dlcp.records.MESSAGE_COLUMNS), older ones are dropped.
+    """
+
+    def __init__(self, endpoint: Transport, world: int, *, timeout_s: float = 60.0, keep_rows: int = 10_000):
+        self.rank = endpoint.cfg.rank
+        if not 0 <= self.rank < world <= PS_RANK:
+            raise ValueError(f"rank {self.rank} outside 0..{world - 1} (at most {PS_RANK} ranks)")
+        missing = sorted(set(range(world)) - {self.rank} - set(endpoint.peers))
+        if missing:
+            raise ValueError(f"the transport of rank {self.rank} has no peer for ranks {missing}")
+        self.endpoint, self.world, self.timeout_s = endpoint, world, timeout_s
+        self.job_id = endpoint.cfg.job_id
+        self.values_per_pkt = endpoint.vpp
+        self.stats = ExchangeStats()
+        self.message_rows: collections.deque = collections.deque(maxlen=keep_rows)
 
     @classmethod
-    def for_process_group(cls, group=None, host: str = "127.0.0.1", **kwargs) -> "UdpAllToAll":
-        """Bind an ephemeral UDP port on `host` and learn every rank's address through the
-        (already initialised) torch.distributed process group. Collective: every rank calls it."""
+    def for_process_group(cls, config: TransportConfig | None = None, group=None, host: str | None = None,
+                          data_port: int = 0, control_port: int = 0, **kwargs) -> "TransportAllToAll":
+        """Open this rank's endpoint on `host` (default: the address towards MASTER_ADDR, or
+        127.0.0.1 without it; pass it where that guess is wrong) and the given ports (0: any free
+        port), learn every rank's addresses through the (already initialised) torch.distributed
+        process group, open the control connections and wait until every rank has. Collective:
+        every rank calls it. `config` supplies the budgets and timers (loss_budget, r_max,
+        deadline_ms, inject_loss, ...); its rank, ip and ports are replaced, and rank r draws
+        injected losses from inject_seed * 1000 + r. `kwargs` go to the constructor."""
         import torch.distributed as dist
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.bind((host, 0))
-        peers = [None] * dist.get_world_size(group)
-        dist.all_gather_object(peers, sock.getsockname()[:2], group=group)
-        return cls(dist.get_rank(group), [tuple(p) for p in peers], sock, **kwargs)
-
-    # --- receiving (background thread) -----------------------------------------------------------
-
-    def _receive_loop(self) -> None:
-        buf = bytearray(65536)
-        while not self._closing:
-            try:
-                n = self.sock.recv_into(buf)
-            except socket.timeout:
-                continue
-            except OSError:
-                if self._closing:
-                    return
-                raise
-            self._on_frame(memoryview(buf)[:n])
-
-    def _malformed(self, what: str) -> None:
-        self.stats.malformed_pkts += 1
-        self.stats.malformed_by_field[what] = self.stats.malformed_by_field.get(what, 0) + 1
-
-    def _on_frame(self, frame: memoryview) -> None:
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        config = config or TransportConfig()
+        config = dataclasses.replace(config, rank=rank, ip=host or _local_address(), data_port=data_port,
+                                     control_port=control_port, host=config.host or f"rank{rank}",
+                                     inject_seed=config.inject_seed * 1000 + rank)
+        endpoint = Transport(config, [])
         try:
-            h = unpack_from(frame)
-        except MalformedPacket as e:
-            self._malformed(e.field)
-            return
-        if h.job_id != self.job_id or h.phase != PHASE_P2P:
-            self.stats.stale_pkts += 1
-            return
-        if h.src_rank >= self.world or h.src_rank == self.rank:
-            self._malformed("src_rank")
-            return
-        key = (h.iter, h.msg_id)
-        with self._cond:
-            self.stats.recv_pkts += 1
-            if key in self._done:
-                self.stats.stale_pkts += 1
-                return
-            peers = self._incoming.get(key)
-            if peers is None:  # this rank has not reached the message yet: keep the frame
-                self._early[key].append(bytes(frame))
-                return
-            self._place(peers[h.src_rank], h, frame)
-
-    def _place(self, inc: _Incoming, h, frame) -> None:
-        """Called with the lock held."""
-        payload = frame[payload_offset(h.flags):]
-        try:
-            inc.reasm.check(h, len(payload))
-        except MalformedPacket as e:
-            self._malformed(e.field)
-            return
-        if inc.reasm.received[h.seq]:
-            inc.reasm.duplicates += 1
-            return
-        droppable = not (self.drop_protected and h.drop_prec == 0)
-        if inc.drop is not None and droppable and inc.drop[h.seq]:
-            inc.dropped += 1
-            self.stats.dropped_pkts += 1
-        else:
-            inc.reasm.add(h, payload)
-        if inc.seen_all:
-            self._cond.notify_all()
-
-    # --- the exchange --------------------------------------------------------------------------
+            addresses = [None] * world
+            dist.all_gather_object(addresses, (config.ip, endpoint.data_port, endpoint.control_port), group=group)
+            for r, (ip, dport, cport) in enumerate(addresses):
+                if r != rank:
+                    endpoint.add_peer(Peer(r, ip, dport, cport))
+            endpoint.connect()
+            # an endpoint drops the DESCRIBE and packets of senders it does not know yet, and the
+            # message then stalls until FORCE_STOP: nobody sends before every rank knows its peers
+            dist.barrier(group)
+            return cls(endpoint, world, **kwargs)
+        except BaseException:
+            endpoint.close()
+            raise
 
     def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate:
-        values = np.asarray(values).reshape(-1)
-        key = (iteration & 0xFFFF, msg_id)
-        with self._cond:
-            peers = {r: _Incoming(values.size, self._drops(key, r, values.size)) for r in range(self.world)
-                     if r != self.rank}
-            self._incoming[key] = peers
-            for frame in self._early.pop(key, []):
-                self._place_frame(peers, frame)
-        batch = packetize(values, MessageId(job_id=self.job_id, src_rank=self.rank, iter=key[0], msg_id=msg_id,
-                                            phase=PHASE_P2P), tags)
-        for r, addr in enumerate(self.peers):
-            if r != self.rank:
-                for i in range(len(batch)):
-                    self.sock.sendmsg(batch.iovec(i), [], 0, addr)
-        with self._cond:
-            self.stats.sent_pkts += len(batch) * (self.world - 1)
-            complete = self._cond.wait_for(lambda: all(p.seen_all for p in peers.values()), self.timeout_s)
-            del self._incoming[key]
-            self._done[key] = True
-            while len(self._done) > 4096:
-                self._done.popitem(last=False)
-            # added in rank order, own contribution included, so every rank gets the same bits
-            total = np.zeros(values.size, np.float32)
-            count = np.zeros(values.size, np.uint16)
-            for r in range(self.world):
-                if r == self.rank:
-                    total += values
-                    count += 1
-                    continue
-                inc = peers[r]
-                self.stats.lost_pkts += inc.reasm.n_pkts - inc.reasm.n_received
-                total += inc.reasm.values
-                count += ~inc.reasm.loss_mask()
-            if not complete:
-                self.stats.forced += 1
-                missing = {r: inc.reasm.n_pkts - inc.reasm.n_received - inc.dropped for r, inc in peers.items()}
-                logger.warning("rank %d: message %s incomplete after %.1f s, packets missing by rank: %s",
-                               self.rank, key, self.timeout_s, missing)
-                if len(self.stats.forced_keys) < 100:
-                    self.stats.forced_keys.append((key, missing))
+        if not 0 <= msg_id <= 0xFFFF:
+            raise ValueError(f"msg_id {msg_id} does not fit the 16-bit wire msg_id")
+        values = np.asarray(values, dtype=np.float32).reshape(-1)
+        it16 = iteration & 0xFFFF
+        t = self.endpoint
+        t.advance(it16)
+        batch = packetize(values, MessageId(self.job_id, self.rank, it16, msg_id, PHASE_P2P, TYPE_DATA), tags,
+                          self.values_per_pkt)
+        info = SendInfo(rec_msg_id=msg_id, layer_first=int(tags.layer_id.min()), layer_last=int(tags.layer_id.max()))
+        # the same packets go to every peer: the header names the source, not the destination
+        handles = {r: t.send(r, batch, info) for r in range(self.world) if r != self.rank}
+        total = np.zeros(values.size, np.float32)
+        count = np.zeros(values.size, np.uint16)
+        for r in range(self.world):  # rank order: every replica adds the same numbers in the same order
+            if r == self.rank:
+                total += values
+                count += 1
+                continue
+            res = t.recv(r, it16, PHASE_P2P, msg_id, self.timeout_s)
+            total += res.values  # zeros where lost
+            count += ~res.loss_mask()
+            self.stats.lost_pkts += res.lost_pkts
+            self.stats.protected_lost += res.protected_lost
+            if res.forced:
+                self.stats._forced(iteration, msg_id, r, "received")
+        # `values` (DDP's bucket) must stay untouched until every send is finished
+        for r, h in handles.items():
+            sent = h.wait(self.timeout_s)
+            if sent.error:
+                raise TransportError(f"rank {self.rank}: bucket {msg_id} of iteration {iteration} to rank {r}: "
+                                     f"{sent.error}")
+            self.stats.retx_pkts += sent.retx_pkts
+            if sent.forced:
+                self.stats._forced(iteration, msg_id, r, "sent")
+        self.stats.exchanges += 1
+        self.stats.sent_pkts += len(batch) * len(handles)
+        self.message_rows.extend(t.take_message_rows())
         return Aggregate(msg_id, total, count, self.world)
 
-    def _drops(self, key: tuple[int, int], src: int, n_values: int) -> np.ndarray | None:
-        if self.drop_rate <= 0:
-            return None
-        rng = np.random.default_rng([self.seed, self.rank, src, *key])
-        return rng.random(n_packets(n_values)) < self.drop_rate
-
-    def _place_frame(self, peers: dict[int, _Incoming], frame: bytes) -> None:
-        h = unpack_from(frame)  # checked once already on arrival
-        self._place(peers[h.src_rank], h, memoryview(frame))
-
     def close(self) -> None:
-        self._closing = True
-        self._thread.join()
-        self.sock.close()
+        self.endpoint.close()
 
 
 class GlooAllReduce:
     """Reference HookTransport: all-reduce of (values, counts) over a dedicated gloo group.
     Collective constructor: every rank calls it. `drop_rate` drops whole packets of this rank's
-    contribution (emulated loss) before the all-reduce."""
+    contribution (emulated loss, nothing recovers it) before the all-reduce."""
+
+    values_per_pkt = VALUES_PER_PKT
 
     def __init__(self, group=None, drop_rate: float = 0.0, seed: int = 0):
         import torch.distributed as dist
@@ -253,7 +199,7 @@ class GlooAllReduce:
         self.world = dist.get_world_size(self.group)
         self.drop_rate = drop_rate
         self._rng = np.random.default_rng([seed, dist.get_rank(self.group)])
-        self.stats = TransportStats()
+        self.stats = ExchangeStats()
 
     def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate:
         import torch
@@ -264,13 +210,13 @@ class GlooAllReduce:
             lost = torch.from_numpy(np.repeat(lost_pkts, VALUES_PER_PKT)[: total.numel()])
             total[lost] = 0
             count[lost] = 0
-            self.stats.dropped_pkts += int(lost_pkts.sum())
             self.stats.lost_pkts += int(lost_pkts.sum())
+            self.stats.protected_lost += int((lost_pkts & (tags.drop_prec == 0)).sum())
         self._dist.all_reduce(total, group=self.group)
         self._dist.all_reduce(count, group=self.group)
+        self.stats.exchanges += 1
         self.stats.sent_pkts += len(tags)
         return Aggregate(msg_id, total.numpy(), count.numpy().astype(np.uint16), self.world)
 
     def close(self) -> None:
         pass
-

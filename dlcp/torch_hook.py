@@ -2,22 +2,27 @@
 
 Usage (every rank, after `dist.init_process_group`, before the first backward)::
 
-    from dlcp.hook_transports import UdpAllToAll
     from dlcp.torch_hook import DlcpHookState, dlcp_hook
 
     ddp = DistributedDataParallel(model)
-    state = DlcpHookState(model, UdpAllToAll.for_process_group(), fill="rescale")
+    state = DlcpHookState(model, fill="rescale")  # collective: opens the DLCP transport
     ddp.register_comm_hook(state, dlcp_hook)
     ...                       # train as usual
     state.close()
 
+Budgets and timers come from a TransportConfig: `DlcpHookState(model,
+TransportAllToAll.for_process_group(TransportConfig(loss_budget=0.01, r_max=3)))`.
+
 For each bucket, `dlcp_hook` tags the bucket's packets (layer priority from the parameters in the
 bucket, drop precedence from gradient magnitude: dlcp/tagging.py), hands the flat bucket to the
 transport (`HookTransport.exchange`, dlcp/hook_transports.py) on a helper thread, and returns a
-Future that completes with the averaged bucket once the transport returns: values some ranks'
-packets never delivered are filled by the fill policy (dlcp/training/fill.py; `local` fills with
-this rank's own bucket). The process group is used only to set the transport up; the gradients
-travel through the transport.
+Future that completes with the averaged bucket once the transport returns. The default transport,
+`TransportAllToAll`, sends the bucket to every other rank as one message of the bounded-loss DLCP
+transport (dlcp/transport.py): lost packets are retransmitted until the message is within its loss
+budget with every protected packet in, or forced at `r_max` / the deadline. Values some ranks'
+packets still never delivered are filled by the fill policy (dlcp/training/fill.py; `local` fills
+with this rank's own bucket). The process group is used only to set the transport up; the
+gradients travel through the transport.
 
 Layers: `model`'s layers (dlcp.training.models.parameter_layers; 0 = input side) are mapped to the
 parameters of each bucket through `bucket.parameters()`, never through `bucket.index()`, because
@@ -33,6 +38,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .hook_transports import TransportAllToAll
 from .tagging import TaggingConfig, tag_message
 from .training.fill import check_fill, fill_average
 from .training.models import parameter_layers
@@ -45,12 +51,14 @@ class DlcpHookState:
 
     Knobs:
     - `transport`: a HookTransport (dlcp/hook_transports.py); the state owns it and closes it in
-      `close()`.
+      `close()`. Default: `TransportAllToAll.for_process_group()` (the DLCP transport with the
+      default TransportConfig, on the default process group; collective).
     - `fill`: `zero`, `rescale` (default: the mean of what arrived, unbiased), `stale`, `local`.
     - `tagging`: the tagging policy of the packets (default `dlcp`: layer priority and magnitude
       drop precedence).
     - `loss_budget`: fraction of a bucket's values allowed to miss a contribution (the transport
-      enforces the budget; the hook only counts and logs buckets over it). None: no check.
+      enforces its own per-message budget; the hook only counts and logs buckets over this one).
+      None: no check.
     Statistics, cumulative: `iteration` (advanced after the last bucket of a backward),
     `exchanged_values`, `filled_values` (values that missed at least one rank's contribution),
     `budget_violations` (buckets over `loss_budget`).
@@ -59,15 +67,15 @@ class DlcpHookState:
     __slots__ = ("transport", "fill", "tagging", "loss_budget", "n_layers", "iteration", "exchanged_values",
                  "filled_values", "budget_violations", "_layer_of", "_layouts", "_previous", "_executor")
 
-    def __init__(self, model: torch.nn.Module, transport, fill: str = "rescale",
+    def __init__(self, model: torch.nn.Module, transport=None, fill: str = "rescale",
                  tagging: TaggingConfig = TaggingConfig(policy="dlcp"), loss_budget: float | None = None):
         module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
         layers = parameter_layers(module)
-        self.transport = transport
         self.fill = check_fill(fill)
         self.tagging = tagging
         if loss_budget is not None and not 0 <= loss_budget <= 1:
             raise ValueError(f"dlcp.loss_budget: must lie in [0, 1], got {loss_budget}")
+        self.transport = transport if transport is not None else TransportAllToAll.for_process_group()
         self.loss_budget = loss_budget
         self.budget_violations = 0
         self.n_layers = len(layers)
@@ -98,7 +106,8 @@ class DlcpHookState:
 
     def _reduce(self, iteration: int, index: int, signature, starts, ids, buffer: torch.Tensor) -> torch.Tensor:
         values = buffer.detach().reshape(-1).numpy()
-        tags = tag_message(values, starts, ids, self.n_layers, self.tagging)
+        vpp = self.transport.values_per_pkt
+        tags = tag_message(values, starts, ids, self.n_layers, self.tagging, vpp)
         agg = self.transport.exchange(iteration, index, values, tags)
         previous = self._previous.get(index)
         previous = previous[1] if previous is not None and previous[0] == signature else None

@@ -528,6 +528,13 @@ class Transport:
                 self.drops["abandoned"] += 1
                 self._rx.pop(k, None)
 
+    def take_message_rows(self) -> list[dict]:
+        """The message records added since the last call, removed from `message_rows` (long-lived
+        users such as the DDP hook drain them so memory stays bounded)."""
+        with self._lock:
+            rows, self.message_rows = self.message_rows, []
+        return rows
+
     def stats(self) -> dict:
         with self._lock:
             return {"packets_sent": self.totals["pkts_sent"], "bytes_sent": self.totals["bytes_sent"],

@@ -1,35 +1,39 @@
-"""UdpAllToAll over real loopback UDP sockets (no process group needed: peers are given)."""
+"""TransportAllToAll over real loopback sockets of the bounded-loss transport (no process group:
+every rank's endpoint lives in this process, peers are wired by hand)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import numpy as np
 import pytest
 
-from dlcp.hook_transports import UdpAllToAll
+from dlcp.hook_transports import TransportAllToAll
 from dlcp.tagging import TaggingConfig, tag_message
+from dlcp.transport import Peer, Transport, TransportConfig, TransportError
 
 
-def make_transports(world, **kw):
-    socks = []
-    for _ in range(world):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    peers = [s.getsockname() for s in socks]
-    return [UdpAllToAll(r, peers, socks[r], **kw) for r in range(world)]
+def make_group(world, timeout_s=20.0, **cfg):
+    endpoints = [Transport(TransportConfig(rank=r, data_port=0, control_port=0, inject_seed=r, **cfg), [])
+                 for r in range(world)]
+    for t in endpoints:
+        for u in endpoints:
+            if u is not t:
+                t.add_peer(Peer(u.cfg.rank, "127.0.0.1", u.data_port, u.control_port))
+    return [TransportAllToAll(t, world, timeout_s=timeout_s) for t in endpoints]
 
 
-def exchange_all(transports, iteration, msg_id, values):
-    results = [None] * len(transports)
+def tags_of(values):
+    return tag_message(values, [0], [0], 1, TaggingConfig("dlcp"))
+
+
+def exchange_all(group, iteration, msg_id, values):
+    results = [None] * len(group)
 
     def run(r):
-        tags = tag_message(values[r], [0], [0], 1, TaggingConfig("dlcp"))
-        results[r] = transports[r].exchange(iteration, msg_id, values[r], tags)
+        results[r] = group[r].exchange(iteration, msg_id, values[r], tags_of(values[r]))
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(transports))]
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(group))]
     for t in threads:
         t.start()
     for t in threads:
@@ -38,70 +42,76 @@ def exchange_all(transports, iteration, msg_id, values):
 
 
 @pytest.fixture
-def three():
-    ts = make_transports(3, timeout_s=10)
-    yield ts
-    for t in ts:
-        t.close()
+def closing():
+    groups = []
+    yield groups.append
+    for g in groups:
+        for t in g:
+            t.close()
 
 
-def test_lossless_sum_and_counts(three):
+def test_lossless_sum_is_identical_on_every_rank(closing):
+    group = make_group(3)
+    closing(group)
     rng = np.random.default_rng(0)
     for it in range(3):  # several messages, sizes not a multiple of 350
-        values = [rng.standard_normal(1234).astype(np.float32) for _ in three]
-        for agg in exchange_all(three, it, 5, values):
+        values = [rng.standard_normal(1234).astype(np.float32) for _ in group]
+        for agg in exchange_all(group, it, 5, values):
             # summed in rank order on every rank: identical bits everywhere
-            np.testing.assert_array_equal(agg.total, values[0] + values[1] + values[2])
+            np.testing.assert_array_equal(agg.total, np.float32(0) + values[0] + values[1] + values[2])
             assert (agg.count == 3).all() and agg.world == 3 and agg.msg_id == 5
-    for t in three:
-        assert t.stats.lost_pkts == 0 and t.stats.forced == 0 and t.stats.sent_pkts == 3 * 4 * 2
+    for t in group:
+        s = t.stats
+        assert (s.exchanges, s.sent_pkts, s.lost_pkts, s.retx_pkts, s.forced) == (3, 3 * 4 * 2, 0, 0, 0)
+        # one sender and one receiver record per peer and message
+        assert len(t.message_rows) == 3 * 2 * 2 and not t.endpoint.message_rows
 
 
-def test_emulated_drop_spares_protected_packets_and_is_reproducible():
-    def run():
-        ts = make_transports(2, timeout_s=10, drop_rate=0.5, drop_protected=True, seed=3)
-        try:
-            values = [np.random.default_rng(r).standard_normal(350 * 40).astype(np.float32) for r in range(2)]
-            aggs = exchange_all(ts, 0, 1, values)
-            return aggs, values, [t.stats.dropped_pkts for t in ts]
-        finally:
-            for t in ts:
-                t.close()
-    aggs, values, dropped = run()
-    assert all(d > 0 for d in dropped)
-    for r, agg in enumerate(aggs):
-        peer = values[1 - r]
-        tags = tag_message(peer, [0], [0], 1, TaggingConfig("dlcp"))
-        lost_pkts = (agg.count == 1)[::350]
-        assert lost_pkts.sum() == dropped[r] and not lost_pkts[tags.drop_prec == 0].any()
-        kept = agg.count == 2
-        np.testing.assert_allclose(agg.total[kept], (values[r] + peer)[kept], rtol=1e-6)
-        np.testing.assert_array_equal(agg.total[~kept], values[r][~kept])  # own contribution only
-    again = run()
-    assert again[2] == dropped and all(np.array_equal(a.count, b.count) for a, b in zip(again[0], aggs))
+def test_injected_loss_is_retransmitted_down_to_the_budget(closing):
+    """5 % of data packets skipped at the sender, budget 1 %: the receivers ask for what exceeds
+    the budget and every protected packet; nothing is forced."""
+    n_pkts = 200  # floor(1 % of 200) = 2 packets may stay lost per message
+    group = make_group(2, inject_loss=0.05, loss_budget=0.01, iter_budget=0.02)
+    closing(group)
+    rng = np.random.default_rng(1)
+    values = [rng.standard_normal(350 * n_pkts - 100).astype(np.float32) for _ in group]
+    lost_per_msg = []
+    for it in range(4):
+        for r, agg in enumerate(exchange_all(group, it, 0, values)):
+            peer = values[1 - r]
+            lost = agg.count == 1
+            lost_pkts = lost[::350]
+            lost_per_msg.append(int(lost_pkts.sum()))
+            assert not lost_pkts[tags_of(peer).drop_prec == 0].any(), "a protected packet stayed lost"
+            np.testing.assert_array_equal(agg.total[~lost], (np.float32(0) + values[0] + values[1])[~lost])
+            np.testing.assert_array_equal(agg.total[lost], values[r][lost])  # own contribution only
+    assert max(lost_per_msg) <= 2
+    for t in group:
+        s = t.stats
+        assert s.retx_pkts > 0 and s.forced == 0 and s.protected_lost == 0, s
+        assert s.lost_pkts == sum(lost_per_msg[t.rank::2])
+        assert t.endpoint.stats()["injected_drops"] > s.lost_pkts
 
 
-def test_malformed_and_foreign_packets_are_counted_not_fatal(three):
-    junk = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    addr = three[0].sock.getsockname()
-    junk.sendto(b"\x00" * 10, addr)  # too short for a header
-    junk.sendto(bytes([0x21]) + bytes(23), addr)  # version 2
-    junk.close()
-    values = [np.full(700, float(r), np.float32) for r in range(3)]
-    aggs = exchange_all(three, 0, 0, values)
-    assert (aggs[0].total == 3.0).all()
-    assert three[0].stats.malformed_pkts == 2
-    assert set(three[0].stats.malformed_by_field) == {"length", "ver"}
+def test_a_silent_peer_is_an_error_not_a_hang(closing):
+    group = make_group(2, timeout_s=0.5)
+    closing(group)
+    values = np.ones(500, np.float32)
+    with pytest.raises(TransportError, match=r"no message \(peer 1, iter 0, p2p, msg 0\) after 0.5 s"):
+        group[0].exchange(0, 0, values, tags_of(values))
 
 
-def test_a_silent_peer_forces_completion_with_what_arrived():
-    ts = make_transports(2, timeout_s=0.3)
+def test_bad_set_up_is_a_clear_error(closing):
+    lonely = Transport(TransportConfig(rank=0, data_port=0, control_port=0), [])
     try:
-        values = np.ones(500, np.float32)
-        agg = ts[0].exchange(0, 0, values, tag_message(values, [0], [0], 1))
-        assert (agg.count == 1).all() and (agg.total == 1).all()
-        assert ts[0].stats.forced == 1 and ts[0].stats.lost_pkts == 2
-        assert ts[0].stats.forced_keys == [((0, 0), {1: 2})]
+        with pytest.raises(ValueError, match=r"no peer for ranks \[1, 2\]"):
+            TransportAllToAll(lonely, 3)
+        with pytest.raises(ValueError, match="rank 0 outside"):
+            TransportAllToAll(lonely, 0)
     finally:
-        for t in ts:
-            t.close()
+        lonely.close()
+    group = make_group(2)
+    closing(group)
+    values = np.ones(10, np.float32)
+    with pytest.raises(ValueError, match="msg_id 65536"):
+        group[0].exchange(0, 65536, values, tags_of(values))
