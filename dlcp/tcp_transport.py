@@ -16,7 +16,6 @@ import logging
 import socket
 import struct
 import threading
-import time
 
 import numpy as np
 
@@ -25,7 +24,8 @@ from .header import PHASE_NAMES, VALUE_BYTES, header_fields, tos_of
 from .records import now_us
 from .tagging import n_packets
 from .transport import (Peer, RecvResult, SendHandle, SendInfo, SendResult, TransportConfig,
-                        TransportError, _key_text, _record_rank, _set_buf, wait_for_done)
+                        TransportError, _key_text, _record_rank, _set_buf,
+                        connect_retrying, wait_for_done)
 
 log = logging.getLogger("dlcp.tcp_transport")
 
@@ -153,20 +153,8 @@ class TcpTransport:
             return s
         peer = self.peers[dst]
         timeout = self.cfg.connect_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind((self.cfg.ip, 0))
-                s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-                s.connect((peer.ip, peer.data_port))
-                break
-            except OSError as e:
-                s.close()
-                if time.monotonic() >= deadline or self._closing:
-                    raise TransportError(f"no TCP connection to rank {dst} at {peer.ip}:{peer.data_port}"
-                                         f" after {timeout:.0f} s: {e.strerror or e}") from None
-                time.sleep(0.05)
+        s = connect_retrying(self.cfg.ip, (peer.ip, peer.data_port), timeout, lambda: self._closing,
+                             f"TCP connection to rank {dst}")
         s.settimeout(None)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         _set_buf(s, socket.SO_SNDBUF, self.cfg.sndbuf_bytes)

@@ -51,7 +51,7 @@ import numpy as np
 
 from . import control as C
 from .header import (DATA_PORT, FLAG_TELEMETRY, HEADER, HEADER_LEN, PHASE_NAMES, PRIO_CONTROL,
-                     PROBE_LEN, TELEMETRY_LEN, TYPE_PROBE, TYPE_RETX, VALUE_BYTES, VALUES_PER_PKT, VERSION,
+                     TELEMETRY_LEN, TYPE_PROBE, TYPE_RETX, VALUE_BYTES, VALUES_PER_PKT, VERSION,
                      MalformedPacket, Probe, header_fields, pack_probe, probe_header, tos_of, unpack_from,
                      unpack_probe)
 from .records import now_us
@@ -224,6 +224,29 @@ class RecvResult:
         if self.counts is None:
             return None
         return np.repeat(self.counts, self.values_per_pkt)[: self.values.size]
+
+
+def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str,
+                     prepare=None) -> socket.socket:
+    """A TCP connection from `local_ip` to `addr`, retried until `timeout` s (peers start within
+    seconds of each other); `prepare(sock)` sets options before connecting. Raises TransportError
+    naming `what` and the address."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if prepare is not None:
+            prepare(s)
+        try:
+            s.bind((local_ip, 0))
+            s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
+            s.connect(addr)
+            return s
+        except OSError as e:
+            s.close()
+            if time.monotonic() >= deadline or closing():
+                raise TransportError(f"no {what} at {addr[0]}:{addr[1]} after {timeout:.0f} s: "
+                                     f"{e.strerror or e}") from None
+            time.sleep(0.05)
 
 
 def wait_for_done(cond: threading.Condition, done: dict, key, timeout: float | None, closing, received):
@@ -648,21 +671,8 @@ class Transport:
             return conn
         peer = self.peers[dst]
         timeout = self.cfg.connect_timeout_s if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while True:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            _control_socket_options(s)
-            try:
-                s.bind((self.cfg.ip, 0))
-                s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-                s.connect((peer.ip, peer.control_port))
-                break
-            except OSError as e:
-                s.close()
-                if time.monotonic() >= deadline or self._closing:
-                    raise TransportError(f"no control connection to rank {dst} at {peer.ip}:{peer.control_port}"
-                                         f" after {timeout:.0f} s: {e.strerror or e}") from None
-                time.sleep(0.05)
+        s = connect_retrying(self.cfg.ip, (peer.ip, peer.control_port), timeout, lambda: self._closing,
+                             f"control connection to rank {dst}", prepare=_control_socket_options)
         s.setblocking(False)
         conn = _Conn(s, dst)
         with self._lock:
