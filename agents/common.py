@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlcp import records as R
-from dlcp.collectives import RING_BUDGETS, CommConfig
-from dlcp.control import PS_RANK
-from dlcp.tagging import TaggingConfig
-from dlcp.transport import TRANSPORTS, Peer, TransportConfig, TransportError, make_transport
+from dlcp.comm.collectives import RING_BUDGETS, CommConfig
+from dlcp.transport.api import Peer, TransportConfig, TransportError
+from dlcp.transport.factory import TRANSPORTS, make_transport
+from dlcp.wire.control_frames import PS_RANK
+from dlcp.wire.tagging import TaggingConfig
 
 MODES = ("ps", "allreduce")
 EXIT_ERROR = 1

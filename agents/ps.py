@@ -2,7 +2,7 @@
 
     python -m agents.ps --config <run>/agents/hN.json
 
-Per iteration (dlcp/workload.py): gather (each message once every worker's push is complete or
+Per iteration (dlcp/workloads/contract.py): gather (each message once every worker's push is complete or
 forced) -> ServerWorkload.update (fill policy + optimizer) -> scatter the parameters to every
 worker. Records and progress: docs/runs.md.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 from agents.common import Agent, comm_config, open_transport, run_agent
-from dlcp.collectives import PSServer
-from dlcp.workloads import make_server_workload
+from dlcp.comm.collectives import PSServer
+from dlcp.workloads.registry import make_server_workload
 
 
 def run(agent: Agent) -> None:

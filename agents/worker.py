@@ -2,7 +2,7 @@
 
     python -m agents.worker --config <run>/agents/hN.json
 
-Per iteration (dlcp/workload.py): backward yields messages, each is pushed (PS) or submitted to the
+Per iteration (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or submitted to the
 ring at once; then parameters are pulled (PS) or aggregates awaited and applied (all-reduce). Every
 `dlcp.resync_every` iterations of all-reduce, rank 0's parameters replace the others' and the drift
 is recorded (records/hN-resync.csv). Records and progress: docs/runs.md.
@@ -17,11 +17,11 @@ import time
 import numpy as np
 
 from agents.common import Agent, comm_config, open_transport, run_agent
-from dlcp.collectives import PSClient, RingAllReduce
-from dlcp.control import PS_RANK
+from dlcp.comm.collectives import PSClient, RingAllReduce
 from dlcp.records import now_us
-from dlcp.workload import ParamChunk
-from dlcp.workloads import make_workload
+from dlcp.wire.control_frames import PS_RANK
+from dlcp.workloads.contract import ParamChunk
+from dlcp.workloads.registry import make_workload
 
 log = logging.getLogger("agent")
 

@@ -13,7 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from . import procs
+from emulation import procs
 
 HOST_SHELL = re.compile(rb"mininet:(h|s)\d+$")
 OUR_LINK = re.compile(r"^s\d+-eth\d+$")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from . import procs
+from emulation import procs
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIX_PATH_MAX = 100  # sun_path is 108 bytes; keep a margin
@@ -221,7 +221,7 @@ class RefProcess(DataplaneProcess):
         return path
 
     def runtime_ports(self) -> dict[int, str]:
-        from .refswitch.runtime import RuntimeFileError, load_runtime
+        from emulation.refswitch.runtime import RuntimeFileError, load_runtime
         try:
             return {p.port: p.intf for p in load_runtime(self.runtime_json).ports}
         except RuntimeFileError as e:
@@ -250,7 +250,7 @@ class RefProcess(DataplaneProcess):
 
     def control(self, command: str, timeout: float = 5.0) -> dict:
         """One control-socket request (ping, counters, dump)."""
-        from .refswitch.switch import control_request
+        from emulation.refswitch.switch import control_request
         return control_request(self.control_path, command, timeout=timeout)
 
     def request_counters(self) -> None:

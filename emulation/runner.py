@@ -21,12 +21,11 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from dlcp import config as configmod
-from dlcp import topospec
-from dlcp.runtime import write_runtime
-
-from . import procs
-from .clean import clean
+from dlcp.experiment import config as configmod
+from dlcp.experiment import topology as topospec
+from dlcp.experiment.switch_runtime import write_runtime
+from emulation import procs
+from emulation.clean import clean
 
 REPO = Path(__file__).resolve().parents[1]
 BACKGROUND_PORT = 5001
@@ -81,8 +80,8 @@ def check_backend(cfg: dict) -> dict[str, str]:
     """What the switch backend needs (bmv2: simple_switch_grpc installed, p4/dlcp.p4 compiled for
     the data port, compiling it if missing or stale), before anything starts; the tool versions.
     Raises RunFailed with the one-line reason and how to point the project at an installation."""
-    from .dataplane import SwitchStartError
-    from .switches import switch_class
+    from emulation.dataplane import SwitchStartError
+    from emulation.switches import switch_class
     try:
         return switch_class(cfg["backend"]).toolchain(cfg["dlcp"]["data_port"])
     except SwitchStartError as e:
@@ -242,8 +241,8 @@ class Experiment:
             write_runtime(runtime, self.run_dir / "runtime")
 
     def start_network(self) -> None:
-        from .switches import switch_class
-        from .topologies import build_network
+        from emulation.network import build_network
+        from emulation.switches import switch_class
 
         pcap = self.cfg["output"]["pcap_ports"]
         params = {s: {"runtime_json": str(self.run_dir / "runtime" / f"{s}-runtime.json"),
@@ -397,7 +396,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
 
 
 def report_variant(run_dir: Path) -> None:
-    from dlcp.report import report_run
+    from dlcp.reporting import report_run
     report_run(run_dir)
 
 
@@ -432,7 +431,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
         if with_report:
             report_variant(results / variant)
     if with_report and len(run_dirs) > 1:
-        from dlcp.report import compare_runs
+        from dlcp.reporting import compare_runs
         compare_runs(run_dirs, results, echo=True)
     return results
 

@@ -7,7 +7,7 @@ for when Mininet's own stop cannot run. The process life cycle itself (PID recor
 SCHED_RR, the error with the process's log tail and command line) is emulation/dataplane.py's.
 
 `BACKENDS` maps a backend name to its class; "ref" (the built-in dataplane) is the default.
-"bmv2" loads emulation/bmv2switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
+"bmv2" loads emulation/bmv2/switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from .dataplane import DataplaneProcess, RefProcess, SwitchStartError
+from emulation.dataplane import DataplaneProcess, RefProcess, SwitchStartError
 
 __all__ = ["DlcpSwitch", "RefSwitch", "Bmv2Switch", "SwitchStartError", "BACKENDS", "DEFAULT_BACKEND",
            "switch_class"]
@@ -95,7 +95,7 @@ class RefSwitch(DlcpSwitch):
 
 
 class Bmv2Switch(DlcpSwitch):
-    """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2switch.py). Options: grpc_port,
+    """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py). Options: grpc_port,
     thrift_port (default 9559 / 9090 + the runtime's device_id)."""
 
     backend = "bmv2"
@@ -103,12 +103,12 @@ class Bmv2Switch(DlcpSwitch):
 
     @staticmethod
     def process_class() -> type[DataplaneProcess]:
-        from .bmv2switch import Bmv2Process
+        from emulation.bmv2.switch import Bmv2Process
         return Bmv2Process
 
     @classmethod
     def toolchain(cls, data_port: int | None = None) -> dict[str, str]:
-        from .bmv2switch import toolchain
+        from emulation.bmv2.switch import toolchain
         return toolchain(data_port)
 
 

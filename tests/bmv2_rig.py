@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from dlcp.runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
-from emulation import bmv2switch, netns
-from emulation.controller import ThriftSwitch
 from fake_p4runtime import free_port
 from frames import parse
+
+from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+from emulation import netns
+from emulation.bmv2 import switch as bmv2switch
+from emulation.bmv2.control import ThriftSwitch
 
 PREFIX = netns.unique_prefix("pf")
 SENDER = 1

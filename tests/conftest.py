@@ -10,7 +10,7 @@ import pytest
 
 
 def _missing_bmv2() -> str | None:
-    # DLCP_P4C / DLCP_BMV2_BIN point at installations off PATH (emulation/p4build.py, bmv2switch.py)
+    # DLCP_P4C / DLCP_BMV2_BIN point at installations off PATH (emulation/bmv2/build.py, bmv2switch.py)
     tools = {"p4c": os.environ.get("DLCP_P4C") or "p4c",
              "simple_switch_grpc": os.environ.get("DLCP_BMV2_BIN") or "simple_switch_grpc"}
     absent = [b for b, exe in tools.items() if shutil.which(exe) is None]

@@ -7,8 +7,15 @@ import ipaddress
 import struct
 from dataclasses import dataclass
 
-from dlcp.header import (FLAG_TELEMETRY, HEADER_LEN, TELEMETRY_LEN, DlcpHeader, dscp_of, unpack_from,
-                         unpack_telemetry)
+from dlcp.wire.header import (
+    FLAG_TELEMETRY,
+    HEADER_LEN,
+    TELEMETRY_LEN,
+    DlcpHeader,
+    dscp_of,
+    unpack_from,
+    unpack_telemetry,
+)
 
 ETH_IPV4 = 0x0800
 

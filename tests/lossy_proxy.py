@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlcp import header as H
+from dlcp.wire import header as H
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dlcp import p4names as P
-from dlcp.header import DATA_PORT, FLAG_TELEMETRY, DlcpHeader, Probe, pack_probe, probe_header, tos_of
+from dlcp.experiment import pipeline_names as P
+from dlcp.wire.header import DATA_PORT, FLAG_TELEMETRY, DlcpHeader, Probe, pack_probe, probe_header, tos_of
 
 
 def dlcp_frame(dst="10.0.0.2", src="10.0.0.1", prio=1, drop_prec=0, ttl=64, sport=40000, payload=64,

@@ -6,7 +6,7 @@ import sys
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "dlcp.cli", "bench", "accuracy", *args],
+    return subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "accuracy", *args],
                           capture_output=True, text=True)
 
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.root
 
 
 def test_bench_switch_json_last_line():
-    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "bench", "switch", "--seconds", "0.5", "--warmup", "0.2",
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "switch", "--seconds", "0.5", "--warmup", "0.2",
                         "--json"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()

@@ -8,7 +8,7 @@ import pytest
 
 
 def bench(*args):
-    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "bench", "transport", *args, "--json"],
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "transport", *args, "--json"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     return p.stdout, json.loads(p.stdout.strip().splitlines()[-1])

@@ -4,20 +4,22 @@ queue telemetry, and the start-up errors. Each test starts its own switch on its
 
 from __future__ import annotations
 
-
 import pytest
 
-from dlcp import p4names as pn
-from dlcp.runtime import Route, SwitchConfig, Thresholds
+from dlcp.experiment import pipeline_names as pn
+from dlcp.experiment.switch_runtime import Route, SwitchConfig, Thresholds
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
 from bmv2_rig import PREFIX, SENDER, bmv2_rig, host_ip, host_mac  # noqa: E402
-from emulation import netns  # noqa: E402
-from emulation import procs  # noqa: E402
 from frames import dlcp_frame, flow_member, udp_frame  # noqa: E402
+
+from emulation import (
+    netns,  # noqa: E402
+    procs,  # noqa: E402
+)
 
 SRC = host_ip(SENDER)
 
@@ -186,7 +188,7 @@ def test_bench_bmv2_prints_its_figures():  # DLCP_STATE_DIR (own_pid_records) re
     import json
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "dlcp.cli", "bench", "bmv2", "--seconds", "0.5", "--json"],
+    out = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "bmv2", "--seconds", "0.5", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -197,10 +199,11 @@ def test_bench_bmv2_prints_its_figures():  # DLCP_STATE_DIR (own_pid_records) re
 def test_two_switches_from_one_process_in_a_chain(tmp_path):
     """h1 - s1 - s2 - h2: two simple_switch_grpc driven from this process; a telemetry packet
     comes out with two hops stamped and the TTL down by two."""
-    from dlcp.runtime import Port, SwitchTopo, runtime_for
-    from emulation.bmv2switch import start_bmv2
     from fake_p4runtime import free_port
     from frames import parse
+
+    from dlcp.experiment.switch_runtime import Port, SwitchTopo, runtime_for
+    from emulation.bmv2.switch import start_bmv2
 
     a1, h1, a2, b1, b2, h2 = (f"{PREFIX}{n}" for n in ("a1", "h1", "a2", "b1", "b2", "h2"))
     cfg = SwitchConfig(policy="dlcp")

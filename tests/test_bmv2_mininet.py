@@ -10,20 +10,21 @@ import textwrap
 
 import pytest
 
-from dlcp.runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for, write_runtime
+from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for, write_runtime
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
 from bmv2_rig import PREFIX  # noqa: E402
+from fake_p4runtime import free_port  # noqa: E402
+
 from emulation import procs  # noqa: E402
 from emulation.switches import Bmv2Switch  # noqa: E402
-from fake_p4runtime import free_port  # noqa: E402
 
 RECEIVER = textwrap.dedent("""
     import json, socket, sys
-    from dlcp.header import unpack_from
+    from dlcp.wire.header import unpack_from
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("10.0.0.2", 9910))
     s.settimeout(5.0)
@@ -40,7 +41,7 @@ RECEIVER = textwrap.dedent("""
 
 SENDER = textwrap.dedent("""
     import socket, sys
-    from dlcp.header import DlcpHeader, tos_of
+    from dlcp.wire.header import DlcpHeader, tos_of
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     for i in range(int(sys.argv[1])):
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(5, i % 2))

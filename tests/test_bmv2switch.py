@@ -8,10 +8,11 @@ import os
 import socket
 
 import pytest
-
-from dlcp.runtime import SwitchConfig, SwitchTopo, runtime_for
-from emulation import bmv2switch, procs
 from fake_p4runtime import free_port
+
+from dlcp.experiment.switch_runtime import SwitchConfig, SwitchTopo, runtime_for
+from emulation import procs
+from emulation.bmv2 import switch as bmv2switch
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from dlcp import header as H
-from dlcp.chunking import MessageId, Reassembler, packetize
-from dlcp.tagging import tag_message
+from dlcp.wire import header as H
+from dlcp.wire.chunking import MessageId, Reassembler, packetize
+from dlcp.wire.tagging import tag_message
 
 
 def make(n_values=1000, vpp=H.VALUES_PER_PKT, telemetry=False, values=None):

@@ -14,10 +14,11 @@ import threading
 import numpy as np
 import pytest
 
-from dlcp.collectives import CommConfig, PSClient, PSServer, RingAllReduce, sub_layers
-from dlcp.control import PS_RANK
-from dlcp.transport import Peer, Transport, TransportConfig
-from dlcp.workload import GradMessage, MessageLayout
+from dlcp.comm.collectives import CommConfig, PSClient, PSServer, RingAllReduce, sub_layers
+from dlcp.transport.api import Peer, TransportConfig
+from dlcp.transport.bounded_loss import Transport
+from dlcp.wire.control_frames import PS_RANK
+from dlcp.workloads.contract import GradMessage, MessageLayout
 
 VPP = 20
 LAYOUTS = [MessageLayout(0, 333, (0, 100), (3, 4)), MessageLayout(1, 1000, (0,), (2,)),

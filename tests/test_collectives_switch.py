@@ -47,7 +47,7 @@ pacing_mbps = {pacing}
 def test_four_workers_through_builtin_switch_with_loss(tmp_path, mode, phases):
     cfg = tmp_path / f"{mode}.toml"
     cfg.write_text(CONFIG.format(mode=mode, pacing=40))
-    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "run", str(cfg), "--out", str(tmp_path / "r"),
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--out", str(tmp_path / "r"),
                         "--no-report"], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     [run] = [d for d in (tmp_path / "r").glob("*/run")]

@@ -2,8 +2,8 @@ import pathlib
 
 import pytest
 
-from dlcp import config
-from dlcp.config import ConfigError
+from dlcp.experiment import config
+from dlcp.experiment.config import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted((ROOT / "experiments").glob("*.toml"))

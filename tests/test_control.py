@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlcp import control as C
-from dlcp import header as H
+from dlcp.wire import control_frames as C
+from dlcp.wire import header as H
 
 
 def common(**kw):

@@ -1,5 +1,5 @@
 """The bmv2 control plane without a switch: an in-process P4Runtime servicer and Thrift server record
-exactly what emulation/controller.py sends for a runtime file, and serve counters back."""
+exactly what emulation/bmv2/control.py sends for a runtime file, and serve counters back."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import pytest
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 pytest.importorskip("sswitch_runtime", reason="needs the bmv2 extra (make setup)")
 
+from fake_p4runtime import FakeP4Runtime, FakeThrift, expected_p4info  # noqa: E402
 from google.protobuf import text_format  # noqa: E402
 from p4.v1 import p4runtime_pb2  # noqa: E402
 from p4runtime_sh.context import Context  # noqa: E402
 
-from dlcp import p4names as pn  # noqa: E402
-from dlcp.runtime import Port, Route, SwitchConfig, SwitchTopo, Thresholds, runtime_for  # noqa: E402
-from emulation import controller as ctl  # noqa: E402
-from fake_p4runtime import FakeP4Runtime, FakeThrift, expected_p4info  # noqa: E402
+from dlcp.experiment import pipeline_names as pn  # noqa: E402
+from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, Thresholds, runtime_for  # noqa: E402
+from emulation.bmv2 import control as ctl  # noqa: E402
 
 H1_MAC = "00:00:00:00:00:01"
 

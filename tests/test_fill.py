@@ -1,11 +1,11 @@
-"""Fill policies pinned with hand-made aggregates (formulas: dlcp/training/fill.py)."""
+"""Fill policies pinned with hand-made aggregates (formulas: dlcp/workloads/trainer/fill.py)."""
 
 import numpy as np
 import pytest
 import torch
 
-from dlcp.training.fill import FILLS, fill_average
-from dlcp.workload import Aggregate
+from dlcp.workloads.contract import Aggregate
+from dlcp.workloads.trainer.fill import FILLS, fill_average
 
 # 4 workers, 4 values: all arrived / one missing / two missing / nobody delivered
 AGG = Aggregate(7, np.array([8.0, 6.0, 3.0, 0.0], np.float32), np.array([4, 3, 2, 0], np.uint16), 4)

@@ -1,10 +1,10 @@
 """The frame helpers the switch tests rely on agree with scapy and with the CRC-16/ARC check value."""
 
+from frames import crc16_arc, dlcp_frame, parse
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from dlcp.header import scapy_layers
-from frames import crc16_arc, dlcp_frame, parse
+from dlcp.wire.header import scapy_layers
 
 
 def test_crc16_is_arc():

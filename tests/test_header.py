@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlcp import header as H
+from dlcp.wire import header as H
 
 
 def test_layout_constants_agree():

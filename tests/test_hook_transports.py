@@ -8,9 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from dlcp.hook_transports import TransportAllToAll
-from dlcp.tagging import TaggingConfig, tag_message
-from dlcp.transport import Peer, Transport, TransportConfig, TransportError
+from dlcp.comm.alltoall import TransportAllToAll
+from dlcp.transport.api import Peer, TransportConfig, TransportError
+from dlcp.transport.bounded_loss import Transport
+from dlcp.wire.tagging import TaggingConfig, tag_message
 
 
 def make_group(world, timeout_s=20.0, **cfg):

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from refswitch_frames import runtime_doc
 
-from dlcp import header as H
-from dlcp.chunking import MessageId, packetize
-from dlcp.tagging import Tags
-from dlcp.transport import Peer, SendInfo, Transport, TransportConfig
+from dlcp.transport.api import Peer, SendInfo, TransportConfig
+from dlcp.transport.bounded_loss import Transport
+from dlcp.wire import header as H
+from dlcp.wire.chunking import MessageId, packetize
+from dlcp.wire.tagging import Tags
 from emulation.dataplane import RefProcess
 from emulation.netns import Lab, in_netns, raw_socket, sh
-
-from refswitch_frames import runtime_doc
 
 pytestmark = pytest.mark.root
 

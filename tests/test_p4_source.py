@@ -1,6 +1,6 @@
 """The P4 program against the Python contract, read from its source (no p4c needed): header widths
-(dlcp/header.py), constants and sizes, and every control-plane name, key, action parameter and
-default action of dlcp/p4names.py."""
+(dlcp/wire/header.py), constants and sizes, and every control-plane name, key, action parameter and
+default action of dlcp/experiment/pipeline_names.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dlcp import header as H
-from dlcp import p4names as pn
+from dlcp.experiment import pipeline_names as pn
+from dlcp.wire import header as H
 
 P4_DIR = Path(__file__).resolve().parents[1] / "p4"
 SOURCES = sorted(P4_DIR.rglob("*.p4"))

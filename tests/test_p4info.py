@@ -1,4 +1,4 @@
-"""p4c's P4Info of p4/dlcp.p4 against dlcp/p4names.py (through the P4Info the controller tests use):
+"""p4c's P4Info of p4/dlcp.p4 against dlcp/experiment/pipeline_names.py (through the P4Info the controller tests use):
 every table, key, action, parameter, counter and register, with widths. Needs p4c."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ import pytest
 
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
-from emulation import p4build  # noqa: E402
-from emulation.controller import load_p4info  # noqa: E402
 from fake_p4runtime import expected_p4info  # noqa: E402
+
+from emulation.bmv2 import build as p4build  # noqa: E402
+from emulation.bmv2.control import load_p4info  # noqa: E402
 
 pytestmark = pytest.mark.skipif(p4build.find_p4c() is None, reason=p4build.missing_p4c_message())
 

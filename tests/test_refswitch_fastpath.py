@@ -6,12 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.runtime import parse_runtime
-
-from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
-
 from emulation.refswitch.switch import load_fastpath
 
 try:

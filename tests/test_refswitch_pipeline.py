@@ -7,13 +7,12 @@ import random
 import struct
 
 import pytest
+from refswitch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
 
-from dlcp import p4names as P
+from dlcp.experiment import pipeline_names as P
 from emulation.refswitch.hashing import crc16, five_tuple_bytes
 from emulation.refswitch.pipeline import Pipeline, stamp_telemetry
 from emulation.refswitch.runtime import RuntimeFileError, parse_runtime
-
-from refswitch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
 
 
 def pipeline(**kw) -> Pipeline:
@@ -137,7 +136,7 @@ def test_drop_reasons_in_order():
 def test_non_dlcp_udp_and_ipv4_with_options_are_forwarded():
     p = pipeline()
     assert p.ingress(bytearray(udp_frame(dport=9911)), 1)[:3] == (2, 0, 0)
-    from scapy.layers.inet import IP, IPOption_NOP, UDP
+    from scapy.layers.inet import IP, UDP, IPOption_NOP
     from scapy.layers.l2 import Ether
     f = bytes(Ether() / IP(dst="10.0.0.3", options=[IPOption_NOP()] * 4) / UDP(dport=9910) / b"x")
     assert p.ingress(bytearray(f), 1)[:4] == (3, 0, 0, -1)  # transport not parsed behind options

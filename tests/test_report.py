@@ -14,13 +14,13 @@ import sys
 import matplotlib.image
 import numpy as np
 import pytest
+from synthetic_runs import write_synthetic_run
 
-from dlcp.report import compare_runs, report_run
+from dlcp.reporting import compare_runs, report_run
 from dlcp.reporting.bounds import FRAME_OVERHEAD_BYTES, bottleneck_mbps
 from dlcp.reporting.load import NotARunDirectory, load_run
 from dlcp.reporting.stats import distribution, percentile
 from dlcp.reporting.summarise import summarise
-from dlcp.reporting.synthetic import write_synthetic_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SMALL = {"iterations": 6, "layers": 4, "workers": 3}
@@ -226,7 +226,7 @@ def test_protected_loss_is_flagged(tmp_path):
     md = (run / "report.md").read_text()
     assert "> **WARNING:** 3 PROTECTED packet(s) lost" in md
     assert 'class="warn"' in (run / "report.html").read_text()
-    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "report", str(run)], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "report", str(run)], capture_output=True, text=True)
     assert p.returncode == 0 and "WARNING: 3 PROTECTED" in p.stderr
 
 
@@ -264,12 +264,12 @@ def test_compare_cli_prints_table_and_honours_out(tmp_path):
     a = write_synthetic_run(tmp_path / "x" / "run", seed=1, **SMALL)
     b = write_synthetic_run(tmp_path / "y" / "run", seed=1, time_scale=3, **SMALL)
     out = tmp_path / "cmp"
-    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "compare", str(a), str(b), "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "compare", str(a), str(b), "--out", str(out)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "MCT p99 (us)" in p.stdout and "3×" in p.stdout and "y/run ÷ x/run" in p.stdout
     assert json.loads((out / "compare.json").read_text())["baseline"] == "x/run"
-    one = subprocess.run([sys.executable, "-m", "dlcp.cli", "compare", str(a)], capture_output=True, text=True)
+    one = subprocess.run([sys.executable, "-m", "dlcp_cli", "compare", str(a)], capture_output=True, text=True)
     assert one.returncode == 2 and "at least two" in one.stderr
 
 
@@ -376,7 +376,7 @@ def test_not_a_run_directory_is_a_one_line_error(tmp_path):
     write_synthetic_run(tmp_path / "exp" / "fifo", **SMALL)
     with pytest.raises(NotARunDirectory, match="holds the runs fifo"):
         load_run(tmp_path / "exp")
-    p = subprocess.run([sys.executable, "-m", "dlcp.cli", "report", str(tmp_path / "nope")],
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "report", str(tmp_path / "nope")],
                        capture_output=True, text=True)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no such directory" in p.stderr
 

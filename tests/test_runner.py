@@ -21,7 +21,7 @@ from emulation import clean, procs
 pytestmark = pytest.mark.root
 
 ROOT = Path(__file__).resolve().parents[1]
-DLCP = [sys.executable, "-m", "dlcp.cli"]
+DLCP = [sys.executable, "-m", "dlcp_cli"]
 
 SHORT = """
 name = "short"
@@ -109,7 +109,7 @@ def test_short_experiment_end_to_end(tmp_path):
 @pytest.mark.bmv2
 def test_short_experiment_on_bmv2(tmp_path):
     """The same short experiment with simple_switch_grpc running p4/dlcp.p4 as the switch."""
-    from emulation.bmv2switch import GRPC_PORT_BASE, THRIFT_PORT_BASE, port_busy
+    from emulation.bmv2.switch import GRPC_PORT_BASE, THRIFT_PORT_BASE, port_busy
     cfg = write_config(tmp_path, iterations=3, backend="bmv2")
     p = subprocess.run(DLCP + ["run", str(cfg), "--out", str(tmp_path / "results")],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)

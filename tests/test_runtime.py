@@ -1,4 +1,4 @@
-"""Runtime-entry generation (dlcp/runtime.py): topology in, sN-runtime.json out, no switch needed."""
+"""Runtime-entry generation (dlcp/experiment/switch_runtime.py): topology in, sN-runtime.json out, no switch needed."""
 
 from __future__ import annotations
 
@@ -6,10 +6,25 @@ import json
 
 import pytest
 
-from dlcp import p4names as pn
-from dlcp.runtime import (DATA_FRAME_BYTES, Host, Link, Port, Route, RuntimeSpecError, SwitchConfig,
-                          SwitchTopo, Thresholds, check_runtime, load_runtime, queue_rate_pps,
-                          runtime_for, switch_port_mac, switch_topos, write_runtime)
+from dlcp.experiment import pipeline_names as pn
+from dlcp.experiment.switch_runtime import (
+    DATA_FRAME_BYTES,
+    Host,
+    Link,
+    Port,
+    Route,
+    RuntimeSpecError,
+    SwitchConfig,
+    SwitchTopo,
+    Thresholds,
+    check_runtime,
+    load_runtime,
+    queue_rate_pps,
+    runtime_for,
+    switch_port_mac,
+    switch_topos,
+    write_runtime,
+)
 
 
 def leaf_spine():

@@ -10,13 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from refswitch_frames import entry, runtime_doc
 
 from emulation import procs
 from emulation.dataplane import RefProcess
-from emulation.switches import (BACKENDS, DEFAULT_BACKEND, Bmv2Switch, DlcpSwitch, RefSwitch, SwitchStartError,
-                                switch_class)
-
-from refswitch_frames import entry, runtime_doc
+from emulation.switches import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    Bmv2Switch,
+    DlcpSwitch,
+    RefSwitch,
+    SwitchStartError,
+    switch_class,
+)
 
 pytestmark = pytest.mark.root
 
@@ -33,7 +39,7 @@ def test_backend_mapping():
 
 def test_backends_load_the_p4runtime_stack_only_when_bmv2_starts():
     code = ("import sys; from emulation.switches import BACKENDS; BACKENDS['bmv2'].toolchain; "
-            "print(sorted(m for m in ('grpc', 'p4runtime_sh', 'emulation.controller', 'emulation.bmv2switch') "
+            "print(sorted(m for m in ('grpc', 'p4runtime_sh', 'emulation.bmv2.control', 'emulation.bmv2.switch') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

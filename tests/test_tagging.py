@@ -2,8 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from dlcp.tagging import (TaggingConfig, layer_priority, magnitude_class,
-                          magnitude_drop_precedence, packet_layers, packet_magnitudes, tag_message)
+from dlcp.wire.tagging import (
+    TaggingConfig,
+    layer_priority,
+    magnitude_class,
+    magnitude_drop_precedence,
+    packet_layers,
+    packet_magnitudes,
+    tag_message,
+)
 
 
 @pytest.mark.parametrize("n_layers,expected", [

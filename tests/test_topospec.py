@@ -1,7 +1,9 @@
 import pytest
 
-from dlcp import config, p4names as N, topospec
-from dlcp.config import ConfigError
+from dlcp.experiment import config
+from dlcp.experiment import pipeline_names as N
+from dlcp.experiment import topology as topospec
+from dlcp.experiment.config import ConfigError
 
 
 def cfg_for(**kw):

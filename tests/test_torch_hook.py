@@ -15,11 +15,12 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from dlcp.hook_transports import GlooAllReduce, TransportAllToAll
-from dlcp.torch_hook import DlcpHookState, dlcp_hook
-from dlcp.training.data import BatchSchedule, load_dataset
-from dlcp.training.models import build_model
-from dlcp.transport import Transport, TransportConfig
+from dlcp.comm.alltoall import GlooAllReduce, TransportAllToAll
+from dlcp.ddp_hook import DlcpHookState, dlcp_hook
+from dlcp.transport.api import TransportConfig
+from dlcp.transport.bounded_loss import Transport
+from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
+from dlcp.workloads.trainer.models import build_model
 
 WORLD = 2
 ITERS = 30

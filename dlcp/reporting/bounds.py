@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..header import HEADER_LEN
-from .load import RunData
-from .stats import distribution, percentile
+from dlcp.reporting.load import RunData
+from dlcp.reporting.stats import distribution, percentile
+from dlcp.wire.header import HEADER_LEN
 
 ETH_IPV4_UDP_BYTES = 14 + 20 + 8
 FRAME_OVERHEAD_BYTES = ETH_IPV4_UDP_BYTES + HEADER_LEN  # per data packet (telemetry block not counted)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pathlib
 from dataclasses import dataclass
 
-from . import plots
-from .load import RunData, load_run
-from .render import Doc, Image, fmt
-from .runreport import write_outputs
-from .stats import PERCENTILE_METHOD_TEXT, ratio
-from .summarise import iteration_series, sender_rows, summarise, training_curves
-from ..tables import format_table
+from dlcp.reporting import plots
+from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.render import Doc, Image, fmt
+from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, ratio
+from dlcp.reporting.summarise import iteration_series, sender_rows, summarise, training_curves
+from dlcp.tables import format_table
 
 
 @dataclass(frozen=True)

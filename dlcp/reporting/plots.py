@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from .stats import ecdf  # noqa: E402
-from .summarise import IterationSeries, TrainingCurves  # noqa: E402
+from dlcp.reporting.stats import ecdf  # noqa: E402
+from dlcp.reporting.summarise import IterationSeries, TrainingCurves  # noqa: E402
 
 DPI = 110
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import pathlib
 
-from . import plots
-from .load import RunData, load_run
-from .render import Doc, Image, fmt, to_html, to_markdown
-from .stats import PERCENTILE_METHOD_TEXT
-from .summarise import grouped_mct, iteration_series, json_ready, sender_rows, summarise, training_curves
+from dlcp.reporting import plots
+from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
+from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT
+from dlcp.reporting.summarise import grouped_mct, iteration_series, json_ready, sender_rows, summarise, training_curves
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
 

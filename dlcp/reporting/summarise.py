@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bounds import lower_bound
-from .load import RunData, Table
-from .stats import PERCENTILE_METHOD_TEXT, distribution
+from dlcp.reporting.bounds import lower_bound
+from dlcp.reporting.load import RunData, Table
+from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, distribution
 
 SCHEMA_VERSION = 1
 PHASE_ORDER = ("push", "pull", "reduce_scatter", "all_gather", "p2p")

@@ -7,10 +7,9 @@ import os
 import sys
 import traceback
 
-from dlcp.header import DATA_PORT
-
-from .runtime import RuntimeFileError, load_runtime
-from .switch import ENGINES, Options, Switch
+from dlcp.wire.header import DATA_PORT
+from emulation.refswitch.runtime import RuntimeFileError, load_runtime
+from emulation.refswitch.switch import ENGINES, Options, Switch
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import random
 import struct
 
-from dlcp import header as H
-from dlcp import p4names as P
-
-from .hashing import crc16
-from .runtime import Runtime, RuntimeFileError
-from .tables import build_tables
+from dlcp.experiment import pipeline_names as P
+from dlcp.wire import header as H
+from emulation.refswitch.hashing import crc16
+from emulation.refswitch.match_tables import build_tables
+from emulation.refswitch.runtime import Runtime, RuntimeFileError
 
 PARSER_ERROR = P.DROP_REASONS["parser_error"]
 NOT_IPV4 = P.DROP_REASONS["not_ipv4"]

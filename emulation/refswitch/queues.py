@@ -12,9 +12,8 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from dlcp import p4names as P
-
-from .runtime import PortConfig
+from dlcp.experiment import pipeline_names as P
+from emulation.refswitch.runtime import PortConfig
 
 # A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth]
 # (enq_qdepth: packets ahead of it in its own priority queue when it was enqueued)

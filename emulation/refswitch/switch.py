@@ -19,11 +19,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import counters as C
-from .afpacket import new_kernel_drops, open_port_socket
-from .pipeline import Pipeline
-from .pyengine import PyEngine
-from .runtime import Runtime
+from emulation.refswitch import counters as C
+from emulation.refswitch.afpacket import new_kernel_drops, open_port_socket
+from emulation.refswitch.pipeline import Pipeline
+from emulation.refswitch.pyengine import PyEngine
+from emulation.refswitch.runtime import Runtime
 
 ENGINES = ("auto", "c", "python")
 RUN_SLICE_S = 0.5
@@ -46,7 +46,7 @@ class Options:
 
 def load_fastpath():
     """The C engine module, checked to be built from the _fastpath.c beside it (ImportError if not)."""
-    from . import _fastpath
+    from emulation.refswitch import _fastpath
     source = Path(__file__).with_name("_fastpath.c")
     if source.exists():
         sha = hashlib.sha256(source.read_bytes()).hexdigest()[:16]

@@ -1,4 +1,4 @@
-/* Headers and metadata. The DLCP header and its telemetry block mirror dlcp/header.py FIELD_BITS and
+/* Headers and metadata. The DLCP header and its telemetry block mirror dlcp/wire/header.py FIELD_BITS and
  * TELEMETRY_FIELD_BITS field by field (a test compares them). */
 #ifndef DLCP_HEADERS_P4
 #define DLCP_HEADERS_P4
@@ -40,7 +40,7 @@ header tcp_ports_t {
     bit<16> dst_port;
 }
 
-/* 24 bytes, big-endian: dlcp/header.py */
+/* 24 bytes, big-endian: dlcp/wire/header.py */
 header dlcp_t {
     bit<4>  ver;
     bit<4>  type;

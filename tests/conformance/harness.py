@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from dlcp import p4names as P
-from dlcp.runtime import DEFAULT_QUEUE_DEPTH_PKTS, SwitchConfig
+from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
+
+from dlcp.experiment import pipeline_names as P
+from dlcp.experiment.switch_runtime import DEFAULT_QUEUE_DEPTH_PKTS, SwitchConfig
 from emulation.dataplane import RefProcess
 from emulation.netns import Lab, drain, raw_socket
 from emulation.refswitch.hashing import crc16, five_tuple_bytes
-
-from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = (1, 2, 3, 4)
@@ -93,8 +93,9 @@ class Bmv2SUT(_ProcessSUT):
     name = "bmv2"
 
     def start(self, runtime: dict, workdir: Path) -> None:
-        from emulation.bmv2switch import Bmv2Process
         from fake_p4runtime import free_port
+
+        from emulation.bmv2.switch import Bmv2Process
 
         workdir.mkdir(parents=True, exist_ok=True)
         cfg = SwitchConfig()

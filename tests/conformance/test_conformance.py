@@ -7,10 +7,10 @@ scenario says why in its `bmv2` section and what bmv2 is held to instead; nothin
 from __future__ import annotations
 
 import pytest
-
-from emulation.dataplane import SwitchStartError
 from harness import HAVE_C, Bmv2SUT, RefSwitchSUT, SwitchTestbed, for_backend, run_scenario, verify
 from scenarios import SCENARIOS
+
+from emulation.dataplane import SwitchStartError
 
 pytestmark = pytest.mark.root
 

@@ -10,10 +10,10 @@ import sys
 import textwrap
 
 import pytest
-
-from emulation.netns import Lab, sh
 from harness import ENGINES, RefSwitchSUT
 from refswitch_frames import runtime_doc
+
+from emulation.netns import Lab, sh
 
 pytestmark = pytest.mark.root
 

@@ -8,14 +8,13 @@ import random
 import time
 
 import pytest
+from harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
+from refswitch_frames import dlcp_frame, udp_frame
 
-from dlcp import p4names as P
+from dlcp.experiment import pipeline_names as P
 from emulation.netns import link_counters, sh
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.runtime import parse_runtime
-
-from harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
-from refswitch_frames import dlcp_frame, udp_frame
 
 pytestmark = pytest.mark.root
 
@@ -39,7 +38,7 @@ def fuzz_frames(n: int, seed: int = 11) -> list[bytes]:
     from scapy.layers.l2 import Ether
     from scapy.packet import fuzz
 
-    from dlcp.header import scapy_layers
+    from dlcp.wire.header import scapy_layers
 
     DLCP, Tel = scapy_layers()
     rng = random.Random(seed)

@@ -10,11 +10,11 @@ import sys
 import time
 
 import pytest
+from harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
+from refswitch_frames import dlcp_frame
 
 from emulation.refswitch.pcap import read_pcap
 from emulation.refswitch.switch import control_request
-from harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
-from refswitch_frames import dlcp_frame
 
 pytestmark = pytest.mark.root
 

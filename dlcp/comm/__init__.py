@@ -1,0 +1,1 @@
+"""The communication layer: collectives over a transport (PS, ring, all-to-all)."""

@@ -1,0 +1,1 @@
+"""An experiment as data: config, topologies, switch runtime entries, pipeline names."""

@@ -1,0 +1,219 @@
+"""Topologies as data: hosts, switches, numbered ports, link rates, roles and equal-cost routes.
+
+Pure graph code (no Mininet): `emulation/network.py` turns a TopologySpec into a Mininet
+network, the runtime generator turns its routes into switch table entries, and reports read it
+back from `topology.json`. Names: hosts hN, switches sN, switch port K is interface sN-ethK.
+
+- star: one switch s1, hosts h1..hN (the PS incast case);
+- dumbbell: s1 - s2, hosts_left on s1, hosts_right on s2 (one shared bottleneck link);
+- leaf_spine: spines s1..sK, leaves s(K+1)..s(K+L), hosts_per_leaf hosts under each leaf; every
+  leaf links to every spine (the multi-path case for load balancing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from dlcp.experiment import switch_runtime as rt
+from dlcp.experiment.config import ConfigError
+
+
+@dataclass
+class Port:
+    port: int
+    intf: str
+    peer: str  # node on the other end
+    peer_port: int  # its port number (hosts: 0, interface hN-eth0)
+    rate_mbps: float
+
+
+@dataclass
+class Host:
+    name: str
+    ip: str
+    mac: str
+    switch: str
+    switch_port: int
+    rate_mbps: float
+    role: str = "idle"  # worker | ps | background | idle
+    rank: int = -1  # worker rank
+
+
+@dataclass
+class Switch:
+    name: str
+    device_id: int
+    ports: dict[int, Port] = field(default_factory=dict)
+
+
+@dataclass
+class TopologySpec:
+    kind: str
+    hosts: dict[str, Host] = field(default_factory=dict)
+    switches: dict[str, Switch] = field(default_factory=dict)
+    background_sources: list[str] = field(default_factory=list)  # host of each [[background]] entry
+
+    # --- building ---
+    def add_switch(self) -> Switch:
+        n = len(self.switches) + 1
+        sw = Switch(f"s{n}", device_id=n)
+        self.switches[sw.name] = sw
+        return sw
+
+    def add_host(self, sw: Switch, rate_mbps: float) -> Host:
+        n = len(self.hosts) + 1
+        port = len(sw.ports) + 1
+        h = Host(f"h{n}", ip=f"10.0.0.{n}", mac=f"00:00:00:00:00:{n:02x}", switch=sw.name,
+                 switch_port=port, rate_mbps=rate_mbps)
+        self.hosts[h.name] = h
+        sw.ports[port] = Port(port, f"{sw.name}-eth{port}", h.name, 0, rate_mbps)
+        return h
+
+    def link_switches(self, a: Switch, b: Switch, rate_mbps: float) -> None:
+        pa, pb = len(a.ports) + 1, len(b.ports) + 1
+        a.ports[pa] = Port(pa, f"{a.name}-eth{pa}", b.name, pb, rate_mbps)
+        b.ports[pb] = Port(pb, f"{b.name}-eth{pb}", a.name, pa, rate_mbps)
+
+    # --- queries ---
+    def links(self) -> list[tuple[str, int, str, int, float]]:
+        """Every link once: (node_a, port_a, node_b, port_b, rate_mbps); hosts use port 0."""
+        out = []
+        for sw in self.switches.values():
+            for p in sw.ports.values():
+                if p.peer in self.hosts or (sw.name, p.port) < (p.peer, p.peer_port):
+                    out.append((sw.name, p.port, p.peer, p.peer_port, p.rate_mbps))
+        return out
+
+    def by_role(self, role: str) -> list[Host]:
+        hs = [h for h in self.hosts.values() if h.role == role]
+        return sorted(hs, key=lambda h: (h.rank, int(h.name[1:])))
+
+    def host_named(self, ref: str) -> Host:
+        """A host by name ('h3') or role reference ('ps', 'worker2')."""
+        if ref in self.hosts:
+            return self.hosts[ref]
+        if ref == "ps" and self.by_role("ps"):
+            return self.by_role("ps")[0]
+        if ref.startswith("worker") and ref[6:].isdigit():
+            for h in self.by_role("worker"):
+                if h.rank == int(ref[6:]):
+                    return h
+        raise KeyError(ref)
+
+    def runtimes(self, cfg: dict) -> dict[str, dict]:
+        """Each switch's runtime file content (docs/pipeline.md) for the resolved experiment config:
+        routes over all equal-cost shortest paths (dlcp.runtime.switch_topos), the policy's
+        classification, load balancing and thresholds, and the links' queue, delay and loss."""
+        links_cfg, d = cfg["links"], cfg["dlcp"]
+        hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
+        links = [rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
+                 for a, pa, b, pb, rate in self.links()]
+        switch_cfg = rt.SwitchConfig(policy=d["policy"], lb_mode=d["load_balancing"],
+                                     thresholds=rt.Thresholds(d["qmax"], d["k1"], d["k2"], d["k3"]),
+                                     target="ref" if cfg["backend"] == "ref" else "bmv2")
+        out = {}
+        for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
+            ports = tuple(replace(p, delay_us=links_cfg["delay_us"], loss=float(links_cfg["loss"]))
+                          for p in topo.ports)
+            out[topo.name] = rt.runtime_for(replace(topo, ports=ports), switch_cfg)
+        return out
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "background_sources": self.background_sources,
+                "hosts": [asdict(h) for h in self.hosts.values()],
+                "switches": [{"name": s.name, "device_id": s.device_id,
+                              "ports": [asdict(p) for p in s.ports.values()]} for s in self.switches.values()],
+                "links": [dict(zip(("a", "a_port", "b", "b_port", "rate_mbps"), link)) for link in self.links()]}
+
+
+def star(hosts: int, host_mbps: float) -> TopologySpec:
+    t = TopologySpec("star")
+    s1 = t.add_switch()
+    for _ in range(hosts):
+        t.add_host(s1, host_mbps)
+    return t
+
+
+def dumbbell(left: int, right: int, host_mbps: float, fabric_mbps: float) -> TopologySpec:
+    t = TopologySpec("dumbbell")
+    s1, s2 = t.add_switch(), t.add_switch()
+    t.link_switches(s1, s2, fabric_mbps)
+    for _ in range(left):
+        t.add_host(s1, host_mbps)
+    for _ in range(right):
+        t.add_host(s2, host_mbps)
+    return t
+
+
+def leaf_spine(spines: int, leaves: int, hosts_per_leaf: int, host_mbps: float, fabric_mbps: float) -> TopologySpec:
+    t = TopologySpec("leaf_spine")
+    spine_sw = [t.add_switch() for _ in range(spines)]
+    leaf_sw = [t.add_switch() for _ in range(leaves)]
+    for leaf in leaf_sw:  # uplinks first: leaf ports 1..spines face the spines
+        for spine in spine_sw:
+            t.link_switches(leaf, spine, fabric_mbps)
+    for leaf in leaf_sw:
+        for _ in range(hosts_per_leaf):
+            t.add_host(leaf, host_mbps)
+    return t
+
+
+def from_config(cfg: dict) -> TopologySpec:
+    """The topology of a resolved experiment config, with roles assigned."""
+    t, links = cfg["topology"], cfg["links"]
+    if t["kind"] == "star":
+        spec = star(t["hosts"], links["host_mbps"])
+    elif t["kind"] == "dumbbell":
+        spec = dumbbell(t["hosts_left"], t["hosts_right"], links["host_mbps"], links["fabric_mbps"])
+    else:
+        spec = leaf_spine(t["spines"], t["leaves"], t["hosts_per_leaf"], links["host_mbps"], links["fabric_mbps"])
+    assign_roles(spec, cfg["workload"]["workers"], cfg["workload"]["mode"] == "ps", cfg["background"])
+    return spec
+
+
+def _placement_order(spec: TopologySpec) -> list[Host]:
+    """Hosts interleaved across edge switches, so consecutive workers sit under different switches
+    and their traffic crosses the fabric (leaf_spine); on a dumbbell, left side first."""
+    if spec.kind == "dumbbell":
+        return list(spec.hosts.values())
+    by_switch: dict[str, list[Host]] = {}
+    for h in spec.hosts.values():
+        by_switch.setdefault(h.switch, []).append(h)
+    columns = list(by_switch.values())
+    return [col[i] for i in range(max(map(len, columns))) for col in columns if i < len(col)]
+
+
+def assign_roles(spec: TopologySpec, workers: int, with_ps: bool, background: list[dict]) -> None:
+    """Workers first (ranks 0..), then the PS, then background sources named or taken in order.
+
+    Dumbbell: workers on the left, PS on the far right, so pushes cross the bottleneck link.
+    """
+    order = _placement_order(spec)
+    if spec.kind == "dumbbell" and with_ps:
+        ps = order.pop()  # the last right-hand host
+        ps.role = "ps"
+    for rank, h in enumerate(order[:workers]):
+        h.role, h.rank = "worker", rank
+    if with_ps and not spec.by_role("ps"):
+        order[workers].role = "ps"
+    for i, bg in enumerate(background):
+        if bg["src"]:
+            if bg["src"] not in spec.hosts:
+                raise ConfigError(f"background[{i}].src: no host {bg['src']!r} in the topology")
+            src = spec.hosts[bg["src"]]
+        else:
+            free = [h for h in order if h.role == "idle"]
+            if not free:
+                raise ConfigError(f"background[{i}].src: no free host left for background traffic "
+                                 f"(topology has {len(spec.hosts)} hosts)")
+            src = free[0]
+        if src.role not in ("idle", "background"):
+            raise ConfigError(f"background[{i}].src: {src.name} is already a {src.role}")
+        src.role = "background"
+        spec.background_sources.append(src.name)
+        try:
+            dst = spec.host_named(bg["dst"])
+        except KeyError:
+            raise ConfigError(f"background[{i}].dst: no host or role {bg['dst']!r} in the topology") from None
+        if dst.name == src.name:
+            raise ConfigError(f"background[{i}].dst: {dst.name} is also the source")

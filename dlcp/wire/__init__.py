@@ -1,0 +1,1 @@
+"""The wire format: DLCP header, control frames, tensor <-> packets, per-packet tagging."""

@@ -1,0 +1,1 @@
+"""What is trained: the workload contract, the registry, the synthetic workload."""

@@ -1,0 +1,234 @@
+"""A synthetic workload with model-like layer sizes and a real least-squares problem (no torch).
+
+Parameters w (all layers flattened, layer 0 = input side) fit a separable weighted least-squares
+problem
+    f(w) = 1/(2D) * sum_j h_j (w_j - w*_j)^2
+with a curvature h_j per layer (log-uniform in [0.5, 5]) and per value (x 0.5..1.5), and the
+optimum w* ~ N(0, 1), all drawn from `seed` (every rank agrees). Each worker's stochastic gradient
+at iteration t is the gradient of its own noisy sample of the targets,
+    g = h * (w - y),   y = w* + sigma / sqrt(batch_size) * eps(seed, rank, t),
+so gradients are deterministic from (seed, rank, iteration, w), their average over workers is
+less noisy, and SGD with step `lr` converges to w* up to the noise floor: training makes
+measurable progress, and lost chunks measurably slow it down. `train_loss` is the worker's
+sample loss, `test_loss` the exact f(w); there is no accuracy.
+
+Messages follow DDP: layers are grouped in backward order (output side first) into buckets of at
+least `bucket_values` values (0 = one message per layer), layers ascending inside a message. The
+default layer sizes are LeNet-5's (weights + bias per layer, 44,426 values); `workload.layers`
+(list of ints) overrides them, `workload.compute_ms` adds a per-iteration backward time spread
+over the layers, so communication can overlap computation.
+
+Fill policies (`dlcp.fill`) follow dlcp.workloads.trainer.fill (the torch trainer's): zero, rescale, stale,
+local (local = rescale at the PS, which has no gradient of its own).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from typing import Iterator
+
+import numpy as np
+
+from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, plan_messages
+
+FILLS = ("zero", "rescale", "stale", "local")
+# LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
+DEFAULT_LAYERS = (156, 2416, 30840, 10164, 850)
+NOISE_SIGMA = 1.0
+
+
+@dataclass
+class SyntheticConfig:
+    """The `workload` section keys this workload reads (others belong to other consumers)."""
+    iterations: int = 20
+    batch_size: int = 32
+    lr: float = 0.05
+    seed: int = 1
+    eval_every: int = 5
+    bucket_values: int = 0
+    layers: list = field(default_factory=lambda: list(DEFAULT_LAYERS))
+    compute_ms: float = 0.0
+
+    def __post_init__(self):
+        for key in ("iterations", "batch_size"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"workload.{key}: must be an integer >= 1, got {v!r}")
+        for key in ("seed", "eval_every", "bucket_values"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"workload.{key}: must be an integer >= 0, got {v!r}")
+        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 0.4:
+            raise ValueError(f"workload.lr: {self.lr!r} outside (0, 0.4) (the largest curvature is 5)")
+        if (not isinstance(self.layers, (list, tuple)) or not self.layers or
+                not all(isinstance(n, int) and n > 0 for n in self.layers)):
+            raise ValueError(f"workload.layers: must be a non-empty list of positive integers, got {self.layers!r}")
+        if len(self.layers) > 65535:
+            raise ValueError("workload.layers: at most 65535 layers (layer ids are 16-bit)")
+        if not isinstance(self.compute_ms, (int, float)) or self.compute_ms < 0:
+            raise ValueError(f"workload.compute_ms: must be >= 0, got {self.compute_ms!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SyntheticConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def is_eval_iteration(self, iteration: int) -> bool:
+        return iteration == self.iterations - 1 or (self.eval_every > 0 and (iteration + 1) % self.eval_every == 0)
+
+
+def check_fill(name: str) -> str:
+    if name not in FILLS:
+        raise ValueError(f"dlcp.fill: unknown fill policy {name!r} (one of {', '.join(FILLS)})")
+    return name
+
+
+def fill_mean(agg: Aggregate, policy: str, previous: np.ndarray | None = None,
+              own: np.ndarray | None = None) -> np.ndarray:
+    """Averaged gradient of `agg` under `policy` (the formulas of dlcp.workloads.trainer.fill)."""
+    total = agg.total.astype(np.float32, copy=False)
+    count = agg.count.astype(np.float32)
+    world = np.float32(agg.world)
+    if policy == "local" and own is None:
+        policy = "rescale"
+    if policy == "zero":
+        return total / world
+    if policy == "rescale":
+        return np.where(count > 0, total / np.maximum(count, 1), np.float32(0)).astype(np.float32)
+    base = previous if policy == "stale" else own
+    if base is None:
+        return total / world
+    return ((total + (world - count) * base) / world).astype(np.float32)
+
+
+class _Problem:
+    """The least-squares problem and the message layout, shared by workers and the PS."""
+
+    def __init__(self, config: SyntheticConfig):
+        self.config = config
+        sizes = np.asarray(config.layers, dtype=np.int64)
+        self.n_layers = len(sizes)
+        self.layer_offsets = np.concatenate([[0], np.cumsum(sizes)])
+        self.n_values = int(self.layer_offsets[-1])
+        rng = np.random.default_rng([config.seed, 0xD1C9])
+        layer_h = 10 ** rng.uniform(np.log10(0.5), np.log10(5.0), self.n_layers)
+        self.h = (np.repeat(layer_h, sizes) * rng.uniform(0.5, 1.5, self.n_values)).astype(np.float32)
+        self.w_star = rng.standard_normal(self.n_values, dtype=np.float32)
+        self.slices: dict[int, slice] = {}
+        self._layouts = []
+        for msg_id, layers in enumerate(plan_messages(sizes.tolist(), config.bucket_values)):
+            lo, hi = int(self.layer_offsets[layers[0]]), int(self.layer_offsets[layers[-1] + 1])
+            starts = tuple(int(self.layer_offsets[layer]) - lo for layer in layers)
+            self._layouts.append(MessageLayout(msg_id, hi - lo, starts, tuple(layers)))
+            self.slices[msg_id] = slice(lo, hi)
+
+    def layouts(self) -> list[MessageLayout]:
+        return list(self._layouts)
+
+    def test_loss(self, w: np.ndarray) -> float:
+        d = w - self.w_star
+        return float(np.dot(self.h * d, d) / (2 * self.n_values))
+
+
+class SyntheticWorkload:
+    """Worker side (Workload protocol of dlcp/workloads/contract.py)."""
+
+    def __init__(self, config: SyntheticConfig, rank: int = 0, world: int = 1, fill: str = "rescale"):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is outside 0..{world - 1}")
+        self.config, self.rank, self.world, self.fill = config, rank, world, check_fill(fill)
+        self.problem = _Problem(config)
+        self.n_layers = self.problem.n_layers
+        self.w = np.zeros(self.problem.n_values, dtype=np.float32)
+        self._own: dict[int, np.ndarray] = {}
+        self._previous: dict[int, np.ndarray] = {}
+        self.train_loss: float | None = None
+        self.lost_values = 0
+
+    @classmethod
+    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale") -> "SyntheticWorkload":
+        return cls(SyntheticConfig.from_dict(workload), rank, world, fill)
+
+    def layouts(self) -> list[MessageLayout]:
+        return self.problem.layouts()
+
+    def gradient(self, iteration: int) -> np.ndarray:
+        """The full stochastic gradient of this rank at `iteration` (deterministic)."""
+        p = self.problem
+        rng = np.random.default_rng([self.config.seed, 1 + self.rank, iteration])
+        noise = rng.standard_normal(p.n_values, dtype=np.float32)
+        noise *= np.float32(NOISE_SIGMA / np.sqrt(self.config.batch_size))
+        residual = self.w - p.w_star - noise
+        self.train_loss = float(np.dot(p.h * residual, residual) / (2 * p.n_values))
+        return p.h * residual
+
+    def compute(self, iteration: int) -> Iterator[GradMessage]:
+        g = self.gradient(iteration)
+        self.lost_values = 0
+        layouts = self.problem.layouts()
+        per_msg_s = self.config.compute_ms / 1e3 / len(layouts)
+        for layout in layouts:
+            if per_msg_s:
+                time.sleep(per_msg_s)  # backward time of this bucket's layers
+            values = g[self.problem.slices[layout.msg_id]].copy()  # stays valid while it travels
+            self._own[layout.msg_id] = values
+            yield GradMessage(layout, values, self.n_layers)
+
+    def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
+        for msg_id, agg in aggregates.items():
+            mean = fill_mean(agg, self.fill, self._previous.get(msg_id), self._own.get(msg_id))
+            self.lost_values += int((agg.count < agg.world).sum())
+            self._previous[msg_id] = mean
+            self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * mean
+
+    def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
+        sl = self.w[self.problem.slices[msg_id]]
+        np.copyto(sl, chunk.values, where=~chunk.lost)
+        self.lost_values += int(chunk.lost.sum())
+
+    def parameters(self, msg_id: int) -> np.ndarray:
+        return self.w[self.problem.slices[msg_id]].copy()
+
+    def evaluate(self, iteration: int) -> dict | None:
+        out = {"train_loss": self.train_loss, "lost_values": self.lost_values}
+        if self.config.is_eval_iteration(iteration):
+            out["test_loss"] = self.problem.test_loss(self.w)
+        return out
+
+
+class SyntheticServerWorkload:
+    """PS side (ServerWorkload protocol): authoritative parameters, SGD step on the filled mean."""
+
+    def __init__(self, config: SyntheticConfig, fill: str = "rescale"):
+        self.config, self.fill = config, check_fill(fill)
+        self.problem = _Problem(config)
+        self.n_layers = self.problem.n_layers
+        self.w = np.zeros(self.problem.n_values, dtype=np.float32)
+        self._previous: dict[int, np.ndarray] = {}
+        self.lost_values = 0
+
+    @classmethod
+    def from_config(cls, workload: dict, fill: str = "rescale") -> "SyntheticServerWorkload":
+        return cls(SyntheticConfig.from_dict(workload), fill)
+
+    def layouts(self) -> list[MessageLayout]:
+        return self.problem.layouts()
+
+    def update(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
+        self.lost_values = 0
+        for msg_id, agg in aggregates.items():
+            mean = fill_mean(agg, self.fill, self._previous.get(msg_id), None)
+            self.lost_values += int((agg.count < agg.world).sum())
+            self._previous[msg_id] = mean
+            self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * mean
+
+    def parameters(self, msg_id: int) -> np.ndarray:
+        """A view of the live parameters: valid until the next `update`."""
+        return self.w[self.problem.slices[msg_id]]
+
+    def evaluate(self, iteration: int) -> dict | None:
+        out = {"lost_values": self.lost_values}
+        if self.config.is_eval_iteration(iteration):
+            out["test_loss"] = self.problem.test_loss(self.w)
+        return out

@@ -1,0 +1,255 @@
+"""Real torch training behind the Workload / ServerWorkload contract of dlcp/workloads/contract.py.
+
+`TorchWorkload` (a worker): `compute(it)` runs forward, then backward in a helper thread; a
+post-accumulate-grad hook on every parameter copies its gradient into the message's flat send
+buffer, and `compute` yields each message (a numpy view of that buffer) as soon as all its
+parameters have their gradient, in backward order, while backward carries on: wait-free backprop.
+A message's values stay valid until the next `compute` call; collectives must not write to them.
+
+`apply_gradients` (all-reduce mode) fills the aggregates (dlcp/workloads/trainer/fill.py), then steps the
+optimizer; `apply_parameters` (PS mode) installs pulled parameters, keeping the previous value of
+every lost one. `TorchServerWorkload` is the PS: it holds the authoritative parameters and the
+optimizer (same initialisation as the workers: same model, same seed).
+
+Evaluation: `evaluate(it)` after the update of iteration `it` always reports this worker's
+`train_loss` (its own shard, computed before the update) and `lost_values`; at evaluation
+iterations ((it + 1) % eval_every == 0, and the last iteration) also `test_loss` and
+`test_accuracy` (fraction 0..1) over the whole held-out test set.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, fields
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
+from dlcp.workloads.trainer.fill import check_fill
+from dlcp.workloads.trainer.flat import FlatModel
+from dlcp.workloads.trainer.models import build_model
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """The `workload` section of an agent configuration (docs/runs.md). `batch_size` is per worker:
+    the global batch of an iteration is batch_size * world."""
+    model: str = "cnn"
+    dataset: str = "digits"
+    iterations: int = 20
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    seed: int = 1
+    eval_every: int = 5  # 0: evaluate at the last iteration only
+    bucket_values: int = 0  # 0: one message per layer
+
+    def __post_init__(self):
+        for key in ("iterations", "batch_size"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+                raise ValueError(f"workload.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
+        for key in ("eval_every", "bucket_values", "seed"):
+            if not isinstance(getattr(self, key), int) or getattr(self, key) < 0:
+                raise ValueError(f"workload.{key}: must be an integer >= 0, got {getattr(self, key)!r}")
+        if not self.lr > 0:
+            raise ValueError(f"workload.lr: must be > 0, got {self.lr!r}")
+        if not (0 <= self.momentum < 1 and self.weight_decay >= 0):
+            raise ValueError("workload.momentum must lie in [0, 1) and workload.weight_decay be >= 0")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WorkloadConfig":
+        """Known keys only; other keys of the section belong to other consumers and are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def is_eval_iteration(self, iteration: int) -> bool:
+        last = iteration == self.iterations - 1
+        return last or (self.eval_every > 0 and (iteration + 1) % self.eval_every == 0)
+
+
+def _optimizer(model, config: WorkloadConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                           weight_decay=config.weight_decay)
+
+
+def _test_metrics(model, data, batch: int = 512) -> dict:
+    model.eval()
+    loss_sum, correct = 0.0, 0
+    with torch.no_grad():
+        for lo in range(0, len(data.test_y), batch):
+            x, y = data.test_x[lo:lo + batch], data.test_y[lo:lo + batch]
+            logits = model(x)
+            loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+            correct += int((logits.argmax(1) == y).sum())
+    model.train()
+    n = len(data.test_y)
+    return {"test_loss": loss_sum / n, "test_accuracy": correct / n}
+
+
+class _Readiness:
+    """Which messages have every gradient; filled by the hooks in the backward thread."""
+
+    def __init__(self, pending: list[int]):
+        self.pending = list(pending)
+        self.finished = False
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+
+    def param_done(self, index: int) -> None:
+        with self.cond:
+            self.pending[index] -= 1
+            if self.pending[index] == 0:
+                self.cond.notify_all()
+
+    def finish(self, error: BaseException | None) -> None:
+        with self.cond:
+            self.finished, self.error = True, error
+            self.cond.notify_all()
+
+    def wait(self, index: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.pending[index] == 0 or self.finished)
+            if self.pending[index] == 0:
+                return
+            if self.error is not None:
+                raise RuntimeError(f"backward failed: {self.error}") from self.error
+            raise RuntimeError(f"backward produced no gradient for {self.pending[index]} parameter(s) of "
+                               f"message {index} (parameters unused in forward?)")
+
+
+class TorchWorkload:
+    """Worker side (Workload protocol of dlcp/workloads/contract.py).
+
+    `overlap=False` runs backward to the end before the first message is yielded (no wait-free
+    backprop: the baseline, and cheaper when nothing would overlap, as in the in-process bench);
+    the messages and their order are the same either way."""
+
+    def __init__(self, config: WorkloadConfig, rank: int = 0, world: int = 1, fill: str = "rescale",
+                 data=None, overlap: bool = True):
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is outside 0..{world - 1}")
+        self.config, self.rank, self.world, self.fill = config, rank, world, check_fill(fill)
+        self.overlap = overlap
+        self.data = data if data is not None else load_dataset(config.dataset)
+        self.schedule = BatchSchedule(self.data.n_train, config.batch_size * world, config.seed)
+        self.model = build_model(config.model, self.data.in_shape, self.data.n_classes, config.seed)
+        self.flat = FlatModel(self.model, config.bucket_values)
+        self.n_layers = self.flat.n_layers
+        # created now, although PS-mode workers never step: building the first optimizer imports
+        # torch's compiler stack (~1.4 s), which would otherwise land in iteration 0's timing
+        self._optimizer = _optimizer(self.model, self.config)
+        self._readiness: _Readiness | None = None
+        self.train_loss: float | None = None
+        self.lost_values = 0
+        for p in self.model.parameters():
+            p.register_post_accumulate_grad_hook(self._on_gradient)
+
+    @classmethod
+    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale",
+                    **kwargs) -> "TorchWorkload":
+        return cls(WorkloadConfig.from_dict(workload), rank, world, fill, **kwargs)
+
+    def layouts(self) -> list[MessageLayout]:
+        return self.flat.layouts()
+
+    def _on_gradient(self, p: torch.nn.Parameter) -> None:
+        index, sl = self.flat.message_of[id(p)]
+        self.flat.messages[index].send[sl].copy_(p.grad.reshape(-1))
+        p.grad = None  # the copy is what travels; nothing accumulates into the next iteration
+        if self._readiness is not None:
+            self._readiness.param_done(index)
+
+    def compute(self, iteration: int) -> Iterator[GradMessage]:
+        x, y = self.data.train_batch(self.schedule.shard(iteration, self.rank, self.world))
+        self.model.zero_grad(set_to_none=True)
+        self.model.train()
+        loss = F.cross_entropy(self.model(x), y)
+        self.train_loss = float(loss.detach())
+        self.lost_values = 0
+        readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages])
+
+        def backward():
+            error = None
+            try:
+                loss.backward()
+            except BaseException as e:  # handed to the consumer of compute()
+                error = e
+            readiness.finish(error)
+
+        thread = None
+        if self.overlap:
+            thread = threading.Thread(target=backward, name=f"backward-r{self.rank}", daemon=True)
+            thread.start()
+        else:
+            backward()
+        try:
+            for index, m in enumerate(self.flat.messages):
+                readiness.wait(index)
+                yield GradMessage(m.layout, m.send_np, self.n_layers)
+        finally:
+            if thread is not None:
+                thread.join()
+            self._readiness = None
+
+    def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
+        self.lost_values += self.flat.install_gradients(iteration, aggregates, self.fill, use_own=True)
+        self._optimizer.step()
+
+    def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
+        self.lost_values += self.flat.install_parameters(msg_id, chunk.values, chunk.lost)
+
+    def parameters(self, msg_id: int) -> np.ndarray:
+        """A copy of this replica's parameters of message `msg_id` (ring re-sync compares them)."""
+        return self.flat.message(msg_id).params_np.copy()
+
+    def evaluate(self, iteration: int) -> dict | None:
+        out = {"train_loss": self.train_loss, "lost_values": self.lost_values}
+        if self.config.is_eval_iteration(iteration):
+            out.update(_test_metrics(self.model, self.data))
+        return out
+
+    def parameter_vector(self) -> torch.Tensor:
+        return self.flat.parameter_vector()
+
+
+class TorchServerWorkload:
+    """PS side (ServerWorkload protocol): authoritative parameters + optimizer. The `local` fill
+    has no local gradient here and behaves as `rescale` (dlcp/workloads/trainer/fill.py)."""
+
+    def __init__(self, config: WorkloadConfig, fill: str = "rescale", data=None):
+        self.config, self.fill = config, check_fill(fill)
+        self.data = data if data is not None else load_dataset(config.dataset)
+        self.model = build_model(config.model, self.data.in_shape, self.data.n_classes, config.seed)
+        self.flat = FlatModel(self.model, config.bucket_values)
+        self.n_layers = self.flat.n_layers
+        self.optimizer = _optimizer(self.model, config)
+        self.lost_values = 0
+
+    @classmethod
+    def from_config(cls, workload: dict, fill: str = "rescale") -> "TorchServerWorkload":
+        return cls(WorkloadConfig.from_dict(workload), fill)
+
+    def layouts(self) -> list[MessageLayout]:
+        return self.flat.layouts()
+
+    def update(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
+        self.lost_values = self.flat.install_gradients(iteration, aggregates, self.fill, use_own=False)
+        self.optimizer.step()
+
+    def parameters(self, msg_id: int) -> np.ndarray:
+        """A view of the live parameters: valid until the next `update`."""
+        return self.flat.message(msg_id).params_np
+
+    def evaluate(self, iteration: int) -> dict | None:
+        out = {"lost_values": self.lost_values}
+        if self.config.is_eval_iteration(iteration):
+            out.update(_test_metrics(self.model, self.data))
+        return out
+
+    def parameter_vector(self) -> torch.Tensor:
+        return self.flat.parameter_vector()

@@ -1,0 +1,1 @@
+"""The `dlcp` command: above both `dlcp/` (library) and `emulation/` (root, Mininet, bmv2)."""

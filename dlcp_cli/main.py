@@ -1,0 +1,94 @@
+"""The `dlcp` command: run | build | report | compare | clean | bench.
+
+The CLI sits above both `dlcp/` and `emulation/`. Commands that need root, Mininet or bmv2 import
+`emulation` only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging` work anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dlcp import __version__
+from dlcp.wire.header import DATA_PORT
+from dlcp_cli import report_cmds
+from dlcp_cli.benches import BENCHES, run_bench
+
+
+def _run(args: argparse.Namespace) -> int:
+    from emulation import runner
+    return runner.main(args)
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from emulation import clean
+    return clean.main(args)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from emulation.bmv2 import build
+    return build.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="dlcp", description=__doc__.splitlines()[0])
+    ap.add_argument("--version", action="version", version=f"dlcp {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="run an experiment on an emulated network (root)",
+                       description="Run an experiment config (TOML) on Mininet; results go to "
+                                   "results/<UTC time>-<name>/<variant>/.")
+    r.add_argument("config", help="experiment file, e.g. experiments/ps-incast.toml")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)")
+    r.add_argument("--policies", metavar="P1,P2",
+                   help="run one variant per tagging policy, back to back on the same topology and seed")
+    r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
+    r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
+    r.set_defaults(func=_run)
+
+    c = sub.add_parser("clean", help="stop what a killed run left (processes, host shells, links; root)")
+    c.set_defaults(func=_clean)
+
+    bd = sub.add_parser("build", help="compile p4/dlcp.p4 for bmv2 with p4c (into build/p4/)")
+    bd.add_argument("--out", help="output directory (default: build/p4 in the repository)")
+    bd.add_argument("--data-port", type=int, default=DATA_PORT,
+                    help=f"UDP destination port parsed as DLCP (default: {DATA_PORT})")
+    bd.set_defaults(func=_build)
+
+    b = sub.add_parser("bench", help="run a benchmark and print its figures",
+                       description="Benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()))
+    b.add_argument("name", choices=sorted(BENCHES))
+    b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark (--help)")
+    b.set_defaults(func=lambda a: run_bench(a.name, a.bench_args))
+
+    r = sub.add_parser("report", help="summarise a run: summary.json, report.md, report.html, plots/",
+                       description="Tail-latency report of one run directory (docs/reports.md).")
+    r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
+    r.add_argument("--out", help="write the report here instead of into the run directory")
+    r.set_defaults(func=report_cmds.cmd_report)
+
+    c = sub.add_parser("compare", help="compare runs against the first (baseline): compare.md/.html/.json",
+                       description="Side-by-side metrics of runs with ratios against the first run.")
+    c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the baseline")
+    c.add_argument("--out", help="output directory (default: the runs' common parent directory if they "
+                                 "share one, else the current directory)")
+    c.set_defaults(func=report_cmds.cmd_compare)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # `dlcp bench NAME --json` must reach the benchmark's own parser untouched
+    if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-"):
+        return run_bench(argv[1], argv[2:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except KeyboardInterrupt:
+        print("dlcp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Benchmarks that need root: switch forwarding rate and transport goodput."""

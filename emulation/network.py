@@ -1,0 +1,77 @@
+"""Mininet networks from a TopologySpec: hosts hN, switches sN with explicit ports, no controller,
+no Open vSwitch.
+
+Link rates are enforced in two places, like real NICs and switch ports: on each switch egress port
+by the switch itself (its strict-priority queues drain at the port rate, so the bottleneck queue is
+inside the switch where the priority policy decides who waits), and on each host's interface by an
+HTB qdisc at the host link rate (the host NIC). Hosts get static ARP, IPv6 off and offloads off.
+"""
+
+from __future__ import annotations
+
+from mininet.link import Link
+from mininet.net import Mininet
+from mininet.node import Host
+
+from dlcp.experiment.switch_runtime import switch_port_mac
+from dlcp.experiment.topology import TopologySpec
+
+
+class DlcpHost(Host):
+    """A Mininet host configured like a quiet experiment NIC."""
+
+    def configure_nic(self, rate_mbps: float, queue_pkts: int) -> None:
+        intf = self.defaultIntf().name
+        for cmd in (
+            "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            # checksums computed in software and no segmentation offloads: what the switch
+            # receives is what goes on the wire
+            f"ethtool -K {intf} rx off tx off sg off tso off gso off gro off",
+            f"tc qdisc replace dev {intf} root handle 1: htb default 1",
+            f"tc class replace dev {intf} parent 1: classid 1:1 htb rate {rate_mbps}mbit ceil {rate_mbps}mbit",
+            f"tc qdisc replace dev {intf} parent 1:1 handle 10: pfifo limit {queue_pkts}",
+        ):
+            out = self.cmd(cmd + " 2>&1; echo rc=$?")
+            if not out.rstrip().endswith("rc=0"):
+                raise RuntimeError(f"{self.name}: host set-up failed: {cmd}: {out.strip()}")
+
+
+def build_network(spec: TopologySpec, switch_cls, switch_params: dict[str, dict],
+                  host_queue_pkts: int) -> Mininet:
+    """A started Mininet network for `spec`.
+
+    `switch_params[name]` are keyword arguments of `switch_cls` (runtime file, run directory, ...).
+    Interfaces are named sN-ethK / hN-eth0 so port K of sN is exactly sN-ethK.
+    """
+    net = Mininet(topo=None, controller=None, switch=switch_cls, host=DlcpHost, link=Link,
+                  autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
+    for h in spec.hosts.values():
+        net.addHost(h.name, ip=f"{h.ip}/24", mac=h.mac)
+    for s in spec.switches.values():
+        net.addSwitch(s.name, dpid=f"{s.device_id:016x}", **switch_params.get(s.name, {}))
+    def mac(switch: str, port: int) -> str:  # the MACs the runtime entries use as next hops
+        return switch_port_mac(spec.switches[switch].device_id, port)
+
+    for a, pa, b, pb, _rate in spec.links():
+        if b in spec.hosts:
+            net.addLink(b, a, port1=0, port2=pa, intfName1=f"{b}-eth0", intfName2=f"{a}-eth{pa}",
+                        addr1=spec.hosts[b].mac, addr2=mac(a, pa))
+        else:
+            net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
+                        addr1=mac(a, pa), addr2=mac(b, pb))
+    net.build()
+    for h in spec.hosts.values():
+        node = net.get(h.name)
+        node.configure_nic(h.rate_mbps, host_queue_pkts)
+        for other in spec.hosts.values():
+            if other.name != h.name:
+                node.setARP(other.ip, other.mac)
+    for s in spec.switches.values():
+        # switch-side interfaces are in the root namespace: keep them free of offloads too, and
+        # of IPv6 (the kernel would send its own neighbour discovery out of the switch's ports)
+        for intf in net.get(s.name).intfList():
+            if intf.name != "lo":
+                intf.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1; "
+                         f"ethtool -K {intf.name} rx off tx off sg off tso off gso off gro off >/dev/null 2>&1")
+    net.start()
+    return net
