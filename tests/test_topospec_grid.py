@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 
-from dlcp import config, p4names as N, topospec
+from dlcp import config, topospec
+from dlcp import p4names as N
 from dlcp.config import ConfigError
 
 
