@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from dlcp.comm.plans import PlanError, execute, link_conflicts
+from dlcp.comm.plans import PlanError, alpha_beta_cost, execute, link_conflicts
 from dlcp.comm.plans.dssync import (
     average_rounds,
     dssync_plan,
+    iteration_cost,
     plan_json,
     prime_factors,
     round_schedule,
@@ -114,3 +115,14 @@ def test_plan_json_with_topology():
     assert j["topology"] == "leaf_spine" and len(j["hosts"]) == 16 and j["rounds_to_average"] == 2
     with pytest.raises(PlanError, match="dssync.workers: 8, but the topology has 16 ranks"):
         plan_json(8, 4, parse_topology("leaf_spine:2x4x4"))
+
+
+def test_iteration_cost_is_a_ring_inside_the_largest_group():
+    plan = dssync_plan(12, 4)  # rounds of 4, then of 3
+    M, a, b = 1200.0, 2.0, 0.5
+    assert iteration_cost(plan, 0, M, a, b) == pytest.approx(6 * (2 + 300 * 0.5))
+    assert iteration_cost(plan, 1, M, a, b) == pytest.approx(4 * (2 + 400 * 0.5))
+    assert iteration_cost(plan, 2, M, a, b) == iteration_cost(plan, 0, M, a, b)  # periodic
+    spec = parse_topology("star:12")
+    sched = round_schedule(spec, topology_plan(spec, 4), 0)
+    assert alpha_beta_cost(sched, M, a, b, spec) == pytest.approx(iteration_cost(plan, 0, M, a, b))

@@ -153,6 +153,16 @@ def average_rounds(values: list[np.ndarray], plan: DsSyncPlan, rounds: int | Non
     return out
 
 
+def iteration_cost(plan: DsSyncPlan, iteration: int, message_bytes: float, alpha: float, beta: float) -> float:
+    """Alpha-beta seconds of one iteration's synchronisation without contention: the groups run
+    side by side, each a ring all-reduce of the whole message over its g members,
+    2 (g - 1) (alpha + M / g x beta); the largest group sets the time. Reaching the exact average
+    costs the sum over one period. (With a topology, alpha_beta_cost(round_schedule(...), spec=...)
+    adds the contention of the chosen paths.)"""
+    g = max(len(grp) for grp in plan.groups(iteration))
+    return 2 * (g - 1) * (alpha + message_bytes / g * beta)
+
+
 def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: list[str] | None = None) -> Schedule:
     """The ring all-reduces of one iteration's groups, run side by side (sums; divide by the
     group size for the average). Paths: balanced over all groups' flows (the same every step)."""
