@@ -52,8 +52,21 @@ def test_trees_span_and_respect_join_order_and_kary(topo, kary):
 @pytest.mark.parametrize("kary", [2, 5])
 def test_schedule_uses_each_link_at_most_once_per_step_and_direction(topo, kary):
     spec = parse_topology(topo)
-    sched = multitree_schedule(spec, kary)
+    sched = multitree_schedule(spec, kary)  # paths="spray": safe pinned and sprayed
     assert link_conflicts(sched, spec) == []
+    assert link_conflicts(sched, spec, spray=True) == []
+    pinned = multitree_schedule(spec, kary, paths="pinned")
+    assert link_conflicts(pinned, spec) == []
+
+
+def test_pinned_allocation_can_break_under_spraying_and_spray_mode_does_not():
+    spec = parse_topology("torus:4x4")
+    pinned = multitree_schedule(spec, 5, paths="pinned")
+    # one tree edge spans two switch hops with two equal-cost paths; sprayed, it collides
+    assert link_conflicts(pinned, spec, spray=True) != []
+    assert link_conflicts(multitree_schedule(spec, 5), spec, spray=True) == []
+    with pytest.raises(PlanError, match="multitree.paths: 'ecmp' is not one of spray, pinned"):
+        build_trees(spec, 5, paths="ecmp")
 
 
 @pytest.mark.parametrize("topo", TOPOLOGIES)
@@ -84,7 +97,8 @@ def test_torus_4x4_multitree_needs_far_fewer_steps_than_the_ring():
     assert ring == 15
     steps = {k: multitree_schedule(spec, k).steps_per_phase for k in (2, 3, 5)}
     # lower bound 4: 16 trees x 15 edges = 240 link-steps over 64 directed fabric links
-    assert steps[5] == 4 and steps[3] <= 5 and steps[2] <= 6
+    assert steps[5] == 5 and steps[3] <= 5 and steps[2] <= 6
+    assert multitree_schedule(spec, 5, paths="pinned").steps_per_phase == 4  # the bound, if paths are pinned
     assert max(steps.values()) * 2 <= ring
 
 
@@ -104,7 +118,7 @@ def test_kary_and_size_errors():
 
 def test_plan_json():
     j = plan_json(parse_topology("torus:4x4"), kary=5)
-    assert j["collective"] == "multitree" and j["steps_per_phase"] == 4 and j["kary"] == 5
+    assert j["collective"] == "multitree" and j["steps_per_phase"] == 5 and j["kary"] == 5 and j["paths"] == "spray"
     assert sorted(map(int, j["trees"])) == list(range(16))
     assert all(len(es) == 15 for es in j["trees"].values())
     child, parent, step, path = j["trees"]["0"][0]

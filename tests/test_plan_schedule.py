@@ -93,3 +93,20 @@ def test_parse_topology_names_and_rates():
                       ("star:1", "has 1 host"), ("leaf_spine:2x2", "leaf_spine needs 3")]:
         with pytest.raises(PlanError, match=msg):
             parse_topology(text)
+
+
+def test_spray_shares_split_equally_at_every_switch():
+    r = Router(topospec.leaf_spine(2, 2, 2, 50, 50))
+    assert r.spray_shares("h1", "h3") == {("h1", "s3"): 1.0, ("s3", "s1"): 0.5, ("s3", "s2"): 0.5,
+                                          ("s1", "s4"): 0.5, ("s2", "s4"): 0.5, ("s4", "h3"): 1.0}
+    assert r.spray_shares("h1", "h2") == {("h1", "s3"): 1.0, ("s3", "h2"): 1.0}
+
+
+def test_spray_reading_of_a_schedule_ignores_the_named_member():
+    ls = topospec.leaf_spine(2, 2, 2, 50, 50)
+    up1 = ("h1", "s3", "s1", "s4", "h3")
+    # two flows out of leaf s3, both named over spine s1: pinned, s3->s1 carries 2; sprayed, 1 each
+    steps = [[Transfer(0, 2, 0, 2, "copy", up1), Transfer(1, 3, 0, 2, "copy", ("h2", "s3", "s1", "s4", "h4"))]]
+    sched = Schedule("hand", ("h1", "h2", "h3", "h4"), steps)
+    assert [(s, ln, n) for s, ln, n, _ in link_conflicts(sched, ls)] == [(0, ("s1", "s4"), 2), (0, ("s3", "s1"), 2)]
+    assert link_conflicts(sched, ls, spray=True) == []

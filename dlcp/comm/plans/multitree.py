@@ -66,9 +66,18 @@ class Trees:
         return max(depth.values())
 
 
-def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None) -> Trees:
+PATH_MODES = ("spray", "pinned")
+
+
+def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None, paths: str = "spray") -> Trees:
+    """The trees; `paths` says what the link allocation must survive:
+    "pinned": every transfer on the path it names (needs source routing or per-flow pinning);
+    "spray" (default): also the switches spraying each transfer equally over its equal-cost
+    members (the project's spray modes), so the schedule has no conflict under either reading."""
     if not isinstance(kary, int) or kary < 2:
         raise PlanError(f"multitree.kary: need an integer >= 2 (a parent gains up to kary-1 children per step), got {kary!r}")
+    if paths not in PATH_MODES:
+        raise PlanError(f"multitree.paths: {paths!r} is not one of {', '.join(PATH_MODES)}")
     hosts = list(hosts or rank_hosts(spec))
     P = len(hosts)
     if P < 2:
@@ -78,7 +87,7 @@ def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = Non
     edges: dict[int, list[TreeEdge]] = {r: [] for r in range(P)}
     t = 0
     while any(len(m) < P for m in members.values()):
-        avail = dict(router.capacity)
+        budget = _StepBudget(router, paths == "spray")
         at_start = {r: list(m) for r, m in members.items()}
         gained: Counter = Counter()  # (root, parent) -> children added this step
         added, progress = 0, True
@@ -87,11 +96,9 @@ def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = Non
             for r in range(P):
                 if len(members[r]) == P:
                     continue
-                edge = _grow(router, hosts, r, at_start[r], set(members[r]), gained, kary, avail, t)
+                edge = _grow(router, hosts, r, at_start[r], set(members[r]), gained, kary, budget, t)
                 if edge is None:
                     continue
-                for ln in links_of(edge.path):
-                    avail[ln] -= 1
                 gained[(r, edge.parent)] += 1
                 members[r].append(edge.child)
                 edges[r].append(edge)
@@ -104,26 +111,52 @@ def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = Non
     return Trees(tuple(hosts), kary, t, edges)
 
 
-def _grow(router: Router, hosts, root, parents, in_tree, gained, kary, avail, t) -> TreeEdge | None:
-    """The one edge tree `root` adds in this turn, or None."""
+class _StepBudget:
+    """Link capacity left in one construction step: whole chunks on pinned paths and, when
+    `spray`, the fractions spraying would put on every equal-cost member."""
+
+    def __init__(self, router: Router, spray: bool):
+        self.router = router
+        self.pinned = dict(router.capacity)
+        self.sprayed = {ln: float(c) for ln, c in router.capacity.items()} if spray else None
+
+    def take(self, src: str, dst: str) -> tuple[str, ...] | None:
+        """A path src -> dst that fits, its capacity taken; None if none fits."""
+        if self.pinned.get((src, self.router.spec.hosts[src].switch), 0) < 1:
+            return None
+        shares = self.router.spray_shares(src, dst) if self.sprayed is not None else {}
+        if any(self.sprayed[ln] < f - 1e-9 for ln, f in shares.items()):
+            return None
+        path = self.router.free_path(src, dst, self.pinned)
+        if path is None:
+            return None
+        for ln in links_of(path):
+            self.pinned[ln] -= 1
+        for ln, f in shares.items():
+            self.sprayed[ln] -= f
+        return path
+
+
+def _grow(router: Router, hosts, root, parents, in_tree, gained, kary, budget: _StepBudget, t) -> TreeEdge | None:
+    """The one edge tree `root` adds in this turn (its capacity taken), or None."""
     P = len(hosts)
     options = []
     for order, u in enumerate(parents):
-        if gained[(root, u)] >= kary - 1 or avail.get((hosts[u], router.spec.hosts[hosts[u]].switch), 0) < 1:
+        if gained[(root, u)] >= kary - 1:
             continue
         for v in range(P):
             if v not in in_tree:
                 options.append((router.hops(hosts[u], hosts[v]), (v - root) % P, order, u, v))
     for *_, u, v in sorted(options):
-        path = router.free_path(hosts[u], hosts[v], avail)
+        path = budget.take(hosts[u], hosts[v])
         if path is not None:
             return TreeEdge(root, u, v, t, path)
     return None
 
 
 def multitree_schedule(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None,
-                       trees: Trees | None = None) -> Schedule:
-    trees = trees or build_trees(spec, kary, hosts)
+                       paths: str = "spray", trees: Trees | None = None) -> Schedule:
+    trees = trees or build_trees(spec, kary, hosts, paths)
     P, T = len(trees.hosts), trees.steps
     steps: list[list[Transfer]] = [[] for _ in range(2 * T)]
     for root, es in trees.edges.items():
@@ -133,11 +166,12 @@ def multitree_schedule(spec: TopologySpec, kary: int = 2, hosts: list[str] | Non
     return Schedule("multitree", trees.hosts, steps, {"reduce_scatter": (0, T), "all_gather": (T, 2 * T)})
 
 
-def plan_json(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None) -> dict:
+def plan_json(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None, paths: str = "spray") -> dict:
     """What `dlcp schedule --collective multitree` prints: per root its edges
     [child, parent, construction step, path parent->child], and the steps per phase."""
-    trees = build_trees(spec, kary, hosts)
-    return {"collective": "multitree", "topology": topology_label(spec), "kary": kary, "hosts": list(trees.hosts),
+    trees = build_trees(spec, kary, hosts, paths)
+    return {"collective": "multitree", "topology": topology_label(spec), "kary": kary, "paths": paths,
+            "hosts": list(trees.hosts),
             "trees": {str(r): [[e.child, e.parent, e.step, list(e.path)] for e in es] for r, es in trees.edges.items()},
             "tree_height": {str(r): trees.height(r) for r in trees.edges},
             "steps_per_phase": trees.steps}

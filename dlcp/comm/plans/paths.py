@@ -5,6 +5,9 @@ are the directed node pairs along it. Paths follow the routes the runtime instal
 (`TopologySpec.routes()`: every equal-cost shortest next hop), so a plan only uses paths the
 switches can forward on. Where several equal-cost paths exist, the plan says which one it assumes.
 
+`spray_shares` is the other reading of a flow: spread over every equal-cost member at every
+switch, as the switches' spray modes do, whatever path the plan named.
+
 Link capacity per step: a step moves one chunk over a fabric (switch-to-switch) link. A link of
 rate r carries floor(r / unit) chunks per step and direction, where unit is the slowest
 switch-to-switch rate (star: the slowest host link). With equal rates every link carries one
@@ -68,6 +71,7 @@ class Router:
         unit = min(fabric or rates.values())
         self.capacity: dict[Link, int] = {ln: max(1, int(r / unit + 1e-9)) for ln, r in rates.items()}
         self._hops: dict[str, dict[str, int]] = {}
+        self._spray: dict[tuple[str, str], dict[Link, float]] = {}
 
     def next_hops(self, node: str, dst: str) -> list[str]:
         """Where `node` forwards a packet for host `dst`, in route member order."""
@@ -121,6 +125,28 @@ class Router:
             return None
 
         return walk([src])
+
+    def spray_shares(self, src: str, dst: str) -> dict[Link, float]:
+        """Fraction of a src -> dst flow on each link when every switch splits it equally over
+        its equal-cost members (per-packet spraying, in the fluid limit)."""
+        if (src, dst) in self._spray:
+            return self._spray[(src, dst)]
+        share: dict[Link, float] = {}
+        frontier = {src: 1.0}
+        while frontier:
+            nxt: dict[str, float] = {}
+            for node, f in frontier.items():
+                if node == dst:
+                    continue
+                hops = self.next_hops(node, dst)
+                if not hops:
+                    raise PlanError(f"topology: no route from {src} to {dst}")
+                for n in hops:
+                    share[(node, n)] = share.get((node, n), 0.0) + f / len(hops)
+                    nxt[n] = nxt.get(n, 0.0) + f / len(hops)
+            frontier = nxt
+        self._spray[(src, dst)] = share
+        return share
 
     def is_route_path(self, path: tuple[str, ...]) -> bool:
         """Whether `path` goes host to host along the routes toward its last node."""

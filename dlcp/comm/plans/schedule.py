@@ -88,16 +88,34 @@ def link_loads(schedule: Schedule) -> list[Counter]:
     return [Counter(ln for t in step for ln in t.links) for step in schedule.steps]
 
 
-def link_conflicts(schedule: Schedule, spec: TopologySpec) -> list[tuple[int, Link, int, int]]:
+def spray_loads(schedule: Schedule, router: Router) -> list[Counter]:
+    """Chunks each directed link carries per step when switches spray every transfer over all its
+    equal-cost members (fractions), instead of following the transfer's own path."""
+    out = []
+    for step in schedule.steps:
+        load: Counter = Counter()
+        for t in step:
+            for ln, f in router.spray_shares(t.path[0], t.path[-1]).items():
+                load[ln] += f
+        out.append(load)
+    return out
+
+
+def link_conflicts(schedule: Schedule, spec: TopologySpec, spray: bool = False) -> list[tuple[int, Link, float, int]]:
     """Every (step, directed link, chunks carried, capacity) where a link carries more chunks in
     one step than its capacity; host-to-switch and switch-to-switch links in both directions.
-    Paths are checked against the topology's routes first (PlanError if one is not routed)."""
+    Paths are checked against the topology's routes first (PlanError if one is not routed).
+
+    spray=False: each transfer on its own path (the plan's member choice, pinned). spray=True:
+    each transfer split equally over the equal-cost members at every switch (spray modes, fluid
+    limit), whatever path it names; loads may then be fractions."""
     router = Router(spec)
     check_paths(schedule, spec, router)
+    loads = spray_loads(schedule, router) if spray else link_loads(schedule)
     out = []
-    for s, load in enumerate(link_loads(schedule)):
+    for s, load in enumerate(loads):
         for ln, n in sorted(load.items()):
-            if n > router.capacity[ln]:
+            if n > router.capacity[ln] + 1e-9:
                 out.append((s, ln, n, router.capacity[ln]))
     return out
 
