@@ -14,7 +14,9 @@ directed link carries more chunks in that step than its capacity (paths.Router):
                 different roots near-translates of each other, and translates that use each
                 link direction once per step never collide (docs/collectives.md has the
                 tie-break orders we tried and their step counts);
-            the edge takes one unit of capacity on each link of that path.
+            the edge takes one unit of capacity on each link of that path and, with
+            paths="spray" (default), also its equal share on every equal-cost member link, so
+            the step still fits when the switches spray the transfer instead of pinning it.
     T = number of steps.
 
 Schedule (2T steps, T per phase): an edge added at step t carries chunk r child -> parent

@@ -5,7 +5,8 @@ ring uses: np.linspace bounds) from rank `src` to rank `dst` along `path` (host-
 `reduce` adds what arrives to the receiver's chunk, `copy` overwrites it. Every transfer of a step
 reads the sender's buffer as it was when the step began (lockstep, as MultiTree's NI or a per-step
 barrier enforces). `link_conflicts` lists the (step, directed link) pairs that carry more chunks
-than the link's capacity (paths.Router: one chunk per step on equal-rate links).
+than the link's capacity (paths.Router: one chunk per step on equal-rate links); `alpha_beta_cost`
+prices a schedule. execute.py runs one on numbers.
 """
 
 from __future__ import annotations
@@ -146,36 +147,3 @@ def alpha_beta_cost(schedule: Schedule, message_bytes: float, alpha: float, beta
             worst = max(b / router.capacity[ln] for ln, b in per_link.items())
         total += alpha + worst * beta
     return total
-
-
-def execute(schedule: Schedule, values: list[np.ndarray]) -> list[np.ndarray]:
-    """Run a schedule in-process on one float64 buffer per rank; returns the buffers at the end.
-
-    Lockstep: every transfer of a step reads its sender's chunk as the step began; receives land
-    after. Two copies into the same (rank, chunk) in one step are a plan error.
-    """
-    if len(values) != schedule.ranks:
-        raise PlanError(f"{schedule.collective}: {len(values)} buffers for {schedule.ranks} ranks")
-    buf = [np.array(v, dtype=np.float64).reshape(-1) for v in values]
-    n = buf[0].size
-    if any(b.size != n for b in buf):
-        raise PlanError(f"{schedule.collective}: buffers of different lengths")
-    cuts: dict[int, np.ndarray] = {}
-    for s, step in enumerate(schedule.steps):
-        arriving = []
-        copied = set()
-        for t in step:
-            b = cuts.setdefault(t.chunks, chunk_bounds(n, t.chunks))
-            lo, hi = int(b[t.chunk]), int(b[t.chunk + 1])
-            if t.op == "copy":
-                key = (t.dst, t.chunks, t.chunk)
-                if key in copied:
-                    raise PlanError(f"{schedule.collective} step {s}: two copies into rank {t.dst} chunk {t.chunk}")
-                copied.add(key)
-            arriving.append((t, lo, hi, buf[t.src][lo:hi].copy()))
-        for t, lo, hi, data in arriving:
-            if t.op == "reduce":
-                buf[t.dst][lo:hi] += data
-            else:
-                buf[t.dst][lo:hi] = data
-    return buf
