@@ -22,7 +22,7 @@ DLCP_ALLOWED = {
     "dlcp.wire": {"dlcp.bench_output"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output"},
-    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads"},
+    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.experiment"},
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads"},
     "dlcp.experiment": {"dlcp.wire"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
