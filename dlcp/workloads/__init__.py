@@ -1,0 +1,1 @@
+"""Workloads: what a worker computes. `profile` holds per-tensor compute profiles of models."""
