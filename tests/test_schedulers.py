@@ -152,6 +152,15 @@ def test_bytescheduler_hand_order():
     assert order == [(2, 0, 1.0), (0, 0, 11.0), (1, 0, 21.0), (2, 4, 31.0)]
 
 
+def test_bytescheduler_sees_a_gradient_ready_at_the_instant_a_partition_completes():
+    # tensor 1 (2 partitions) ready at 1, its first partition runs 1->3; tensor 0 is ready at 3
+    # exactly: the timeline handles the ready event first, so tensor 0 goes before tensor 1's rest
+    p = prof([4, 8], tb=[2.0, 1.0])
+    _, tl = run("bytescheduler", p, CostModel(alpha=2.0, beta=0.0), partition_bytes=16, credit_bytes=16)
+    order = [(r.op.segments[0].tensor, r.op.segments[0].start, r.start_s) for r in tl.ops_of(0)]
+    assert order == [(1, 0, 1.0), (0, 0, 3.0), (1, 4, 5.0)]
+
+
 def check_bytescheduler_invariants(p, tl, credit):
     r = ready_times(p.backward_s)
     recs = tl.ops_of(0)  # FIFO: start order is release order
