@@ -39,13 +39,13 @@ from typing import Protocol
 
 import numpy as np
 
-from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.bounded_loss.api import Peer, SendInfo, TransportConfig, TransportError
+from dlcp.transport.bounded_loss.bounded_loss import Transport
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT
 from dlcp.wire.tagging import Tags
-from dlcp.workloads.contract import Aggregate
+from dlcp.workloads.registry.contract import Aggregate
 
 logger = logging.getLogger(__name__)
 

@@ -40,12 +40,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlcp.transport.api import SendInfo, TransportError
+from dlcp.transport.bounded_loss.api import SendInfo, TransportError
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_P2P, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
 from dlcp.wire.tagging import TaggingConfig, Tags, tag_message
-from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.registry.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 
 RING_BUDGETS = ("protect_rs", "per_step")
 
