@@ -16,7 +16,7 @@ import math
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.schedulers import SCHEDULERS, make_scheduler
 from dlcp.comm.timeline import Timeline, simulate
-from dlcp.workloads.registry.profile import Profile
+from dlcp.workloads.profile import Profile
 
 ITERATIONS = 2  # every period is the steady state (timeline.py); 2 shows it is
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.schedulers.base import Op, Scheduler
-from dlcp.workloads.registry.profile import Profile
+from dlcp.workloads.profile import Profile
 
 # event kinds; the rank orders simultaneous events: compute first, then completions
 _FWD_END, _BWD_END, _OP_END = "fwd_end", "bwd_end", "op_end"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from itertools import count
 
 from dlcp.comm.costmodel import PRIMITIVES
-from dlcp.workloads.registry.profile import BYTES_PER_ELEMENT
+from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 FINAL_PRIMITIVES = frozenset({"allreduce", "all_gather", "pull"})
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dlcp.comm.schedulers.base import Segment
 from dlcp.comm.schedulers.credit import CreditExecutor
-from dlcp.workloads.registry.profile import BYTES_PER_ELEMENT
+from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 DEFAULT_PARTITION_BYTES = 1_000_000 * BYTES_PER_ELEMENT
 DEFAULT_CREDIT_BYTES = 4_000_000 * BYTES_PER_ELEMENT

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 
 from dlcp.comm.schedulers.base import Op, Scheduler, Segment
-from dlcp.workloads.registry.profile import BYTES_PER_ELEMENT
+from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 
 class CreditExecutor(Scheduler):

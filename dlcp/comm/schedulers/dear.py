@@ -21,7 +21,7 @@ optimisation (10 trials in [1, 100] MB); `dlcp.comm.plan.tune` grid-searches it 
 from __future__ import annotations
 
 from dlcp.comm.schedulers.base import Op, Scheduler
-from dlcp.workloads.registry.profile import BYTES_PER_ELEMENT
+from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 MB = 1 << 20
 DEFAULT_THRESHOLD_BYTES = 25 * MB

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from dlcp.comm.schedulers.base import Segment
 from dlcp.comm.schedulers.credit import CreditExecutor
 from dlcp.comm.timeline import ready_times
-from dlcp.workloads.registry.profile import BYTES_PER_ELEMENT
+from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 DEFAULT_UNIT_ELEMS = 1_000_000  # BYTESCHEDULER_PARTITION default
 
