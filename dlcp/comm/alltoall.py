@@ -45,7 +45,7 @@ from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT
 from dlcp.wire.tagging import Tags
-from dlcp.workloads.registry.contract import Aggregate
+from dlcp.workloads.contract import Aggregate
 
 logger = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_P2P, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
 from dlcp.wire.tagging import TaggingConfig, Tags, tag_message
-from dlcp.workloads.registry.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 
 RING_BUDGETS = ("protect_rs", "per_step")
 
