@@ -39,8 +39,8 @@ from typing import Protocol
 
 import numpy as np
 
-from dlcp.transport.bounded_loss.api import Peer, SendInfo, TransportConfig, TransportError
-from dlcp.transport.bounded_loss.bounded_loss import Transport
+from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
+from dlcp.transport.bounded_loss import Transport
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlcp.transport.bounded_loss.api import SendInfo, TransportError
+from dlcp.transport.api import SendInfo, TransportError
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_P2P, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
