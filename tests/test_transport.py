@@ -370,8 +370,8 @@ def test_config_errors_name_the_key():
 
 def test_tcp_baseline_same_interface():
     from dlcp.transport.factory import make_transport
-    a = make_transport(TransportConfig(rank=0, data_port=0, values_per_pkt=VPP), [], "tcp")
-    b = make_transport(TransportConfig(rank=1, data_port=0, values_per_pkt=VPP), [], "tcp")
+    a = make_transport(TransportConfig(rank=0, data_port=0, values_per_pkt=VPP, transport="tcp"), [])
+    b = make_transport(TransportConfig(rank=1, data_port=0, values_per_pkt=VPP, transport="tcp"), [])
     try:
         a.add_peer(Peer(1, "127.0.0.1", b.data_port, b.control_port))
         g, batch, _ = message(n_pkts=300)
