@@ -40,7 +40,8 @@ import torch.distributed as dist
 
 from dlcp.comm.alltoall import TransportAllToAll
 from dlcp.wire.tagging import TaggingConfig, tag_message
-from dlcp.workloads.trainer.fill import check_fill, fill_average
+from dlcp.workloads.settings import check_fill
+from dlcp.workloads.trainer.fill import fill_average
 from dlcp.workloads.trainer.models import parameter_layers
 
 logger = logging.getLogger(__name__)

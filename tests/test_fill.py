@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from dlcp.workloads.contract import Aggregate
-from dlcp.workloads.trainer.fill import FILLS, fill_average
+from dlcp.workloads.settings import FILLS
+from dlcp.workloads.trainer.fill import fill_average
 
 # 4 workers, 4 values: all arrived / one missing / two missing / nobody delivered
 AGG = Aggregate(7, np.array([8.0, 6.0, 3.0, 0.0], np.float32), np.array([4, 3, 2, 0], np.uint16), 4)
