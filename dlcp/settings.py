@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 
@@ -98,6 +98,20 @@ class Settings(BaseModel):
         settings out of a composed section)."""
         mine = type(self).model_fields
         return cls(**{**{k: getattr(self, k) for k in cls.model_fields if k in mine}, **extra})
+
+
+_ARGUMENT_MODELS: dict = {}
+
+
+def check_argument(name: str, ann, value, section: str = ""):
+    """`value` checked as a settings type `ann` (Fraction, a Literal...) for a function that takes it
+    as an argument rather than in a settings object; raises ConfigError naming `section.name`."""
+    key = (name, ann, section)
+    if key not in _ARGUMENT_MODELS:
+        model = create_model(f"Argument_{name}", __base__=Settings, **{name: (ann, ...)})
+        model.section = section
+        _ARGUMENT_MODELS[key] = model
+    return getattr(_ARGUMENT_MODELS[key](**{name: value}), name)
 
 
 # --- one line per validation error ---------------------------------------------------------------

@@ -24,7 +24,7 @@ DLCP_ALLOWED = {
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
     "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.settings"},
-    "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads"},
+    "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
     "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from dlcp.settings import BadValue, Settings
+from dlcp.settings import BadValue, Settings, check_argument
 from dlcp.wire.header import FIELD_BITS
 
 ModelName = Literal["mlp", "cnn", "resnet", "synthetic"]
@@ -22,9 +22,7 @@ SYNTHETIC_LR_LIMIT = 0.4  # the synthetic problem's largest curvature is 5: SGD 
 
 def check_fill(name: str) -> str:
     """`name` if it is a fill policy (for callers that take one as an argument: fill_average, the DDP hook)."""
-    if name not in FILLS:
-        raise ValueError(f"dlcp.fill: unknown fill policy {name!r} (one of {', '.join(FILLS)})")
-    return name
+    return check_argument("fill", Fill, name, "dlcp")
 
 
 class TrainingSettings(Settings):
