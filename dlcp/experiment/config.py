@@ -191,7 +191,7 @@ class Experiment(Settings):
 
 def _keys_fit_kind(raw: dict) -> None:
     """Keys of another topology kind are mistakes worth their own message."""
-    own = TOPOLOGIES.get(raw["kind"])
+    own = TOPOLOGIES.get(raw["kind"]) if isinstance(raw["kind"], str) else None
     if own is None:
         return  # the discriminator reports an unknown kind
     others = {k for t in TOPOLOGIES.values() for k in t.model_fields} - set(own.model_fields)
