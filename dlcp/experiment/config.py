@@ -163,10 +163,10 @@ class Experiment(Settings):
 
     @field_validator("topology", mode="before")
     @classmethod
-    def _kind_defaults_to_star(cls, v):
-        if isinstance(v, dict) and "kind" not in v:
-            return {"kind": "star", **v}
+    def _kind_and_its_keys(cls, v):
+        """The kind defaults to star; keys of another kind get their own message."""
         if isinstance(v, dict):
+            v = {"kind": "star", **v}
             _keys_fit_kind(v)
         return v
 
