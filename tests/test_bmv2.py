@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import Route, SwitchConfig, Thresholds
+from dlcp.experiment.switch_runtime import Route, SwitchConfig
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 
@@ -105,7 +105,7 @@ def test_priority_queues_pin_bmv2_numbering_and_rates(tmp_path):
 
 
 def test_early_drop_of_droppable_packets_before_protected(tmp_path):
-    cfg = SwitchConfig(policy="dlcp", thresholds=Thresholds(qmax=24, k1=16, k2=12, k3=8))
+    cfg = SwitchConfig(policy="dlcp", qmax=24, k1=16, k2=12, k3=8)
     with bmv2_rig(tmp_path, 2, cfg, port_opts={2: {"rate_pps": 10, "queue_depth_pkts": 64}}) as rig:
         burst = [dlcp_frame(SRC, host_ip(2), prio=3, drop_prec=dp, seq=i)
                  for i in range(24) for dp in (0, 3)]
@@ -135,7 +135,7 @@ def test_spray_spreads_one_dlcp_flow_while_other_flows_stay_on_one_path(tmp_path
     group = (2, 3, 4)
     dst = "10.0.9.9"
     routes = [Route(f"{host_ip(k)}/32", (k,)) for k in range(1, 5)] + [Route("10.0.9.0/24", group)]
-    with bmv2_rig(tmp_path, 4, SwitchConfig(policy="dlcp", lb_mode="spray_rr"), routes=routes) as rig:
+    with bmv2_rig(tmp_path, 4, SwitchConfig(policy="dlcp", load_balancing="spray_rr"), routes=routes) as rig:
         def counts(frames, n):
             rig.send(frames)
             got = rig.collect(list(group), want=n, limit_s=10)

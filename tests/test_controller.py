@@ -47,8 +47,8 @@ def topo() -> SwitchTopo:
 
 def config(build_files) -> SwitchConfig:
     p4info, bmv2_json = build_files
-    return SwitchConfig(policy="dlcp", lb_mode="spray_rr", thresholds=Thresholds(32, 24, 16, 8),
-                        port_thresholds={1: Thresholds(40, 30, 20, 10)},
+    return SwitchConfig(policy="dlcp", load_balancing="spray_rr", qmax=32, k1=24, k2=16, k3=8,
+                        port_thresholds={1: Thresholds(qmax=40, k1=30, k2=20, k3=10)},
                         p4info=str(p4info), bmv2_json=str(bmv2_json))
 
 

@@ -18,13 +18,15 @@ DLCP_ALLOWED = {
     "dlcp": set(),
     "dlcp.records": set(),
     "dlcp.tables": set(),
+    "dlcp.settings": set(),
     "dlcp.bench_output": {"dlcp.tables"},
-    "dlcp.wire": {"dlcp.bench_output"},
-    "dlcp.transport": {"dlcp.wire", "dlcp.records"},
-    "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output"},
-    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.experiment"},
-    "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads"},
-    "dlcp.experiment": {"dlcp.wire"},
+    "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
+    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
+    "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
+    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.settings", "dlcp.experiment"},
+    "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
+    # the experiment config is composed from the layers' settings models (dlcp/settings.py)
+    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
 }
 # Who may import which top-level package

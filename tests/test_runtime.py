@@ -25,6 +25,7 @@ from dlcp.experiment.switch_runtime import (
     switch_topos,
     write_runtime,
 )
+from dlcp.settings import ConfigError
 
 
 def leaf_spine():
@@ -63,8 +64,8 @@ def test_groups_are_shared_by_routes_with_the_same_ports():
 
 def test_policy_lb_mode_and_thresholds():
     sw = SwitchTopo("s1", 1, (Port(1, "s1-eth1", "h1", "00:00:00:00:00:01"),), (Route("10.0.0.1/32", (1,)),))
-    rt = runtime_for(sw, SwitchConfig(policy="layer", lb_mode="per_flow", thresholds=Thresholds(20, 15, 10, 5),
-                                      port_thresholds={1: Thresholds(30, 3, 2, 1)}))
+    rt = runtime_for(sw, SwitchConfig(policy="layer", load_balancing="per_flow", qmax=20, k1=15, k2=10, k3=5,
+                                      port_thresholds={1: Thresholds(qmax=30, k1=3, k2=2, k3=1)}))
     by_table = {}
     for e in rt["table_entries"]:
         by_table.setdefault(e["table"], []).append(e)
@@ -95,10 +96,19 @@ def test_rates_in_packets_per_second():
     assert DATA_FRAME_BYTES == 1466
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"load_balancing": "ecmp"}, "dlcp.load_balancing: 'ecmp' is not one of per_flow, spray_random, spray_rr"),
+    ({"policy": "strict"}, "dlcp.policy: 'strict' is not one of fifo, layer, magnitude, dlcp"),
+    ({"qmax": 10, "k1": 20, "k2": 5, "k3": 1}, "dlcp.k1: thresholds must satisfy k3 <= k2 <= k1 <= qmax"),
+    ({"port_thresholds": {3: {"qmax": 0}}}, "dlcp.port_thresholds.3.qmax: 0 is below the minimum 1"),
+])
+def test_bad_switch_config_is_one_line_error(settings, message):
+    with pytest.raises(ConfigError) as e:
+        SwitchConfig(**settings)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("mutate, message", [
-    (lambda s, c: (s, SwitchConfig(lb_mode="ecmp")), "dlcp.lb_mode: unknown load-balancing mode 'ecmp'"),
-    (lambda s, c: (s, SwitchConfig(policy="strict")), "dlcp.policy: unknown tagging policy 'strict'"),
-    (lambda s, c: (s, SwitchConfig(thresholds=Thresholds(10, 20, 5, 1))), "dlcp.thresholds: need 0 <= k3"),
     (lambda s, c: (SwitchTopo("s1", 1, s.ports, (Route("10.0.0.9/32", (7,)),)), c),
      "s1: route 10.0.0.9/32 leaves through port 7"),
     (lambda s, c: (SwitchTopo("s1", 1, s.ports, (Route("10.0.0.300/32", (1,)),)), c), "s1: route prefix"),

@@ -16,7 +16,7 @@ members are those ports in the given order; the next hop's MAC is the peer MAC o
 `switch_topos()` derives the routes of every switch from hosts and links (shortest paths, all
 equal-cost next hops) for topologies that do not want to list them by hand.
 
-Knobs (`SwitchConfig`): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
+Knobs (`SwitchConfig`, a settings model the experiment's `dlcp` section composes): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
 tail drop only), load-balancing mode, admission thresholds (switch-wide and per port).
 """
 
@@ -26,20 +26,24 @@ import ipaddress
 import json
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping
+
+from pydantic import Field, model_validator
 
 from dlcp.experiment import pipeline_names as pn
+from dlcp.settings import BadValue, IntKey, Settings
 from dlcp.wire.header import HEADER_LEN, MAX_PAYLOAD_BYTES
-from dlcp.wire.tagging import POLICIES
+from dlcp.wire.tagging import Policy
 
 # The frame size queue rates in Mbit/s are converted with for bmv2 (it only knows packets/s): a
 # full DLCP data frame (Ethernet 14 + IPv4 20 + UDP 8 + DLCP header + payload).
 DATA_FRAME_BYTES = 14 + 20 + 8 + HEADER_LEN + MAX_PAYLOAD_BYTES
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128
-TARGETS = ("bmv2", "ref")
+LbMode = Literal[tuple(pn.LB_MODES)]
+Target = Literal["bmv2", "ref"]
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
@@ -77,25 +81,39 @@ class SwitchTopo:
     routes: tuple[Route, ...]
 
 
-@dataclass(frozen=True)
-class Thresholds:
+_DEFAULT_THRESHOLDS = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]  # the P4 program's
+
+
+class Thresholds(Settings):
     """Admission thresholds in packets: drop_prec 0 only at qmax, drop_prec c early at k_c."""
-    qmax: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["qmax"]
-    k1: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["k1"]
-    k2: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["k2"]
-    k3: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["k3"]
+    section: ClassVar[str] = "dlcp"
+    qmax: int = Field(_DEFAULT_THRESHOLDS["qmax"], ge=1, description="tail-drop threshold (packets) per port and priority")
+    k1: int = Field(_DEFAULT_THRESHOLDS["k1"], ge=0, description="early-drop threshold of drop precedence 1")
+    k2: int = Field(_DEFAULT_THRESHOLDS["k2"], ge=0, description="early-drop threshold of drop precedence 2")
+    k3: int = Field(_DEFAULT_THRESHOLDS["k3"], ge=0, description="early-drop threshold of drop precedence 3")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not self.k3 <= self.k2 <= self.k1 <= self.qmax:
+            raise BadValue("k1", f"thresholds must satisfy k3 <= k2 <= k1 <= qmax, got "
+                                 f"k3={self.k3} k2={self.k2} k1={self.k1} qmax={self.qmax}")
+        return self
 
     def params(self) -> dict[str, int]:
         return {"qmax": self.qmax, "k1": self.k1, "k2": self.k2, "k3": self.k3}
 
 
-@dataclass(frozen=True)
-class SwitchConfig:
-    policy: str = "dlcp"  # dlcp/wire/tagging.py POLICIES
-    lb_mode: str = "spray_random"  # p4names.LB_MODES
-    thresholds: Thresholds = Thresholds()
-    port_thresholds: Mapping[int, Thresholds] = field(default_factory=dict)
-    target: str = "bmv2"
+class SwitchSettings(Thresholds):
+    """What an experiment sets about its switches besides the policy (keys of its `dlcp` section)."""
+    load_balancing: LbMode = Field("spray_random", description="member choice for DLCP packets")
+
+
+class SwitchConfig(SwitchSettings):
+    """Everything the runtime entries of a switch depend on besides its topology (the switch-wide
+    thresholds are its qmax, k1, k2, k3)."""
+    policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
+    port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}
+    target: Target = "bmv2"
     p4info: str = "build/p4/dlcp.p4info.txtpb"
     bmv2_json: str = "build/p4/dlcp.json"
 
@@ -127,11 +145,10 @@ def switch_port_mac(device_id: int, port: int) -> str:
 
 def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
     """The runtime dict (docs/pipeline.md) of one switch."""
-    _check_config(sw.name, cfg)
     ports = _check_ports(sw)
     entries: list[dict[str, Any]] = [
-        _default(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[cfg.lb_mode]}),
-        _default(pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS, cfg.thresholds.params()),
+        _default(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[cfg.load_balancing]}),
+        _default(pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS, cfg.params()),
     ]
     for port in sorted(cfg.port_thresholds):
         if port not in ports:
@@ -182,11 +199,9 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
     return runtime
 
 
-def classify_entries(policy: str) -> list[dict[str, Any]]:
+def classify_entries(policy: Policy) -> list[dict[str, Any]]:
     """`fifo`: none (default set_class(0, 0): one FIFO queue, tail drop only). Every other policy:
     DLCP packets by their header, everything else by DSCP."""
-    if policy not in POLICIES:
-        raise RuntimeSpecError(f"dlcp.policy: unknown tagging policy {policy!r} (one of {', '.join(POLICIES)})")
     if policy == "fifo":
         return []
     return [
@@ -283,22 +298,6 @@ def _network(switch: str, prefix: str) -> ipaddress.IPv4Network:
         return ipaddress.IPv4Network(prefix, strict=False)
     except ValueError as e:
         raise RuntimeSpecError(f"{switch}: route prefix {prefix!r}: {e}") from None
-
-
-def _check_config(switch: str, cfg: SwitchConfig) -> None:
-    if cfg.lb_mode not in pn.LB_MODES:
-        raise RuntimeSpecError(f"dlcp.lb_mode: unknown load-balancing mode {cfg.lb_mode!r} "
-                            f"(one of {', '.join(pn.LB_MODES)})")
-    if cfg.target not in TARGETS:
-        raise RuntimeSpecError(f"{switch}: unknown target {cfg.target!r} (one of {', '.join(TARGETS)})")
-    for port, th in [(None, cfg.thresholds), *cfg.port_thresholds.items()]:
-        _check_thresholds(th, "dlcp.thresholds" if port is None else f"dlcp.thresholds (port {port})")
-
-
-def _check_thresholds(th: Thresholds, where: str) -> None:
-    if not 0 <= th.k3 <= th.k2 <= th.k1 <= th.qmax or th.qmax < 1:
-        raise RuntimeSpecError(f"{where}: need 0 <= k3 <= k2 <= k1 <= qmax and qmax >= 1, got "
-                            f"qmax={th.qmax} k1={th.k1} k2={th.k2} k3={th.k3}")
 
 
 def _check_ports(sw: SwitchTopo) -> dict[int, Port]:

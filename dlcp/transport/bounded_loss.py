@@ -340,8 +340,8 @@ class Transport:
         key = (dst, int(f["iter"][0]), int(f["prio_dp_phase"][0] & 7), int(f["msg_id"][0]))
         if batch.values_per_pkt != self.vpp:
             raise ValueError(f"batch has {batch.values_per_pkt} values per packet, transport {self.vpp}")
-        budget = self.cfg.budget_for(info.layer_first, info.layer_last) if info.budget is None else \
-            (0.0 if self.cfg.reliable else info.budget)
+        budget = self.cfg.budget_for(info.layer_first, info.layer_last) * info.budget_share \
+            if info.budget is None else (0.0 if self.cfg.reliable else info.budget)
         handle = SendHandle(key)
         st = _Tx(key, dst, batch, info, handle, budget)
         if info.counts is not None and len(info.counts) != st.n_pkts:

@@ -20,12 +20,14 @@ import errno as errno_mod
 import os
 import socket
 import struct
+from typing import Literal, get_args
 
 import numpy as np
 
 from dlcp.wire.header import DROP_PREC_MAX, FLAG_PROTECTED, HEADER_LEN, TELEMETRY_LEN, TYPE_RETX, VALUE_BYTES, tos_of
 
-SEND_IMPLS = ("sendmmsg", "sendmsg")
+SendImpl = Literal["sendmmsg", "sendmsg"]
+SEND_IMPLS = get_args(SendImpl)
 
 _IOVEC = np.dtype([("base", "<u8"), ("len", "<u8")])
 # struct mmsghdr on x86-64 / aarch64 Linux: struct msghdr (56 bytes) + unsigned int msg_len + pad
@@ -146,9 +148,7 @@ class BatchSender:
     that packet and are counted in `errors`; the caller sees how many packets went out.
     """
 
-    def __init__(self, sock: socket.socket, impl: str = "sendmmsg", batch: int = 32):
-        if impl not in SEND_IMPLS:
-            raise ValueError(f"send_impl: {impl!r} is not one of {', '.join(SEND_IMPLS)}")
+    def __init__(self, sock: socket.socket, impl: SendImpl = "sendmmsg", batch: int = 32):
         if impl == "sendmmsg" and not sendmmsg_available():
             impl = "sendmsg"
         self.sock = sock

@@ -159,7 +159,7 @@ class Bench:
         topo = SwitchTopo(f"{p}bm", 1, (Port(1, q1, "snd", SRC_MAC, queue_depth_pkts=None),
                                         Port(2, q2, "rcv", OUT_MAC, queue_depth_pkts=None)),
                           (Route(f"{DST_IP}/32", (2,)),))
-        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_rr"))
+        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_rr"))
         sw = bmv2switch.start_bmv2(topo.name, runtime, {1: q1, 2: q2}, self.workdir, grpc_port=bmv2switch.free_port(),
                                    thrift_port=bmv2switch.free_port())
         try:
