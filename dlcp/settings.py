@@ -2,7 +2,7 @@
 
 Each layer declares its own settings with pydantic (`dlcp/wire/tagging.py` TaggingConfig,
 `dlcp/transport/api.py` TransportSettings, `dlcp/comm/collectives.py` CommSettings,
-`dlcp/workloads/settings.py` TrainingSettings, `dlcp/experiment/switch_runtime.py`
+`dlcp/workloads/settings.py` TrainingSettings, `dlcp/network/switch_runtime.py`
 SwitchSettings); the experiment config and the agent configs (`dlcp/experiment/`) are composed
 from them. So a key, its type, default, bounds and meaning are written once, and the reference
 table in docs/experiments.md is generated from the same classes.

@@ -22,9 +22,9 @@ from importlib import metadata
 from pathlib import Path
 
 from dlcp.experiment import config as configmod
-from dlcp.experiment import topology as topospec
 from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
-from dlcp.experiment.switch_runtime import write_runtime
+from dlcp.network import topology as topospec
+from dlcp.network.switch_runtime import write_runtime
 from emulation import procs
 from emulation.clean import clean
 

@@ -2,7 +2,7 @@
  *
  * The specification of the DLCP switch pipeline; the built-in dataplane implements the same
  * semantics (docs/pipeline.md). Control-plane names are fixed with @name so that P4Info holds
- * exactly the names of dlcp/experiment/pipeline_names.py, whichever include file a table lives in.
+ * exactly the names of dlcp/network/pipeline_names.py, whichever include file a table lives in.
  *
  * Ingress: drop reasons -> routing + load balancing -> classification -> admission.
  * Egress:  occupancy release -> queue telemetry.

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from dlcp.experiment import agent_config as AC
-from dlcp.experiment import config, topology
+from dlcp.experiment import config
+from dlcp.network import topology
 
 REPO = Path(__file__).resolve().parents[1]
 

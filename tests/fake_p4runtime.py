@@ -1,7 +1,7 @@
 """Test doubles for the bmv2 control plane, in the style of p4runtime-shell's own tests
 (p4runtime_sh/test.py): an in-process P4Runtime gRPC servicer and an in-process bmv2 Thrift server,
 both recording what they receive. Plus the P4Info the DLCP program must have, built from
-dlcp/experiment/pipeline_names.py (the controller tests run without p4c; test_p4info.py checks it against p4c's)."""
+dlcp/network/pipeline_names.py (the controller tests run without p4c; test_p4info.py checks it against p4c's)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from dlcp.experiment import pipeline_names as pn
+from dlcp.network import pipeline_names as pn
 from emulation.bmv2.switch import free_port  # noqa: F401  (tests import it from here)
 
 # key widths of the DLCP tables (bit<> of the P4 fields they match)
@@ -28,7 +28,7 @@ MATCH_TYPES = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchFiel
 
 
 def expected_p4info() -> p4info_pb2.P4Info:
-    """The P4Info implied by dlcp/experiment/pipeline_names.py (ids are arbitrary but stable)."""
+    """The P4Info implied by dlcp/network/pipeline_names.py (ids are arbitrary but stable)."""
     info = p4info_pb2.P4Info()
     action_ids = {}
     for i, (name, params) in enumerate(sorted(pn.ACTION_PARAMS.items()), start=1):

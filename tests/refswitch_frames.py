@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from dlcp.wire.header import DATA_PORT, FLAG_TELEMETRY, DlcpHeader, Probe, pack_probe, probe_header, tos_of
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from agents.background import load_config as load_background
 from agents.common import load_agent_config
-from dlcp.experiment import config, topology
+from dlcp.experiment import config
 from dlcp.experiment.agent_config import BackgroundFlow, Sink, agent_config_path, agent_configs, write_agent_config
+from dlcp.network import topology
 from dlcp.settings import ConfigError
 from dlcp.transport.api import TransportConfig
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import Route, SwitchConfig
+from dlcp.network import pipeline_names as pn
+from dlcp.network.switch_runtime import Route, SwitchConfig
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 
@@ -202,7 +202,7 @@ def test_two_switches_from_one_process_in_a_chain(tmp_path):
     from fake_p4runtime import free_port
     from frames import parse
 
-    from dlcp.experiment.switch_runtime import Port, SwitchTopo, runtime_for
+    from dlcp.network.switch_runtime import Port, SwitchTopo, runtime_for
     from emulation.bmv2.switch import start_bmv2
 
     a1, h1, a2, b1, b2, h2 = (f"{PREFIX}{n}" for n in ("a1", "h1", "a2", "b1", "b2", "h2"))

@@ -13,8 +13,8 @@ from google.protobuf import text_format  # noqa: E402
 from p4.v1 import p4runtime_pb2  # noqa: E402
 from p4runtime_sh.context import Context  # noqa: E402
 
-from dlcp.experiment import pipeline_names as pn  # noqa: E402
-from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, Thresholds, runtime_for  # noqa: E402
+from dlcp.network import pipeline_names as pn  # noqa: E402
+from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, Thresholds, runtime_for  # noqa: E402
 from emulation.bmv2 import control as ctl  # noqa: E402
 
 H1_MAC = "00:00:00:00:00:01"

@@ -23,10 +23,12 @@ DLCP_ALLOWED = {
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
-    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.settings", "dlcp.experiment"},
+    "dlcp.network": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.settings", "dlcp.network"},
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
-    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
+    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings",
+                        "dlcp.network"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
 }
 # Who may import which top-level package

@@ -1,4 +1,4 @@
-"""The built-in dataplane and p4/dlcp.p4 use the same names (dlcp/experiment/pipeline_names.py): tables, keys, actions
+"""The built-in dataplane and p4/dlcp.p4 use the same names (dlcp/network/pipeline_names.py): tables, keys, actions
 and their parameters, counters, registers. Reads build/p4/dlcp.p4info.txtpb when it exists (p4c ran),
 else the P4 source's declarations."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from p4_declarations import from_p4info, from_source
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "build" / "p4" / "dlcp.p4info.txtpb"

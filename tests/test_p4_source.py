@@ -1,6 +1,6 @@
 """The P4 program against the Python contract, read from its source (no p4c needed): header widths
 (dlcp/wire/header.py), constants and sizes, and every control-plane name, key, action parameter and
-default action of dlcp/experiment/pipeline_names.py."""
+default action of dlcp/network/pipeline_names.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlcp.experiment import pipeline_names as pn
+from dlcp.network import pipeline_names as pn
 from dlcp.wire import header as H
 
 P4_DIR = Path(__file__).resolve().parents[1] / "p4"

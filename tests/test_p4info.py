@@ -1,4 +1,4 @@
-"""p4c's P4Info of p4/dlcp.p4 against dlcp/experiment/pipeline_names.py (through the P4Info the controller tests use):
+"""p4c's P4Info of p4/dlcp.p4 against dlcp/network/pipeline_names.py (through the P4Info the controller tests use):
 every table, key, action, parameter, counter and register, with widths. Needs p4c."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import struct
 import pytest
 from refswitch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from emulation.refswitch.hashing import crc16, five_tuple_bytes
 from emulation.refswitch.pipeline import Pipeline, stamp_telemetry
 from emulation.refswitch.runtime import RuntimeFileError, parse_runtime

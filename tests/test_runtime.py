@@ -1,4 +1,4 @@
-"""Runtime-entry generation (dlcp/experiment/switch_runtime.py): topology in, sN-runtime.json out, no switch needed."""
+"""Runtime-entry generation (dlcp/network/switch_runtime.py): topology in, sN-runtime.json out, no switch needed."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import (
+from dlcp.network import pipeline_names as pn
+from dlcp.network.switch_runtime import (
     DATA_FRAME_BYTES,
     Host,
     Link,

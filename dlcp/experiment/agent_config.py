@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 
 from dlcp.comm.collectives import CommConfig, Mode, World
 from dlcp.experiment.config import Background, Experiment, HostDlcp
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.topology import TopologySpec
 from dlcp.settings import BadValue, ConfigError, IPv4, Port, Settings
 from dlcp.transport.api import Peer, TransportConfig, WireByte
 from dlcp.wire.control_frames import PS_RANK

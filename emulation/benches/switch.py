@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from dlcp.bench_output import emit
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from dlcp.wire.header import DATA_PORT, DlcpHeader, tos_of
 from emulation.netns import Lab, link_counters, sh
 from emulation.procs import stop_child
@@ -146,7 +146,7 @@ class Bench:
         """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py) when it is installed;
         else None and why. bmv2's gRPC/Thrift servers must be reachable from here, so its ports are
         a second pair of veths in the root namespace (the sender and receiver stay where they are)."""
-        from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+        from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
         from emulation.bmv2 import switch as bmv2switch
         try:
             bmv2switch.toolchain()

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from dlcp.bench_output import emit
-from dlcp.experiment.switch_runtime import DATA_FRAME_BYTES, Port, Route, SwitchConfig, SwitchTopo, runtime_for
+from dlcp.network.switch_runtime import DATA_FRAME_BYTES, Port, Route, SwitchConfig, SwitchTopo, runtime_for
 from dlcp.wire.header import MAX_PAYLOAD_BYTES, DlcpHeader, dscp_of
 from emulation import netns
 from emulation.bmv2 import build as p4build

@@ -32,8 +32,8 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.context import Context
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import check_runtime, load_runtime, queue_rate_pps
+from dlcp.network import pipeline_names as pn
+from dlcp.network.switch_runtime import check_runtime, load_runtime, queue_rate_pps
 
 ROOT = Path(__file__).resolve().parents[2]
 ELECTION_ID = (0, 1)

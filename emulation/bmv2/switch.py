@@ -23,8 +23,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import RuntimeSpecError, load_runtime, write_runtime
+from dlcp.network import pipeline_names as pn
+from dlcp.network.switch_runtime import RuntimeSpecError, load_runtime, write_runtime
 from emulation.bmv2 import build as p4build
 from emulation.dataplane import DataplaneProcess, SwitchStartError
 

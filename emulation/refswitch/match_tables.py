@@ -7,7 +7,7 @@ for the default action, which a direct counter does not count (as in bmv2).
 
 from __future__ import annotations
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from emulation.refswitch.runtime import Entry
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import struct
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from dlcp.wire import header as H
 from emulation.refswitch.hashing import crc16
 from emulation.refswitch.match_tables import build_tables

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from emulation.refswitch.runtime import PortConfig
 
 # A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth]

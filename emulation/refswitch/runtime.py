@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 
 KEY_BITS = {"ipv4_dst": 32, "nhop_group": 16, "nhop_member": 16, "dlcp_valid": 1, "dlcp_prio": 3,
             "dlcp_drop_prec": 2, "dscp": 6, "egress_port": 9}

@@ -1,4 +1,4 @@
-/* DLCP switch: constants and sizes. dlcp/experiment/pipeline_names.py and dlcp/wire/header.py hold the same values (a test
+/* DLCP switch: constants and sizes. dlcp/network/pipeline_names.py and dlcp/wire/header.py hold the same values (a test
  * parses this file and compares). Semantics: docs/pipeline.md. */
 #ifndef DLCP_DEFINES_P4
 #define DLCP_DEFINES_P4
@@ -21,7 +21,7 @@ const bit<16> DLCP_PORT = DLCP_DATA_PORT;
 const bit<4>  DLCP_VERSION = 1;
 const bit<8>  DLCP_FLAG_TELEMETRY = 0x04;
 
-/* sizes (dlcp/experiment/pipeline_names.py) */
+/* sizes (dlcp/network/pipeline_names.py) */
 const bit<32> MAX_PORTS = 64;      /* ports 0..63: Mininet interface sN-ethK is port K */
 const bit<32> N_QUEUES = 8;        /* strict-priority queues per port; 7 is served first */
 const bit<32> N_COLORS = 4;        /* drop precedences */

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
 
-from dlcp.experiment import pipeline_names as P
-from dlcp.experiment.switch_runtime import DEFAULT_QUEUE_DEPTH_PKTS, SwitchConfig
+from dlcp.network import pipeline_names as P
+from dlcp.network.switch_runtime import DEFAULT_QUEUE_DEPTH_PKTS, SwitchConfig
 from emulation.dataplane import RefProcess
 from emulation.netns import Lab, drain, raw_socket
 from emulation.refswitch.hashing import crc16, five_tuple_bytes

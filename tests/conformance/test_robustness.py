@@ -11,7 +11,7 @@ import pytest
 from harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame, udp_frame
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from emulation.netns import link_counters, sh
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.runtime import parse_runtime

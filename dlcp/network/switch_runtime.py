@@ -32,7 +32,7 @@ from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping
 
 from pydantic import Field, model_validator
 
-from dlcp.experiment import pipeline_names as pn
+from dlcp.network import pipeline_names as pn
 from dlcp.settings import BadValue, IntKey, Settings
 from dlcp.wire.header import HEADER_LEN, MAX_PAYLOAD_BYTES
 from dlcp.wire.tagging import Policy

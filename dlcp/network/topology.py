@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from dlcp.experiment import switch_runtime as rt
+from dlcp.network import switch_runtime as rt
 from dlcp.settings import ConfigError
 
 
