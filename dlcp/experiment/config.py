@@ -83,6 +83,9 @@ TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSp
 Topology = Annotated[Star | Dumbbell | LeafSpine, Field(discriminator="kind")]
 
 
+EMULATED_MAX_WORKERS = 64  # Mininet hosts on one machine; the simulator takes up to 253
+
+
 class Links(Settings):
     host_mbps: float = Field(50.0, ge=0.1, le=10000, description="host <-> switch links")
     fabric_mbps: float = Field(50.0, ge=0.1, le=10000, description="switch <-> switch links")
@@ -94,7 +97,8 @@ class Links(Settings):
 
 class Placement(Settings):
     mode: Mode = Field("ps", description="parameter server or ring all-reduce")
-    workers: int = Field(4, ge=1, le=64, description="training workers (one host each)")
+    workers: int = Field(4, ge=1, le=253, description="training workers (one host each; more than "
+                                                       f"{EMULATED_MAX_WORKERS} only on backend ns3)")
 
 
 class Workload(TrainingSettings, Placement):
@@ -151,7 +155,8 @@ class Experiment(Settings):
     """One experiment file."""
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
-    backend: Literal["ref", "bmv2"] = Field("ref", description="switch backend")
+    backend: Literal["ref", "bmv2", "ns3"] = Field(
+        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)")
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
     topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, or leaves under spines")
@@ -183,6 +188,9 @@ class Experiment(Settings):
         if d.qmax >= links.queue_pkts:
             raise BadValue("dlcp.qmax", f"{d.qmax} must be below links.queue_pkts {links.queue_pkts} (admission "
                                         "control must act before the queue is full)")
+        if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
+            raise BadValue("workload.workers", f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
+                                               "backend = 'ns3' (Mininet hosts on one machine)")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")

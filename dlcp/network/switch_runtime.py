@@ -43,7 +43,7 @@ DATA_FRAME_BYTES = 14 + 20 + 8 + HEADER_LEN + MAX_PAYLOAD_BYTES
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128
 LbMode = Literal[tuple(pn.LB_MODES)]
-Target = Literal["bmv2", "ref"]
+Target = Literal["bmv2", "ref", "ns3"]
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
