@@ -83,18 +83,19 @@ def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict
     return net
 
 
-def add_background(net: SimNetwork, background: list[dict], start_at_s: float) -> None:
+def add_background(net: SimNetwork, background: list[dict]) -> None:
     """Every `[[background]]` entry as an ns-3 application on its source host, with a sink on its
-    destination (port BACKGROUND_PORT + i, as the emulator's agents use), starting `start_s` after
-    `start_at_s` (the emulator starts them once every worker finished its first iteration)."""
+    destination (port BACKGROUND_PORT + i, as the emulator's agents use), starting `start_s` and
+    stopping `stop_s` after now (the runner calls this once every worker finished its first
+    iteration, when the emulator starts its background agents)."""
     ns = loader.compile_cpp("dlcp_net")
     spec = net.spec
     for i, bg in enumerate(background):
         src = spec.hosts[spec.background_sources[i]]
         dst = spec.host_named(bg["dst"])
         port = BACKGROUND_PORT + i
-        start = start_at_s + bg["start_s"]
-        stop = start_at_s + bg["stop_s"] if bg["stop_s"] else 0.0
+        start = bg["start_s"]
+        stop = bg["stop_s"] if bg["stop_s"] else 0.0
         tos = bg["dscp"] << 2
         ip = int(ipaddress.IPv4Address(dst.ip))
         flow = BackgroundFlow(i, bg["kind"], src.name, dst.name, port)
