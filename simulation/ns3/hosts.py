@@ -23,6 +23,16 @@ CORE_HINT = ("backend ns3 needs the transport's sans-I/O protocol core (dlcp/tra
 
 
 TICK_S = 1e-9  # the simulator's time resolution
+# Linux charges a full DLCP frame about this much socket buffer (skb truesize) and doubles
+# SO_SNDBUF: a blocking UDP socket with sndbuf_bytes holds 2 * sndbuf_bytes / TRUESIZE packets in
+# its host before it blocks (128 KiB: 113 packets)
+SKB_TRUESIZE = 2304
+
+
+def send_buffer_packets(sndbuf_bytes: int, host_queue_pkts: int) -> int:
+    """Datagrams a host keeps in its NIC queue before its sender blocks (at most the queue less one
+    slot, so the control connection always finds room)."""
+    return max(1, min(2 * sndbuf_bytes // SKB_TRUESIZE, host_queue_pkts - 1))
 
 
 def core_missing() -> str | None:
@@ -223,8 +233,9 @@ class HostStack:
     def add(self, name: str, rank: int, cfg, on_sent, on_received) -> SimHost:
         h = SimHost(self, len(self.hosts), name, rank, cfg, on_sent, on_received)
         io = self.ns.CreateObject["DlcpHostIo"]()
+        sndbuf = getattr(cfg, "sndbuf_bytes", 128 << 10)
         io.__deref__().Setup(self.net.nodes[name], h.index, self.data_port, self.control_port,
-                             self.net.host_devices[name], self.host_queue_pkts)
+                             self.net.host_devices[name], send_buffer_packets(sndbuf, self.host_queue_pkts))
         self._ios.append(io)
         h.io = io.__deref__()
         self.ip_of_rank[rank] = ip_int(self.net.spec.hosts[name].ip)

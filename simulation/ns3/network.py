@@ -51,6 +51,7 @@ def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict
                   mtu: int = 1500) -> SimNetwork:
     """Nodes, links, switches (configured and attached) and host NICs; no traffic yet."""
     ns = loader.compile_cpp("dlcp_switch", "dlcp_net")
+    ns.DlcpTcpLikeLinux()  # before any socket exists
     net = SimNetwork(spec)
     for name in list(spec.hosts) + list(spec.switches):
         net.nodes[name] = ns.CreateObject["Node"]()

@@ -2,8 +2,10 @@
 // kernel in an emulated run (dlcp/transport/udp_driver.py), on ns-3's Internet stack.
 //
 // Data: one UDP socket on the data port. Datagrams handed down by Python wait in this object's
-// send queue and enter the NIC's queue disc only while it has room: the sender blocks, as a
-// blocking socket whose buffer is the host queue does, instead of losing packets in its own host.
+// send queue and enter the NIC's queue disc only while it holds fewer than `sendBufPkts`: the
+// sender blocks, as the emulated hosts' blocking socket does once its send buffer is charged with
+// the packets still in the host (Linux), instead of losing them in its own host; the rest of the
+// NIC queue stays free for the control connections, as on the emulated hosts.
 // Every datagram received goes up to Python at once, with its arrival time and the ECN bits of its
 // IPv4 header. Control: TCP connections on the control port at priority 7 (TOS 0xE0), as the
 // emulated transport's; bytes are handed up per TCP read and split into frames in Python.
@@ -55,13 +57,13 @@ class DlcpHostIo : public Object
     }
 
     void Setup(Ptr<Node> node, uint32_t index, uint16_t dataPort, uint16_t controlPort,
-               Ptr<NetDevice> nic, uint32_t nicLimit)
+               Ptr<NetDevice> nic, uint32_t sendBufPkts)
     {
         m_node = node;
         m_index = index;
         m_dataPort = dataPort;
         m_controlPort = controlPort;
-        m_nicLimit = nicLimit;
+        m_sendBufPkts = sendBufPkts;
         m_udp = Socket::CreateSocket(node, UdpSocketFactory::GetTypeId());
         m_udp->Bind(InetSocketAddress(Ipv4Address::GetAny(), dataPort));
         m_udp->SetIpRecvTos(true);
@@ -134,7 +136,7 @@ class DlcpHostIo : public Object
 
     void Pump()
     {
-        while (!m_pending.empty() && m_qdisc->GetNPackets() + 1 < m_nicLimit)
+        while (!m_pending.empty() && m_qdisc->GetNPackets() < m_sendBufPkts)
         {
             Datagram& d = m_pending.front();
             Ptr<Packet> p = Create<Packet>(reinterpret_cast<const uint8_t*>(d.bytes.data()),
@@ -267,7 +269,7 @@ class DlcpHostIo : public Object
     uint32_t m_index = 0;
     uint16_t m_dataPort = 9910;
     uint16_t m_controlPort = 9911;
-    uint32_t m_nicLimit = 256;
+    uint32_t m_sendBufPkts = 113;
     Ptr<Socket> m_udp;
     Ptr<Socket> m_listen;
     Ptr<QueueDisc> m_qdisc;

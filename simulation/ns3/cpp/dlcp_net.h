@@ -7,7 +7,9 @@
 //    of link time: the IP + 14 bytes of the Ethernet frame the emulator's rates count;
 //  - a host NIC is a FIFO queue disc of links.host_queue_pkts packets in front of a 1-packet
 //    device queue (Mininet: HTB at the link rate with a pfifo of that limit);
-//  - a host has one IPv4 address, 10.0.0.N/24, on its one interface.
+//  - a host has one IPv4 address, 10.0.0.N/24, on its one interface;
+//  - TCP (control channel, tcp background) as Linux sets it up, not ns-3's defaults: a minimum
+//    RTO of 200 ms (ns-3: 1 s), 1448-byte segments (ns-3: 536), delayed ACKs of at most 40 ms.
 #pragma once
 
 #include "ns3/applications-module.h"
@@ -19,6 +21,15 @@
 
 namespace ns3
 {
+
+inline void DlcpTcpLikeLinux()
+{
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
+    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
+    Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
+    Config::SetDefault("ns3::TcpSocket::TcpNoDelay", BooleanValue(true));
+}
 
 inline NetDeviceContainer DlcpLink(Ptr<Node> a, Ptr<Node> b, double rateA, double rateB,
                                    uint32_t mtu)
