@@ -32,6 +32,7 @@ class SimRun:
         self.iteration_rows: dict[str, list[dict]] = {}
         self.done_workers = 0
         self.workers = 0
+        self.servers_open = 0  # parameter servers still scattering their last parameters
         self.first_iteration_done = None  # callback(t) once every worker finished iteration 0
         self.on_finished = None  # callback once every worker finished its last iteration
         self._first_done = 0
@@ -48,7 +49,11 @@ class SimRun:
 
     @property
     def finished(self) -> bool:
-        return self.done_workers == self.workers
+        return self.done_workers == self.workers and not self.servers_open
+
+    def check_finished(self) -> None:
+        if self.finished and self.on_finished:
+            self.on_finished()
 
 
 class _Agent:
@@ -135,8 +140,7 @@ class SimWorker(_Agent):
         self.run.worker_finished_iteration(it)
         if self.done == self.run.iterations:
             self.run.done_workers += 1
-            if self.run.finished and self.run.on_finished:
-                self.run.on_finished()
+            self.run.check_finished()
         else:
             self.run.clock.at(end / 1e6, self.start)
 
@@ -287,9 +291,20 @@ class SimPS(_Agent):
         self.world = acfg.world
         self.got: dict[int, dict] = {}  # iteration -> {(rank, msg_id): RecvResult}
         self._previous: dict[int, np.ndarray] = {}
+        self.pulls_open: dict[int, int] = {}  # iteration -> parameter sends not finished yet
+        run.servers_open += 1
 
     def on_sent(self, key, result) -> None:
-        pass
+        """A parameter send finished; the PS is done once the last iteration's all are (as the
+        emulated PS waits for its scatter before it exits)."""
+        it = key[1]
+        self.pulls_open[it] -= 1
+        if not self.pulls_open[it]:
+            del self.pulls_open[it]
+            self.done = max(self.done, it + 1)
+            if self.done == self.run.iterations:
+                self.run.servers_open -= 1
+                self.run.check_finished()
 
     def on_received(self, key, result) -> None:
         src, it, phase, msg_id = key
@@ -318,5 +333,5 @@ class SimPS(_Agent):
             ident = MessageId(self.comm.job_id, self.comm.rank, it, msg_id, PHASE_PULL, TYPE_PARAM)
             batch, lf, ll = self.packets(values, ident, lay, 0, lay.n_values, magnitudes=delta)
             for rank in range(self.world):
+                self.pulls_open[it] = self.pulls_open.get(it, 0) + 1
                 self.host.send(rank, batch, self.info(rec_msg_id=msg_id, layer_first=lf, layer_last=ll))
-        self.done = it + 1
