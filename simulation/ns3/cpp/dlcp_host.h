@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace ns3
 {
@@ -115,6 +116,18 @@ class DlcpHostIo : public Object
         }
         it->second.out += bytes;
         Flush(it->second);
+    }
+
+    // bytes of connection `conn` not yet handed to TCP, and TCP's free send buffer (diagnostics)
+    std::vector<int64_t> ConnState(uint64_t conn) const
+    {
+        auto it = m_conns.find(conn);
+        if (it == m_conns.end())
+        {
+            return {};
+        }
+        return {int64_t(it->second.out.size()), int64_t(it->second.sock->GetTxAvailable()),
+                it->second.up ? 1 : 0};
     }
 
   private:

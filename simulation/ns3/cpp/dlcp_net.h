@@ -8,8 +8,15 @@
 //  - a host NIC is a FIFO queue disc of links.host_queue_pkts packets in front of a 1-packet
 //    device queue (Mininet: HTB at the link rate with a pfifo of that limit);
 //  - a host has one IPv4 address, 10.0.0.N/24, on its one interface;
-//  - TCP (control channel, tcp background) as Linux sets it up, not ns-3's defaults: a minimum
-//    RTO of 200 ms (ns-3: 1 s), 1448-byte segments (ns-3: 536), delayed ACKs of at most 40 ms.
+//  - TCP (control channel, tcp background) as Linux sets it up, not ns-3's defaults: the RTO is
+//    srtt + max(200 ms, 4 rttvar) as Linux computes it (ns-3's: max(1 s, srtt + 4 rttvar); with
+//    a 200 ms floor every RTO is an exact multiple of 100 ms and retransmissions keep hitting the
+//    same phase of periodic background bursts), 1448-byte segments (ns-3: 536), delayed ACKs of
+//    at most 40 ms, 15 retransmissions before a connection is given up (tcp_retries2; ns-3: 6),
+//    and no timestamps: ns-3 then takes RTT samples from the echoes of retransmitted segments, and
+//    one control frame lost twice inflated the RTO to 4.5 s (ps-incast, fifo), after which every
+//    further loss of a control frame stalled its message until the transport's 2 s deadline;
+//    without timestamps ns-3 follows Karn's rule (Linux, with timestamps, has RACK-TLP instead).
 #pragma once
 
 #include "ns3/applications-module.h"
@@ -24,11 +31,15 @@ namespace ns3
 
 inline void DlcpTcpLikeLinux()
 {
+    // ns-3: rto = max(MinRto, srtt + max(ClockGranularity, 4 rttvar)); Linux's tcp_rto_min sits
+    // where ns-3 puts the clock granularity
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
-    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
+    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(200)));
     Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
     Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
     Config::SetDefault("ns3::TcpSocket::TcpNoDelay", BooleanValue(true));
+    Config::SetDefault("ns3::TcpSocket::DataRetries", UintegerValue(15));
+    Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(false));
 }
 
 inline NetDeviceContainer DlcpLink(Ptr<Node> a, Ptr<Node> b, double rateA, double rateB,
