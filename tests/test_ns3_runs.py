@@ -124,3 +124,18 @@ def test_same_seed_same_run(tmp_path):
     a, b = _run(tmp_path, PS, "a"), _run(tmp_path, PS, "b")
     for f in ("h1-iterations.csv", "h3-messages.csv"):
         assert (a / "records" / f).read_text() == (b / "records" / f).read_text()
+
+
+def test_sweep_runs_points_in_parallel_into_fixed_directories(tmp_path):
+    cfg = tmp_path / "ps.toml"
+    cfg.write_text(PS.replace("iterations = 4", "iterations = 2"))
+    out = tmp_path / "sweep"
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "sweep", str(cfg), "--grid", "policy=fifo,dlcp",
+                        "--jobs", "2", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    index = json.loads((out / "shard-1-of-1.json").read_text())
+    assert index["jobs"] == 2 and set(index["points"]) == {"policy=fifo", "policy=dlcp"}
+    for point in ("policy=fifo", "policy=dlcp"):
+        meta = json.loads((out / point / "meta.json").read_text())
+        assert meta["status"] == "ok" and meta["policy"] == point.split("=")[1]
+        assert (out / point / "report.md").exists()
