@@ -112,3 +112,41 @@ def test_run_without_what_ns3_needs_is_a_one_line_error(tmp_path):
         pytest.skip("ns-3 and the transport core are both here: the run itself is tested elsewhere")
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("dlcp run: failed")]
     assert p.returncode == 1 and lines == [f"dlcp run: failed: {missing}"], p.stderr
+
+
+ECN_BURST = r"""
+import json
+import sys
+sys.path.insert(0, "tests")
+from refswitch_frames import runtime_doc, udp_frame
+from simulation.ns3 import loader
+from simulation.ns3.switch import Ns3Switch
+ns = loader.compile_cpp("dlcp_switch")
+sw = Ns3Switch(runtime_doc(port_cfg={2: {"rate_pps": 100}}), source="ecn")
+sw.add_ports()
+sw.sw.SetEcnK(2, 1, 5)  # port 2, queue 1: mark from 5 packets on
+for i in range(20):
+    ns.ScheduleInject(sw.obj, i * 1e-6, 1, udp_frame(dst="10.0.0.2", tos=(8 << 2) | 2))
+ns.Simulator.Stop(ns.Seconds(0.5))
+ns.Simulator.Run()
+raw = sw.raw_counters()
+print(json.dumps({"tos": [f[15] for _, _, f in sw.captured()], "ce": raw["ce_pkts"][2 * 8 + 1],
+                  "frames": [f.hex() for _, _, f in sw.captured()]}))
+"""
+
+
+@needs_ns3
+def test_ecn_marks_ect_packets_admitted_at_or_above_k():
+    """20 ECT(0) packets of queue 1 back to back into a 100 packets/s port, K = 5: the first
+    leaves at once, packet i (i >= 1) is admitted behind i - 1 others, so packets 6..19 leave CE
+    (TOS ECN bits 3) with a still valid IPv4 checksum, and the switch counts 14 marks."""
+    r = _simulate(ECN_BURST)
+    assert [t & 3 for t in r["tos"]] == [2] * 6 + [3] * 14 and r["ce"] == 14
+    assert all(_ipv4_checksum_ok(bytes.fromhex(f)[14:34]) for f in r["frames"])
+
+
+def _ipv4_checksum_ok(header: bytes) -> bool:
+    s = sum(int.from_bytes(header[i:i + 2], "big") for i in range(0, 20, 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s == 0xFFFF
