@@ -11,8 +11,12 @@ across `Simulator::Destroy()`, so a second run in the same process would not rep
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 CPP_DIR = Path(__file__).resolve().parent / "cpp"
@@ -26,6 +30,27 @@ class Ns3Unavailable(RuntimeError):
 
 _ns = None
 _compiled: set[str] = set()
+# cling prints this for every module set (ns-3's static time initialiser); harmless: ns-3's Time works
+HARMLESS = "[runStaticInitializersOnce]: Failed to materialize symbols"
+
+
+@contextlib.contextmanager
+def _without_cling_noise():
+    """Hold back what C++ writes to stderr while cppyy loads or compiles, then pass on every line
+    but cling's known harmless ones."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode(errors="replace").splitlines():
+                if not line.startswith(HARMLESS):
+                    print(line, file=sys.stderr)
 
 
 def available() -> str | None:
@@ -58,13 +83,14 @@ def ns():
     libcppyy.AddSmartPtrType("Ptr")
     cppyy.add_include_path(str(prefix / "include"))
     cppyy.add_library_path(str(libdir))
-    for m in MODULES:
-        cppyy.include(f"ns3/{m}-module.h")
-    for m in MODULES:
-        libs = glob.glob(str(libdir / f"libns3.*-{m}.so"))
-        if len(libs) != 1:
-            raise Ns3Unavailable(f"the ns3 wheel has {len(libs)} libraries for module {m} in {libdir}")
-        cppyy.load_library(libs[0])
+    with _without_cling_noise():
+        for m in MODULES:
+            cppyy.include(f"ns3/{m}-module.h")
+        for m in MODULES:
+            libs = glob.glob(str(libdir / f"libns3.*-{m}.so"))
+            if len(libs) != 1:
+                raise Ns3Unavailable(f"the ns3 wheel has {len(libs)} libraries for module {m} in {libdir}")
+            cppyy.load_library(libs[0])
     cppyy.add_include_path(str(CPP_DIR))
     _ns = cppyy.gbl.ns3
     _ns.cppyy = cppyy
@@ -79,7 +105,8 @@ def compile_cpp(*names: str):
             path = CPP_DIR / f"{name}.h"
             if not path.exists():
                 raise FileNotFoundError(f"{path}: no such C++ source")
-            n.cppyy.include(str(path))
+            with _without_cling_noise():
+                n.cppyy.include(str(path))
             _compiled.add(name)
     return n
 
