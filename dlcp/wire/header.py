@@ -52,6 +52,7 @@ PROBE_FIELD_BITS = tuple((f.name, f.bits) for f in LAYOUT.probe)
 # where each header field sits: SLOTS[name].word / .shift / .mask
 SLOTS = {s.name: s for s in slots(LAYOUT.header)}
 _TEL_SLOTS = slots(LAYOUT.telemetry)
+TEL_SLOTS = {s.name: s for s in _TEL_SLOTS}
 _PROBE_SLOTS = slots(LAYOUT.probe)
 VER_SHIFT = SLOTS["ver"].shift
 TYPE_MASK = SLOTS["type"].mask

@@ -19,11 +19,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlcp.experiment.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime
 from emulation.refswitch import counters as C
 from emulation.refswitch.afpacket import new_kernel_drops, open_port_socket
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.pyengine import PyEngine
-from emulation.refswitch.runtime import Runtime
 
 ENGINES = ("auto", "c", "python")
 RUN_SLICE_S = 0.5
@@ -110,7 +110,8 @@ class Switch:
                 pcap = str(Path(self.opts.pcap_dir) / f"{cfg.intf}.pcap")
             if self.engine_name == "c":
                 self.engine.add_port(cfg.port, sock.fileno(), cfg.rate_bps or 0.0, cfg.rate_pps or 0.0,
-                                     cfg.queue_depth, cfg.delay_s, cfg.loss, MAX_LAG_S, pcap)
+                                     cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS, cfg.delay_us / 1e6, cfg.loss,
+                                     MAX_LAG_S, pcap)
             else:
                 self.engine.add_port(cfg, sock, pcap)
         self._wake_r, self._wake_w = socket.socketpair()

@@ -18,8 +18,9 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
     @name(".DlcpIngress.rr_next")
     register<bit<16>>(MAX_GROUPS) rr_next;
 
-    @name(".DlcpIngress.drop")
-    action drop() {
+    /* the ingress drops the packet afterwards, counting drop reason no_route */
+    @name(".DlcpIngress.mark_no_route")
+    action mark_no_route() {
         meta.no_route = 1;
     }
 
@@ -37,9 +38,9 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
         }
         actions = {
             set_nhop_group;
-            drop;
+            mark_no_route;
         }
-        const default_action = drop();
+        const default_action = mark_no_route();
         counters = ipv4_lpm_hits;
         size = IPV4_LPM_SIZE;
     }
@@ -74,9 +75,9 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
         }
         actions = {
             set_nhop;
-            drop;
+            mark_no_route;
         }
-        const default_action = drop();
+        const default_action = mark_no_route();
         size = NHOP_SIZE;
     }
 
