@@ -150,7 +150,8 @@ def test_layout_slots_place_every_field():
     s = {x.name: x for x in slots(LAYOUT.header)}
     assert (s["ver"].word, s["ver"].offset, s["ver"].shift, s["type"].shift) == (0, 0, 4, 0)
     assert (s["prio"].offset, s["prio"].shift, s["drop_prec"].shift, s["phase"].shift) == (1, 5, 3, 0)
-    assert (s["iter"].offset, s["iter"].size, s["flags"].offset, s["seq"].offset, s["offset"].offset) == (4, 2, 11, 12, 20)
+    assert (s["iter"].offset, s["iter"].size, s["flags"].offset, s["seq"].offset, s["offset"].offset) == \
+        (4, 2, 11, 12, 20)
     assert s["prio"].packed and not s["seq"].packed
     assert H.HEADER.format == "!BBBBHHHBBIII" and H.TELEMETRY.format == H.PROBE_BODY.format == "!BBHI"
 

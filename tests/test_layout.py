@@ -26,6 +26,7 @@ DLCP_ALLOWED = {
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads"},
     "dlcp.experiment": {"dlcp.wire"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
+    "dlcp.codegen": {"dlcp.wire", "dlcp.experiment"},
 }
 # Who may import which top-level package
 TOP_ALLOWED = {"dlcp": {"dlcp"}, "agents": {"dlcp", "agents"}, "emulation": {"dlcp", "emulation"},

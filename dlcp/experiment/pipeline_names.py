@@ -68,27 +68,39 @@ IPV4_LPM_HITS = _I + "ipv4_lpm_hits"
 CLASSIFY_HITS = _I + "classify_hits"
 
 
+class _Symbol:
+    """`sym` names an item in generated code (P4 macros, C defines: TABLE_<sym>, ACTION_<sym>, ...).
+    It defaults to the upper-cased last part of the name and stays when the name changes, so a
+    renamed table keeps its macro and the P4 program that uses it."""
+
+    def __post_init__(self):
+        if not self.sym:
+            object.__setattr__(self, "sym", self.name.rsplit(".", 1)[-1].upper())
+
+
 @dataclass(frozen=True)
-class Key:
+class Key(_Symbol):
     name: str  # the key's @name, as P4Info and runtime files spell it
     match: str  # exact | lpm | ternary
     bits: int
+    sym: str = ""
 
 
 @dataclass(frozen=True)
 class Param:
-    name: str
+    name: str  # a P4 identifier: renaming one is an edit of the P4 action too
     bits: int
 
 
 @dataclass(frozen=True)
-class Action:
+class Action(_Symbol):
     name: str
     params: tuple[Param, ...] = ()
+    sym: str = ""
 
 
 @dataclass(frozen=True)
-class Table:
+class Table(_Symbol):
     name: str
     keys: tuple[Key, ...]
     actions: tuple[str, ...]
@@ -97,6 +109,7 @@ class Table:
     size: int
     const_default: bool = False  # the P4 program fixes the default action
     direct_counter: str | None = None
+    sym: str = ""
 
     @property
     def has_ternary(self) -> bool:
@@ -104,18 +117,20 @@ class Table:
 
 
 @dataclass(frozen=True)
-class Register:
+class Register(_Symbol):
     name: str
     bits: int
     size: int
     writable: bool  # by runtime files; occupancy is the live queue length and is not
+    sym: str = ""
 
 
 @dataclass(frozen=True)
-class Counter:
+class Counter(_Symbol):
     name: str
     size: int
     index: str  # what the index means
+    sym: str = ""
 
 
 @dataclass(frozen=True)
@@ -226,11 +241,13 @@ def check(spec: PipelineSpec) -> None:
         for p, v in t.default_params.items():
             if not 0 <= v < 1 << params[p]:
                 raise PipelineSpecError(f"{t.name}: default {p}={v} does not fit {params[p]} bits")
+    lb = next(a for a in spec.actions if a.sym == "SET_LB_MODE")
     for mode in spec.lb_modes.values():
-        if not 0 <= mode < 1 << spec.action[SET_LB_MODE].params[0].bits:
-            raise PipelineSpecError(f"lb mode {mode} does not fit set_lb_mode(mode)")
-    if max(spec.drop_reasons.values()) >= spec.counter[DROPS].size:
-        raise PipelineSpecError(f"{DROPS}: a drop reason past its size {spec.counter[DROPS].size}")
+        if not 0 <= mode < 1 << lb.params[0].bits:
+            raise PipelineSpecError(f"lb mode {mode} does not fit {lb.name}(mode)")
+    drops = next(c for c in spec.counters if c.sym == "DROPS")
+    if max(spec.drop_reasons.values()) >= drops.size:
+        raise PipelineSpecError(f"{drops.name}: a drop reason past its size {drops.size}")
 
 
 check(PIPELINE)
