@@ -258,7 +258,7 @@ class Pipeline:
             value, plen = e.match[self.lpm_table.key]
             group, size = (e.params["group"], e.params["size"]) if e.action == P.SET_NHOP_GROUP else (-1, 0)
             lpm.append((value, plen, i, group, size))
-        lpm.sort(key=lambda t: -t[1])  # the default action is const (mark_no_route): no default route
+        lpm.sort(key=lambda t: -t[1])  # a default route is a /0 entry (the miss action is const)
         nhop = [(g, m, i, dmac, port) for (g, m), (i, dmac, port) in self.nhop.items()]
         return (lpm, nhop, list(self.classes), list(self.thresholds), self.lb_mode, list(self.rr_next),
                 len(self.lpm_table.entries), len(self.classify_table.entries))
