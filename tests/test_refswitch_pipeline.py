@@ -6,8 +6,7 @@ from __future__ import annotations
 import random
 import struct
 
-import pytest
-from refswitch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
+from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from dlcp.experiment import pipeline_names as P
 from dlcp.experiment.runtime_file import parse_runtime
