@@ -32,6 +32,7 @@ fi
 stamp="$VENV/.dlcp-setup-stamp"
 if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
       && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c \
+      && "$stamp" -nt emulation/refswitch/dlcp_wire.h \
       && "$(cat "$stamp")" == "$EXTRAS" ]]; then
     exit 0
 fi

@@ -31,14 +31,15 @@ DLCP_ALLOWED = {
     "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings",
                         "dlcp.network"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
+    "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
 }
 # Who may import which top-level package
 TOP_ALLOWED = {"dlcp": {"dlcp"}, "agents": {"dlcp", "agents"}, "emulation": {"dlcp", "emulation"},
                "simulation": {"dlcp", "emulation", "simulation"},
                "dlcp_cli": {"dlcp", "emulation", "simulation", "dlcp_cli"}}
-# simulation/ reads runtime files with the built-in dataplane's control-plane code, which is pure
-# Python; nothing of emulation/ that needs root, sockets or Mininet
-SIMULATION_MAY_IMPORT = {"emulation.refswitch.runtime", "emulation.refswitch.pipeline",
+# simulation/ flattens runtime files with the built-in dataplane's table code, which is pure Python;
+# nothing of emulation/ that needs root, sockets or Mininet
+SIMULATION_MAY_IMPORT = {"emulation.refswitch.pipeline",
                          "emulation.refswitch.match_tables", "emulation.refswitch.counters",
                          "emulation.refswitch.hashing", "emulation.refswitch"}
 NS3_LOADER = "simulation.ns3.loader"  # the one module that imports cppyy / the ns3 wheel

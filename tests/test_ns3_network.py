@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from emulation.refswitch.runtime import RuntimeFileError
+from dlcp.network.runtime_file import RuntimeFileError
 from simulation.ns3.loader import available
 from simulation.ns3.switch import Ns3Switch
 
@@ -93,7 +93,8 @@ def test_strict_priority_starves_the_lower_class_at_a_bottleneck():
 
 
 def test_a_bad_runtime_fails_in_one_line_before_ns3_loads():
-    doc = {"switch": "s1", "table_entries": [{"table": "DlcpIngress.nope", "action_name": "x"}], "ports": []}
+    doc = {"switch": "s1", "device_id": 1, "table_entries": [{"table": "DlcpIngress.nope", "action_name": "x"}],
+           "ports": []}
     with pytest.raises(RuntimeFileError) as e:
         Ns3Switch(doc, source="s1-runtime.json")
     assert str(e.value).startswith("s1-runtime.json: table_entries[0]: unknown table 'DlcpIngress.nope'")

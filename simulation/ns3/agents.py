@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from dlcp.comm.collectives import _packets  # the emulated collectives' tagging and packetising
-from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.chunking import MessageId
+from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
 from dlcp.workloads.contract import Aggregate, ParamChunk
 

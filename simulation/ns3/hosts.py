@@ -16,8 +16,6 @@ import ipaddress
 import math
 from dataclasses import fields, is_dataclass
 
-from simulation.ns3 import loader
-
 CORE_HINT = ("backend ns3 needs the transport's sans-I/O protocol core (dlcp/transport/core, issue 12), "
              "which this tree does not have yet")
 
@@ -91,7 +89,7 @@ class Clock:
 class SimHost:
     """One endpoint: the core, its sockets, and the callbacks of its caller (the collective)."""
 
-    def __init__(self, stack: "HostStack", index: int, name: str, rank: int, cfg, on_sent, on_received):
+    def __init__(self, stack: HostStack, index: int, name: str, rank: int, cfg, on_sent, on_received):
         from dlcp.transport.core.endpoint import Endpoint
         from dlcp.wire.control_frames import FrameReader
 

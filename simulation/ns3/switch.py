@@ -1,7 +1,7 @@
 """One DLCP switch in an ns-3 simulation, configured from its `sN-runtime.json` (docs/pipeline.md).
 
-The runtime document is read and checked by the built-in dataplane's control-plane code
-(`emulation.refswitch.runtime.parse_runtime`, pure Python) and flattened by its
+The runtime document is read and checked by the one runtime-file reader
+(`dlcp.network.runtime_file.parse_runtime`) and flattened by the built-in dataplane's
 `Pipeline.compiled_tables()`, the same arrays its C engine gets; `cpp/dlcp_switch.h` then runs
 the pipeline per packet. So a runtime file means the same on `ref` and on `ns3`, and a bad one
 fails with the same one-line error naming the file, entry and field.
@@ -13,10 +13,10 @@ The counter dump is the built-in dataplane's (`emulation.refswitch.counters.snap
 from __future__ import annotations
 
 from dlcp.network import pipeline_names as P
+from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime, parse_runtime
 from dlcp.wire.header import DATA_PORT
 from emulation.refswitch import counters as C
 from emulation.refswitch.pipeline import Pipeline
-from emulation.refswitch.runtime import Runtime, parse_runtime
 from simulation.ns3 import loader
 
 # the built-in dataplane's rate for ports without one is the host's; here it is the device's
@@ -71,7 +71,8 @@ class Ns3Switch:
         for cfg in self.runtime.ports:
             dev, dev_bps = devices.get(cfg.port, (None, 0.0))
             self.sw.AddPort(cfg.port, dev if dev is not None else self.ns.Ptr[self.ns.NetDevice](), cfg.rate_bps or 0.0,
-                            cfg.rate_pps or 0.0, dev_bps, cfg.queue_depth, cfg.delay_s, cfg.loss)
+                            cfg.rate_pps or 0.0, dev_bps, cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS,
+                            cfg.delay_us / 1e6, cfg.loss)
 
     def captured(self) -> list[tuple[float, int, bytes]]:
         """(simulated s, port, Ethernet frame) of every packet a port without a device sent."""
