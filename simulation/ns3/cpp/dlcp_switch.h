@@ -17,6 +17,7 @@
 // Ethernet frames (+14 bytes), and keeps the MAC rewrite of `set_nhop` only for captured output.
 #pragma once
 
+#include "dlcp_wire.h"
 #include "ns3/boolean.h"
 #include "ns3/data-rate.h"
 #include "ns3/drop-tail-queue.h"
@@ -45,27 +46,27 @@ namespace ns3
 
 namespace dlcp
 {
-constexpr int MAX_PORTS = 64;
-constexpr int N_QUEUES = 8;
-constexpr int N_COLORS = 4;
-constexpr int MAX_GROUPS = 1024;
-constexpr int ETH_LEN = 14;
-constexpr int L4 = 34;        // transport header offset in the frame (IPv4 without options)
-constexpr int DLCP_OFF = 42;  // DLCP header offset
-constexpr int HEADER_LEN = 24;
-constexpr int TEL_OFF = DLCP_OFF + HEADER_LEN;
-constexpr int TEL_LEN = 8;
-constexpr int UDP_CSUM = L4 + 6;
-constexpr int VIEW = TEL_OFF + TEL_LEN;  // frame bytes the pipeline reads or writes
-constexpr uint8_t VERSION = 1;
-constexpr uint8_t FLAG_TELEMETRY = 4;
+// Sizes, offsets and codes come from dlcp_wire.h, generated from dlcp/wire/layout.py and
+// dlcp/network/pipeline_names.py (`make gen`): MAX_PORTS, N_QUEUES, N_COLORS, MAX_GROUPS, ETH_LEN,
+// L4_OFF, DLCP_OFF, DLCP_*_OFF/SHIFT/MASK, CLASSIFY_*_SHIFT, LB_*, DROP_*, QUEUE_THRESHOLDS_DEFAULT_*.
+constexpr int TEL_OFF = DLCP_OFF + DLCP_HEADER_LEN;
+constexpr int UDP_CSUM = L4_OFF + 6;
+constexpr int VIEW = TEL_OFF + DLCP_TELEMETRY_LEN;  // frame bytes the pipeline reads or writes
 enum Drop
 {
-    PARSER_ERROR = 0,
-    NOT_IPV4 = 1,
-    NO_ROUTE = 2,
-    TTL_EXPIRED = 3
+    PARSER_ERROR = DROP_PARSER_ERROR,
+    NOT_IPV4 = DROP_NOT_IPV4,
+    NO_ROUTE = DROP_NO_ROUTE,
+    TTL_EXPIRED = DROP_TTL_EXPIRED
 };
+// what this code assumes of the generated layout (as emulation/refswitch/_fastpath.c does)
+static_assert(DLCP_VER_SIZE == 1 && DLCP_PRIO_SIZE == 1 && DLCP_DROP_PREC_SIZE == 1 && DLCP_FLAGS_SIZE == 1,
+              "the parser reads ver, prio, drop_prec and flags as single bytes");
+static_assert(DLCP_TEL_HOPS_SIZE == 1 && DLCP_TEL_MAX_ENQ_QDEPTH_SIZE == 2 &&
+                  DLCP_TEL_SUM_DEQ_TIMEDELTA_US_SIZE == 4 && DLCP_TELEMETRY_LEN % 2 == 0,
+              "StampTelemetry's field widths");
+static_assert(REGISTER_RR_NEXT_BITS == 16, "rr_next is uint16_t");
+static_assert(CLASSIFY_KEY_BITS == 12, "m_class holds 4096 classes");
 constexpr int FINE = 256;  // queueing-time histogram: 1 us buckets below, then 32 per power of two
 
 inline uint32_t Fold(uint32_t x)
@@ -208,7 +209,7 @@ class DlcpQueueDisc : public QueueDisc
 
     Ptr<QueueDiscItem> DoDequeue() override
     {
-        for (int q = dlcp::N_QUEUES - 1; q >= 0; --q)
+        for (int q = N_QUEUES - 1; q >= 0; --q)
         {
             if (GetInternalQueue(q)->GetNPackets())
             {
@@ -220,7 +221,7 @@ class DlcpQueueDisc : public QueueDisc
 
     Ptr<const QueueDiscItem> DoPeek() override
     {
-        for (int q = dlcp::N_QUEUES - 1; q >= 0; --q)
+        for (int q = N_QUEUES - 1; q >= 0; --q)
         {
             if (GetInternalQueue(q)->GetNPackets())
             {
@@ -234,14 +235,14 @@ class DlcpQueueDisc : public QueueDisc
     {
         if (GetNInternalQueues() == 0)
         {
-            for (int q = 0; q < dlcp::N_QUEUES; ++q)
+            for (int q = 0; q < N_QUEUES; ++q)
             {
                 AddInternalQueue(CreateObjectWithAttributes<DropTailQueue<QueueDiscItem>>(
                     "MaxSize",
                     QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, m_depth + 1))));
             }
         }
-        return GetNInternalQueues() == dlcp::N_QUEUES;
+        return GetNInternalQueues() == N_QUEUES;
     }
 
     void InitializeParams() override {}
@@ -278,13 +279,14 @@ class DlcpSwitch : public Object
         }
         for (auto& t : m_thr)
         {
-            t = {64, 48, 32, 16};
+            t = {QUEUE_THRESHOLDS_DEFAULT_QMAX, QUEUE_THRESHOLDS_DEFAULT_K1, QUEUE_THRESHOLDS_DEFAULT_K2,
+                 QUEUE_THRESHOLDS_DEFAULT_K3};
         }
         for (auto* c : {&m_admitted, &m_early, &m_tail})
         {
-            c->assign(2 * dlcp::MAX_PORTS * dlcp::N_QUEUES * dlcp::N_COLORS, 0);
+            c->assign(2 * MAX_PORTS * N_QUEUES * N_COLORS, 0);
         }
-        m_ce.assign(2 * dlcp::MAX_PORTS * dlcp::N_QUEUES, 0);
+        m_ce.assign(2 * MAX_PORTS * N_QUEUES, 0);
         m_drops.fill(0);
         m_delayFine.fill(0);
     }
@@ -337,7 +339,7 @@ class DlcpSwitch : public Object
         m_thr[port] = {qmax, k1, k2, k3};
     }
 
-    void SetEcnK(int port, int qid, uint32_t k) { m_ecnK[port * dlcp::N_QUEUES + qid] = k; }
+    void SetEcnK(int port, int qid, uint32_t k) { m_ecnK[port * N_QUEUES + qid] = k; }
 
     void SetRrNext(int group, uint16_t v) { m_rr[group] = v; }
 
@@ -376,14 +378,14 @@ class DlcpSwitch : public Object
     {
         const uint8_t* b = reinterpret_cast<const uint8_t*>(frame.data());
         uint32_t n = frame.size();
-        if (n < (uint32_t)dlcp::ETH_LEN)
+        if (n < (uint32_t)ETH_LEN)
         {
             // too short for Ethernet: the parser fails before anything else
             CountRx(port, n);
             Drop(dlcp::PARSER_ERROR, n);
             return;
         }
-        Ptr<Packet> l3 = Create<Packet>(b + dlcp::ETH_LEN, n - dlcp::ETH_LEN);
+        Ptr<Packet> l3 = Create<Packet>(b + ETH_LEN, n - ETH_LEN);
         Ingress(port, l3, b);
     }
 
@@ -547,7 +549,7 @@ class DlcpSwitch : public Object
         {
             return Drop(NOT_IPV4, n);
         }
-        if (n < (uint32_t)L4)
+        if (n < (uint32_t)L4_OFF)
         {
             return Drop(PARSER_ERROR, n);
         }
@@ -567,14 +569,14 @@ class DlcpSwitch : public Object
                 dport = (f[36] << 8) | f[37];
                 if (dport == m_dataPort)
                 {
-                    if (n < (uint32_t)TEL_OFF || (f[DLCP_OFF] >> 4) != VERSION)
+                    if (n < (uint32_t)TEL_OFF || ((f[DLCP_OFF + DLCP_VER_OFF] >> DLCP_VER_SHIFT) & DLCP_VER_MASK) != DLCP_VERSION)
                     {
                         return Drop(PARSER_ERROR, n);
                     }
                     dlcpValid = true;
-                    if (f[DLCP_OFF + 11] & FLAG_TELEMETRY)
+                    if (f[DLCP_OFF + DLCP_FLAGS_OFF] & DLCP_FLAG_TELEMETRY)
                     {
-                        if (n < (uint32_t)(TEL_OFF + TEL_LEN))
+                        if (n < (uint32_t)(TEL_OFF + DLCP_TELEMETRY_LEN))
                         {
                             return Drop(PARSER_ERROR, n);
                         }
@@ -584,7 +586,7 @@ class DlcpSwitch : public Object
             }
             else if (proto == 6)
             {
-                if (n < (uint32_t)(L4 + 4))
+                if (n < (uint32_t)(L4_OFF + 4))
                 {
                     return Drop(PARSER_ERROR, n);
                 }
@@ -619,11 +621,11 @@ class DlcpSwitch : public Object
         int group = hit->group, size = hit->size;
         // member choice
         int member;
-        if (dlcpValid && m_lbMode == 1)
+        if (dlcpValid && m_lbMode == LB_SPRAY_RANDOM)
         {
             member = std::min<int>(size - 1, int(m_rng->GetValue() * size));
         }
-        else if (dlcpValid && m_lbMode == 2)
+        else if (dlcpValid && m_lbMode == LB_SPRAY_RR)
         {
             uint16_t r = m_rr[group];
             member = r % size;
@@ -649,9 +651,15 @@ class DlcpSwitch : public Object
         uint8_t smac[6];
         std::memcpy(smac, f, 6);  // eth.src = old eth.dst
         // classify
-        int ckey = dlcpValid ? (1 << 11) | ((f[DLCP_OFF + 1] >> 5) << 8) |
-                                   (((f[DLCP_OFF + 1] >> 3) & 3) << 6) | (f[15] >> 2)
-                             : (f[15] >> 2);
+        int ckey = (f[15] >> 2) << CLASSIFY_DSCP_SHIFT;
+        if (dlcpValid)
+        {
+            const uint8_t* h = f + DLCP_OFF;
+            ckey |= (1 << CLASSIFY_DLCP_VALID_SHIFT) |
+                    (((h[DLCP_PRIO_OFF] >> DLCP_PRIO_SHIFT) & DLCP_PRIO_MASK) << CLASSIFY_DLCP_PRIO_SHIFT) |
+                    (((h[DLCP_DROP_PREC_OFF] >> DLCP_DROP_PREC_SHIFT) & DLCP_DROP_PREC_MASK)
+                     << CLASSIFY_DLCP_DROP_PREC_SHIFT);
+        }
         const Class& cl = m_class[ckey];
         if (cl.index >= 0)
         {
@@ -715,7 +723,7 @@ class DlcpSwitch : public Object
         len = std::min(len, l3->GetSize());
         l3->RemoveAtStart(len);
         DlcpRawHeader h;
-        h.Set(f + dlcp::ETH_LEN, len);
+        h.Set(f + ETH_LEN, len);
         l3->AddHeader(h);
     }
 
@@ -787,7 +795,7 @@ class DlcpSwitch : public Object
             p.pending -= 1;
         }
         Ptr<Packet> l3 = item->GetPacket();
-        uint32_t n = l3->GetSize() + dlcp::ETH_LEN;
+        uint32_t n = l3->GetSize() + ETH_LEN;
         p.txPkts += 1;
         p.txBytes += n;
         if (p.dev)
@@ -799,7 +807,7 @@ class DlcpSwitch : public Object
         std::memcpy(&frame[0], item->macs, 12);
         frame[12] = 0x08;
         frame[13] = 0x00;
-        l3->CopyData(reinterpret_cast<uint8_t*>(&frame[dlcp::ETH_LEN]), n - dlcp::ETH_LEN);
+        l3->CopyData(reinterpret_cast<uint8_t*>(&frame[ETH_LEN]), n - ETH_LEN);
         m_captured.push_back({Simulator::Now().GetSeconds(), port, frame});
     }
 
@@ -811,28 +819,34 @@ class DlcpSwitch : public Object
         uint8_t f[VIEW];
         uint32_t len = VIEW - ETH_LEN;
         l3->CopyData(f + ETH_LEN, len);
-        int t = TEL_OFF;
-        uint32_t oldW[4] = {uint32_t(f[t] << 8 | f[t + 1]), uint32_t(f[t + 2] << 8 | f[t + 3]),
-                            uint32_t(f[t + 4] << 8 | f[t + 5]), uint32_t(f[t + 6] << 8 | f[t + 7])};
-        uint32_t qd = oldW[1];
-        uint32_t total = (oldW[2] << 16) | oldW[3];
-        f[t] = uint8_t(f[t] + 1);
-        qd = std::max<uint32_t>(qd, std::min<uint32_t>(depth, 0xFFFF));
+        uint8_t* t = f + TEL_OFF;
+        constexpr int W = DLCP_TELEMETRY_LEN / 2;  // the block as 16-bit words, for the UDP checksum
+        uint32_t oldW[W];
+        for (int i = 0; i < W; ++i)
+        {
+            oldW[i] = uint32_t(t[2 * i] << 8 | t[2 * i + 1]);
+        }
+        uint8_t* hops = t + DLCP_TEL_HOPS_OFF;
+        uint8_t* qdp = t + DLCP_TEL_MAX_ENQ_QDEPTH_OFF;
+        uint8_t* tot = t + DLCP_TEL_SUM_DEQ_TIMEDELTA_US_OFF;
+        uint32_t qd = uint32_t(qdp[0] << 8 | qdp[1]);
+        uint32_t total = uint32_t(tot[0]) << 24 | uint32_t(tot[1]) << 16 | uint32_t(tot[2]) << 8 | tot[3];
+        *hops = uint8_t(*hops + 1);
+        qd = std::max<uint32_t>(qd, std::min<uint32_t>(depth, DLCP_TEL_MAX_ENQ_QDEPTH_MASK));
         total = uint32_t(total + waitUs);
-        f[t + 2] = qd >> 8;
-        f[t + 3] = qd & 0xFF;
-        f[t + 4] = total >> 24;
-        f[t + 5] = (total >> 16) & 0xFF;
-        f[t + 6] = (total >> 8) & 0xFF;
-        f[t + 7] = total & 0xFF;
+        qdp[0] = qd >> 8;
+        qdp[1] = qd & 0xFF;
+        tot[0] = total >> 24;
+        tot[1] = (total >> 16) & 0xFF;
+        tot[2] = (total >> 8) & 0xFF;
+        tot[3] = total & 0xFF;
         uint32_t csum = (f[UDP_CSUM] << 8) | f[UDP_CSUM + 1];
         if (csum)
         {
-            uint32_t newW[4] = {uint32_t(f[t] << 8 | f[t + 1]), qd, total >> 16, total & 0xFFFF};
             uint32_t x = ~csum & 0xFFFF;
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < W; ++i)
             {
-                x += (~oldW[i] & 0xFFFF) + newW[i];
+                x += (~oldW[i] & 0xFFFF) + uint32_t(t[2 * i] << 8 | t[2 * i + 1]);
             }
             csum = ~Fold(x) & 0xFFFF;
             if (!csum)
@@ -866,10 +880,10 @@ class DlcpSwitch : public Object
     std::vector<Lpm> m_lpm;
     std::unordered_map<uint32_t, NhopEntry> m_nhop;
     std::array<Class, 4096> m_class;
-    std::array<std::array<uint32_t, 4>, dlcp::MAX_PORTS> m_thr;
-    std::array<uint32_t, dlcp::MAX_PORTS * dlcp::N_QUEUES> m_ecnK;
-    std::array<uint32_t, dlcp::MAX_PORTS * dlcp::N_QUEUES> m_occ;
-    std::array<uint16_t, dlcp::MAX_GROUPS> m_rr;
+    std::array<std::array<uint32_t, 4>, MAX_PORTS> m_thr;
+    std::array<uint32_t, MAX_PORTS * N_QUEUES> m_ecnK;
+    std::array<uint32_t, MAX_PORTS * N_QUEUES> m_occ;
+    std::array<uint16_t, MAX_GROUPS> m_rr;
     std::map<int, Port> m_ports;
     std::unordered_map<NetDevice*, int> m_devPort;
     // counters: [pkts, bytes] pairs, queue counters at (port * 8 + qid) * 4 + color
