@@ -22,7 +22,7 @@ def _transport(argv):
 
 
 def _accuracy(argv):
-    from dlcp.workloads.trainer.accuracy_bench import bench_accuracy
+    from dlcp.comm.accuracy_bench import bench_accuracy
     return bench_accuracy(argv)
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from dlcp.workloads.contract import Aggregate, ParamChunk
 from dlcp.workloads.settings import Dataset, ModelName, WorkloadConfig
 from dlcp.workloads.trainer.data import DATASETS, BatchSchedule, load_dataset
-from dlcp.workloads.trainer.exchange import InMemoryAllReduce, InMemoryPS, PacketLoss
+from dlcp.comm.inmemory import InMemoryPS, PacketLoss, memory_engines
 from dlcp.workloads.trainer.flat import plan_messages
 from dlcp.workloads.trainer.loop import train_allreduce, train_ps
 from dlcp.workloads.trainer.models import MODELS, build_model, parameter_layers
@@ -47,8 +47,7 @@ def reference_parameters(cfg: WorkloadConfig, data, world: int, iterations: int)
 # submit / wait shape over dlcp.collectives) can be added to this table.
 
 def memory_allreduce(workloads, loss=None):
-    ex = InMemoryAllReduce(len(workloads), workloads[0].layouts(), workloads[0].n_layers, loss)
-    return [ex.endpoint(r) for r in range(len(workloads))], ex.abort
+    return memory_engines(len(workloads), workloads[0].layouts(), workloads[0].n_layers, loss=loss)
 
 
 ALLREDUCE_EXCHANGES = {"memory": memory_allreduce}

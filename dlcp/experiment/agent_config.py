@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.comm.collectives import CommConfig, Mode, World
+from dlcp.comm.settings import CommConfig, Mode, World
 from dlcp.experiment.config import Background, Experiment, HostDlcp
 from dlcp.network.topology import TopologySpec
 from dlcp.settings import BadValue, ConfigError, IPv4, Port, Settings
