@@ -86,9 +86,11 @@ def test_each_policy_makes_its_kind_of_units():
 # --- wire ids -------------------------------------------------------------------------------------
 
 def test_wire_id_ranges_and_errors():
-    ids = WireIds(slots=10, stride=3, messages=4, what="test plan")
+    ids = WireIds(slots=10, stride=3, announcements=20, messages=4, what="test plan")
     assert [ids.step(0, 2), ids.step(1, 0), ids.step(9, 2)] == [2, 3, 29]
     assert ids.announcement(19) == 19 and ids.resync(0) == 20 and ids.resync(3) == 23
+    with pytest.raises(WireIdError, match="announcement 20 outside 0..19"):
+        ids.announcement(20)
     with pytest.raises(WireIdError, match="step id 3 outside 0..2"):
         ids.step(0, 3)
     with pytest.raises(WireIdError, match="slot 10 outside 0..9"):

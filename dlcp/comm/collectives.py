@@ -62,7 +62,7 @@ class _Collective:
         self.layouts = {lay.msg_id: lay for lay in layouts}
         self.n_layers = n_layers
         self.vpp = transport.vpp
-        self.ids = WireIds(max(self.layouts, default=0) + 1, what="parameter server")
+        self.ids = WireIds(max(self.layouts, default=0) + 1, what="parameter server")  # slot = layout msg_id
 
     def begin(self, iteration: int) -> None:
         """A new iteration starts: older messages become stale at the transport."""

@@ -81,7 +81,7 @@ def _worker_hosts(spec: TopologySpec, workers: int) -> list[str]:
 
 
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
-    return WireIds(len(scheduler.units()), plan.stride, messages,
+    return WireIds(len(scheduler.units()), plan.stride, scheduler.ops_per_iteration(), messages,
                    what=f"{scheduler.name} over {plan.collective} ({plan.workers} ranks)")
 
 

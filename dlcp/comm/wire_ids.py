@@ -14,10 +14,10 @@ message agree:
   the most tree transfers one link carries in a phase; DS-Sync: the largest group's size - 1).
   A step's msg_id is `slot * stride + local`, in phase RS (reduce transfers) or AG (copies). A
   reduce-scatter and the all-gather of the same slot (DeAR) are therefore apart by phase;
-- **PS** push and pull and the hook's all-to-all: `slot` (phases PUSH, PULL, P2P);
-- **P2P control** of a worker: the leader's order announcements take `0 .. 2 * slots - 1`
-  (at most one per operation: an all-reduce, or a reduce-scatter plus an all-gather), ring
-  re-sync of workload message m takes `2 * slots + m`;
+- **PS** push and pull and the DDP hook's all-to-all: `slot` (phases PUSH, PULL, P2P);
+- **P2P control** of an all-reduce worker (which has no hook buckets): the leader's order
+  announcements take `0 .. A - 1` (A = operations per iteration: one per unit, two with DeAR's
+  reduce-scatter and all-gather), re-sync of workload message m takes `A + m`;
 - **groups** (DS-Sync): a rank is in one group per iteration and the iteration is in the header,
   so groups need no ids of their own.
 
@@ -42,17 +42,18 @@ class WireIdError(ValueError):
 class WireIds:
     """Ids of one plan (see the module docstring). `what` names the plan in errors."""
 
-    def __init__(self, slots: int, stride: int = 1, messages: int = 0, what: str = "plan"):
-        if slots < 1 or stride < 1 or messages < 0:
-            raise WireIdError(f"wire msg_id: {what}: slots {slots}, stride {stride} and messages {messages} "
-                              "must be positive")
+    def __init__(self, slots: int, stride: int = 1, announcements: int = 0, messages: int = 0, what: str = "plan"):
+        if slots < 1 or stride < 1 or messages < 0 or announcements < 0:
+            raise WireIdError(f"wire msg_id: {what}: slots {slots}, stride {stride}, announcements {announcements} "
+                              f"and messages {messages} must be positive")
         if slots * stride > MSG_ID_SPACE:
             raise WireIdError(f"wire msg_id: {what} needs {slots} operations x {stride} step ids = "
                               f"{slots * stride} ids per iteration and phase; the 16-bit msg_id holds {MSG_ID_SPACE}")
-        if 2 * slots + messages > MSG_ID_SPACE:
-            raise WireIdError(f"wire msg_id: {what} needs {2 * slots + messages} control ids per iteration; "
+        if announcements + messages > MSG_ID_SPACE:
+            raise WireIdError(f"wire msg_id: {what} needs {announcements + messages} control ids per iteration; "
                               f"the 16-bit msg_id holds {MSG_ID_SPACE}")
-        self.slots, self.stride, self.messages, self.what = slots, stride, messages, what
+        self.slots, self.stride, self.what = slots, stride, what
+        self.announcements, self.messages = announcements, messages
 
     def _slot(self, slot: int) -> int:
         if not 0 <= slot < self.slots:
@@ -71,15 +72,15 @@ class WireIds:
 
     def announcement(self, seq: int) -> int:
         """P2P msg_id of the leader's seq-th order announcement of an iteration."""
-        if not 0 <= seq < 2 * self.slots:
-            raise WireIdError(f"wire msg_id: {self.what}: announcement {seq} outside 0..{2 * self.slots - 1}")
+        if not 0 <= seq < self.announcements:
+            raise WireIdError(f"wire msg_id: {self.what}: announcement {seq} outside 0..{self.announcements - 1}")
         return seq
 
     def resync(self, message: int) -> int:
         """P2P msg_id of the re-sync of workload message `message`."""
         if not 0 <= message < self.messages:
             raise WireIdError(f"wire msg_id: {self.what}: re-sync of message {message} outside 0..{self.messages - 1}")
-        return 2 * self.slots + message
+        return self.announcements + message
 
 
 def phase_of(op: str) -> int:
