@@ -47,7 +47,7 @@ from dlcp.comm.api import Collective, Handle, OpData, Partial
 from dlcp.comm.packets import sub_layers
 from dlcp.comm.schedulers.base import Op, Scheduler, Segment
 from dlcp.transport.api import TransportError
-from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout
+from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 
 PRIMITIVE_CODES = {"allreduce": 0, "reduce_scatter": 1, "all_gather": 2}
 PRIMITIVE_NAMES = {v: k for k, v in PRIMITIVE_CODES.items()}
@@ -167,6 +167,19 @@ class CommEngine:
         with self._lock:
             del self._iters[iteration]
         return {lay.msg_id: Aggregate(lay.msg_id, st.total[i], st.count[i], world) for i, lay in enumerate(self.tensors)}
+
+    def average(self, iteration: int, params: dict[int, np.ndarray]) -> dict[int, ParamChunk]:
+        """DS-Sync's parameter averaging: every message's parameters through the collective (in
+        message order), divided by how many ranks' values arrived; where none did (count 0), the
+        chunk is marked lost and the rank keeps its own."""
+        for lay in sorted(self.tensors, key=lambda lay: lay.msg_id):
+            self.submit(iteration, GradMessage(lay, np.asarray(params[lay.msg_id], np.float32), self.n_layers))
+        out = {}
+        for msg_id, agg in self.wait(iteration).items():
+            lost = agg.count == 0
+            mean = np.where(lost, np.float32(0), agg.total / np.maximum(agg.count, 1)).astype(np.float32)
+            out[msg_id] = ParamChunk(mean, lost)
+        return out
 
     def close(self) -> None:
         self.coll.close()

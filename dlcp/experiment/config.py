@@ -2,9 +2,10 @@
 
 The model is composed from the layers' own settings (dlcp/settings.py): the `dlcp` section is
 TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
-(comm/collectives.py) + the fill policy (workloads/settings.py) + SwitchSettings
-(experiment/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
-(workloads/settings.py) + mode and workers; the other sections are declared here. Everything is
+(comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
+(network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
+(workloads/settings.py) + mode and workers; `comm` is CommPolicy (comm/settings.py: scheduler,
+collective and their parameters); the other sections are declared here. Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
 with one line naming the key (`dlcp.loss_budget: 1.5 is not a fraction in 0..1`). The resolved
 config is a plain nested dict with every default filled in (`validate`), written back as TOML
@@ -24,7 +25,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dlcp.comm.settings import CommSettings, Mode
+from dlcp.comm.settings import CommPolicy, CommSettings, Mode
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
@@ -79,8 +80,30 @@ class LeafSpine(Settings):
         return self.leaves * self.hosts_per_leaf
 
 
-TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSpine)}
-Topology = Annotated[Star | Dumbbell | LeafSpine, Field(discriminator="kind")]
+class _Grid(Settings):
+    dims: list[Annotated[int, Field(ge=1, le=254)]] = Field(
+        [4, 4], min_length=2, max_length=2, description="rows, cols: one switch (and host) per grid point")
+
+    def n_hosts(self) -> int:
+        return self.dims[0] * self.dims[1]
+
+    @model_validator(mode="after")
+    def _size(self):
+        if not 2 <= self.n_hosts() <= 254:
+            raise BadValue("dims", f"{self.dims[0]}x{self.dims[1]} needs 2..254 switches (host addresses 10.0.0.1..254)")
+        return self
+
+
+class Torus(_Grid):
+    kind: Literal["torus"] = "torus"
+
+
+class Mesh(_Grid):
+    kind: Literal["mesh"] = "mesh"
+
+
+TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSpine, Torus, Mesh)}
+Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discriminator="kind")]
 
 
 class Links(Settings):
@@ -154,10 +177,12 @@ class Experiment(Settings):
     backend: Literal["ref", "bmv2"] = Field("ref", description="switch backend")
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
-    topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, or leaves under spines")
+    topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, leaves under "
+                                                                 "spines, or a 2-D torus / mesh of switches")
     links: Links = Field(default_factory=Links)
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
+    comm: CommPolicy = Field(default_factory=CommPolicy)
     background: list[Background] = Field([])
     output: Output = Field(default_factory=Output)
 
@@ -183,6 +208,13 @@ class Experiment(Settings):
         if d.qmax >= links.queue_pkts:
             raise BadValue("dlcp.qmax", f"{d.qmax} must be below links.queue_pkts {links.queue_pkts} (admission "
                                         "control must act before the queue is full)")
+        c = self.comm
+        if w.mode == "ps" and (c.scheduler != "wfbp" or c.collective != "ring"):
+            key, val = ("scheduler", c.scheduler) if c.scheduler != "wfbp" else ("collective", c.collective)
+            raise BadValue(f"comm.{key}", f"{val!r} runs all-reduces: it needs workload.mode = 'allreduce' "
+                                          "(the parameter server pushes and pulls one message per layer)")
+        if c.collective == "dssync" and w.workers % c.dssync.group:
+            raise BadValue("comm.dssync.group", f"{c.dssync.group} does not divide workload.workers = {w.workers}")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")
