@@ -42,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)")
     r.add_argument("--policies", metavar="P1,P2",
-                   help="run one variant per tagging policy, back to back on the same topology and seed")
+                   help="run one variant per tagging policy, back to back on the same topology and seed "
+                        "(= --vary dlcp.policy=P1,P2)")
+    r.add_argument("--vary", action="append", metavar="KEY=V1,V2",
+                   help="run one variant per value of any config key, e.g. --vary comm.scheduler=wfbp,dear "
+                        "(repeatable: every combination)")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.set_defaults(func=_run)

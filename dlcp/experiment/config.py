@@ -40,8 +40,10 @@ __all__ = [
     "dumps",
     "load",
     "parse_value",
+    "parse_vary",
     "schema_markdown",
     "validate",
+    "variants",
 ]
 
 
@@ -274,8 +276,50 @@ def apply_override(raw: dict, assignment: str) -> None:
         node[last] = parse_value(text)
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> dict:
-    """Read, override and validate an experiment config file."""
+def parse_vary(text: str) -> tuple[str, list]:
+    """`key=v1,v2,...` of `--vary`: the key and its values (TOML literals or bare words; no lists)."""
+    if "=" not in text:
+        raise ConfigError(f"--vary {text}: expected key=value1,value2,...")
+    key, values = text.split("=", 1)
+    key = key.strip()
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not key or not items:
+        raise ConfigError(f"--vary {text}: expected key=value1,value2,...")
+    return key, items
+
+
+def _variant_name(values: list[str]) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(values))
+
+
+def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
+    """(name, validated config) per combination of the `--vary key=v1,v2` values (cartesian product,
+    first key slowest); the name is the combination's values joined by '-'. No varies: one variant
+    named "run"."""
+    import copy
+    import itertools
+    parsed = [parse_vary(v) for v in varies]
+    keys = [k for k, _ in parsed]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"--vary: key {next(k for k in keys if keys.count(k) > 1)} given twice")
+    out, names = [], set()
+    for combo in itertools.product(*(values for _, values in parsed)):
+        cfg = copy.deepcopy(raw)
+        for key, value in zip(keys, combo):
+            apply_override(cfg, f"{key}={value}")
+        name = _variant_name(list(combo)) if combo else "run"
+        if name in names:
+            raise ConfigError(f"--vary: two variants would both be named {name!r}")
+        names.add(name)
+        try:
+            out.append((name, validate(cfg)))
+        except ConfigError as e:
+            raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+    return out
+
+
+def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
+    """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text())
@@ -285,7 +329,12 @@ def load(path: str | Path, overrides: list[str] = ()) -> dict:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for o in overrides:
         apply_override(raw, o)
-    return validate(raw)
+    return raw
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> dict:
+    """Read, override and validate an experiment config file."""
+    return validate(load_raw(path, overrides))
 
 
 # --- writing TOML (tomllib only reads) ------------------------------------------------------------
