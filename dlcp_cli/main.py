@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | build | report | compare | clean | bench.
+"""The `dlcp` command: run | build | report | compare | clean | bench | schedule.
 
 The CLI sits above both `dlcp/` and `emulation/`. Commands that need root, Mininet or bmv2 import
 `emulation` only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging` work anywhere.
@@ -23,6 +23,11 @@ def _run(args: argparse.Namespace) -> int:
 def _clean(args: argparse.Namespace) -> int:
     from emulation import clean
     return clean.main(args)
+
+
+def _schedule(argv: list[str]) -> int:
+    from dlcp_cli.schedule_cmd import main as schedule_main
+    return schedule_main(argv)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -66,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark (--help)")
     b.set_defaults(func=lambda a: run_bench(a.name, a.bench_args))
 
+    sc = sub.add_parser("schedule", help="a scheduler's or a collective's plan (--json: last line)",
+                        description="The plan of a communication scheduler on a profile, or of a collective on a "
+                                    "topology: dlcp schedule --help")
+    sc.add_argument("schedule_args", nargs=argparse.REMAINDER, help="options (dlcp schedule --help)")
+    sc.set_defaults(func=lambda a: _schedule(a.schedule_args))
+
     r = sub.add_parser("report", help="summarise a run: summary.json, report.md, report.html, plots/",
                        description="Tail-latency report of one run directory (docs/reports.md).")
     r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
@@ -83,9 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # `dlcp bench NAME --json` must reach the benchmark's own parser untouched
+    # `dlcp bench NAME --json` and `dlcp schedule ...` must reach their own parsers untouched
     if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-"):
         return run_bench(argv[1], argv[2:])
+    if argv[:1] == ["schedule"]:
+        return _schedule(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0
