@@ -26,6 +26,25 @@ def _accuracy(argv):
     return bench_accuracy(argv)
 
 
+def _schedulers(argv):
+    import json
+    import time
+
+    from dlcp.comm.bench import parser, print_timeline, timeline_result
+    args = parser().parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        result = timeline_result(args.profiles, args.workers, args.rate_gbps, args.latency_s, args.collective_profile,
+                                 args.topologies, args.fabric_gbps, args.kary, args.group)
+    except ValueError as e:
+        raise SystemExit(f"dlcp bench schedulers: {e}")
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    print_timeline(result)
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
 def _bmv2(argv):
     from emulation.bmv2.bench import bench_bmv2
     return bench_bmv2(argv)
@@ -38,6 +57,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
+    "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
 }
 
 
