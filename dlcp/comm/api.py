@@ -97,6 +97,11 @@ class OpData:
     layout: MessageLayout
     n_layers: int
     tags: Any = None  # dlcp.wire.tagging.Tags of the packets, when the caller tagged them
+    label: int | None = None  # msg_id in the records (the workload message it starts with); None: slot
+
+    @property
+    def record_id(self) -> int:
+        return self.slot if self.label is None else self.label
 
     @property
     def what(self) -> str:

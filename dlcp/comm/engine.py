@@ -249,7 +249,8 @@ class CommEngine:
             values = np.zeros(0, np.float32)
         else:
             values = np.concatenate([st.values[s.tensor][s.start:s.stop] for s in op.segments])
-        return op, OpData(op.iteration, slot, values, self.unit_layouts[slot], self.n_layers), st
+        label = self.tensors[op.segments[0].tensor].msg_id
+        return op, OpData(op.iteration, slot, values, self.unit_layouts[slot], self.n_layers, label=label), st
 
     def _start(self, what) -> None:
         """Start an operation (lock not held: a collective may complete it at once)."""

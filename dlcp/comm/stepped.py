@@ -238,7 +238,7 @@ class SteppedCollective(Collective):
             budget = {"budget_share": 1 / (2 * max(1, st.sched.steps_per_phase))}
         else:
             budget = {"budget": 0.0} if protect else {}
-        info = SendInfo(rec_msg_id=op.slot, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(),
+        info = SendInfo(rec_msg_id=op.record_id, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(),
                         **budget)
         return self.t.send(t.dst, batch, info)
 
