@@ -118,7 +118,7 @@ class PSServer(_Collective):
             out[msg_id] = Aggregate(msg_id, total, count, self.cfg.world)
         return out
 
-    def scatter(self, iteration: int, params: dict[int, np.ndarray]) -> list[Handle]:
+    def scatter(self, iteration: int, params: dict[int, np.ndarray]) -> None:
         """Send every message's parameters to every worker; returns when all are done."""
         handles = []
         for msg_id, lay in self.layouts.items():
@@ -134,7 +134,6 @@ class PSServer(_Collective):
                 handles.append(self.t.send(rank, batch, SendInfo(rec_msg_id=msg_id, layer_first=lf, layer_last=ll)))
         for h in handles:
             h.wait(self.cfg.timeout_s)
-        return [send_handle(h, f"pull of iteration {iteration}") for h in handles]
 
 
 # --- all-reduce ----------------------------------------------------------------------------------------

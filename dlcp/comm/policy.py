@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.plans.dssync import topology_plan
+from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
 from dlcp.comm.schedulers import Scheduler, make_scheduler
 from dlcp.comm.settings import CommPolicy
@@ -71,13 +72,8 @@ def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None
         return multitree_plan(workers, spec, policy.multitree.kary, policy.multitree.paths)
     if policy.collective == "dssync":
         spec = spec if spec is not None else topospec.star(workers, 50.0)
-        return DsSyncRounds(topology_plan(spec, policy.dssync.group, _worker_hosts(spec, workers)), spec)
+        return DsSyncRounds(topology_plan(spec, policy.dssync.group, rank_hosts(spec)[:workers]), spec)
     return ring_plan(workers, spec)
-
-
-def _worker_hosts(spec: TopologySpec, workers: int) -> list[str]:
-    from dlcp.comm.plans.paths import rank_hosts
-    return rank_hosts(spec)[:workers]
 
 
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:

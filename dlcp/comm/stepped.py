@@ -40,6 +40,7 @@ from dlcp.comm.packets import tagged_packets
 from dlcp.comm.settings import CommConfig
 from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
 from dlcp.comm.plans.multitree import multitree_schedule
+from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.ring import ring_schedule
 from dlcp.comm.plans.schedule import Schedule, chunk_bounds
 from dlcp.comm.wire_ids import WireIds, phase_of, transfer_ids
@@ -101,7 +102,6 @@ def multitree_plan(workers: int, spec: TopologySpec | None = None, kary: int = 2
 
 
 def _hosts(spec: TopologySpec, workers: int) -> list[str]:
-    from dlcp.comm.plans.paths import rank_hosts
     hosts = rank_hosts(spec)
     if len(hosts) < workers:
         raise ValueError(f"topology {spec.kind} has {len(hosts)} worker hosts, the job {workers} workers")
