@@ -29,3 +29,17 @@ def test_bench_schedulers_json_last_line():
     assert ring["steps_per_phase"] == 15 and tree["steps_per_phase"] < 8
     assert tree["allreduce_ms"] < ring["allreduce_ms"] / 2
     assert coll[("leaf_spine:2x2x4", "dssync g4")]["rounds"] == 2
+
+
+def test_emulated_statistics_on_hand_made_runs(tmp_path):
+    from emulation.benches.schedulers import paired_ratio, slowest_iterations_ms
+    rec = tmp_path / "records"
+    rec.mkdir()
+    for host, times in (("h1", [900, 800, 100, 300, 200]), ("h2", [50, 60, 150, 250, 400])):
+        with open(rec / f"{host}-iterations.csv", "w") as f:
+            f.write("host,iter,iteration_us\n" + "".join(f"{host},{i},{t * 1000}\n" for i, t in enumerate(times)))
+    assert slowest_iterations_ms(tmp_path) == [150.0, 300.0, 400.0]  # from iteration 2, the slower worker
+    point, lo, hi = paired_ratio([2.0, 2.0, 2.0], [1.0, 1.0, 1.0])
+    assert (point, lo, hi) == (2.0, 2.0, 2.0)  # no spread: the interval is the point
+    point, lo, hi = paired_ratio([1.0, 3.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0])
+    assert point == 2.0 and lo < 2.0 < hi and hi - 2.0 == 2.0 - lo
