@@ -210,7 +210,7 @@ class Experiment:
                   for s in self.spec.switches}
         try:
             self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
-                                     self.cfg["links"]["host_queue_pkts"])
+                                     self.cfg["links"]["host_queue_pkts"], self.cfg["links"]["host_fair_queueing"])
         except Exception as e:  # Mininet raises bare Exceptions; the cause is in the message
             hint = " (a killed run may have left it behind: sudo dlcp clean)" if "File exists" in str(e) else ""
             raise RunFailed(f"network set-up failed: {e}{hint}") from e

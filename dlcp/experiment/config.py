@@ -115,6 +115,8 @@ class Links(Settings):
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
     loss: Fraction = Field(0.0, description="random loss per switch egress")
     host_queue_pkts: int = Field(256, ge=2, le=100000, description="host NIC queue (tc) in packets")
+    host_fair_queueing: bool = Field(False, description="host NIC serves destinations round-robin (a multi-port "
+                                                        "NI feeding several router ports at once), not one FIFO")
 
 
 class Placement(Settings):
