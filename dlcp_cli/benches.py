@@ -3,7 +3,7 @@ or Mininet are imported only when run, so `dlcp bench tagging` works anywhere.""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _tagging(argv):
@@ -28,9 +28,8 @@ def _accuracy(argv):
 
 def _schedulers(argv):
     import json
-    import time
-
     import os
+    import time
     from pathlib import Path
 
     from dlcp.comm.bench import parser, print_timeline, timeline_result

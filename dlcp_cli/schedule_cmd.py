@@ -22,8 +22,7 @@ import sys
 
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.plan import plan_json
-from dlcp.comm.plans import PlanError
-from dlcp.comm.plans import dssync, multitree, ring
+from dlcp.comm.plans import PlanError, dssync, multitree, ring
 from dlcp.comm.plans.topology_arg import parse_topology
 from dlcp.comm.policy import collective_cost
 from dlcp.comm.schedulers import SCHEDULERS

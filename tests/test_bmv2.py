@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dlcp.network import pipeline_names as pn
+from dlcp.network.runtime_file import Entry
 from dlcp.network.switch_runtime import Route, SwitchConfig
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
@@ -142,9 +143,8 @@ def test_spray_spreads_one_dlcp_flow_while_other_flows_stay_on_one_path(tmp_path
             return {k: len(got[k]) for k in group}
 
         def set_mode(mode):
-            rig.switch.p4rt.write_entries([{"table": pn.LB_CONFIG, "default_action": True,
-                                            "action_name": pn.SET_LB_MODE,
-                                            "action_params": {"mode": pn.LB_MODES[mode]}}])
+            rig.switch.p4rt.write_entries([Entry(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[mode]},
+                                                 default=True)])
 
         one_flow = [dlcp_frame(SRC, dst, seq=i) for i in range(300)]
         assert counts(one_flow, 300) == {2: 100, 3: 100, 4: 100}  # round-robin

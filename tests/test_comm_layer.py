@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from dlcp.comm.collectives import TransportEngine
+from dlcp.comm.costmodel import CostModel
 from dlcp.comm.engine import CommEngine, forward_order
 from dlcp.comm.inmemory import InMemoryGroup, memory_engines
 from dlcp.comm.order import MemoryOrder
@@ -24,7 +25,6 @@ from dlcp.comm.policy import build_scheduler, planning_profile, step_plan, wire_
 from dlcp.comm.schedulers import SCHEDULERS, make_scheduler
 from dlcp.comm.settings import CommConfig, CommPolicy
 from dlcp.comm.wire_ids import WireIdError, WireIds, phase_of, transfer_ids
-from dlcp.comm.costmodel import CostModel
 from dlcp.settings import ConfigError
 from dlcp.transport.api import Peer, TransportConfig
 from dlcp.transport.bounded_loss import Transport

@@ -31,6 +31,7 @@ DLCP_ALLOWED = {
     "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings",
                         "dlcp.network"},
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
+    "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
 }
 # Who may import which top-level package
 TOP_ALLOWED = {"dlcp": {"dlcp"}, "agents": {"dlcp", "agents"}, "emulation": {"dlcp", "emulation"},

@@ -116,3 +116,10 @@ def test_bad_config_names_key():
         TaggingConfig(policy="lifo")
     with pytest.raises(ValueError, match="dlcp.layer_order"):
         TaggingConfig(layer_order="middle_out")
+
+
+def test_the_worked_example_of_docs_tagging_md():
+    m = np.array([8, 1, 4, 2, 0, 16, 0.5, 4])
+    assert magnitude_drop_precedence(m).tolist() == [0, 1, 0, 1, 3, 0, 2, 0]
+    assert magnitude_class(m).tolist() == [9, 6, 8, 7, 0, 10, 5, 8]
+    assert layer_priority(np.arange(10), 10).tolist() == [6, 6, 5, 5, 4, 3, 3, 2, 2, 1]

@@ -73,4 +73,4 @@ def test_runtime_entries_follow_policy_and_routes():
     fifo = topospec.from_config(fifo_cfg).runtimes(fifo_cfg)
     assert not [e for e in fifo["s3"]["table_entries"] if e["table"] == N.CLASSIFY]
     for e in leaf["table_entries"]:
-        assert set(e["action_params"]) == {p for p, _ in N.ACTION_PARAMS[e["action_name"]]}
+        assert set(e["action_params"]) == {p.name for p in N.ACTIONS[e["action_name"]].params}

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from dlcp.bench_output import emit
+from dlcp.comm.inmemory import LOSS_MODES, PacketLoss, memory_engines
 from dlcp.workloads.settings import FILLS, WorkloadConfig
 from dlcp.workloads.trainer.data import load_dataset
-from dlcp.comm.inmemory import LOSS_MODES, PacketLoss, memory_engines
 from dlcp.workloads.trainer.loop import train_allreduce
 from dlcp.workloads.trainer.torch_workload import TorchWorkload
 

@@ -136,7 +136,7 @@ class TransportAllToAll(_Exchange):
 
     @classmethod
     def for_process_group(cls, config: TransportConfig | None = None, group=None, host: str | None = None,
-                          data_port: int = 0, control_port: int = 0, **kwargs) -> "TransportAllToAll":
+                          data_port: int = 0, control_port: int = 0, **kwargs) -> TransportAllToAll:
         """Open this rank's endpoint on `host` (default: the address towards MASTER_ADDR, or
         127.0.0.1 without it; pass it where that guess is wrong) and the given ports (0: any free
         port), learn every rank's addresses through the (already initialised) torch.distributed

@@ -170,10 +170,6 @@ class RingAllReduce(TransportEngine):
         super().__init__(transport, cfg, CommPolicy(), layouts, n_layers)
 
 
-def resync(self, iteration: int, params: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict]:
-        return resync(self.t, self.cfg, self.ids, self.layouts, self.n_layers, iteration, params)
-
-
 def resync(transport, cfg: CommConfig, ids: WireIds, layouts: dict[int, MessageLayout], n_layers: int,
            iteration: int, params: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict]:
     """Rank 0 sends `params` to every rank (reliably); returns (rank 0's parameters, drift of

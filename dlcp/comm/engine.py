@@ -39,7 +39,7 @@ import collections
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -136,7 +136,7 @@ class InMemoryGroup:
         self._dispatcher = threading.Thread(target=self._dispatch, name="inmemory-callbacks", daemon=True)
         self._dispatcher.start()
 
-    def collective(self, rank: int) -> "MemberCollective":
+    def collective(self, rank: int) -> MemberCollective:
         if not 0 <= rank < self.world:
             raise ValueError(f"rank {rank} outside 0..{self.world - 1}")
         return MemberCollective(self, rank)
@@ -227,10 +227,10 @@ class InMemoryPS:
         self._params: dict[int, dict[int, np.ndarray]] = {}
         self._pulled: dict[int, int] = {}
 
-    def client(self, rank: int) -> "PSClient":
+    def client(self, rank: int) -> PSClient:
         return PSClient(self, rank)
 
-    def server(self) -> "PSServer":
+    def server(self) -> PSServer:
         return PSServer(self)
 
     def abort(self, error: BaseException) -> None:

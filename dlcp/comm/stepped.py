@@ -37,12 +37,12 @@ import numpy as np
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial, Reduced
 from dlcp.comm.packets import tagged_packets
-from dlcp.comm.settings import CommConfig
 from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
 from dlcp.comm.plans.multitree import multitree_schedule
 from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.ring import ring_schedule
 from dlcp.comm.plans.schedule import Schedule, chunk_bounds
+from dlcp.comm.settings import CommConfig
 from dlcp.comm.wire_ids import WireIds, phase_of, transfer_ids
 from dlcp.network import topology as topospec
 from dlcp.network.topology import TopologySpec

@@ -24,7 +24,17 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from dlcp.wire.header import DROP_PREC_MAX, FLAG_PROTECTED, HEADER_LEN, TELEMETRY_LEN, TYPE_RETX, VALUE_BYTES, tos_of
+from dlcp.wire.header import (
+    FLAG_PROTECTED,
+    HEADER_LEN,
+    TELEMETRY_LEN,
+    TYPE_RETX,
+    VALUE_BYTES,
+    field_values,
+    header_fields,
+    set_field_values,
+    tos_of,
+)
 
 SendImpl = Literal["sendmmsg", "sendmsg"]
 SEND_IMPLS = get_args(SendImpl)
@@ -132,12 +142,12 @@ def plan_for(batch, order, dest: np.ndarray, retransmission: bool = False) -> Se
     """
     order = np.asarray(order, dtype=np.int64)
     rows = batch.headers[order]  # a copy, in sending order
+    f = header_fields(rows)  # a view: writes land in rows
     if retransmission:
-        rows[:, 0] = (rows[:, 0] & 0xF0) | TYPE_RETX
-        rows[:, 1] &= ~np.uint8(DROP_PREC_MAX << 3)
-        rows[:, 11] |= FLAG_PROTECTED
-    pdp = rows[:, 1].astype(np.int32)
-    tos = tos_of(pdp >> 5, (pdp >> 3) & 3)
+        set_field_values(f, "type", TYPE_RETX)
+        set_field_values(f, "drop_prec", 0)
+        set_field_values(f, "flags", field_values(f, "flags") | FLAG_PROTECTED)
+    tos = tos_of(field_values(f, "prio").astype(np.int32), field_values(f, "drop_prec").astype(np.int32))
     return SendPlan(rows, batch.values, batch.values_per_pkt, order, tos, dest, bool(batch.telemetry))
 
 

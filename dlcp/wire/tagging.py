@@ -1,4 +1,4 @@
-"""Per-packet priority and drop precedence for a gradient message (DESIGN §4, docs/tagging.md).
+"""Per-packet priority and drop precedence for a gradient message (docs/tagging.md).
 
 All functions are pure and vectorised over the packets of one message. Input is a flat gradient
 (numpy array or CPU torch tensor, used without copying it to numpy) cut into packets of

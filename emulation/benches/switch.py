@@ -51,13 +51,16 @@ def bench_runtime(in_intf: str, out_intf: str) -> dict:
     e = lambda table, action, params, **kw: {"table": table, "action_name": action, "action_params": params, **kw}  # noqa: E731
     return {
         "switch": "bench",
+        "device_id": 1,
+        "target": "ref",
+        "registers": [],
         "table_entries": [
             e(P.LB_CONFIG, P.SET_LB_MODE, {"mode": P.LB_MODES["spray_rr"]}, default_action=True),
             e(P.IPV4_LPM, P.SET_NHOP_GROUP, {"group": 1, "size": 1}, match={"ipv4_dst": [DST_IP, 32]}),
             e(P.NHOP, P.SET_NHOP, {"dmac": OUT_MAC, "port": 2}, match={"nhop_group": 1, "nhop_member": 0}),
             e(P.CLASSIFY, P.CLASSIFY_FROM_DLCP, {}, match={"dlcp_valid": 1}, priority=10),
             e(P.CLASSIFY, P.CLASSIFY_FROM_DSCP, {}, match={"dlcp_valid": 0}, priority=10),
-            e(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, {"qmax": 64, "k1": 48, "k2": 32, "k3": 16}, default_action=True),
+            e(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, dict(P.DEFAULT_THRESHOLDS), default_action=True),
         ],
         "ports": [{"port": 1, "intf": in_intf}, {"port": 2, "intf": out_intf}],
     }
