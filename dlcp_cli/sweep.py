@@ -136,8 +136,8 @@ def run_points(cmds: list[tuple[Point, list[str], Path]], jobs: int, log_dir: Pa
     status: dict[str, dict] = {}
     while todo or running:
         while todo and len(running) < jobs:
-            point, cmd, run_dir = todo.pop(0)
-            log = open(log_dir / f"{point.name}.log", "wb")
+            point, cmd, _run_dir = todo.pop(0)
+            log = open(log_dir / f"{point.name}.log", "wb")  # noqa: SIM115 (closed when the process ends)
             print(f"dlcp sweep: start {point.name}", file=sys.stderr, flush=True)
             running.append((point, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                                     stdin=subprocess.DEVNULL), time.monotonic(), log))

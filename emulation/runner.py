@@ -4,8 +4,8 @@
     -> progress until every worker is done (or the wall-clock limit) -> counters, records, logs
     -> everything stopped, always: on success, on error, on SIGINT/SIGTERM.
 
-Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--policies` share
-the topology and seed and are compared at the end.
+Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--vary key=a,b`
+(and `--policies`, which varies dlcp.policy) share the topology and seed and are compared at the end.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ class Experiment:
                   for s in self.spec.switches}
         try:
             self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
-                                     self.cfg["links"]["host_queue_pkts"])
+                                     self.cfg["links"]["host_queue_pkts"], self.cfg["links"]["host_fair_queueing"])
         except Exception as e:  # Mininet raises bare Exceptions; the cause is in the message
             hint = " (a killed run may have left it behind: sudo dlcp clean)" if "File exists" in str(e) else ""
             raise RunFailed(f"network set-up failed: {e}{hint}") from e
@@ -359,16 +359,16 @@ def report_variant(run_dir: Path) -> None:
 
 
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, run_dir: str | None = None) -> Path:
-    """Run an experiment (one variant per policy); returns the results directory. `run_dir`: the
-    one variant's directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
-    if run_dir and policies and len(policies) > 1:
-        raise configmod.ConfigError("--run-dir: takes one variant, not --policies with several")
-    base = configmod.load(config_path, overrides)
-    variants = []
-    for policy in policies or [None]:
-        cfg = configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=policy))) if policy else base
-        variants.append((policy or "run", cfg))
+        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None) -> Path:
+    """Run an experiment, one variant per combination of `--vary` values (`--policies P1,P2` is
+    `--vary dlcp.policy=P1,P2`); returns the results directory. `run_dir`: the one variant's
+    directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
+    raw = configmod.load_raw(config_path, overrides)
+    base = configmod.validate(raw)
+    varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
+    variants = configmod.variants(raw, varies)
+    if run_dir and len(variants) > 1:
+        raise configmod.ConfigError("--run-dir: takes one variant, not --policies / --vary with several")
     # roles and background placement, and the backend's tools, are checked before anything starts
     for _, cfg in variants:
         topospec.from_config(cfg)
@@ -403,7 +403,7 @@ def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      run_dir=getattr(args, "run_dir", None))
+                      vary=args.vary or [], run_dir=getattr(args, "run_dir", None))
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2

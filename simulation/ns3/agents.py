@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlcp.comm.collectives import _packets  # the emulated collectives' tagging and packetising
+from dlcp.comm.packets import tagged_packets  # the emulated collectives' tagging and packetising
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
@@ -39,7 +39,7 @@ class SimRun:
         self.errors: list[str] = []
 
     def us(self) -> int:
-        return int(round(self.clock.now() * 1e6))
+        return round(self.clock.now() * 1e6)
 
     def worker_finished_iteration(self, it: int) -> None:
         if it == 0:
@@ -66,7 +66,7 @@ class _Agent:
         self.done = 0
 
     def packets(self, values, ident, lay, lo, hi, magnitudes=None, protect=False):
-        return _packets(values, ident, lay, lo, hi, self.n_layers, self.comm, self.vpp, magnitudes, protect)
+        return tagged_packets(values, ident, lay, lo, hi, self.n_layers, self.comm, self.vpp, magnitudes, protect)
 
     def info(self, **kw):
         from dlcp.transport.api import SendInfo
@@ -128,11 +128,11 @@ class SimWorker(_Agent):
             self.workload.apply_gradients(it, self.aggregates)
             lost = int(sum(int((a.count < a.world).sum()) for a in self.aggregates.values()))
         metrics = self.workload.evaluate(it) or {}
-        end = max(self.run.us(), int(round(self.compute_end * 1e6)))
+        end = max(self.run.us(), round(self.compute_end * 1e6))
         first = self.t["comm_end_us"] if self.t["first_send_us"] is None else self.t["first_send_us"]
         self.run.iteration_rows[self.acfg.host].append({
             "host": self.acfg.host, "rank": self.rank, "iter": it, "start_us": self.t["start_us"], "end_us": end,
-            "iteration_us": end - self.t["start_us"], "compute_us": int(round(self.run.compute_s * 1e6)),
+            "iteration_us": end - self.t["start_us"], "compute_us": round(self.run.compute_s * 1e6),
             "comm_us": self.t["comm_end_us"] - first, "lost_values": metrics.get("lost_values", lost),
             "train_loss": metrics.get("train_loss"), "test_loss": metrics.get("test_loss"),
             "test_accuracy": metrics.get("test_accuracy")})
@@ -162,7 +162,7 @@ class SimWorker(_Agent):
             self._ring.sent(key)
 
     def on_received(self, key, result) -> None:
-        src, it, phase, msg_id = key
+        _src, it, phase, msg_id = key
         if phase == PHASE_PULL:
             if it == self.it:
                 self.pulls[msg_id] = ParamChunk(result.values, result.loss_mask())
@@ -307,7 +307,7 @@ class SimPS(_Agent):
                 self.run.check_finished()
 
     def on_received(self, key, result) -> None:
-        src, it, phase, msg_id = key
+        _src, it, phase, msg_id = key
         if phase != PHASE_PUSH:
             return
         got = self.got.setdefault(it, {})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from simulation.ns3 import loader
 from simulation.ns3.switch import Ns3Switch
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m simulation.ns3.inject SCENARIOS.json RESULTS.json", file=sys.stderr)
         return 2
-    scenarios = json.loads(open(argv[0]).read())
+    scenarios = json.loads(Path(argv[0]).read_text())
     results = {sc["name"]: run_frames(sc["runtime"], sc["send"], sc["settle_s"], sc.get("seed", 1))
                for sc in scenarios}
     with open(argv[1], "w") as f:

@@ -183,36 +183,56 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True
     return run_dir
 
 
+def check_supported(cfg: dict) -> None:
+    """The simulated hosts run the PS and the ring all-reduce in WFBP order (agents.py); the comm
+    layer's other schedulers and collectives run in threads on the emulated hosts only."""
+    comm = cfg.get("comm", {})
+    for key, ok in (("scheduler", "wfbp"), ("collective", "ring")):
+        if comm.get(key, ok) != ok:
+            raise configmod.ConfigError(f"comm.{key}: {comm[key]!r} is not simulated on ns-3 yet "
+                                        f"(backend ns3 runs {key} = {ok!r}; use backend = 'ref')")
+
+
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, run_dir: str | None = None) -> Path:
-    base = configmod.load(config_path, overrides)
-    if run_dir and policies and len(policies) > 1:
-        raise configmod.ConfigError("--run-dir: takes one variant, not --policies with several")
+        with_report: bool = True, run_dir: str | None = None, vary: list[str] = ()) -> Path:
+    """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`), each
+    in a process of its own (ns-3's simulator is a singleton); returns the results directory."""
+    raw = configmod.load_raw(config_path, overrides)
+    base = configmod.validate(raw)
+    varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
+    variants = configmod.variants(raw, varies)
+    if run_dir and len(variants) > 1:
+        raise configmod.ConfigError("--run-dir: takes one variant, not --policies / --vary with several")
+    for _, cfg in variants:  # roles, background placement and comm settings are checked before anything starts
+        topospec.from_config(cfg)
+        check_supported(cfg)
     reason = loader.available()
     if reason:
         raise SimFailed(reason)
-    variants = policies or [None]
-    for p in variants:  # roles and background placement are checked before anything starts
-        topospec.from_config(configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=p))) if p else base)
     if run_dir:
         results = Path(run_dir)
     else:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         results = Path(out_root or base["output"]["dir"]) / f"{stamp}-{base['name']}"
     if len(variants) == 1:
-        cfg = configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=variants[0]))) if variants[0] else base
-        target = results if run_dir else results / (variants[0] or "run")
+        name, cfg = variants[0]
+        target = results if run_dir else results / name
         print(f"dlcp run: {base['name']} on ns-3 -> {target}", file=sys.stderr)
-        run_variant(cfg, target, variants[0] or "run", with_report)
+        run_variant(cfg, target, name, with_report)
         return results
     run_dirs = []
-    for i, p in enumerate(variants):  # one simulation per process (ns-3's simulator is a singleton)
-        target = results / p
-        print(f"dlcp run: {base['name']} [{p}] ({i + 1}/{len(variants)}) on ns-3 -> {target}", file=sys.stderr)
-        cmd = [sys.executable, "-m", "dlcp_cli", "run", config_path, *sum((["--set", o] for o in overrides), []),
-               "--set", f"dlcp.policy={p}", "--run-dir", str(target)] + ([] if with_report else ["--no-report"])
-        if subprocess.run(cmd).returncode:
-            raise SimFailed(f"variant {p} failed (see above)")
+    for i, (name, cfg) in enumerate(variants):
+        target = results / name
+        print(f"dlcp run: {base['name']} [{name}] ({i + 1}/{len(variants)}) on ns-3 -> {target}", file=sys.stderr)
+        variant_config = results / f".{name}.toml"  # the variant's validated config, run as it is
+        variant_config.parent.mkdir(parents=True, exist_ok=True)
+        variant_config.write_text(configmod.dumps(cfg))
+        cmd = [sys.executable, "-m", "dlcp_cli", "run", str(variant_config), "--run-dir", str(target)]
+        if not with_report:
+            cmd.append("--no-report")
+        if subprocess.run(cmd, check=False).returncode:
+            raise SimFailed(f"variant {name} failed (see above)")
+        variant_config.unlink()
         run_dirs.append(target)
     if with_report:
         from dlcp.reporting import compare_runs
@@ -224,7 +244,7 @@ def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      run_dir=getattr(args, "run_dir", None))
+                      run_dir=getattr(args, "run_dir", None), vary=getattr(args, "vary", None) or [])
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
