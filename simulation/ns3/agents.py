@@ -307,7 +307,7 @@ class SimPS(_Agent):
                 self.run.check_finished()
 
     def on_received(self, key, result) -> None:
-        _src, it, phase, msg_id = key
+        src, it, phase, msg_id = key
         if phase != PHASE_PUSH:
             return
         got = self.got.setdefault(it, {})
