@@ -52,6 +52,8 @@ def test_defaults_filled():
     (minimal(workload={"workers": 65}, topology={"kind": "leaf_spine", "leaves": 8, "hosts_per_leaf": 16}),
      "workload.workers: 65 workers: more than 64 need backend = 'ns3'"),
     (minimal(backend="ns3", workload={"workers": 254}), "workload.workers: 254 is above the maximum 253"),
+    (minimal(links={"mtu": 9000}), "links.mtu: 9000: jumbo links exist only on backend = 'ns3'"),
+    (minimal(backend="ns3", links={"mtu": 9001}), "links.mtu: 9001 is above the maximum 9000"),
 ])
 def test_bad_configs_fail_with_one_line_naming_the_key(raw, message):
     with pytest.raises(ConfigError) as e:
@@ -64,6 +66,14 @@ def test_ns3_takes_more_workers_than_mininet():
     cfg = config.validate(minimal(backend="ns3", workload={"workers": 128, "mode": "allreduce"},
                                   topology={"kind": "leaf_spine", "spines": 4, "leaves": 8, "hosts_per_leaf": 16}))
     assert cfg["backend"] == "ns3" and cfg["workload"]["workers"] == 128
+
+
+def test_jumbo_links_fill_packets_with_more_values():
+    from dlcp.wire.header import VALUES_PER_PKT, values_per_pkt_for_mtu
+    assert values_per_pkt_for_mtu(1500) == VALUES_PER_PKT == 350  # 1400 payload bytes
+    assert values_per_pkt_for_mtu(9000) == 2225  # 8900 bytes: IPv4 20 + UDP 8 + DLCP 24 + telemetry 8 + 8900 = 8960
+    cfg = config.validate(minimal(backend="ns3", links={"mtu": 9000}))
+    assert cfg["links"]["mtu"] == 9000 and config.validate(minimal())["links"]["mtu"] == 1500
 
 
 def test_overrides():

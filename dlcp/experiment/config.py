@@ -29,7 +29,7 @@ from dlcp.comm.settings import CommPolicy, CommSettings, Mode
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
-from dlcp.wire.header import DATA_PORT
+from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
 from dlcp.wire.tagging import TaggingConfig
 from dlcp.workloads.settings import Fill, TrainingSettings
 
@@ -120,6 +120,8 @@ class Links(Settings):
     host_queue_pkts: int = Field(256, ge=2, le=100000, description="host NIC queue (tc) in packets")
     host_fair_queueing: bool = Field(False, description="host NIC serves destinations round-robin (a multi-port "
                                                         "NI feeding several router ports at once), not one FIFO")
+    mtu: int = Field(STANDARD_MTU, ge=STANDARD_MTU, le=JUMBO_MTU,
+                     description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)")
 
 
 class Placement(Settings):
@@ -227,6 +229,9 @@ class Experiment(Settings):
         if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
             raise BadValue("workload.workers", f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
                                                "backend = 'ns3' (Mininet hosts on one machine)")
+        if links.mtu != STANDARD_MTU and self.backend != "ns3":
+            raise BadValue("links.mtu", f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
+                                        f"hosts and switches use {STANDARD_MTU})")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")

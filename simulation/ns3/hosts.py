@@ -23,14 +23,17 @@ CORE_HINT = ("backend ns3 needs the transport's sans-I/O protocol core (dlcp/tra
 TICK_S = 1e-9  # the simulator's time resolution
 # Linux charges a full DLCP frame about this much socket buffer (skb truesize) and doubles
 # SO_SNDBUF: a blocking UDP socket with sndbuf_bytes holds 2 * sndbuf_bytes / TRUESIZE packets in
-# its host before it blocks (128 KiB: 113 packets)
+# its host before it blocks (128 KiB: 113 packets). On jumbo links a frame is charged its extra
+# bytes on top (an assumption: the emulator has no jumbo links to measure it on).
 SKB_TRUESIZE = 2304
+STANDARD_MTU = 1500
 
 
-def send_buffer_packets(sndbuf_bytes: int, host_queue_pkts: int) -> int:
+def send_buffer_packets(sndbuf_bytes: int, host_queue_pkts: int, mtu: int = STANDARD_MTU) -> int:
     """Datagrams a host keeps in its NIC queue before its sender blocks (at most the queue less one
     slot, so the control connection always finds room)."""
-    return max(1, min(2 * sndbuf_bytes // SKB_TRUESIZE, host_queue_pkts - 1))
+    truesize = SKB_TRUESIZE + max(0, mtu - STANDARD_MTU)
+    return max(1, min(2 * sndbuf_bytes // truesize, host_queue_pkts - 1))
 
 
 def core_missing() -> str | None:
@@ -233,7 +236,8 @@ class HostStack:
         io = self.ns.CreateObject["DlcpHostIo"]()
         sndbuf = getattr(cfg, "sndbuf_bytes", 128 << 10)
         io.__deref__().Setup(self.net.nodes[name], h.index, self.data_port, self.control_port,
-                             self.net.host_devices[name], send_buffer_packets(sndbuf, self.host_queue_pkts))
+                             self.net.host_devices[name], send_buffer_packets(sndbuf, self.host_queue_pkts,
+                                                                                     self.net.mtu))
         self._ios.append(io)
         h.io = io.__deref__()
         self.ip_of_rank[rank] = ip_int(self.net.spec.hosts[name].ip)

@@ -45,6 +45,7 @@ class SimNetwork:
     host_devices: dict = field(default_factory=dict)  # host -> Ptr<NetDevice>
     switches: dict = field(default_factory=dict)  # name -> Ns3Switch
     background: list = field(default_factory=list)
+    mtu: int = 1500  # IP MTU of every link
 
 
 def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict, data_port: int,
@@ -52,7 +53,7 @@ def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict
     """Nodes, links, switches (configured and attached) and host NICs; no traffic yet."""
     ns = loader.compile_cpp("dlcp_switch", "dlcp_net")
     ns.DlcpTcpLikeLinux()  # before any socket exists
-    net = SimNetwork(spec)
+    net = SimNetwork(spec, mtu=mtu)
     for name in list(spec.hosts) + list(spec.switches):
         net.nodes[name] = ns.CreateObject["Node"]()
     stack = ns.InternetStackHelper()

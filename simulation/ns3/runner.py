@@ -91,6 +91,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     if missing:
         raise SimFailed(missing)
     from dlcp.transport.api import TransportConfig
+    from dlcp.wire.header import values_per_pkt_for_mtu
     from dlcp.workloads.registry import make_server_workload, make_workload
     from simulation.ns3.agents import SimPS, SimRun, SimWorker
     from simulation.ns3.network import add_background, build_network
@@ -98,7 +99,8 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
     ns.RngSeedManager.SetSeed(cfg["seed"] + 1)  # ns-3 refuses seed 0
     d = cfg["dlcp"]
-    net = build_network(spec, runtimes, cfg["links"], d["data_port"])
+    mtu = cfg["links"]["mtu"]
+    net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=mtu)
     stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
     run = SimRun(stack.clock, cfg["workload"]["iterations"], cfg["workload"]["compute_ms"] / 1e3)
     agents, workers = [], []
@@ -108,7 +110,8 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
         wl_cfg = acfg.workload.model_copy(update={"compute_ms": 0.0})  # compute time is simulated
         tcfg = H.transport_config(TransportConfig, d, rank=acfg.wire_rank, job_id=acfg.job_id, ip=acfg.ip,
                                   host=host, per_packet=cfg["output"]["per_packet"],
-                                  inject_seed=cfg["seed"] * 1000 + acfg.wire_rank)
+                                  inject_seed=cfg["seed"] * 1000 + acfg.wire_rank,
+                                  values_per_pkt=values_per_pkt_for_mtu(mtu))
         holder = []  # the agent, once it exists: the host's completions go to it
         h = stack.add(host, acfg.wire_rank, tcfg, lambda _h, key, res, a=holder: a[0].on_sent(key, res),
                       lambda _h, key, res, a=holder: a[0].on_received(key, res))
@@ -191,6 +194,8 @@ def check_supported(cfg: dict) -> None:
         if comm.get(key, ok) != ok:
             raise configmod.ConfigError(f"comm.{key}: {comm[key]!r} is not simulated on ns-3 yet "
                                         f"(backend ns3 runs {key} = {ok!r}; use backend = 'ref')")
+    if cfg["links"].get("host_fair_queueing"):
+        raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
 
 
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
