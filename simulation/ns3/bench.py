@@ -2,8 +2,11 @@
 
 Each worker count is one `dlcp run` on ns-3 (its own process: one simulation per process) of a
 ring all-reduce on a leaf-spine with 16 hosts per leaf (leaves = workers / 16, 2 spines; 50 Mbit/s
-hosts, 100 Mbit/s fabric by default), the synthetic workload (LeNet-5's layer sizes unless
-`--layers` says otherwise), `--iterations` iterations. Per worker count it prints: simulated
+hosts, 100 Mbit/s fabric by default), the synthetic workload with LeNet-5's 44,426 values in one
+message (one DDP bucket; `--layers` sets other layer sizes, one message per layer), `--iterations`
+iterations. One message, because a ring step is one transport message (DESCRIBE, data, PROBE,
+STOP) whose per-message Python work dominates at 128 workers: 2 x 127 steps x 128 workers per
+message per iteration. Per worker count it prints: simulated
 seconds per iteration (median over the workers' iterations after the first), the process's wall
 and CPU seconds, simulator events per CPU second, packets the switches forwarded, and peak memory
 (RSS of the simulation process). With --json the last line is one JSON object.
@@ -23,6 +26,7 @@ from pathlib import Path
 from dlcp.bench_output import emit
 
 HOSTS_PER_LEAF = 16
+LENET5_VALUES = 44426  # the synthetic workload's default layers, summed
 
 
 def config_text(workers: int, iterations: int, layers: list[int] | None, host_mbps: float, fabric_mbps: float,
@@ -66,9 +70,9 @@ def measure(workers: int, args, workdir: Path) -> dict:
 def bench_sim(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="dlcp bench sim", description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="16,32,64,128", help="worker counts (comma-separated)")
-    ap.add_argument("--iterations", type=int, default=3, help="iterations per run (the first is not timed)")
-    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                    help="layer sizes in values (default: LeNet-5's)")
+    ap.add_argument("--iterations", type=int, default=2, help="iterations per run (the first is not timed)")
+    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[LENET5_VALUES],
+                    help=f"layer sizes in values, one message each (default: {LENET5_VALUES}, LeNet-5's values in one)")
     ap.add_argument("--host-mbps", type=float, default=50.0)
     ap.add_argument("--fabric-mbps", type=float, default=100.0)
     ap.add_argument("--policy", default="dlcp")
