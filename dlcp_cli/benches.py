@@ -73,6 +73,11 @@ def _bmv2(argv):
     return bench_bmv2(argv)
 
 
+def _sim(argv):
+    from simulation.ns3.bench import bench_sim
+    return bench_sim(argv)
+
+
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
@@ -81,6 +86,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
+    "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),
 }
 
 

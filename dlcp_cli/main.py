@@ -1,7 +1,9 @@
-"""The `dlcp` command: run | build | gen | report | compare | clean | bench | schedule.
+"""The `dlcp` command: run | sweep | build | gen | report | compare | clean | bench | schedule.
 
-The CLI sits above both `dlcp/` and `emulation/`. Commands that need root, Mininet or bmv2 import
-`emulation` only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging` work anywhere.
+The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
+or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
+work anywhere. `dlcp run` dispatches on the experiment's backend: ref and bmv2 to the Mininet
+runner (root), ns3 to the simulator (no root).
 """
 
 from __future__ import annotations
@@ -16,8 +18,22 @@ from dlcp_cli.benches import BENCHES, run_bench
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dlcp.experiment import config as configmod
+    try:
+        backend = configmod.load(args.config, args.set or [])["backend"]
+    except configmod.ConfigError as e:
+        print(f"dlcp run: {e}", file=sys.stderr)
+        return 2
+    if backend == "ns3":
+        from simulation.ns3 import runner as sim_runner
+        return sim_runner.main(args)
     from emulation import runner
     return runner.main(args)
+
+
+def _sweep(argv: list[str]) -> int:
+    from dlcp_cli import sweep
+    return sweep.main(argv)
 
 
 def _clean(args: argparse.Namespace) -> int:
@@ -59,7 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(repeatable: every combination)")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
+    r.add_argument("--run-dir", metavar="DIR",
+                   help="write the (single-variant) run exactly into DIR instead of OUT/<UTC time>-NAME/run "
+                        "(what dlcp sweep uses, so points land in known places)")
     r.set_defaults(func=_run)
+
+    sw = sub.add_parser("sweep", help="run an experiment over a grid of config values, points in parallel",
+                        description="See `dlcp sweep --help`.", add_help=False)
+    sw.add_argument("sweep_args", nargs=argparse.REMAINDER)
+    sw.set_defaults(func=lambda a: _sweep(a.sweep_args))
 
     c = sub.add_parser("clean", help="stop what a killed run left (processes, host shells, links; root)")
     c.set_defaults(func=_clean)
@@ -109,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     # `dlcp bench NAME --json` and `dlcp schedule ...` must reach their own parsers untouched
     if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-"):
         return run_bench(argv[1], argv[2:])
+    if argv and argv[0] == "sweep":  # its own parser, like the benchmarks
+        return _sweep(argv[1:])
     if argv[:1] == ["schedule"]:
         return _schedule(argv[1:])
     args = build_parser().parse_args(argv)

@@ -359,13 +359,16 @@ def report_variant(run_dir: Path) -> None:
 
 
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, vary: list[str] = ()) -> Path:
+        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None) -> Path:
     """Run an experiment, one variant per combination of `--vary` values (`--policies P1,P2` is
-    `--vary dlcp.policy=P1,P2`); returns the results directory."""
+    `--vary dlcp.policy=P1,P2`); returns the results directory. `run_dir`: the one variant's
+    directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
     raw = configmod.load_raw(config_path, overrides)
     base = configmod.validate(raw)
     varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
     variants = configmod.variants(raw, varies)
+    if run_dir and len(variants) > 1:
+        raise configmod.ConfigError("--run-dir: takes one variant, not --policies / --vary with several")
     # roles and background placement, and the backend's tools, are checked before anything starts
     for _, cfg in variants:
         topospec.from_config(cfg)
@@ -375,6 +378,8 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     if base["backend"] == "bmv2":
         print(BMV2_RATE_NOTE, file=sys.stderr)
     results = Path(out_root or base["output"]["dir"]) / f"{utc_stamp()}-{base['name']}"
+    if run_dir:
+        results = Path(run_dir)
     progress = Progress()
     signal.signal(signal.SIGTERM, _raise_terminated)
     # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
@@ -382,12 +387,12 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     signal.signal(signal.SIGINT, signal.default_int_handler)
     run_dirs = []
     for i, (variant, cfg) in enumerate(variants):
-        print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {results / variant}",
-              file=sys.stderr)
-        run_variant(cfg, results / variant, variant, progress, tools)
-        run_dirs.append(results / variant)
+        vdir = Path(run_dir) if run_dir else results / variant
+        print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {vdir}", file=sys.stderr)
+        run_variant(cfg, vdir, variant, progress, tools)
+        run_dirs.append(vdir)
         if with_report:
-            report_variant(results / variant)
+            report_variant(vdir)
     if with_report and len(run_dirs) > 1:
         from dlcp.reporting import compare_runs
         compare_runs(run_dirs, results, echo=True)
@@ -398,7 +403,7 @@ def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      vary=args.vary or [])
+                      vary=args.vary or [], run_dir=getattr(args, "run_dir", None))
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine: Debian packages (when missing) and the project venv.
 # Re-running it is cheap: apt is skipped when every package is present, pip when the stamp is newer
-# than pyproject.toml.
+# than pyproject.toml and was made for the same extras. DLCP_EXTRAS adds optional extras, e.g.
+# DLCP_EXTRAS=sim for backend = "ns3" (the ns3 wheel: about 4 minutes and 500 MB the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc)
 VENV=${DLCP_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
+EXTRAS="dev,bmv2${DLCP_EXTRAS:+,$DLCP_EXTRAS}"
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -30,7 +32,8 @@ fi
 stamp="$VENV/.dlcp-setup-stamp"
 if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
       && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c \
-      && "$stamp" -nt emulation/refswitch/dlcp_wire.h ]]; then
+      && "$stamp" -nt emulation/refswitch/dlcp_wire.h \
+      && "$(cat "$stamp")" == "$EXTRAS" ]]; then
     exit 0
 fi
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
@@ -46,7 +49,7 @@ pip_install() {
     fi
 }
 pip_install torch==2.13.0
-pip_install -e ".[dev,bmv2]"
+pip_install -e ".[$EXTRAS]"
 "$VENV/bin/python" -c 'import torch, numpy, scapy, mininet, dlcp; assert torch.__version__.startswith("2.13.0"), torch.__version__'
-touch "$stamp"
+echo "$EXTRAS" > "$stamp"
 echo "setup: ready ($VENV, torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"

@@ -1,5 +1,5 @@
-"""Shared pytest set-up: markers `root` and `bmv2` skip cleanly (with the reason) where the machine
-cannot run them."""
+"""Shared pytest set-up: markers `root`, `bmv2` and `ns3` skip cleanly (with the reason) where the
+machine cannot run them."""
 
 from __future__ import annotations
 
@@ -20,8 +20,12 @@ def _missing_bmv2() -> str | None:
 def pytest_collection_modifyitems(config, items):
     not_root = None if os.geteuid() == 0 else "needs root (network namespaces)"
     no_bmv2 = _missing_bmv2()
+    from simulation.ns3.loader import available
+    no_ns3 = available()
     for item in items:
         if not_root and ("root" in item.keywords or "bmv2" in item.keywords):
             item.add_marker(pytest.mark.skip(reason=not_root))
         elif no_bmv2 and "bmv2" in item.keywords:
             item.add_marker(pytest.mark.skip(reason=no_bmv2))
+        elif no_ns3 and "ns3" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=no_ns3))

@@ -39,7 +39,7 @@ def test_defaults_filled():
     (minimal(workload={"iterations": True}), "workload.iterations: expected integer, got bool"),
     (minimal(workload={"workers": 9}, topology={"hosts": 6}), "workload.workers: 9 workers + 1 PS need 10 hosts"),
     (minimal(workload={"mode": "gossip"}), "workload.mode: 'gossip' is not one of ps, allreduce"),
-    (minimal(backend="ovs"), "backend: 'ovs' is not one of ref, bmv2"),
+    (minimal(backend="ovs"), "backend: 'ovs' is not one of ref, bmv2, ns3"),
     (minimal(dlcp={"k1": 70}), "dlcp.k1: thresholds must satisfy"),
     (minimal(dlcp={"qmax": 200}), "dlcp.qmax: 200 must be below links.queue_pkts 128"),
     (minimal(dlcp={"qmax": 128, "k1": 64}), "dlcp.qmax: 128 must be below links.queue_pkts 128"),
@@ -49,12 +49,31 @@ def test_defaults_filled():
     ({"backend": "ref"}, "name: required"),
     (minimal(name="a b"), "name: 'a b' may only hold"),
     (minimal(backend="bmv2", links={"loss": 0.01}), "links.delay_us: delay and loss emulation exist only"),
+    (minimal(workload={"workers": 65}, topology={"kind": "leaf_spine", "leaves": 8, "hosts_per_leaf": 16}),
+     "workload.workers: 65 workers: more than 64 need backend = 'ns3'"),
+    (minimal(backend="ns3", workload={"workers": 254}), "workload.workers: 254 is above the maximum 253"),
+    (minimal(links={"mtu": 9000}), "links.mtu: 9000: jumbo links exist only on backend = 'ns3'"),
+    (minimal(backend="ns3", links={"mtu": 9001}), "links.mtu: 9001 is above the maximum 9000"),
 ])
 def test_bad_configs_fail_with_one_line_naming_the_key(raw, message):
     with pytest.raises(ConfigError) as e:
         config.validate(raw)
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_ns3_takes_more_workers_than_mininet():
+    cfg = config.validate(minimal(backend="ns3", workload={"workers": 128, "mode": "allreduce"},
+                                  topology={"kind": "leaf_spine", "spines": 4, "leaves": 8, "hosts_per_leaf": 16}))
+    assert cfg["backend"] == "ns3" and cfg["workload"]["workers"] == 128
+
+
+def test_jumbo_links_fill_packets_with_more_values():
+    from dlcp.wire.header import VALUES_PER_PKT, values_per_pkt_for_mtu
+    assert values_per_pkt_for_mtu(1500) == VALUES_PER_PKT == 350  # 1400 payload bytes
+    assert values_per_pkt_for_mtu(9000) == 2225  # 8900 bytes: IPv4 20 + UDP 8 + DLCP 24 + telemetry 8 + 8900 = 8960
+    cfg = config.validate(minimal(backend="ns3", links={"mtu": 9000}))
+    assert cfg["links"]["mtu"] == 9000 and config.validate(minimal())["links"]["mtu"] == 1500
 
 
 def test_overrides():

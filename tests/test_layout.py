@@ -1,6 +1,7 @@
 """House rules (docs/design.md, "Layout"): `dlcp/` stays importable without root, Mininet, bmv2 or the
 other top-level packages; its packages depend on each other in one direction only; the CLI sits above
-`dlcp/` and `emulation/`; no import cycle anywhere; every bench prints its JSON on the last line."""
+`dlcp/`, `emulation/` and `simulation/`; ns-3 is reached through one loader only; no import cycle
+anywhere; every bench prints its JSON on the last line."""
 
 import ast
 import json
@@ -9,7 +10,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TOP = ("dlcp", "dlcp_cli", "emulation", "agents")
+TOP = ("dlcp", "dlcp_cli", "emulation", "agents", "simulation")
 FORBIDDEN_IN_DLCP = {"mininet", "emulation", "agents", "dlcp_cli", "p4runtime_sh", "bm_runtime", "sswitch_runtime"}
 
 # What each unit of dlcp/ may import from the others (lower layers first). A unit is a package
@@ -35,7 +36,14 @@ DLCP_ALLOWED = {
 }
 # Who may import which top-level package
 TOP_ALLOWED = {"dlcp": {"dlcp"}, "agents": {"dlcp", "agents"}, "emulation": {"dlcp", "emulation"},
-               "dlcp_cli": {"dlcp", "emulation", "dlcp_cli"}}
+               "simulation": {"dlcp", "emulation", "simulation"},
+               "dlcp_cli": {"dlcp", "emulation", "simulation", "dlcp_cli"}}
+# simulation/ flattens runtime files with the built-in dataplane's table code, which is pure Python;
+# nothing of emulation/ that needs root, sockets or Mininet
+SIMULATION_MAY_IMPORT = {"emulation.refswitch.pipeline",
+                         "emulation.refswitch.match_tables", "emulation.refswitch.counters",
+                         "emulation.refswitch.hashing", "emulation.refswitch"}
+NS3_LOADER = "simulation.ns3.loader"  # the one module that imports cppyy / the ns3 wheel
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -90,6 +98,19 @@ def test_dlcp_units_depend_downward_only():
 def test_top_level_packages_depend_downward_only():
     bad = [f"{m} imports {t}" for m, p in MODULES.items() for t in imports_of(p)
            if t.split(".")[0] in TOP and t.split(".")[0] not in TOP_ALLOWED[m.split(".")[0]]]
+    assert not bad, bad
+
+
+def test_simulation_uses_only_pure_emulation_modules():
+    bad = [f"{m} imports {t}" for m, p in MODULES.items() if m.split(".")[0] == "simulation"
+           for t in imports_of(p) if t.split(".")[0] == "emulation" and t not in SIMULATION_MAY_IMPORT]
+    assert not bad, bad
+
+
+def test_only_the_loader_imports_ns3():
+    """The sim extra stays optional: everything else reaches ns-3 through loader.ns()."""
+    bad = [m for m, p in MODULES.items() if m != NS3_LOADER
+           and {t.split(".")[0] for t in imports_of(p)} & {"cppyy", "libcppyy", "ns"}]
     assert not bad, bad
 
 

@@ -29,7 +29,7 @@ from dlcp.comm.settings import CommPolicy, CommSettings, Mode
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
-from dlcp.wire.header import DATA_PORT
+from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
 from dlcp.wire.tagging import TaggingConfig
 from dlcp.workloads.settings import Fill, TrainingSettings
 
@@ -108,6 +108,9 @@ TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSp
 Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discriminator="kind")]
 
 
+EMULATED_MAX_WORKERS = 64  # Mininet hosts on one machine; the simulator takes up to 253
+
+
 class Links(Settings):
     host_mbps: float = Field(50.0, ge=0.1, le=10000, description="host <-> switch links")
     fabric_mbps: float = Field(50.0, ge=0.1, le=10000, description="switch <-> switch links")
@@ -117,11 +120,14 @@ class Links(Settings):
     host_queue_pkts: int = Field(256, ge=2, le=100000, description="host NIC queue (tc) in packets")
     host_fair_queueing: bool = Field(False, description="host NIC serves destinations round-robin (a multi-port "
                                                         "NI feeding several router ports at once), not one FIFO")
+    mtu: int = Field(STANDARD_MTU, ge=STANDARD_MTU, le=JUMBO_MTU,
+                     description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)")
 
 
 class Placement(Settings):
     mode: Mode = Field("ps", description="parameter server or ring all-reduce")
-    workers: int = Field(4, ge=1, le=64, description="training workers (one host each)")
+    workers: int = Field(4, ge=1, le=253, description="training workers (one host each; more than "
+                                                       f"{EMULATED_MAX_WORKERS} only on backend ns3)")
 
 
 class Workload(TrainingSettings, Placement):
@@ -178,7 +184,8 @@ class Experiment(Settings):
     """One experiment file."""
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
-    backend: Literal["ref", "bmv2"] = Field("ref", description="switch backend")
+    backend: Literal["ref", "bmv2", "ns3"] = Field(
+        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)")
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
     topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, leaves under "
@@ -219,6 +226,12 @@ class Experiment(Settings):
                                           "(the parameter server pushes and pulls one message per layer)")
         if c.collective == "dssync" and w.workers % c.dssync.group:
             raise BadValue("comm.dssync.group", f"{c.dssync.group} does not divide workload.workers = {w.workers}")
+        if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
+            raise BadValue("workload.workers", f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
+                                               "backend = 'ns3' (Mininet hosts on one machine)")
+        if links.mtu != STANDARD_MTU and self.backend != "ns3":
+            raise BadValue("links.mtu", f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
+                                        f"hosts and switches use {STANDARD_MTU})")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")

@@ -27,7 +27,7 @@ from dlcp.network.pipeline_names import (
 )
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128  # per priority queue, when a port does not say
-TARGETS = ("bmv2", "ref")
+TARGETS = ("bmv2", "ref", "ns3")
 DEFAULT_P4INFO = "build/p4/dlcp.p4info.txtpb"
 DEFAULT_BMV2_JSON = "build/p4/dlcp.json"
 MAX_INTF_NAME = 15  # Linux IFNAMSIZ - 1

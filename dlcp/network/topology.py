@@ -124,7 +124,7 @@ class TopologySpec:
         links = [rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
                  for a, pa, b, pb, rate in self.links()]
         switch_cfg = rt.SwitchConfig(**{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"],
-                                     target="ref" if cfg["backend"] == "ref" else "bmv2")
+                                     target=cfg["backend"])
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
             ports = tuple(replace(p, delay_us=links_cfg["delay_us"], loss=float(links_cfg["loss"]))

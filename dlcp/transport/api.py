@@ -16,7 +16,14 @@ from pydantic import Field
 from dlcp.settings import Fraction, IntKey, Settings
 from dlcp.transport.udpio import SendImpl
 from dlcp.wire import control_frames as C
-from dlcp.wire.header import DATA_PORT, FIELD_BITS, PHASE_NAMES, PROBE_FIELD_BITS, VALUES_PER_PKT
+from dlcp.wire.header import (
+    DATA_PORT,
+    FIELD_BITS,
+    MAX_VALUES_PER_PKT,
+    PHASE_NAMES,
+    PROBE_FIELD_BITS,
+    VALUES_PER_PKT,
+)
 
 CONTROL_PORT = 9911
 # r_max retransmission rounds make r_max + 1 PROBE rounds, and the PROBE carries its round in one byte
@@ -58,7 +65,7 @@ class TransportConfig(TransportSettings):
     data_port: int = Field(DATA_PORT, ge=0, le=65535)  # 0: any free port
     control_port: int = Field(CONTROL_PORT, ge=0, le=65535)
     host: str = ""  # for records
-    values_per_pkt: int = Field(VALUES_PER_PKT, ge=1, le=VALUES_PER_PKT)
+    values_per_pkt: int = Field(VALUES_PER_PKT, ge=1, le=MAX_VALUES_PER_PKT)  # above 350: jumbo links (ns-3)
     per_packet: bool = False  # per-packet records
     inject_seed: int = Field(0, ge=0)
     send_batch: int = Field(32, ge=1)

@@ -35,6 +35,17 @@ DATA_PORT = LAYOUT.data_port  # UDP destination port of DLCP data (configurable 
 MAX_PAYLOAD_BYTES = LAYOUT.max_payload_bytes  # keeps Ether+IPv4+UDP+DLCP+payload under a 1500-byte MTU
 VALUE_BYTES = LAYOUT.value_bytes  # fp32
 VALUES_PER_PKT = MAX_PAYLOAD_BYTES // VALUE_BYTES  # 350
+STANDARD_MTU = 1500  # what MAX_PAYLOAD_BYTES is sized for
+JUMBO_MTU = 9000
+
+
+def values_per_pkt_for_mtu(mtu: int) -> int:
+    """fp32 values a full data packet carries on links of this IP MTU (the simulator's links may be
+    jumbo; emulated links are 1500): the standard payload plus the extra MTU bytes."""
+    return (MAX_PAYLOAD_BYTES + mtu - STANDARD_MTU) // VALUE_BYTES
+
+
+MAX_VALUES_PER_PKT = values_per_pkt_for_mtu(JUMBO_MTU)  # 2225
 
 _TYPES, _PHASES, _FLAGS = codes(LAYOUT.types), codes(LAYOUT.phases), codes(LAYOUT.flags)
 TYPE_DATA, TYPE_RETX, TYPE_PARAM, TYPE_PROBE = (_TYPES[n] for n in ("DATA", "RETX", "PARAM", "PROBE"))

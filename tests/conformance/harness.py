@@ -6,13 +6,18 @@ with AF_PACKET from a tester namespace, outputs captured on the other ports.
 The switch runs in the root namespace, where bmv2's gRPC and Thrift servers are reachable from
 this process. `SwitchUnderTest` is the only backend-specific part: `RefSwitchSUT` runs the
 built-in dataplane (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
-through emulation/dataplane.py like the runner's switches do.
+through emulation/dataplane.py like the runner's switches do. `Ns3SUT` needs no namespaces: the
+same frames go into a switch simulated on ns-3 (simulation/ns3/inject.py) and its outputs come
+back with their simulated times, checked by the same `verify`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import select
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Protocol
@@ -108,6 +113,36 @@ class Bmv2SUT(_ProcessSUT):
 
     def counters(self) -> dict:
         return self.process.counter_dump()
+
+
+class Ns3SUT:
+    """The switch simulated on ns-3. Every scenario runs in one child process (one ns-3 import,
+    a fresh switch and `Simulator::Destroy()` per scenario): `run_all` returns a `Result` per name.
+    Times in a Result are simulated seconds from the first injected frame."""
+
+    name = "ns3"
+
+    def run_all(self, scenarios: list[dict], workdir: Path, timeout_s: float = 600) -> dict[str, "Result"]:
+        workdir.mkdir(parents=True, exist_ok=True)
+        docs = []
+        for sc in scenarios:
+            sends = [{"port": b["port"], "frame": build_frame(b["frame"]).hex(), "n": b["n"],
+                      "gap_us": b.get("gap_us", 0)} for b in sc["send"]]
+            runtime = runtime_doc(ports=PORTS, intf=lambda k: f"sw-eth{k}", **sc["runtime"])
+            docs.append({"name": sc["name"], "runtime": runtime, "send": sends, "settle_s": sc["settle_s"], "seed": 7})
+        (workdir / "scenarios.json").write_text(json.dumps(docs))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run([sys.executable, "-m", "simulation.ns3.inject", str(workdir / "scenarios.json"),
+                               str(workdir / "results.json")], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=timeout_s)
+        if proc.returncode:
+            raise RuntimeError(f"simulation.ns3.inject failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raw = json.loads((workdir / "results.json").read_text())
+        out = {}
+        for name, r in raw.items():
+            frames = {k: [(t, bytes.fromhex(h)) for t, h in r["out"].get(str(k), [])] for k in PORTS}
+            out[name] = Result(r["sent"], r["t_send"], frames, r["counters"])
+        return out
 
 
 class SwitchTestbed:

@@ -1,0 +1,91 @@
+"""`dlcp bench sim`: what a simulated iteration costs, from 16 to 128 workers.
+
+Each worker count is one `dlcp run` on ns-3 (its own process: one simulation per process) of a
+ring all-reduce on a leaf-spine with 16 hosts per leaf (leaves = workers / 16, 2 spines; 50 Mbit/s
+hosts, 100 Mbit/s fabric by default), the synthetic workload with LeNet-5's 44,426 values in one
+message (one DDP bucket; `--layers` sets other layer sizes, one message per layer), `--iterations`
+iterations. One message, because a ring step is one transport message (DESCRIBE, data, PROBE,
+STOP) whose per-message Python work dominates at 128 workers: 2 x 127 steps x 128 workers per
+message per iteration. Per worker count it prints: simulated
+seconds per iteration (median over the workers' iterations after the first), the process's wall
+and CPU seconds, simulator events per CPU second, packets the switches forwarded, and peak memory
+(RSS of the simulation process). With --json the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from dlcp.bench_output import emit
+
+HOSTS_PER_LEAF = 16
+LENET5_VALUES = 44426  # the synthetic workload's default layers, summed
+
+
+def config_text(workers: int, iterations: int, layers: list[int] | None, host_mbps: float, fabric_mbps: float,
+                policy: str) -> str:
+    leaves = max(2, -(-workers // HOSTS_PER_LEAF))
+    per_leaf = -(-workers // leaves)
+    lines = [f'name = "bench-sim-{workers}"', 'backend = "ns3"', "timeout_s = 3600",
+             "[topology]", 'kind = "leaf_spine"', "spines = 2", f"leaves = {leaves}", f"hosts_per_leaf = {per_leaf}",
+             "[links]", f"host_mbps = {host_mbps}", f"fabric_mbps = {fabric_mbps}",
+             "[workload]", 'mode = "allreduce"', f"workers = {workers}", 'model = "synthetic"',
+             f"iterations = {iterations}", "eval_every = 0"]
+    if layers:
+        lines.append(f"layers = {layers}")
+    lines += ["[dlcp]", f'policy = "{policy}"']
+    return "\n".join(lines) + "\n"
+
+
+def measure(workers: int, args, workdir: Path) -> dict:
+    cfg = workdir / f"w{workers}.toml"
+    cfg.write_text(config_text(workers, args.iterations, args.layers, args.host_mbps, args.fabric_mbps, args.policy))
+    run = workdir / f"w{workers}"
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--run-dir", str(run), "--no-report"],
+                       capture_output=True, text=True)
+    if p.returncode:
+        tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
+        raise SystemExit(f"dlcp bench sim: {workers} workers: {tail[0]}")
+    sim = json.loads((run / "meta.json").read_text())["simulation"]
+    its = []
+    for f in sorted((run / "records").glob("*-iterations.csv")):
+        with open(f) as fh:
+            its += [int(r["iteration_us"]) for r in csv.DictReader(fh) if int(r["iter"]) > 0]
+    forwarded = 0
+    for f in sorted((run / "counters").glob("*.json")):
+        forwarded += sum(q["admitted_pkts"] for q in json.loads(f.read_text())["queues"])
+    return {"workers": workers, "sim_s_per_iteration": statistics.median(its) / 1e6 if its else None,
+            "wall_s": sim["wall_s"], "cpu_s": sim["cpu_s"], "events": sim["events"],
+            "events_per_cpu_s": sim["events_per_cpu_s"], "switch_pkts": forwarded,
+            "peak_rss_mb": sim["peak_rss_mb"]}
+
+
+def bench_sim(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="dlcp bench sim", description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="16,32,64,128", help="worker counts (comma-separated)")
+    ap.add_argument("--iterations", type=int, default=2, help="iterations per run (the first is not timed)")
+    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[LENET5_VALUES],
+                    help=f"layer sizes in values, one message each (default: {LENET5_VALUES}, LeNet-5's values in one)")
+    ap.add_argument("--host-mbps", type=float, default=50.0)
+    ap.add_argument("--fabric-mbps", type=float, default=100.0)
+    ap.add_argument("--policy", default="dlcp")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
+    args = ap.parse_args(argv)
+    try:
+        counts = [int(x) for x in args.workers.split(",")]
+    except ValueError:
+        raise SystemExit(f"dlcp bench sim: --workers {args.workers}: expected integers like 16,32") from None
+    if args.iterations < 2:
+        raise SystemExit("dlcp bench sim: --iterations must be >= 2 (the first iteration is not timed)")
+    with tempfile.TemporaryDirectory(prefix="dlcp-bench-sim-") as tmp:
+        rows = [measure(w, args, Path(tmp)) for w in counts]
+    emit(f"ns-3 ring all-reduce on a leaf-spine, synthetic workload, {args.iterations} iterations, policy {args.policy}",
+         rows, {"bench": "sim", "runs": rows}, args.json)
+    return 0

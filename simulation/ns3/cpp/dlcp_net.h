@@ -1,0 +1,159 @@
+// Building blocks of a simulated experiment network, called once per node, link or flow from
+// simulation/ns3/network.py. They wrap ns-3 helpers whose set-up calls are variadic templates
+// (awkward through cppyy) and keep the modelling choices in one place:
+//  - a link is a point-to-point channel without delay (a switch port applies the runtime's
+//    delay_us after its queue, as the built-in dataplane does); each device serialises at its
+//    link rate and waits a 12-byte inter-frame gap, so a packet occupies IP + 2 (PPP) + 12 bytes
+//    of link time: the IP + 14 bytes of the Ethernet frame the emulator's rates count;
+//  - a host NIC is a FIFO queue disc of links.host_queue_pkts packets in front of a 1-packet
+//    device queue (Mininet: HTB at the link rate with a pfifo of that limit);
+//  - a host has one IPv4 address, 10.0.0.N/24, on its one interface;
+//  - TCP (control channel, tcp background) as Linux sets it up, not ns-3's defaults: the RTO is
+//    srtt + max(200 ms, 4 rttvar) as Linux computes it (ns-3's: max(1 s, srtt + 4 rttvar); with
+//    a 200 ms floor every RTO is an exact multiple of 100 ms and retransmissions keep hitting the
+//    same phase of periodic background bursts), 1448-byte segments (ns-3: 536), delayed ACKs of
+//    at most 40 ms, 15 retransmissions before a connection is given up (tcp_retries2; ns-3: 6),
+//    and no timestamps: ns-3 then takes RTT samples from the echoes of retransmitted segments, and
+//    one control frame lost twice inflated the RTO to 4.5 s (ps-incast, fifo), after which every
+//    further loss of a control frame stalled its message until the transport's 2 s deadline;
+//    without timestamps ns-3 follows Karn's rule (Linux, with timestamps, has RACK-TLP instead).
+#pragma once
+
+#include "ns3/applications-module.h"
+#include "ns3/internet-module.h"
+#include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
+
+#include <string>
+
+namespace ns3
+{
+
+inline void DlcpTcpLikeLinux()
+{
+    // ns-3: rto = max(MinRto, srtt + max(ClockGranularity, 4 rttvar)); Linux's tcp_rto_min sits
+    // where ns-3 puts the clock granularity
+    Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
+    Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(200)));
+    Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(1448));
+    Config::SetDefault("ns3::TcpSocket::DelAckTimeout", TimeValue(MilliSeconds(40)));
+    Config::SetDefault("ns3::TcpSocket::TcpNoDelay", BooleanValue(true));
+    Config::SetDefault("ns3::TcpSocket::DataRetries", UintegerValue(15));
+    Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(false));
+}
+
+inline NetDeviceContainer DlcpLink(Ptr<Node> a, Ptr<Node> b, double rateA, double rateB,
+                                   uint32_t mtu)
+{
+    PointToPointHelper p2p;
+    p2p.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
+    p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
+    p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("1p"));
+    NetDeviceContainer devs = p2p.Install(a, b);
+    double rates[2] = {rateA, rateB};
+    for (uint32_t i = 0; i < 2; ++i)
+    {
+        Ptr<PointToPointNetDevice> d = DynamicCast<PointToPointNetDevice>(devs.Get(i));
+        d->SetDataRate(DataRate(uint64_t(rates[i])));
+        d->SetInterframeGap(Seconds(12 * 8.0 / rates[i]));
+    }
+    return devs;
+}
+
+// A switch-side device queue: the switch hands a packet down only when the device is idle, so
+// this never holds more than a packet that a 1 ns rounding difference let arrive early.
+inline void DlcpSwitchDeviceQueue(Ptr<NetDevice> dev, uint32_t packets)
+{
+    Ptr<PointToPointNetDevice> d = DynamicCast<PointToPointNetDevice>(dev);
+    d->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, packets));
+}
+
+inline void DlcpHostNic(Ptr<Node> host, Ptr<NetDevice> dev, uint32_t addr, uint32_t queuePkts)
+{
+    Ptr<Ipv4> ipv4 = host->GetObject<Ipv4>();
+    int32_t iface = ipv4->AddInterface(dev);
+    ipv4->AddAddress(iface, Ipv4InterfaceAddress(Ipv4Address(addr), Ipv4Mask("255.255.255.0")));
+    ipv4->SetMetric(iface, 1);
+    ipv4->SetUp(iface);
+    TrafficControlHelper tch;
+    tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize",
+                         QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, queuePkts)));
+    tch.Install(dev);
+}
+
+// UDP at `rateBps` during on-periods (onS = 0: always on), `payload` bytes per datagram.
+inline Ptr<Application> DlcpUdpSource(Ptr<Node> src, uint32_t dst, uint16_t port, double rateBps,
+                                      uint32_t payload, double onS, double offS, uint8_t tos,
+                                      double start, double stop)
+{
+    OnOffHelper h("ns3::UdpSocketFactory", InetSocketAddress(Ipv4Address(dst), port));
+    h.SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps))));
+    h.SetAttribute("PacketSize", UintegerValue(payload));
+    h.SetAttribute("Tos", UintegerValue(tos));
+    if (onS > 0)
+    {
+        std::ostringstream on, off;
+        on << "ns3::ConstantRandomVariable[Constant=" << onS << "]";
+        off << "ns3::ConstantRandomVariable[Constant=" << offS << "]";
+        h.SetAttribute("OnTime", StringValue(on.str()));
+        h.SetAttribute("OffTime", StringValue(off.str()));
+    }
+    else
+    {
+        h.SetAttribute("OnTime", StringValue("ns3::ConstantRandomVariable[Constant=1e9]"));
+        h.SetAttribute("OffTime", StringValue("ns3::ConstantRandomVariable[Constant=0]"));
+    }
+    ApplicationContainer apps = h.Install(src);
+    apps.Start(Seconds(start));
+    if (stop > start)
+    {
+        apps.Stop(Seconds(stop));
+    }
+    return apps.Get(0);
+}
+
+// One long TCP flow, as fast as TCP lets it.
+inline Ptr<Application> DlcpTcpSource(Ptr<Node> src, uint32_t dst, uint16_t port, uint8_t tos,
+                                      double start, double stop)
+{
+    BulkSendHelper h("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address(dst), port));
+    h.SetAttribute("MaxBytes", UintegerValue(0));
+    h.SetAttribute("Tos", UintegerValue(tos));
+    ApplicationContainer apps = h.Install(src);
+    apps.Start(Seconds(start));
+    if (stop > start)
+    {
+        apps.Stop(Seconds(stop));
+    }
+    return apps.Get(0);
+}
+
+// The receiving end: counts and discards (UDP) or drains (TCP).
+inline Ptr<PacketSink> DlcpSink(Ptr<Node> dst, uint16_t port, bool tcp)
+{
+    PacketSinkHelper h(tcp ? "ns3::TcpSocketFactory" : "ns3::UdpSocketFactory",
+                       InetSocketAddress(Ipv4Address::GetAny(), port));
+    ApplicationContainer apps = h.Install(dst);
+    apps.Start(Seconds(0));
+    return DynamicCast<PacketSink>(apps.Get(0));
+}
+
+// Packets an OnOff/BulkSend source put on its socket (the OnOff "Tx" trace, counted in C++).
+struct DlcpTxCounter
+{
+    uint64_t packets = 0;
+    uint64_t bytes = 0;
+
+    void Tx(Ptr<const Packet> p)
+    {
+        packets += 1;
+        bytes += p->GetSize();
+    }
+
+    void Attach(Ptr<Application> app)
+    {
+        app->TraceConnectWithoutContext("Tx", MakeCallback(&DlcpTxCounter::Tx, this));
+    }
+};
+
+} // namespace ns3

@@ -1,0 +1,260 @@
+"""Simulated hosts running the bounded-loss transport's protocol core (dlcp/transport/core/, the
+sans-I/O sender and receiver of issue 12) in simulated time.
+
+Per packet, C++ (`cpp/dlcp_host.h`, `DlcpHostIo`): the UDP data socket, the host's blocking send
+queue in front of its NIC, TCP control connections. Per datagram and per control read, Python:
+the core's `on_datagram` / `on_control`, then `step()` hands out what the core asks for (data
+slices, PROBEs, control frames, finished messages), exactly as the virtual-time driver
+(dlcp/transport/virtual.py) and the UDP driver do. The core's timers become simulator events by
+integer token (`DlcpTimers`). Clock: simulated seconds since the start of the run; records carry
+them as microseconds (`wall_offset_s` 0), which reports only ever subtract.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import fields, is_dataclass
+
+CORE_HINT = ("backend ns3 needs the transport's sans-I/O protocol core (dlcp/transport/core, issue 12), "
+             "which this tree does not have yet")
+
+
+TICK_S = 1e-9  # the simulator's time resolution
+# Linux charges a full DLCP frame about this much socket buffer (skb truesize) and doubles
+# SO_SNDBUF: a blocking UDP socket with sndbuf_bytes holds 2 * sndbuf_bytes / TRUESIZE packets in
+# its host before it blocks (128 KiB: 113 packets). On jumbo links a frame is charged its extra
+# bytes on top (an assumption: the emulator has no jumbo links to measure it on).
+SKB_TRUESIZE = 2304
+STANDARD_MTU = 1500
+
+
+def send_buffer_packets(sndbuf_bytes: int, host_queue_pkts: int, mtu: int = STANDARD_MTU) -> int:
+    """Datagrams a host keeps in its NIC queue before its sender blocks (at most the queue less one
+    slot, so the control connection always finds room)."""
+    truesize = SKB_TRUESIZE + max(0, mtu - STANDARD_MTU)
+    return max(1, min(2 * sndbuf_bytes // truesize, host_queue_pkts - 1))
+
+
+def core_missing() -> str | None:
+    """None when the protocol core can be imported, else the one-line reason."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("dlcp.transport.core.endpoint") is not None
+    except ModuleNotFoundError:
+        found = False
+    return None if found else CORE_HINT
+
+
+def transport_config(TransportConfig, dlcp: dict, **fixed):
+    """A TransportConfig from the experiment's `dlcp` section: every key the config class has."""
+    if is_dataclass(TransportConfig):
+        names = {f.name for f in fields(TransportConfig)}
+    else:  # a settings model
+        names = set(TransportConfig.model_fields)
+    kw = {k: v for k, v in dlcp.items() if k in names}
+    kw.update(fixed)
+    return TransportConfig(**kw)
+
+
+def ip_int(ip: str) -> int:
+    return int(ipaddress.IPv4Address(ip))
+
+
+class Clock:
+    """Simulated time and the core's timers as simulator events (one Python dispatcher)."""
+
+    def __init__(self, ns):
+        self.ns = ns
+        self._pending: dict[int, object] = {}
+        self._next = 0
+        self._dispatch = self._fire  # cppyy does not keep the callable alive: this reference does
+        ns.DlcpTimers.SetDispatcher(self._dispatch)
+
+    def now(self) -> float:
+        return self.ns.Simulator.Now().GetSeconds()
+
+    def at(self, t: float, fn) -> int:
+        self._next += 1
+        self._pending[self._next] = fn
+        self.ns.DlcpTimers.At(t, self._next)
+        return self._next
+
+    def cancel(self, token: int) -> None:
+        self._pending.pop(token, None)  # the event still fires, and finds nothing
+
+    def _fire(self, token: int) -> None:
+        fn = self._pending.pop(token, None)
+        if fn is not None:
+            fn()
+
+
+class SimHost:
+    """One endpoint: the core, its sockets, and the callbacks of its caller (the collective)."""
+
+    def __init__(self, stack: HostStack, index: int, name: str, rank: int, cfg, on_sent, on_received):
+        from dlcp.transport.core.endpoint import Endpoint
+        from dlcp.wire.control_frames import FrameReader
+
+        self.stack, self.index, self.name, self.rank = stack, index, name, rank
+        self.endpoint = Endpoint(cfg, peers=(), wall_offset_s=0.0)
+        self.on_sent, self.on_received = on_sent, on_received
+        self.own_conn: dict[int, int] = {}  # peer rank -> connection this host opened
+        self.readers: dict[int, object] = {}  # connection -> FrameReader
+        self._reader = FrameReader
+        self.timer_at = math.inf
+        self.timer_token = None
+        self._stepping = False
+        self._again = False
+        self.io = None  # DlcpHostIo, set by the stack
+
+    def add_peer(self, rank: int) -> None:
+        self.endpoint.receiver.add_peer(rank)
+
+    def send(self, dst: int, batch, info) -> tuple:
+        key = self.endpoint.send(dst, batch, info, self.stack.clock.now())
+        self.step()
+        return key
+
+    # --- up-calls from C++ ---------------------------------------------------------------------
+
+    def datagram(self, data: bytes, ecn: int) -> None:
+        self.endpoint.on_datagram(memoryview(data), ecn, self.stack.clock.now())
+        self.step()
+
+    def control(self, conn: int, data: bytes) -> None:
+        reader = self.readers.setdefault(conn, self._reader())
+        now = self.stack.clock.now()
+        for body in reader.feed(data):
+            self.endpoint.on_control(body, conn, now)
+        self.step()
+
+    # --- the driver loop -----------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Let the core act on what happened; re-entrant calls (a callback sending the next
+        message) fold into the loop instead of recursing."""
+        if self._stepping:
+            self._again = True
+            return
+        self._stepping = True
+        try:
+            while True:
+                self._again = False
+                self._step_once()
+                if not self._again:
+                    break
+        finally:
+            self._stepping = False
+        self._rearm()
+
+    def _step_once(self) -> None:
+        from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone
+
+        ep, now = self.endpoint, self.stack.clock.now()
+        due = ep.next_timer()
+        if due <= now + TICK_S:  # a deadline within the simulator's last nanosecond has come
+            ep.on_timer(max(now, due))
+        while True:
+            tx = ep.poll_transmit(now)
+            if tx is None:
+                break
+            if isinstance(tx, DataSend):
+                self._data(tx)
+            elif isinstance(tx, ProbeSend):
+                self.io.SendData(self.stack.ip_of_rank[tx.dst], bytes(tx.data), tx.tos)
+        for out in ep.take_outputs():
+            if isinstance(out, FrameSend):
+                self._frame(out)
+            elif isinstance(out, SendDone):
+                self.on_sent(self, out.key, out.result)
+            elif isinstance(out, RecvDone):
+                self.on_received(self, out.key, out.result)
+
+    def _data(self, tx) -> None:
+        rnd = tx.round
+        if rnd.plan is None:
+            rnd.plan = rnd.header_rows()
+        rows, tos = rnd.plan
+        batch = rnd.batch
+        vpp = batch.values_per_pkt
+        tel = bytes(8) if batch.telemetry else b""
+        values = batch.values
+        ip = self.stack.ip_of_rank[tx.dst]
+        send = self.io.SendData
+        for i in range(tx.start, tx.stop):
+            seq = int(rnd.wire[i])
+            send(ip, rows[i].tobytes() + tel + values[seq * vpp: (seq + 1) * vpp].tobytes(), int(tos[i]))
+
+    def _frame(self, out) -> None:
+        conn = out.channel
+        if conn is None:
+            conn = self.own_conn.get(out.peer)
+            if conn is None:
+                conn = self.own_conn[out.peer] = int(self.io.Connect(self.stack.ip_of_rank[out.peer]))
+        self.io.SendFrame(conn, bytes(out.data))
+
+    def _rearm(self) -> None:
+        t = self.endpoint.next_timer()
+        if not math.isfinite(t):
+            if self.timer_token is not None:
+                self.stack.clock.cancel(self.timer_token)
+                self.timer_token = None
+            self.timer_at = math.inf
+            return
+        t = max(t, self.stack.clock.now())
+        if t == self.timer_at and self.timer_token is not None:
+            return
+        if self.timer_token is not None:
+            self.stack.clock.cancel(self.timer_token)
+        self.timer_at = t
+        self.timer_token = self.stack.clock.at(t, self._timer)
+
+    def _timer(self) -> None:
+        self.timer_token = None
+        self.timer_at = math.inf
+        self.step()
+
+
+class HostStack:
+    """Every simulated endpoint of a run and the one dispatcher C++ calls them through."""
+
+    def __init__(self, ns, net, data_port: int, control_port: int, host_queue_pkts: int):
+        self.ns = ns
+        self.net = net
+        self.clock = Clock(ns)
+        self.data_port, self.control_port = data_port, control_port
+        self.host_queue_pkts = host_queue_pkts
+        self.hosts: list[SimHost] = []
+        self.ip_of_rank: dict[int, int] = {}
+        self._ios = []
+        self._dispatch = self._up  # cppyy does not keep the callable alive: this reference does
+        ns.DlcpHostIo.SetDispatcher(self._dispatch)
+
+    def add(self, name: str, rank: int, cfg, on_sent, on_received) -> SimHost:
+        h = SimHost(self, len(self.hosts), name, rank, cfg, on_sent, on_received)
+        io = self.ns.CreateObject["DlcpHostIo"]()
+        sndbuf = getattr(cfg, "sndbuf_bytes", 128 << 10)
+        io.__deref__().Setup(self.net.nodes[name], h.index, self.data_port, self.control_port,
+                             self.net.host_devices[name], send_buffer_packets(sndbuf, self.host_queue_pkts,
+                                                                                     self.net.mtu))
+        self._ios.append(io)
+        h.io = io.__deref__()
+        self.ip_of_rank[rank] = ip_int(self.net.spec.hosts[name].ip)
+        for other in self.hosts:
+            other.add_peer(rank)
+            h.add_peer(other.rank)
+        self.hosts.append(h)
+        return h
+
+    def _up(self, index: int, kind: int, conn: int, data, ecn: int, peer: int) -> None:
+        h = self.hosts[index]
+        if kind == 0:
+            h.datagram(bytes(data), ecn)
+        elif kind == 1:
+            h.control(int(conn), bytes(data))
+        elif kind == 3:
+            h.readers.pop(int(conn), None)
+            for rank, c in list(h.own_conn.items()):
+                if c == conn:
+                    del h.own_conn[rank]

@@ -1,0 +1,261 @@
+"""`dlcp run` for `backend = "ns3"`: the experiment simulated instead of emulated (no root).
+
+    topology + runtime files -> ns-3 network (network.py) -> hosts running the transport core
+    (hosts.py) and the workers / PS (agents.py) -> background traffic once every worker finished
+    its first iteration -> run until every worker is done -> counters, records, meta.json, report
+
+The run directory is an emulated run's (docs/runs.md): config.toml, topology.json,
+runtime/sN-runtime.json, counters/sN.json, records/hN-{messages,iterations}.csv and
+hN-agent.json, meta.json, then summary.json and the report, so `dlcp report` and `dlcp compare`
+treat both alike. Times in records are simulated microseconds from the start of the simulation.
+meta.json adds `clock = "simulated"` and `simulation` (simulated seconds, events, wall and CPU
+seconds, peak memory). One simulation per process: `--policies` runs each variant as a child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from dlcp import records as R
+from dlcp.experiment import config as configmod
+from dlcp.experiment.agent_config import agent_configs
+from dlcp.network import topology as topospec
+from dlcp.network.switch_runtime import write_runtime
+from simulation.ns3 import loader
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_DIRS = ("runtime", "agents", "progress", "records", "counters", "logs")
+
+
+class SimFailed(RuntimeError):
+    """The simulation could not run or did not finish; one line saying why."""
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_revision() -> str | None:
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return rev or None
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name("." + path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def prepare(cfg: dict, run_dir: Path, variant: str) -> tuple:
+    spec = topospec.from_config(cfg)
+    for sub in JOB_DIRS:
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(configmod.dumps(cfg))
+    write_json(run_dir / "topology.json", spec.to_json())
+    runtimes = spec.runtimes(cfg)
+    for doc in runtimes.values():
+        write_runtime(doc, run_dir / "runtime")
+    meta = {"name": cfg["name"], "variant": variant, "policy": cfg["dlcp"]["policy"], "backend": "ns3",
+            "clock": "simulated",
+            "versions": {**{p: _version(p) for p in ("dlcp", "torch", "numpy")}, **loader.versions()},
+            "python": platform.python_version(), "kernel": platform.release(), "hostname": platform.node(),
+            "git_revision": git_revision(), "start_utc": datetime.now(timezone.utc).isoformat()}
+    write_json(run_dir / "meta.json", meta)
+    return spec, runtimes, meta
+
+
+def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
+    """Build, run and record one simulation; returns the `simulation` section of meta.json."""
+    from simulation.ns3 import hosts as H
+    missing = H.core_missing()
+    if missing:
+        raise SimFailed(missing)
+    from dlcp.transport.api import TransportConfig
+    from dlcp.wire.header import values_per_pkt_for_mtu
+    from dlcp.workloads.registry import make_server_workload, make_workload
+    from simulation.ns3.agents import SimPS, SimRun, SimWorker
+    from simulation.ns3.network import add_background, build_network
+
+    ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
+    ns.RngSeedManager.SetSeed(cfg["seed"] + 1)  # ns-3 refuses seed 0
+    d = cfg["dlcp"]
+    mtu = cfg["links"]["mtu"]
+    net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=mtu)
+    stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
+    run = SimRun(stack.clock, cfg["workload"]["iterations"], cfg["workload"]["compute_ms"] / 1e3)
+    agents, workers = [], []
+    for host, role, acfg in agent_configs(cfg, spec, run_dir):
+        if role not in ("worker", "ps"):
+            continue  # background senders and sinks are ns-3 applications (network.py)
+        wl_cfg = acfg.workload.model_copy(update={"compute_ms": 0.0})  # compute time is simulated
+        tcfg = H.transport_config(TransportConfig, d, rank=acfg.wire_rank, job_id=acfg.job_id, ip=acfg.ip,
+                                  host=host, per_packet=cfg["output"]["per_packet"],
+                                  inject_seed=cfg["seed"] * 1000 + acfg.wire_rank,
+                                  values_per_pkt=values_per_pkt_for_mtu(mtu))
+        holder = []  # the agent, once it exists: the host's completions go to it
+        h = stack.add(host, acfg.wire_rank, tcfg, lambda _h, key, res, a=holder: a[0].on_sent(key, res),
+                      lambda _h, key, res, a=holder: a[0].on_received(key, res))
+        if role == "worker":
+            agent = SimWorker(run, h, acfg, make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"]),
+                              cfg["workload"]["mode"])
+            workers.append(agent)
+        else:
+            agent = SimPS(run, h, acfg, make_server_workload(wl_cfg, d["fill"]))
+        holder.append(agent)
+        agents.append((host, role, agent, h))
+    run.workers = len(workers)
+    run.first_iteration_done = lambda t: add_background(net, cfg["background"])
+    run.on_finished = ns.Simulator.Stop
+    for w in workers:
+        w.start()
+    limit = cfg["timeout_s"]
+    ns.Simulator.Stop(ns.Seconds(limit))  # a simulated-time limit; the last worker to finish stops sooner
+    ev0 = ns.Simulator.GetEventCount()
+    t0, c0 = time.time(), time.process_time()
+    ns.Simulator.Run()
+    wall, cpu = time.time() - t0, time.process_time() - c0
+    sim_s = ns.Simulator.Now().GetSeconds()
+    events = int(ns.Simulator.GetEventCount() - ev0)
+    _write_records(run_dir, run, agents, net)
+    finished = run.finished
+    ns.Simulator.Destroy()
+    section = {"simulated_s": sim_s, "events": events, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+               "events_per_cpu_s": round(events / cpu) if cpu else None, "peak_rss_mb": round(peak_rss_mb(), 1),
+               "iterations_done": min(w.done for w in workers)}
+    if not finished:
+        section["error"] = (f"timeout_s = {limit:g} simulated seconds passed with {section['iterations_done']} of "
+                            f"{run.iterations} iterations done")
+    return section
+
+
+def _write_records(run_dir: Path, run, agents, net) -> None:
+    rec = run_dir / "records"
+    for host, role, agent, h in agents:
+        ep = h.endpoint
+        R.write_rows(rec / f"{host}-messages.csv", R.MESSAGE_COLUMNS, ep.sender.rows + ep.receiver.rows)
+        if role == "worker":
+            R.write_rows(rec / f"{host}-iterations.csv", R.ITERATION_COLUMNS, run.iteration_rows[host])
+        totals = {"host": host, "role": role, "rank": agent.acfg.rank if role == "worker" else -1,
+                  "status": "done" if agent.done == run.iterations else "error",
+                  "error": None if agent.done == run.iterations else f"{agent.done} of {run.iterations} iterations",
+                  "iterations_done": agent.done, **ep.stats()}
+        R.write_json(rec / f"{host}-agent.json", totals)
+    for name, sw in net.switches.items():
+        write_json(run_dir / "counters" / f"{name}.json", sw.counter_dump())
+    for flow in net.background:
+        R.write_json(rec / f"{flow.src}-background.json", flow.totals())
+
+
+def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True) -> Path:
+    spec, runtimes, meta = prepare(cfg, run_dir, variant)
+    t0 = time.monotonic()
+    status = "error"
+    try:
+        section = simulate(cfg, run_dir, spec, runtimes)
+        meta["simulation"] = section
+        status = "ok" if "error" not in section else "error"
+        if status != "ok":
+            raise SimFailed(section["error"])
+    finally:
+        meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=round(time.monotonic() - t0, 3),
+                    status=status)
+        write_json(run_dir / "meta.json", meta)
+    if with_report:
+        from dlcp.reporting import report_run
+        report_run(run_dir)
+    return run_dir
+
+
+def check_supported(cfg: dict) -> None:
+    """The simulated hosts run the PS and the ring all-reduce in WFBP order (agents.py); the comm
+    layer's other schedulers and collectives run in threads on the emulated hosts only."""
+    comm = cfg.get("comm", {})
+    for key, ok in (("scheduler", "wfbp"), ("collective", "ring")):
+        if comm.get(key, ok) != ok:
+            raise configmod.ConfigError(f"comm.{key}: {comm[key]!r} is not simulated on ns-3 yet "
+                                        f"(backend ns3 runs {key} = {ok!r}; use backend = 'ref')")
+    if cfg["links"].get("host_fair_queueing"):
+        raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
+
+
+def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
+        with_report: bool = True, run_dir: str | None = None, vary: list[str] = ()) -> Path:
+    """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`), each
+    in a process of its own (ns-3's simulator is a singleton); returns the results directory."""
+    raw = configmod.load_raw(config_path, overrides)
+    base = configmod.validate(raw)
+    varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
+    variants = configmod.variants(raw, varies)
+    if run_dir and len(variants) > 1:
+        raise configmod.ConfigError("--run-dir: takes one variant, not --policies / --vary with several")
+    for _, cfg in variants:  # roles, background placement and comm settings are checked before anything starts
+        topospec.from_config(cfg)
+        check_supported(cfg)
+    reason = loader.available()
+    if reason:
+        raise SimFailed(reason)
+    if run_dir:
+        results = Path(run_dir)
+    else:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        results = Path(out_root or base["output"]["dir"]) / f"{stamp}-{base['name']}"
+    if len(variants) == 1:
+        name, cfg = variants[0]
+        target = results if run_dir else results / name
+        print(f"dlcp run: {base['name']} on ns-3 -> {target}", file=sys.stderr)
+        run_variant(cfg, target, name, with_report)
+        return results
+    run_dirs = []
+    for i, (name, cfg) in enumerate(variants):
+        target = results / name
+        print(f"dlcp run: {base['name']} [{name}] ({i + 1}/{len(variants)}) on ns-3 -> {target}", file=sys.stderr)
+        variant_config = results / f".{name}.toml"  # the variant's validated config, run as it is
+        variant_config.parent.mkdir(parents=True, exist_ok=True)
+        variant_config.write_text(configmod.dumps(cfg))
+        cmd = [sys.executable, "-m", "dlcp_cli", "run", str(variant_config), "--run-dir", str(target)]
+        if not with_report:
+            cmd.append("--no-report")
+        if subprocess.run(cmd, check=False).returncode:
+            raise SimFailed(f"variant {name} failed (see above)")
+        variant_config.unlink()
+        run_dirs.append(target)
+    if with_report:
+        from dlcp.reporting import compare_runs
+        compare_runs(run_dirs, results, echo=True)
+    return results
+
+
+def main(args) -> int:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
+    try:
+        results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
+                      run_dir=getattr(args, "run_dir", None), vary=getattr(args, "vary", None) or [])
+    except configmod.ConfigError as e:
+        print(f"dlcp run: {e}", file=sys.stderr)
+        return 2
+    except (SimFailed, loader.Ns3Unavailable) as e:
+        print(f"dlcp run: failed: {e}", file=sys.stderr)
+        return 1
+    print(f"dlcp run: results in {results}")
+    return 0
+
