@@ -11,6 +11,13 @@ optimizer; `apply_parameters` (PS mode) installs pulled parameters, keeping the 
 every lost one. `TorchServerWorkload` is the PS: it holds the authoritative parameters and the
 optimizer (same initialisation as the workers: same model, same seed).
 
+Compute from a profile (`compute = "profile"`, dlcp/workloads/compute_model.py): the real forward
+and backward still run (the values are torch's), but each layer's forward ends at the profile's
+deadline (a forward pre-hook on the module owning the layer's first parameter starts the layer:
+it first waits for the previous layer's deadline, then for the layer's parameters), and a message
+is yielded when both its real gradients exist and the profile's backward has reached its lowest
+layer. The model must have the profile's tensors (sizes in `named_parameters` order).
+
 Evaluation: `evaluate(it)` after the update of iteration `it` always reports this worker's
 `train_loss` (its own shard, computed before the update) and `lost_values`; at evaluation
 iterations ((it + 1) % eval_every == 0, and the last iteration) also `test_loss` and
@@ -28,10 +35,11 @@ import torch
 import torch.nn.functional as F
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.profiled import check_tensor_sizes, compute_mode, dilation_of, make_profile_compute, workload_profile
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.fill import check_fill
 from dlcp.workloads.trainer.flat import FlatModel
-from dlcp.workloads.trainer.models import build_model
+from dlcp.workloads.trainer.models import build_model, parameter_layers
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,9 @@ class WorkloadConfig:
     seed: int = 1
     eval_every: int = 5  # 0: evaluate at the last iteration only
     bucket_values: int = 0  # 0: one message per layer
+    compute: str = "real"  # or "profile": layer times from `profile` (dlcp/workloads/profiled.py)
+    profile: str = ""
+    dilation: float = 1.0  # profile times are multiplied by it (the runner's scale.dilation)
 
     def __post_init__(self):
         for key in ("iterations", "batch_size"):
@@ -60,6 +71,12 @@ class WorkloadConfig:
             raise ValueError(f"workload.lr: must be > 0, got {self.lr!r}")
         if not (0 <= self.momentum < 1 and self.weight_decay >= 0):
             raise ValueError("workload.momentum must lie in [0, 1) and workload.weight_decay be >= 0")
+        compute_mode({"compute": self.compute})
+        dilation_of({"dilation": self.dilation})
+
+    def section(self) -> dict:
+        """The keys as a workload section (what dlcp/workloads/profiled.py reads)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "WorkloadConfig":
@@ -148,6 +165,31 @@ class TorchWorkload:
         self.lost_values = 0
         for p in self.model.parameters():
             p.register_post_accumulate_grad_hook(self._on_gradient)
+        self.timer = self.gate = None
+        self._timed_forward = False
+        profile = workload_profile(config.section())
+        if profile is not None:
+            self._time_with(profile)
+
+    def _time_with(self, profile) -> None:
+        """Time forward and backward with `profile` (see the module docstring)."""
+        params = list(self.model.parameters())
+        check_tensor_sizes(profile, [p.numel() for p in params], self.config.model)
+        index = {id(p): i for i, p in enumerate(params)}
+        layers = parameter_layers(self.model)
+        self.timer, self.gate = make_profile_compute(profile, [[index[id(p)] for p in group] for group in layers],
+                                                     self.config.dilation)
+        owner = {id(p): m for m in self.model.modules() for p in m.parameters(recurse=False)}
+        for layer, group in enumerate(layers):
+            owner[id(group[0])].register_forward_pre_hook(lambda mod, args, layer=layer: self._on_forward(layer))
+
+    def _on_forward(self, layer: int) -> None:
+        if self._timed_forward:  # not during evaluation
+            self.timer.forward(layer)
+
+    def compute_stats(self) -> dict | None:
+        """How well the machine kept up with the profile (None with real compute)."""
+        return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
 
     @classmethod
     def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale",
@@ -168,7 +210,14 @@ class TorchWorkload:
         x, y = self.data.train_batch(self.schedule.shard(iteration, self.rank, self.world))
         self.model.zero_grad(set_to_none=True)
         self.model.train()
-        loss = F.cross_entropy(self.model(x), y)
+        timer = self.timer
+        if timer is not None:
+            timer.begin(iteration)
+            self._timed_forward = True
+        try:
+            loss = F.cross_entropy(self.model(x), y)
+        finally:
+            self._timed_forward = False
         self.train_loss = float(loss.detach())
         self.lost_values = 0
         readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages])
@@ -190,7 +239,11 @@ class TorchWorkload:
         try:
             for index, m in enumerate(self.flat.messages):
                 readiness.wait(index)
+                if timer is not None:
+                    timer.gradient_ready(m.layout.layer_first)
                 yield GradMessage(m.layout, m.send_np, self.n_layers)
+            if timer is not None:
+                timer.end()
         finally:
             if thread is not None:
                 thread.join()
@@ -199,9 +252,13 @@ class TorchWorkload:
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
         self.lost_values += self.flat.install_gradients(iteration, aggregates, self.fill, use_own=True)
         self._optimizer.step()
+        if self.gate is not None:
+            self.gate.release_all(iteration + 1)
 
     def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
         self.lost_values += self.flat.install_parameters(msg_id, chunk.values, chunk.lost)
+        if self.gate is not None:  # the next forward may run these layers now
+            self.gate.release(iteration + 1, self.flat.message(msg_id).layout.layer_ids)
 
     def parameters(self, msg_id: int) -> np.ndarray:
         """A copy of this replica's parameters of message `msg_id` (ring re-sync compares them)."""
