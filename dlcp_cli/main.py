@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | build | report | compare | clean | bench.
+"""The `dlcp` command: run | build | report | compare | profile | clean | bench.
 
 The CLI sits above both `dlcp/` and `emulation/`. Commands that need root, Mininet or bmv2 import
 `emulation` only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging` work anywhere.
@@ -11,7 +11,7 @@ import sys
 
 from dlcp import __version__
 from dlcp.wire.header import DATA_PORT
-from dlcp_cli import report_cmds
+from dlcp_cli import profile_cmd, report_cmds
 from dlcp_cli.benches import BENCHES, run_bench
 
 
@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)")
     r.add_argument("--policies", metavar="P1,P2",
                    help="run one variant per tagging policy, back to back on the same topology and seed")
+    r.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the variants N times as interleaved pairs a1 b1 a2 b2 ... (a new seed per pair, "
+                        "the same within a pair) and compare them with 95%% confidence intervals")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.set_defaults(func=_run)
@@ -67,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
     r.add_argument("--out", help="write the report here instead of into the run directory")
     r.set_defaults(func=report_cmds.cmd_report)
+
+    profile_cmd.add_parser(sub)
 
     c = sub.add_parser("compare", help="compare runs against the first (baseline): compare.md/.html/.json",
                        description="Side-by-side metrics of runs with ratios against the first run.")

@@ -5,7 +5,11 @@
     -> everything stopped, always: on success, on error, on SIGINT/SIGTERM.
 
 Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--policies` share
-the topology and seed and are compared at the end.
+the topology and seed and are compared at the end. With `--repeat N` the variants run as
+interleaved pairs a1 b1 a2 b2 ... (seed + i - 1 for pair i, the same within a pair) into
+<variant>/rep<i>/, and the comparison is over pairs, with confidence intervals (docs/reports.md).
+With `scale.dilation` D the network and the agents run D times slower than the config says
+(dlcp/experiment/dilation.py); config.toml keeps what the user wrote.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 from dlcp.experiment import config as configmod
+from dlcp.experiment import dilation as dilationmod
 from dlcp.experiment import topology as topospec
 from dlcp.experiment.switch_runtime import write_runtime
 from emulation import procs
@@ -145,6 +150,8 @@ def _agent_workload(cfg: dict) -> dict:
     w = dict(cfg["workload"], seed=cfg["seed"])
     if not w["layers"]:  # empty = the workload's own default sizes
         del w["layers"]
+    if w.get("profile") and Path(w["profile"]).exists():  # agents run in the repository, not here
+        w["profile"] = str(Path(w["profile"]).resolve())
     return w
 
 
@@ -178,6 +185,18 @@ def agent_configs(cfg: dict, spec: topospec.TopologySpec, run_dir: Path) -> list
                 "run_dir": str(run_dir), "host": name, "role": "background", "ip": dst.ip,
                 "background": {"kind": "sink", "port": port}}))
     return out
+
+
+AGENT_NICE = -10
+
+
+def agent_command(module: str, cfg_path: Path) -> list[str]:
+    """An agent's command line. Agents run at nice -10: they stand for machines of their own, and
+    whatever else runs on the emulation host (builds, editors, other runs' reports) must not
+    stretch their compute deadlines or delay their packets; on 2 cores at load 6, a nice-0 agent
+    woke from a 4 ms compute wait ~10 ms late half the time. Not real-time (the switch is): a busy
+    agent must not starve the switch or the machine."""
+    return ["nice", "-n", str(AGENT_NICE), sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
 
 
 # --- progress ------------------------------------------------------------------------------------------
@@ -223,11 +242,13 @@ class Progress:
 # --- one run -------------------------------------------------------------------------------------------
 
 class Experiment:
-    """Everything one run starts, so it can all be stopped from one place."""
+    """Everything one run starts, so it can all be stopped from one place. `cfg` is the system the
+    user described; `self.cfg` what the emulation runs (rates and times dilated)."""
 
     def __init__(self, cfg: dict, run_dir: Path, variant: str):
-        self.cfg, self.run_dir, self.variant = cfg, run_dir, variant
-        self.spec = topospec.from_config(cfg)
+        self.system_cfg = cfg
+        self.cfg, self.run_dir, self.variant = dilationmod.emulated(cfg), run_dir, variant
+        self.spec = topospec.from_config(self.cfg)
         self.net = None
         self.shell_pids: list[int] = []
         self.pending_background: list[tuple[str, str, dict]] = []
@@ -235,7 +256,7 @@ class Experiment:
 
     def prepare(self) -> None:
         make_run_dir(self.run_dir)
-        (self.run_dir / "config.toml").write_text(configmod.dumps(self.cfg))
+        (self.run_dir / "config.toml").write_text(configmod.dumps(self.system_cfg))
         write_json(self.run_dir / "topology.json", self.spec.to_json())
         for runtime in self.spec.runtimes(self.cfg).values():
             write_runtime(runtime, self.run_dir / "runtime")
@@ -264,7 +285,7 @@ class Experiment:
         cfg_path = self.run_dir / "agents" / f"{host}-{role}.json"
         write_json(cfg_path, agent_cfg)
         log = self.run_dir / "logs" / f"{host}-{role}.log"
-        cmd = [sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
+        cmd = agent_command(module, cfg_path)
         with open(log, "wb") as f:
             p = self.net.get(host).popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          cwd=str(REPO))
@@ -359,16 +380,19 @@ class Experiment:
             signal.signal(signal.SIGALRM, old)
 
 
-def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str]) -> None:
+def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str],
+                extra_meta: dict | None = None) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
     exp = Experiment(cfg, run_dir, variant)
     exp.prepare()
-    meta = collect_meta(cfg, variant, tools)
+    meta = {**collect_meta(cfg, variant, tools), **(extra_meta or {})}
     write_json(run_dir / "meta.json", meta)
     t0 = time.monotonic()
     status = "error"
+    sampler = None
     try:
         exp.start_network()
+        sampler = sample_switch_cpu(exp)
         exp.start_agents()
         exp.wait(progress)
         status = "ok"
@@ -384,6 +408,8 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            if sampler is not None:
+                meta["switch_cpu"] = sampler.stop()
             exp.stop()
             report_unprocessed(run_dir)
         finally:
@@ -395,22 +421,62 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
             signal.signal(signal.SIGTERM, old_term)
 
 
+def sample_switch_cpu(exp: Experiment):
+    """Start sampling the CPU time of the run's switch processes (emulation/keepup.py)."""
+    from emulation.keepup import CpuSampler
+    pids = {sw.name: sw.dataplane.pid for sw in exp.net.switches
+            if getattr(sw, "dataplane", None) is not None and sw.dataplane.pid}
+    return CpuSampler(pids).start()
+
+
 def report_variant(run_dir: Path) -> None:
     from dlcp.reporting import report_run
     report_run(run_dir)
 
 
+def preflight(cfg: dict) -> None:
+    """What the compute and the dilation need, checked before anything starts: the profile loads
+    and fits the model, dilation has something it can slow down. ConfigError naming the key."""
+    from dlcp.workloads.profiled import check_workload
+    problem = dilationmod.check(cfg)
+    if problem:
+        raise configmod.ConfigError(problem)
+    try:
+        check_workload(cfg["workload"])
+    except ValueError as e:
+        raise configmod.ConfigError(str(e)) from None
+
+
+def plan_runs(base: dict, policies: list[str] | None, repeat: int) -> list[tuple[str, int, dict]]:
+    """(variant, repeat index, config) in the order they run: a1 b1 a2 b2 ... Pair i runs with seed
+    `seed + i - 1`, the same for every variant of the pair; repeat index 0 = not repeated."""
+    if repeat < 1:
+        raise configmod.ConfigError(f"--repeat: {repeat} is not a number of runs >= 1")
+    runs = []
+    for i in range(1, repeat + 1):
+        seeded = dict(base, seed=base["seed"] + i - 1)
+        for policy in policies or [None]:
+            cfg = configmod.validate(dict(seeded, dlcp=dict(seeded["dlcp"], policy=policy))) if policy \
+                else configmod.validate(seeded)
+            runs.append((policy or "run", i if repeat > 1 else 0, cfg))
+    return runs
+
+
+def run_dir_of(results: Path, variant: str, rep: int) -> Path:
+    return results / variant / f"rep{rep}" if rep else results / variant
+
+
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True) -> Path:
-    """Run an experiment (one variant per policy); returns the results directory."""
+        with_report: bool = True, repeat: int = 1) -> Path:
+    """Run an experiment (one variant per policy, `repeat` interleaved pairs); returns the results
+    directory."""
     base = configmod.load(config_path, overrides)
-    variants = []
-    for policy in policies or [None]:
-        cfg = configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=policy))) if policy else base
-        variants.append((policy or "run", cfg))
-    # roles and background placement, and the backend's tools, are checked before anything starts
-    for _, cfg in variants:
-        topospec.from_config(cfg)
+    runs = plan_runs(base, policies, repeat)
+    # roles and background placement, compute and dilation, and the backend's tools, are checked
+    # before anything starts
+    for _, _, cfg in runs:
+        topospec.from_config(dilationmod.emulated(cfg))
+    preflight(base)
     tools = check_backend(base)
     if os.geteuid() != 0:
         raise SystemExit("dlcp run: needs root (Mininet network namespaces); run: sudo dlcp run ...")
@@ -422,24 +488,26 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
     # must still stop the run cleanly
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_dirs = []
-    for i, (variant, cfg) in enumerate(variants):
-        print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {results / variant}",
-              file=sys.stderr)
-        run_variant(cfg, results / variant, variant, progress, tools)
-        run_dirs.append(results / variant)
+    for i, (variant, rep, cfg) in enumerate(runs):
+        run_dir = run_dir_of(results, variant, rep)
+        label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
+        print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) -> {run_dir}", file=sys.stderr)
+        run_variant(cfg, run_dir, variant, progress, tools, extra_meta={"repeat": rep, "seed": cfg["seed"],
+                                                                         "dilation": dilationmod.dilation(cfg)})
         if with_report:
-            report_variant(results / variant)
-    if with_report and len(run_dirs) > 1:
+            report_variant(run_dir)
+    variants = list(dict.fromkeys(v for v, _, _ in runs))
+    if with_report and len(variants) > 1:
         from dlcp.reporting import compare_runs
-        compare_runs(run_dirs, results, echo=True)
+        compare_runs([results / v for v in variants], results, echo=True)
     return results
 
 
 def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
-        results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report)
+        results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
+                      repeat=getattr(args, "repeat", 1))
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
@@ -450,6 +518,7 @@ def main(args) -> int:
         print("dlcp run: interrupted; everything was stopped and cleaned up", file=sys.stderr)
         return 130
     print(f"dlcp run: results in {results}")
-    for report in sorted(results.glob("*/report.html")) + sorted(results.glob("compare.html")):
+    for report in sorted(results.glob("*/report.html")) + sorted(results.glob("*/rep*/report.html")) \
+            + sorted(results.glob("compare.html")):
         print(f"  {report}")
     return 0

@@ -94,14 +94,26 @@ def test_real_work_longer_than_the_profile_is_measured_as_lateness():
     s = pc.stats
     assert s.missed == 1 and s.late_max_s == pytest.approx(0.5) and s.overrun_s == pytest.approx(0.5)
     assert s.overrun_share == pytest.approx(0.5 / 18)
-    # a slow backward: the gradient of layer 2 only exists 8 s after the forward ended
+    # a slow backward: the real gradient of layer 2 only exists 8 s after the forward ended
     gate.release_all(1)
     pc.begin(1)
     assert pc.end_forward() == 124.0  # 118 + 6
     clock.advance(8.0)
-    assert pc.gradient_ready(2) == 130.0 and clock.now() == 132.0  # due at 130, ready late by 2 s
+    assert pc.gradient_ready(2, done_at=132.0) == 130.0  # due at 130, its real work ended at 132
     assert pc.end() == 136.0 and clock.now() == 136.0  # caught up: layers 1 and 0 on time
     assert s.missed == 2 and s.late_max_s == pytest.approx(2.0) and s.overrun_s == pytest.approx(2.5)
+    assert s.as_dict()["missed_backward"] == 1
+
+
+def test_a_consumer_asking_late_does_not_make_the_compute_late():
+    """The worker was busy sending the previous message: the gradient was ready on time."""
+    clock, gate, pc = make()
+    pc.begin(0)
+    pc.end_forward()  # 106
+    clock.advance(20.0)  # 126: past every backward deadline
+    assert pc.gradient_ready(2, done_at=107.0) == 112.0
+    assert pc.end() == 118.0 and clock.now() == 126.0
+    assert pc.stats.missed == 0 and pc.stats.late_max_s == 0.0
 
 
 def test_lateness_within_the_tolerance_is_not_a_miss():

@@ -110,6 +110,11 @@ SCHEMA = Section({
         "bucket_values": Field(int, 0, min=0, doc="0 = one message per layer"),
         "layers": Field(list, [], doc="synthetic model: layer sizes in values (empty = LeNet-5 sizes)"),
         "compute_ms": Field((int, float), 0, min=0, doc="synthetic model: compute time per iteration"),
+        "compute": Field(str, "real", choices=("real", "profile"),
+                         doc="compute time: what the CPU takes, or each layer's time from workload.profile"),
+        "profile": Field(str, "", doc="layer profile (bundled name or JSON file); empty = the torch model's own "
+                                      "<model>-<dataset>-b<batch_size>"),
+        "warmup_iterations": Field(int, 5, min=0, doc="first iterations left out of iteration and MCT statistics"),
     }),
     "dlcp": Section({
         "policy": Field(str, "dlcp", choices=POLICIES, doc="tagging policy (fifo also makes switches FIFO)"),
@@ -152,6 +157,10 @@ SCHEMA = Section({
         "dscp": Field(int, 0, min=0, max=63, doc="0 = background priority"),
         "packet_bytes": Field(int, 1400, min=64, max=1472, doc="UDP payload bytes"),
     })),
+    "scale": Section({
+        "dilation": Field((int, float), 1, min=1, max=10000,
+                          doc="run D times slower than the system described: rates / D, times x D, reports / D"),
+    }),
     "output": Section({
         "dir": Field(str, "results", doc="results root"),
         "per_packet": Field(bool, False, doc="also record one row per packet"),

@@ -129,20 +129,26 @@ class ParameterGate:
 
 @dataclass
 class DeadlineStats:
-    """How well the machine kept up with the profile (wall-clock seconds)."""
+    """How well the machine kept up with the profile (wall-clock seconds).
+
+    A step is late when its real work (or the wake-up from waiting for its deadline) ends after
+    the deadline; a consumer that asks for a gradient after its deadline because it was busy
+    elsewhere (sending the previous message) does not make the compute late."""
     iterations: int = 0
     deadlines: int = 0
-    missed: int = 0  # deadlines passed by more than the tolerance when the step was waited for
+    missed: int = 0  # deadlines passed by more than the tolerance
+    missed_forward: int = 0
     late_max_s: float = 0.0  # the worst lateness of any deadline
     overrun_s: float = 0.0  # sum over iterations of the iteration's worst lateness
     budget_s: float = 0.0  # sum over iterations of the profile's compute time (what the deadlines allow)
     tolerance_s: float = DEFAULT_TOLERANCE_S
     _iter_late: float = field(default=0.0, repr=False)
 
-    def record(self, late_s: float) -> None:
+    def record(self, late_s: float, forward: bool = False) -> None:
         self.deadlines += 1
         if late_s > self.tolerance_s:
             self.missed += 1
+            self.missed_forward += forward
         if late_s > 0:
             self.late_max_s = max(self.late_max_s, late_s)
             self._iter_late = max(self._iter_late, late_s)
@@ -161,6 +167,7 @@ class DeadlineStats:
 
     def as_dict(self) -> dict:
         return {"iterations": self.iterations, "deadlines": self.deadlines, "missed": self.missed,
+                "missed_forward": self.missed_forward, "missed_backward": self.missed - self.missed_forward,
                 "tolerance_ms": self.tolerance_s * 1e3, "late_max_ms": self.late_max_s * 1e3,
                 "overrun_ms": self.overrun_s * 1e3, "budget_ms": self.budget_s * 1e3,
                 "overrun_share": self.overrun_share}
@@ -209,13 +216,23 @@ class ProfileCompute:
         self.forward_end = None
         self.ready_at = {}
 
-    def _wait(self, deadline: float) -> None:
-        self.clock.sleep_until(deadline)
-        self.stats.record(self.clock.now() - deadline)
+    def _wait(self, deadline: float, forward: bool, done_at: float | None = None) -> None:
+        """Wait for `deadline` and record the step's lateness: the wake-up's when the caller came
+        early, else when its real work ended (`done_at`; the call itself for a forward step, whose
+        real work ran just before it; nothing known for a backward step = not late)."""
+        now = self.clock.now()
+        if now < deadline:
+            self.clock.sleep_until(deadline)
+            late = self.clock.now() - deadline
+        elif forward:
+            late = now - deadline
+        else:
+            late = 0.0 if done_at is None else max(0.0, done_at - deadline)
+        self.stats.record(late, forward)
 
     def _finish_pending(self) -> None:
         if self._pending is not None:
-            self._wait(self._pending)
+            self._wait(self._pending, forward=True)
             self._cursor, self._pending = self._pending, None
 
     def forward(self, layer: int) -> float:
@@ -245,9 +262,11 @@ class ProfileCompute:
             self.forward_end = self._cursor
         return self.forward_end
 
-    def gradient_ready(self, layer: int) -> float:
+    def gradient_ready(self, layer: int, done_at: float | None = None) -> float:
         """Wait until backward has produced `layer`'s gradient (layers above it first); returns
-        the deadline at which it became ready."""
+        the deadline at which it became ready. `done_at`: when the real work behind it ended
+        (clock time), if there is any; it decides whether the step was late when the caller asks
+        after the deadline."""
         self.end_forward()
         if layer in self.ready_at:
             return self.ready_at[layer]
@@ -257,7 +276,7 @@ class ProfileCompute:
         while self._next_backward >= layer:
             lay = self._next_backward
             self._cursor += self.backward_s[lay]
-            self._wait(self._cursor)
+            self._wait(self._cursor, forward=False, done_at=done_at)
             self.ready_at[lay] = self._cursor
             self._next_backward -= 1
         return self.ready_at[layer]

@@ -81,3 +81,28 @@ def make_profile_compute(profile: Profile, layer_tensors: Sequence[Sequence[int]
     bwd = [t * dilation for t in layer_times(profile.backward_s, layer_tensors)]
     gate = ParameterGate(len(layer_tensors), clock)
     return ProfileCompute(fwd, bwd, clock, gate, gate_timeout_s=GATE_TIMEOUT_S), gate
+
+
+TORCH_MODELS = ("mlp", "cnn", "resnet")
+
+
+def check_workload(workload: dict) -> Profile | None:
+    """Everything about a workload section's compute that can be checked before a run: the mode,
+    the profile loads, the keys fit together, a torch model has the profile's tensors (builds the
+    model: imports torch). Returns the profile (None: real compute); ValueError naming the key."""
+    profile = workload_profile(workload)
+    if profile is None:
+        return None
+    if workload.get("compute_ms"):
+        raise ValueError("workload.compute_ms: a sleep of the real-compute synthetic model; with compute = "
+                         "'profile' the profile's times apply (leave compute_ms at 0)")
+    model = workload.get("model", "cnn")
+    if model == "synthetic" and workload.get("layers") and tuple(workload["layers"]) != profile.sizes:
+        raise ValueError("workload.layers: set by the profile with compute = 'profile' (leave it empty)")
+    if model in TORCH_MODELS:
+        from dlcp.workloads.trainer.data import load_dataset
+        from dlcp.workloads.trainer.models import build_model
+        data = load_dataset(workload.get("dataset", "digits"))
+        net = build_model(model, data.in_shape, data.n_classes, 0)
+        check_tensor_sizes(profile, [p.numel() for p in net.parameters()], model)
+    return profile

@@ -216,7 +216,7 @@ class SyntheticWorkload:
             loss_sum += float(np.dot(p.h[sl] * residual, residual))
             values = p.h[sl] * residual
             self._own[layout.msg_id] = values
-            timer.gradient_ready(layout.layer_first)
+            timer.gradient_ready(layout.layer_first, done_at=timer.clock.now())
             yield GradMessage(layout, values, self.n_layers)
         timer.end()
         self.train_loss = loss_sum / (2 * p.n_values)

@@ -109,10 +109,13 @@ def _test_metrics(model, data, batch: int = 512) -> dict:
 
 
 class _Readiness:
-    """Which messages have every gradient; filled by the hooks in the backward thread."""
+    """Which messages have every gradient (and since when, on `clock`); filled by the hooks in the
+    backward thread."""
 
-    def __init__(self, pending: list[int]):
+    def __init__(self, pending: list[int], clock=None):
         self.pending = list(pending)
+        self.ready_at: list[float | None] = [None] * len(pending)
+        self.clock = clock
         self.finished = False
         self.error: BaseException | None = None
         self.cond = threading.Condition()
@@ -121,6 +124,7 @@ class _Readiness:
         with self.cond:
             self.pending[index] -= 1
             if self.pending[index] == 0:
+                self.ready_at[index] = self.clock.now() if self.clock is not None else None
                 self.cond.notify_all()
 
     def finish(self, error: BaseException | None) -> None:
@@ -220,7 +224,8 @@ class TorchWorkload:
             self._timed_forward = False
         self.train_loss = float(loss.detach())
         self.lost_values = 0
-        readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages])
+        readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages],
+                                                 timer.clock if timer is not None else None)
 
         def backward():
             error = None
@@ -236,11 +241,13 @@ class TorchWorkload:
             thread.start()
         else:
             backward()
+        if timer is not None:
+            timer.end_forward()  # the loss was the forward's last real work; backward runs meanwhile
         try:
             for index, m in enumerate(self.flat.messages):
                 readiness.wait(index)
                 if timer is not None:
-                    timer.gradient_ready(m.layout.layer_first)
+                    timer.gradient_ready(m.layout.layer_first, done_at=readiness.ready_at[index])
                 yield GradMessage(m.layout, m.send_np, self.n_layers)
             if timer is not None:
                 timer.end()
