@@ -181,7 +181,7 @@ class ProfileCompute:
 
     def __init__(self, forward_s: Sequence[float], backward_s: Sequence[float], clock: Clock,
                  gate: ParameterGate | None = None, tolerance_s: float = DEFAULT_TOLERANCE_S,
-                 gate_timeout_s: float | None = None):
+                 gate_timeout_s: float | None = None, count_from: int = 0):
         if len(forward_s) != len(backward_s) or not forward_s:
             raise ValueError(f"compute profile: {len(forward_s)} forward and {len(backward_s)} backward times "
                              "(need the same number, at least one)")
@@ -194,6 +194,8 @@ class ProfileCompute:
         self.n_layers = len(self.forward_s)
         self.clock, self.gate, self.gate_timeout_s = clock, gate, gate_timeout_s
         self.stats = DeadlineStats(tolerance_s=tolerance_s)
+        self.count_from = count_from  # iterations before it (warm-up) are not in `stats`
+        self._counting = False
         self.iteration: int | None = None
         self._cursor = 0.0  # deadline of the last step started (the forward/backward critical path)
         self._next_forward = 0  # next layer whose forward has not started
@@ -210,6 +212,7 @@ class ProfileCompute:
         if self.iteration is not None:
             self.end()
         self.iteration = iteration
+        self._counting = iteration >= self.count_from
         self._cursor = self.clock.now()
         self._next_forward, self._pending = 0, None
         self._next_backward = self.n_layers - 1
@@ -228,7 +231,8 @@ class ProfileCompute:
             late = now - deadline
         else:
             late = 0.0 if done_at is None else max(0.0, done_at - deadline)
-        self.stats.record(late, forward)
+        if self._counting:
+            self.stats.record(late, forward)
 
     def _finish_pending(self) -> None:
         if self._pending is not None:
@@ -285,7 +289,8 @@ class ProfileCompute:
         """The iteration's compute is over: backward reached layer 0. Returns that deadline."""
         self._need_iteration()
         t = self.gradient_ready(0)
-        self.stats.close_iteration(self.compute_s)
+        if self._counting:
+            self.stats.close_iteration(self.compute_s)
         self.iteration = None
         return t
 

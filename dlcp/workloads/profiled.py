@@ -73,14 +73,15 @@ GATE_TIMEOUT_S = 120.0  # parameters never released: a bug in the caller, not a 
 
 
 def make_profile_compute(profile: Profile, layer_tensors: Sequence[Sequence[int]], dilation: float,
-                         clock: Clock | None = None) -> tuple[ProfileCompute, ParameterGate]:
+                         clock: Clock | None = None, warmup: int = 0) -> tuple[ProfileCompute, ParameterGate]:
     """The compute model of a workload whose layer l holds the profile's tensors layer_tensors[l],
-    every time multiplied by `dilation`, with its parameter gate."""
+    every time multiplied by `dilation`, with its parameter gate; lateness is counted from
+    iteration `warmup` on."""
     clock = clock or MonotonicClock()
     fwd = [t * dilation for t in layer_times(profile.forward_s, layer_tensors)]
     bwd = [t * dilation for t in layer_times(profile.backward_s, layer_tensors)]
     gate = ParameterGate(len(layer_tensors), clock)
-    return ProfileCompute(fwd, bwd, clock, gate, gate_timeout_s=GATE_TIMEOUT_S), gate
+    return ProfileCompute(fwd, bwd, clock, gate, gate_timeout_s=GATE_TIMEOUT_S, count_from=warmup), gate
 
 
 TORCH_MODELS = ("mlp", "cnn", "resnet")

@@ -56,6 +56,7 @@ class SyntheticConfig:
     compute: str = "real"  # or "profile" (the profile's sizes then replace `layers`)
     profile: str = ""
     dilation: float = 1.0
+    warmup_iterations: int = 0  # compute lateness is counted after these
 
     def __post_init__(self):
         for key in ("iterations", "batch_size"):
@@ -160,7 +161,8 @@ class SyntheticWorkload:
         if config.compute == "profile":
             profile = workload_profile({"compute": "profile", "profile": config.profile, "model": "synthetic"})
             self.timer, self.gate = make_profile_compute(profile, [[i] for i in range(len(profile))],
-                                                         dilation_of({"dilation": config.dilation}))
+                                                         dilation_of({"dilation": config.dilation}),
+                                                         warmup=config.warmup_iterations)
         self._own: dict[int, np.ndarray] = {}
         self._previous: dict[int, np.ndarray] = {}
         self.train_loss: float | None = None

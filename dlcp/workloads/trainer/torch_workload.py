@@ -59,6 +59,7 @@ class WorkloadConfig:
     compute: str = "real"  # or "profile": layer times from `profile` (dlcp/workloads/profiled.py)
     profile: str = ""
     dilation: float = 1.0  # profile times are multiplied by it (the runner's scale.dilation)
+    warmup_iterations: int = 0  # compute lateness is counted after these
 
     def __post_init__(self):
         for key in ("iterations", "batch_size"):
@@ -182,7 +183,7 @@ class TorchWorkload:
         index = {id(p): i for i, p in enumerate(params)}
         layers = parameter_layers(self.model)
         self.timer, self.gate = make_profile_compute(profile, [[index[id(p)] for p in group] for group in layers],
-                                                     self.config.dilation)
+                                                     self.config.dilation, warmup=self.config.warmup_iterations)
         owner = {id(p): m for m in self.model.modules() for p in m.parameters(recurse=False)}
         for layer, group in enumerate(layers):
             owner[id(group[0])].register_forward_pre_hook(lambda mod, args, layer=layer: self._on_forward(layer))
