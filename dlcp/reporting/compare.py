@@ -1,5 +1,7 @@
 """Several runs side by side: every metric per run and its ratio against the first run (the
-baseline); compare.json, compare.md, compare.html and plots/compare_*.png in one directory."""
+baseline); compare.json, compare.md, compare.html and plots/compare_*.png in one directory.
+Directories of repeated runs (rep1, rep2, ...) are compared over pairs with confidence intervals
+instead (dlcp/reporting/repeats.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import pathlib
 from dataclasses import dataclass
 
 from dlcp.reporting import plots
-from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.load import NotARunDirectory, RunData, load_run
+from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, min_samples, quantile_of, ratio
@@ -193,6 +196,14 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     paths = [pathlib.Path(p) for p in run_dirs]
     if not paths:
         raise ValueError("compare: no run directories given")
+    groups = [is_repeat_group(p) for p in paths]
+    if any(groups):
+        if not all(groups):
+            bad = next(p for p, g in zip(paths, groups) if not g)
+            raise NotARunDirectory(f"{bad}: not a directory of repeated runs (rep1, rep2, ...) like the others; "
+                                   "compare repeats with repeats, single runs with single runs")
+        out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(paths)
+        return compare_repeats(paths, run_names(paths), out, echo=echo)
     runs = [undilated(load_run(p, name)) for p, name in zip(paths, run_names(paths))]
     summaries = [summarise(r) for r in runs]
     data = compare_data(runs, summaries)
