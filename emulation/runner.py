@@ -410,6 +410,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
         try:
             if sampler is not None:
                 meta["switch_cpu"] = sampler.stop()
+                meta["machine"] = sampler.machine()
             exp.stop()
             report_unprocessed(run_dir)
         finally:

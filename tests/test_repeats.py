@@ -201,8 +201,10 @@ def test_a_run_that_did_not_keep_up_is_flagged_with_the_figure(tmp_path):
     run = write_synthetic_run(tmp_path / "run", **MID)
     assert summarise(load_run(run))["keep_up"]["ok"]
     agent = json.loads((run / "records" / "h1-agent.json").read_text())
+    its = [float(line.split(",")[5]) for line in (run / "records" / "h1-iterations.csv").read_text().splitlines()[1:]]
+    wall_ms = sum(its) / 1e3
     agent["compute"] = {"mode": "profile", "deadlines": 400, "missed": 120, "tolerance_ms": 1.0,
-                        "late_max_ms": 35.0, "overrun_share": 0.21}
+                        "late_max_ms": 35.0, "overrun_ms": 0.07 * wall_ms, "overrun_share": 0.21}
     (run / "records" / "h1-agent.json").write_text(json.dumps(agent))
     meta = json.loads((run / "meta.json").read_text())
     meta["switch_cpu"] = {"s1": {"cpu_s": 9.5, "wall_s": 10.0, "busy": 0.95, "busy_peak": 0.97, "window_s": 5.0}}
@@ -212,7 +214,9 @@ def test_a_run_that_did_not_keep_up_is_flagged_with_the_figure(tmp_path):
     (run / "counters" / "s1.json").write_text(json.dumps(counters))
     k = summarise(load_run(run))["keep_up"]
     assert not k["ok"] and len(k["flags"]) == 3
-    assert "h1 fell behind its profile" in k["flags"][0] and "21%" in k["flags"][0]
+    assert "h1 fell behind its profile" in k["flags"][0]
+    assert "summed to 7% of its iteration time" in k["flags"][0] and "21% of the profile's" in k["flags"][0]
+    assert k["compute"]["h1"]["overrun_share_of_iterations"] == pytest.approx(0.07)
     assert "s1 used 97% of a CPU" in k["flags"][1]
     assert "1,234 frame(s) dropped by the kernel" in k["flags"][2] and "port 3: 1,234" in k["flags"][2]
     from dlcp.reporting import report_run

@@ -134,9 +134,18 @@ def _keepup_section(doc: Doc, k: dict) -> None:
           "wall-clock figures of the emulation machine).")
     doc.bullets(k["flags"])
     if k["compute"]:
-        doc.table(["worker", "deadlines", "missed (> tolerance)", "worst late (ms)", "overrun share"],
-                  [[h, c.get("deadlines"), c.get("missed"), c.get("late_max_ms"), pct(c.get("overrun_share"))]
+        doc.p("Compute deadlines (after warm-up): overrun = the worst lateness of each iteration, summed; it "
+              "bounds how much the iterations were stretched.")
+        doc.table(["worker", "deadlines", "missed (> tolerance)", "worst late (ms)", "overrun (ms)",
+                   "of iteration time", "of the profile's compute time"],
+                  [[h, c.get("deadlines"), c.get("missed"), c.get("late_max_ms"), c.get("overrun_ms"),
+                    pct(c.get("overrun_share_of_iterations")), pct(c.get("overrun_share"))]
                    for h, c in sorted(k["compute"].items())])
+    m = k.get("machine")
+    if m:
+        doc.p(f"The machine: {m.get('cpus')} CPUs, load average {m.get('loadavg_start')} at the start and "
+              f"{m.get('loadavg_end')} at the end; all CPUs together {pct(m.get('busy'))} busy during the run, "
+              f"{pct(m.get('busy_peak'))} in the busiest {m.get('window_s', 5):g} s (other work included).")
     if k["switch_cpu"]:
         doc.table(["switch", "CPU (s)", "wall (s)", "busy", "busiest window"],
                   [[sw, c.get("cpu_s"), c.get("wall_s"), pct(c.get("busy")), pct(c.get("busy_peak"))]
