@@ -222,3 +222,26 @@ def _mlp_params(torch):
     from dlcp.workloads.trainer.models import build_model
     d = load_dataset("digits")
     return list(build_model("mlp", d.in_shape, d.n_classes, 1).named_parameters())
+
+
+def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
+    import subprocess
+    import sys
+    out = tmp_path / "mlp.json"
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "3", "--warmup", "1",
+                        "--batch-size", "8", "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "mlp-digits-b8: 8 tensors, 58,442 parameters" in p.stdout
+    from dlcp.workloads.profile import load_profile
+    from dlcp.workloads.profiled import check_workload
+    prof = load_profile(out)
+    names, sizes = zip(*[(n, q.numel()) for n, q in _mlp_params(pytest.importorskip("torch"))])
+    assert prof.names == names and prof.sizes == sizes and prof.name == "mlp-digits-b8"
+    assert all(t > 0 for t in prof.forward_s + prof.backward_s)
+    # a layer's time is split over its tensors by size: weight / bias = their element counts
+    assert prof.forward_s[0] / prof.forward_s[1] == pytest.approx(sizes[0] / sizes[1])
+    assert "median of 3 steps" in prof.note and "load average" in prof.note
+    assert check_workload({"model": "mlp", "compute": "profile", "profile": str(out)}) == prof
+    bad = subprocess.run([sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "0"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "dlcp profile: profile: repeats" in bad.stderr
