@@ -53,7 +53,7 @@ class CpuSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
-    def start(self) -> "CpuSampler":
+    def start(self) -> CpuSampler:
         self._sample()
         self._thread.start()
         return self

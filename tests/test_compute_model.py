@@ -10,7 +10,8 @@ import pytest
 from dlcp.workloads.compute_model import ManualClock, MonotonicClock, ParameterGate, ProfileCompute
 from dlcp.workloads.contract import ParamChunk
 from dlcp.workloads.profile import profile_from_dict
-from dlcp.workloads.profiled import workload_profile
+from dlcp.workloads.profiled import check_workload, workload_profile
+from dlcp.workloads.settings import WorkloadConfig
 from dlcp.workloads.synthetic import SyntheticWorkload
 
 FWD = (1.0, 2.0, 3.0)
@@ -151,11 +152,12 @@ def tiny_profile(tmp_path, fwd=(0.001, 0.002, 0.003), bwd=(0.002, 0.004, 0.006))
 
 def test_synthetic_workload_takes_the_profiles_sizes_and_times(tmp_path):
     prof = tiny_profile(tmp_path)
-    cfg = {"compute": "profile", "profile": prof, "iterations": 3, "lr": 0.1, "dilation": 2}
-    w = SyntheticWorkload.from_config(cfg, 0, 1)
+    cfg = WorkloadConfig(model="synthetic", compute="profile", profile=prof, iterations=3, lr=0.1, dilation=2,
+                         warmup_iterations=0)  # lateness counted from iteration 0
+    w = SyntheticWorkload(cfg, 0, 1)
     w.timer.clock = w.gate.clock = clock = ManualClock(0.0)
     assert [lay.n_values for lay in w.layouts()] == [50, 700, 30]  # backward order
-    ref = SyntheticWorkload.from_config({"layers": [30, 700, 50], "iterations": 3, "lr": 0.1}, 0, 1)
+    ref = SyntheticWorkload(WorkloadConfig(model="synthetic", layers=[30, 700, 50], iterations=3, lr=0.1), 0, 1)
     ready = []
     for msg, ref_msg in zip(w.compute(0), ref.compute(0)):
         ready.append(clock.now())
@@ -168,7 +170,7 @@ def test_synthetic_workload_takes_the_profiles_sizes_and_times(tmp_path):
 
 
 def test_synthetic_workload_releases_parameters_per_message(tmp_path):
-    w = SyntheticWorkload.from_config({"compute": "profile", "profile": tiny_profile(tmp_path)}, 0, 2)
+    w = SyntheticWorkload(WorkloadConfig(model="synthetic", compute="profile", profile=tiny_profile(tmp_path)), 0, 2)
     list(w.compute(0))
     lay = w.layouts()[1]  # layer 1
     w.apply_parameters(0, lay.msg_id, ParamChunk(np.zeros(lay.n_values, np.float32), np.zeros(lay.n_values, bool)))
@@ -177,15 +179,17 @@ def test_synthetic_workload_releases_parameters_per_message(tmp_path):
 
 def test_profile_keys_fail_with_one_line():
     with pytest.raises(ValueError, match="workload.profile: compute = 'profile' with the synthetic model needs"):
-        workload_profile({"compute": "profile", "model": "synthetic"})
+        WorkloadConfig(compute="profile", model="synthetic")
     with pytest.raises(ValueError, match="workload.profile: no bundled profile 'mlp-digits-b7'"):
-        workload_profile({"compute": "profile", "model": "mlp", "batch_size": 7})
-    with pytest.raises(ValueError, match="workload.compute: 'fast' is not one of real, profile"):
-        workload_profile({"compute": "fast"})
-    assert workload_profile({"compute": "real"}) is None
-    assert len(workload_profile({"compute": "profile", "model": "synthetic", "profile": "resnet50"})) == 161
+        workload_profile(WorkloadConfig(compute="profile", model="mlp", batch_size=7))
+    with pytest.raises(ValueError, match="workload.compute: .*'fast'"):
+        WorkloadConfig(compute="fast")
+    with pytest.raises(ValueError, match="workload.compute_ms: a sleep of the real-compute synthetic model"):
+        WorkloadConfig(compute="profile", model="synthetic", profile="vgg16", compute_ms=5)
+    assert workload_profile(WorkloadConfig(compute="real")) is None
+    assert len(workload_profile(WorkloadConfig(compute="profile", model="synthetic", profile="resnet50"))) == 161
     with pytest.raises(ValueError, match="workload.layers: set by the profile"):
-        SyntheticWorkload.from_config({"compute": "profile", "profile": "vgg16", "layers": [3, 4]}, 0, 1)
+        check_workload(WorkloadConfig(compute="profile", model="synthetic", profile="vgg16", layers=[3, 4]))
 
 
 def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
@@ -198,9 +202,9 @@ def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
     import json
     f.write_text(json.dumps({"model": "mlp", "names": list(prof.names), "sizes": list(prof.sizes),
                              "forward_s": list(prof.forward_s), "backward_s": list(prof.backward_s)}))
-    cfg = {"model": "mlp", "compute": "profile", "profile": str(f), "batch_size": 8}
-    w = TorchWorkload.from_config(cfg, 0, 1)
-    ref = TorchWorkload.from_config({"model": "mlp", "batch_size": 8}, 0, 1)
+    cfg = WorkloadConfig(model="mlp", compute="profile", profile=str(f), batch_size=8, warmup_iterations=0)
+    w = TorchWorkload(cfg, 0, 1)
+    ref = TorchWorkload(WorkloadConfig(model="mlp", batch_size=8), 0, 1)
     clock = ManualClock(0.0)
     w.timer.clock = w.gate.clock = clock
     ready = []
@@ -212,9 +216,8 @@ def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
     assert w.compute_stats()["deadlines"] == 8
     w.evaluate(0)  # evaluation runs the model without touching the compute model
     assert w.timer.iteration is None
-    bad = dict(cfg, model="cnn")
     with pytest.raises(ValueError, match="does not describe model cnn"):
-        TorchWorkload.from_config(bad, 0, 1)
+        TorchWorkload(cfg.model_copy(update={"model": "cnn"}), 0, 1)
 
 
 def _mlp_params(torch):
@@ -233,7 +236,6 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "mlp-digits-b8: 8 tensors, 58,442 parameters" in p.stdout
     from dlcp.workloads.profile import load_profile
-    from dlcp.workloads.profiled import check_workload
     prof = load_profile(out)
     names, sizes = zip(*[(n, q.numel()) for n, q in _mlp_params(pytest.importorskip("torch"))])
     assert prof.names == names and prof.sizes == sizes and prof.name == "mlp-digits-b8"
@@ -241,7 +243,7 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
     # a layer's time is split over its tensors by size: weight / bias = their element counts
     assert prof.forward_s[0] / prof.forward_s[1] == pytest.approx(sizes[0] / sizes[1])
     assert "median of 3 steps" in prof.note and "load average" in prof.note
-    assert check_workload({"model": "mlp", "compute": "profile", "profile": str(out)}) == prof
+    assert check_workload(WorkloadConfig(model="mlp", compute="profile", profile=str(out))) == prof
     bad = subprocess.run([sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "0"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "dlcp profile: profile: repeats" in bad.stderr

@@ -12,7 +12,6 @@ import pytest
 from synthetic_runs import write_synthetic_run
 
 from dlcp.experiment import config as configmod
-from dlcp.experiment.dilation import check as dilation_check
 from dlcp.experiment.dilation import emulated
 from dlcp.reporting import compare_runs
 from dlcp.reporting.bootstrap import MIN_PAIRS, paired_ratio, verdict
@@ -276,8 +275,8 @@ def test_dilation_slows_rates_and_stretches_times(tmp_path):
     assert emu["dlcp"]["deadline_ms"] == 40000 and emu["dlcp"]["probe_rto_ms"] == 400
     assert emu["background"][0]["rate_mbps"] == 20 and emu["background"][0]["on_ms"] == 600
     assert emu["background"][0]["start_s"] == 10 and emu["background"][0]["stop_s"] == 0
-    assert emu["workload"]["dilation"] == 20 and emu["links"]["queue_pkts"] == system["links"]["queue_pkts"]
+    assert emu["scale"]["dilation"] == 20 and emu["links"]["queue_pkts"] == system["links"]["queue_pkts"]
     assert system["links"]["host_mbps"] == 1000  # the system config is left alone
-    assert dilation_check(system) is None
-    torch_real = configmod.validate({**{k: v for k, v in system.items()}, "workload": {"model": "cnn"}})
-    assert "needs workload.compute = 'profile'" in dilation_check(torch_real)
+    configmod.validate(emu)  # what the emulation runs is a valid config too
+    with pytest.raises(configmod.ConfigError, match="scale.dilation: 20 needs workload.compute = 'profile'"):
+        configmod.validate({**system, "workload": {"model": "cnn"}})

@@ -7,7 +7,8 @@ compute second, queue fill per burst, time-outs per round trip) as in the system
 every measured time by D again (dlcp/reporting), so they speak of the system.
 
 `emulated(cfg)` is the config the network and the agents get; the run directory keeps the
-system config (config.toml), and reports read D from its `scale.dilation`.
+system config (config.toml), and reports read D from its `scale.dilation`. The agents get D in
+their `workload.dilation` (dlcp/experiment/agent_config.py) and multiply profile times by it.
 
 What scales (SCALED below), and why the transport's timers do: a timer set for the system's
 time scale would fire D times too early against a D times slower network (the PROBE timeout
@@ -23,6 +24,11 @@ for torch models; the synthetic model's `compute_ms` sleep scales).
 from __future__ import annotations
 
 import copy
+from typing import ClassVar
+
+from pydantic import Field
+
+from dlcp.settings import Settings
 
 # (section, key, how): "rate" is divided by D, "time" multiplied by D.
 SCALED = (
@@ -40,7 +46,13 @@ SCALED = (
     ("background[]", "start_s", "time"),
     ("background[]", "stop_s", "time"),
 )
-TORCH_MODELS = ("mlp", "cnn", "resnet")
+
+
+class ScaleSettings(Settings):
+    """`[scale]`: how much slower than the system it describes the emulation runs."""
+    section: ClassVar[str] = "scale"
+    dilation: float = Field(1.0, ge=1, le=10000, description="run D times slower than the system described: "
+                                                             "rates / D, times x D, reports / D")
 
 
 def dilation(cfg: dict) -> float:
@@ -56,26 +68,15 @@ def _scale(value, how: str, d: float):
 
 
 def emulated(cfg: dict) -> dict:
-    """The config the emulation runs: rates / D, times x D (SCALED), and `workload.dilation` = D
-    for the agents, which multiply profile compute times by it. D = 1 changes nothing."""
+    """The config the emulation runs: rates / D, times x D (SCALED); `scale.dilation` stays, for
+    the agents. D = 1 changes nothing."""
     d = dilation(cfg)
     out = copy.deepcopy(cfg)
-    out["workload"]["dilation"] = d
     if d == 1:
         return out
     for section, key, how in SCALED:
         targets = out.get("background", []) if section == "background[]" else [out.get(section, {})]
         for table in targets:
-            if key in table and table[key]:
+            if table.get(key):
                 table[key] = _scale(table[key], how, d)
     return out
-
-
-def check(cfg: dict) -> str | None:
-    """Why `cfg` cannot run dilated (one line naming the key), or None."""
-    d = dilation(cfg)
-    w = cfg["workload"]
-    if d != 1 and w["model"] in TORCH_MODELS and w.get("compute", "real") == "real":
-        return (f"scale.dilation: {d:g} needs workload.compute = 'profile' for the torch model {w['model']} "
-                "(real compute cannot be slowed down)")
-    return None

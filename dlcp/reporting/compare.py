@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import NotARunDirectory, RunData, load_run
-from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.render import Doc, Image, fmt
+from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, min_samples, quantile_of, ratio
 from dlcp.reporting.steady import undilated

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -33,8 +33,9 @@ from dlcp.tables import format_table
 REP_DIR = re.compile(r"rep(\d+)$")
 METHOD_TEXT = (f"bootstrap over pairs: {RESAMPLES:,} times, draw as many pairs as there are, with replacement, the "
                "same pairs for every variant; recompute each variant's pooled statistic on the runs of the drawn "
-               f"pairs and their ratio; the {100 * CONFIDENCE:g} % interval is the 2.5th to 97.5th percentile of "
-               f"those ratios (at least {MIN_PAIRS} pairs). Runs are the units resampled, never single messages "
+               f"pairs and their ratio; the {100 * CONFIDENCE:g} % interval is log R +- t(n-1) x the standard "
+               "deviation of the resampled log ratios x sqrt(n/(n-1)) (a bootstrap standard error with a Student "
+               f"critical value; at least {MIN_PAIRS} pairs). Runs are the units resampled, never single messages "
                "or iterations.")
 
 

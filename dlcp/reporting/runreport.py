@@ -11,8 +11,14 @@ from dlcp.reporting.load import RunData, load_run
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, refused_text
 from dlcp.reporting.steady import undilated
-from dlcp.reporting.summarise import (grouped_mct, iteration_series, json_ready, steady_sender_rows, summarise,
-                                      training_curves)
+from dlcp.reporting.summarise import (
+    grouped_mct,
+    iteration_series,
+    json_ready,
+    steady_sender_rows,
+    summarise,
+    training_curves,
+)
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
 
@@ -63,7 +69,7 @@ def protected_warning(loss: dict) -> str | None:
 def headline_lines(s: dict) -> list[str]:
     h, lb = s["headline"], s["lower_bound"]
     mct, it_ms = s["mct_us"]["overall"], s["iteration"]["iteration_ms"]
-    it_text = lambda k: pct_cell(it_ms, k) if isinstance(pct_cell(it_ms, k), str) else fmt(pct_cell(it_ms, k))  # noqa: E731
+    it_text = lambda k: pct_cell(it_ms, k) if isinstance(pct_cell(it_ms, k), str) else fmt(pct_cell(it_ms, k))
     lines = [
         f"MCT p50 / p99 / p99.9 (n = {mct['count']:,} messages): {_ms_text(mct, 'p50')} / {_ms_text(mct, 'p99')} / "
         f"{_ms_text(mct, 'p999')} ms",
@@ -191,7 +197,7 @@ def _lower_bound_section(doc: Doc, lb: dict) -> None:
     doc.p(f"Bottleneck rate {fmt(lb['bottleneck_mbps'])} Mbit/s (from {lb['rate_source']}). {lb['definition']}")
     rows = []
     msg = lb.get("message")
-    ms = lambda us: None if us is None else us / 1e3  # noqa: E731
+    ms = lambda us: None if us is None else us / 1e3
     if msg:
         rows.append(["message (median)", fmt(ms(msg["ideal_us"]["p50"])), fmt(ms(msg["mct_p50_us"])),
                      fmt(ms(msg["mct_p99_us"])), times(msg["slowdown"]["p50"]), times(msg["slowdown"]["p99"])])

@@ -36,8 +36,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 DEFAULT_TOLERANCE_S = 0.001  # a wake-up later than this past its deadline counts as a miss
 

@@ -1,21 +1,21 @@
-"""Which compute a workload section asks for, and the compute model it gets.
+"""Which compute a workload asks for, and the compute model it gets.
 
-`workload.compute`: `"real"` (the compute takes what the CPU needs; the synthetic model sleeps
-`compute_ms`) or `"profile"` (times from a layer profile, dlcp/workloads/compute_model.py).
-`workload.profile`: a bundled profile name (dlcp/workloads/profiles/) or a JSON file. Empty with a
-torch model means that model's own measured profile, `<model>-<dataset>-b<batch_size>` (written by
-`dlcp profile`); the synthetic model needs one named (it then trains tensors of the profile's
-sizes). `workload.dilation` (set by the runner from `scale.dilation`) multiplies every time.
+`workload.compute` (dlcp/workloads/settings.py): `"real"` (the compute takes what the CPU needs;
+the synthetic model sleeps `compute_ms`) or `"profile"` (times from a layer profile,
+dlcp/workloads/compute_model.py). `workload.profile`: a bundled profile name
+(dlcp/workloads/profiles/) or a JSON file. Empty with a torch model means that model's own
+measured profile, `<model>-<dataset>-b<batch_size>` (written by `dlcp profile`); the synthetic
+model needs one named (it then trains tensors of the profile's sizes). An agent's
+`workload.dilation` (the experiment's `scale.dilation`) multiplies every time.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from dlcp.workloads.compute_model import Clock, MonotonicClock, ParameterGate, ProfileCompute, layer_times
 from dlcp.workloads.profile import Profile, load_profile
-
-COMPUTE_MODES = ("real", "profile")
+from dlcp.workloads.settings import DEFAULT_LAYERS, TORCH_MODELS, TrainingSettings
 
 
 def default_profile_name(model: str, dataset: str, batch_size: int) -> str:
@@ -23,42 +23,30 @@ def default_profile_name(model: str, dataset: str, batch_size: int) -> str:
     return f"{model}-{dataset}-b{batch_size}"
 
 
-def compute_mode(workload: dict) -> str:
-    mode = workload.get("compute", "real")
-    if mode not in COMPUTE_MODES:
-        raise ValueError(f"workload.compute: {mode!r} is not one of {', '.join(COMPUTE_MODES)}")
-    return mode
-
-
-def dilation_of(workload: dict) -> float:
-    d = workload.get("dilation", 1)
-    if isinstance(d, bool) or not isinstance(d, (int, float)) or not d >= 1:
-        raise ValueError(f"workload.dilation: must be a number >= 1, got {d!r}")
-    return float(d)
-
-
-def workload_profile(workload: dict) -> Profile | None:
+def workload_profile(workload: TrainingSettings) -> Profile | None:
     """The profile `workload` times its compute with, or None for real compute. ValueError with
     one line naming the key or file when it cannot be had."""
-    if compute_mode(workload) == "real":
+    if workload.compute == "real":
         return None
-    name = workload.get("profile", "")
-    model = workload.get("model", "cnn")
-    if not name:
-        if model == "synthetic":
-            raise ValueError("workload.profile: compute = 'profile' with the synthetic model needs a profile "
-                             "(a bundled name such as resnet50, or a JSON file)")
-        name = default_profile_name(model, workload.get("dataset", "digits"), workload.get("batch_size", 32))
+    name = workload.profile
+    if not name:  # the settings model requires one for the synthetic model
+        name = default_profile_name(workload.model, workload.dataset, workload.batch_size)
         try:
             return load_profile(name)
         except ValueError:
-            raise ValueError(f"workload.profile: no bundled profile {name!r} for model {model}; measure one with "
-                             f"`dlcp profile {model} --dataset {workload.get('dataset', 'digits')} --batch-size "
-                             f"{workload.get('batch_size', 32)} --out FILE` and set workload.profile = FILE") from None
+            raise ValueError(f"workload.profile: no bundled profile {name!r} for model {workload.model}; measure "
+                             f"one with `dlcp profile {workload.model} --dataset {workload.dataset} --batch-size "
+                             f"{workload.batch_size} --out FILE` and set workload.profile = FILE") from None
     try:
         return load_profile(name)
     except ValueError as e:
         raise ValueError(f"workload.profile: {e}") from None
+
+
+def layer_sizes(workload: TrainingSettings) -> list[int]:
+    """The synthetic model's layer sizes: the profile's tensors with profile compute, else `layers`."""
+    profile = workload_profile(workload)
+    return list(profile.sizes) if profile is not None else list(workload.layers)
 
 
 def check_tensor_sizes(profile: Profile, sizes: Sequence[int], model: str) -> None:
@@ -84,26 +72,20 @@ def make_profile_compute(profile: Profile, layer_tensors: Sequence[Sequence[int]
     return ProfileCompute(fwd, bwd, clock, gate, gate_timeout_s=GATE_TIMEOUT_S, count_from=warmup), gate
 
 
-TORCH_MODELS = ("mlp", "cnn", "resnet")
-
-
-def check_workload(workload: dict) -> Profile | None:
-    """Everything about a workload section's compute that can be checked before a run: the mode,
-    the profile loads, the keys fit together, a torch model has the profile's tensors (builds the
-    model: imports torch). Returns the profile (None: real compute); ValueError naming the key."""
+def check_workload(workload: TrainingSettings) -> Profile | None:
+    """Everything about a workload's compute that needs files or torch, checked before a run: the
+    profile loads, the synthetic model's `layers` are not set against it, a torch model has the
+    profile's tensors (builds the model: imports torch). Returns the profile (None: real
+    compute); ValueError naming the key."""
     profile = workload_profile(workload)
     if profile is None:
         return None
-    if workload.get("compute_ms"):
-        raise ValueError("workload.compute_ms: a sleep of the real-compute synthetic model; with compute = "
-                         "'profile' the profile's times apply (leave compute_ms at 0)")
-    model = workload.get("model", "cnn")
-    if model == "synthetic" and workload.get("layers") and tuple(workload["layers"]) != profile.sizes:
-        raise ValueError("workload.layers: set by the profile with compute = 'profile' (leave it empty)")
-    if model in TORCH_MODELS:
+    if workload.model == "synthetic" and tuple(workload.layers) not in (DEFAULT_LAYERS, profile.sizes):
+        raise ValueError("workload.layers: set by the profile with compute = 'profile' (leave it out)")
+    if workload.model in TORCH_MODELS:
         from dlcp.workloads.trainer.data import load_dataset
         from dlcp.workloads.trainer.models import build_model
-        data = load_dataset(workload.get("dataset", "digits"))
-        net = build_model(model, data.in_shape, data.n_classes, 0)
-        check_tensor_sizes(profile, [p.numel() for p in net.parameters()], model)
+        data = load_dataset(workload.dataset)
+        net = build_model(workload.model, data.in_shape, data.n_classes, 0)
+        check_tensor_sizes(profile, [p.numel() for p in net.parameters()], workload.model)
     return profile

@@ -27,7 +27,6 @@ iterations ((it + 1) % eval_every == 0, and the last iteration) also `test_loss`
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, fields
 from typing import Iterator
 
 import numpy as np
@@ -35,59 +34,11 @@ import torch
 import torch.nn.functional as F
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
-from dlcp.workloads.profiled import check_tensor_sizes, compute_mode, dilation_of, make_profile_compute, workload_profile
+from dlcp.workloads.profiled import check_tensor_sizes, make_profile_compute, workload_profile
+from dlcp.workloads.settings import WorkloadConfig, check_fill
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
-from dlcp.workloads.trainer.fill import check_fill
 from dlcp.workloads.trainer.flat import FlatModel
 from dlcp.workloads.trainer.models import build_model, parameter_layers
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    """The `workload` section of an agent configuration (docs/runs.md). `batch_size` is per worker:
-    the global batch of an iteration is batch_size * world."""
-    model: str = "cnn"
-    dataset: str = "digits"
-    iterations: int = 20
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    seed: int = 1
-    eval_every: int = 5  # 0: evaluate at the last iteration only
-    bucket_values: int = 0  # 0: one message per layer
-    compute: str = "real"  # or "profile": layer times from `profile` (dlcp/workloads/profiled.py)
-    profile: str = ""
-    dilation: float = 1.0  # profile times are multiplied by it (the runner's scale.dilation)
-    warmup_iterations: int = 0  # compute lateness is counted after these
-
-    def __post_init__(self):
-        for key in ("iterations", "batch_size"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ValueError(f"workload.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
-        for key in ("eval_every", "bucket_values", "seed"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 0:
-                raise ValueError(f"workload.{key}: must be an integer >= 0, got {getattr(self, key)!r}")
-        if not self.lr > 0:
-            raise ValueError(f"workload.lr: must be > 0, got {self.lr!r}")
-        if not (0 <= self.momentum < 1 and self.weight_decay >= 0):
-            raise ValueError("workload.momentum must lie in [0, 1) and workload.weight_decay be >= 0")
-        compute_mode({"compute": self.compute})
-        dilation_of({"dilation": self.dilation})
-
-    def section(self) -> dict:
-        """The keys as a workload section (what dlcp/workloads/profiled.py reads)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "WorkloadConfig":
-        """Known keys only; other keys of the section belong to other consumers and are ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def is_eval_iteration(self, iteration: int) -> bool:
-        last = iteration == self.iterations - 1
-        return last or (self.eval_every > 0 and (iteration + 1) % self.eval_every == 0)
 
 
 def _optimizer(model, config: WorkloadConfig) -> torch.optim.Optimizer:
@@ -172,7 +123,7 @@ class TorchWorkload:
             p.register_post_accumulate_grad_hook(self._on_gradient)
         self.timer = self.gate = None
         self._timed_forward = False
-        profile = workload_profile(config.section())
+        profile = workload_profile(config)
         if profile is not None:
             self._time_with(profile)
 
@@ -195,11 +146,6 @@ class TorchWorkload:
     def compute_stats(self) -> dict | None:
         """How well the machine kept up with the profile (None with real compute)."""
         return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
-
-    @classmethod
-    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale",
-                    **kwargs) -> "TorchWorkload":
-        return cls(WorkloadConfig.from_dict(workload), rank, world, fill, **kwargs)
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
@@ -294,10 +240,6 @@ class TorchServerWorkload:
         self.n_layers = self.flat.n_layers
         self.optimizer = _optimizer(self.model, config)
         self.lost_values = 0
-
-    @classmethod
-    def from_config(cls, workload: dict, fill: str = "rescale") -> "TorchServerWorkload":
-        return cls(WorkloadConfig.from_dict(workload), fill)
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
