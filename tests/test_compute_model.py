@@ -41,7 +41,7 @@ def test_one_iteration_follows_the_profile_exactly():
 
 
 def test_asking_for_a_lower_layer_steps_through_the_ones_above():
-    clock, _, pc = make()
+    _clock, _, pc = make()
     pc.begin(0)
     assert pc.gradient_ready(0) == 100.0 + 6 + 12  # the whole forward, then the whole backward
     assert pc.ready_at == {2: 112.0, 1: 116.0, 0: 118.0}
@@ -108,7 +108,7 @@ def test_real_work_longer_than_the_profile_is_measured_as_lateness():
 
 def test_a_consumer_asking_late_does_not_make_the_compute_late():
     """The worker was busy sending the previous message: the gradient was ready on time."""
-    clock, gate, pc = make()
+    clock, _gate, pc = make()
     pc.begin(0)
     pc.end_forward()  # 106
     clock.advance(20.0)  # 126: past every backward deadline
@@ -231,7 +231,7 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
     import subprocess
     import sys
     out = tmp_path / "mlp.json"
-    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "3", "--warmup", "1",
+    p = subprocess.run(check=False, args=[sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "3", "--warmup", "1",
                         "--batch-size", "8", "--out", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "mlp-digits-b8: 8 tensors, 58,442 parameters" in p.stdout
@@ -244,6 +244,6 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
     assert prof.forward_s[0] / prof.forward_s[1] == pytest.approx(sizes[0] / sizes[1])
     assert "median of 3 steps" in prof.note and "load average" in prof.note
     assert check_workload(WorkloadConfig(model="mlp", compute="profile", profile=str(out))) == prof
-    bad = subprocess.run([sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "0"],
+    bad = subprocess.run(check=False, args=[sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "0"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "dlcp profile: profile: repeats" in bad.stderr

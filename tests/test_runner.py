@@ -136,7 +136,7 @@ def test_repeated_pairs_with_profile_compute_and_dilation(tmp_path):
                                 "forward_s": [0.001, 0.002, 0.001], "backward_s": [0.002, 0.004, 0.002]}))
     cfg = tmp_path / "paired.toml"
     cfg.write_text(PROFILED.format(profile=prof))
-    p = subprocess.run(DLCP + ["run", str(cfg), "--policies", "fifo,dlcp", "--repeat", "2", "--out",
+    p = subprocess.run(check=False, args=DLCP + ["run", str(cfg), "--policies", "fifo,dlcp", "--repeat", "2", "--out",
                                str(tmp_path / "results")], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
     [results] = (tmp_path / "results").iterdir()

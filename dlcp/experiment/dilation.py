@@ -64,7 +64,7 @@ def _scale(value, how: str, d: float):
     if how == "rate":
         return value / d
     out = value * d
-    return int(round(out)) if isinstance(value, int) and not isinstance(value, bool) else out
+    return round(out) if isinstance(value, int) and not isinstance(value, bool) else out
 
 
 def emulated(cfg: dict) -> dict:

@@ -85,7 +85,7 @@ def distribution(values: Iterable[float], scale: float = 1.0, min_beyond: int = 
 
 def quantile_of(key: str) -> float:
     """50.0 for "p50", 99.9 for "p999"."""
-    return dict((k, q) for q, k in QUANTILES)[key]
+    return {k: q for q, k in QUANTILES}[key]
 
 
 def refused_text(n: int, key: str) -> str:
