@@ -41,6 +41,7 @@ class Agent:
     done: int = 0
     iteration_rows: list = field(default_factory=list)
     resync_rows: list = field(default_factory=list)
+    extra_totals: dict = field(default_factory=dict)  # more agent totals (e.g. compute keep-up)
     start_unix: float = field(default_factory=time.time)
     start_mono: float = field(default_factory=time.monotonic)
 
@@ -83,6 +84,7 @@ class Agent:
                   "wall_s": end - self.start_unix}
         if t is not None:
             totals.update(t.stats())
+        totals.update(self.extra_totals)
         R.write_json(rec / f"{self.host}-agent.json", totals)
 
 

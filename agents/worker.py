@@ -133,8 +133,8 @@ def run(agent: Agent) -> None:
             t, lost_values = step(agent, workload, coll, it)
             if cfg.mode == "allreduce" and world > 1 and resync_every and (it + 1) % resync_every == 0:
                 resync(agent, workload, coll, it)
+            end = now_us()  # evaluation is the observer's work, not the training's: not in the iteration
             metrics = workload.evaluate(it) or {}
-            end = now_us()
             first = t["first_send_us"] or t["comm_end_us"]
             agent.iteration_rows.append({
                 "host": agent.host, "rank": rank, "iter": it, "start_us": t["start_us"], "end_us": end,
@@ -145,6 +145,9 @@ def run(agent: Agent) -> None:
             agent.done = it + 1
             agent.progress()
     finally:
+        stats = getattr(workload, "compute_stats", lambda: None)()
+        if stats is not None:  # how well the machine kept up with the profile (records/hN-agent.json)
+            agent.extra_totals["compute"] = stats
         if isinstance(coll, TransportEngine):
             coll.close()
 

@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | sweep | build | gen | report | compare | clean | bench | schedule.
+"""The `dlcp` command: run | sweep | build | gen | report | compare | profile | clean | bench | schedule.
 
 The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
 or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
@@ -13,7 +13,7 @@ import sys
 
 from dlcp import __version__
 from dlcp.wire.header import DATA_PORT
-from dlcp_cli import report_cmds
+from dlcp_cli import profile_cmd, report_cmds
 from dlcp_cli.benches import BENCHES, run_bench
 
 
@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--vary", action="append", metavar="KEY=V1,V2",
                    help="run one variant per value of any config key, e.g. --vary comm.scheduler=wfbp,dear "
                         "(repeatable: every combination)")
+    r.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the variants N times as interleaved pairs a1 b1 a2 b2 ... (a new seed per pair, "
+                        "the same within a pair) and compare them with 95%% confidence intervals")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.add_argument("--run-dir", metavar="DIR",
@@ -118,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
     r.add_argument("--out", help="write the report here instead of into the run directory")
     r.set_defaults(func=report_cmds.cmd_report)
+
+    profile_cmd.add_parser(sub)
 
     c = sub.add_parser("compare", help="compare runs against the first (baseline): compare.md/.html/.json",
                        description="Side-by-side metrics of runs with ratios against the first run.")

@@ -6,6 +6,10 @@
 
 Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--vary key=a,b`
 (and `--policies`, which varies dlcp.policy) share the topology and seed and are compared at the end.
+With `--repeat N` the variants run as interleaved pairs a1 b1 a2 b2 ... (seed + i - 1 for pair i,
+the same within a pair) into <variant>/rep<i>/, and the comparison is over pairs, with confidence
+intervals (docs/reports.md). With `scale.dilation` D the network and the agents run D times slower
+than the config says (dlcp/experiment/dilation.py); config.toml keeps what the user wrote.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from importlib import metadata
 from pathlib import Path
 
 from dlcp.experiment import config as configmod
+from dlcp.experiment import dilation as dilationmod
 from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
 from dlcp.network import topology as topospec
 from dlcp.network.switch_runtime import write_runtime
@@ -139,6 +144,18 @@ def write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+AGENT_NICE = -10
+
+
+def agent_command(module: str, cfg_path: Path) -> list[str]:
+    """An agent's command line. Agents run at nice -10: they stand for machines of their own, and
+    whatever else runs on the emulation host (builds, editors, other runs' reports) must not
+    stretch their compute deadlines or delay their packets; on 2 cores at load 6, a nice-0 agent
+    woke from a 4 ms compute wait ~10 ms late half the time. Not real-time (the switch is): a busy
+    agent must not starve the switch or the machine."""
+    return ["nice", "-n", str(AGENT_NICE), sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
+
+
 # --- progress ------------------------------------------------------------------------------------------
 
 def read_progress(run_dir: Path, host: str) -> dict:
@@ -182,11 +199,13 @@ class Progress:
 # --- one run -------------------------------------------------------------------------------------------
 
 class Experiment:
-    """Everything one run starts, so it can all be stopped from one place."""
+    """Everything one run starts, so it can all be stopped from one place. `cfg` is the system the
+    user described; `self.cfg` what the emulation runs (rates and times dilated)."""
 
     def __init__(self, cfg: dict, run_dir: Path, variant: str):
-        self.cfg, self.run_dir, self.variant = cfg, run_dir, variant
-        self.spec = topospec.from_config(cfg)
+        self.system_cfg = cfg
+        self.cfg, self.run_dir, self.variant = dilationmod.emulated(cfg), run_dir, variant
+        self.spec = topospec.from_config(self.cfg)
         self.net = None
         self.shell_pids: list[int] = []
         self.pending_background: list[tuple[str, str, AgentConfig]] = []
@@ -194,7 +213,7 @@ class Experiment:
 
     def prepare(self) -> None:
         make_run_dir(self.run_dir)
-        (self.run_dir / "config.toml").write_text(configmod.dumps(self.cfg))
+        (self.run_dir / "config.toml").write_text(configmod.dumps(self.system_cfg))
         write_json(self.run_dir / "topology.json", self.spec.to_json())
         for runtime in self.spec.runtimes(self.cfg).values():
             write_runtime(runtime, self.run_dir / "runtime")
@@ -222,7 +241,7 @@ class Experiment:
         module = agent_cfg.role  # worker, ps, background (senders and sinks)
         cfg_path = write_agent_config(self.run_dir, host, role, agent_cfg)
         log = self.run_dir / "logs" / f"{host}-{role}.log"
-        cmd = [sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
+        cmd = agent_command(module, cfg_path)
         with open(log, "wb") as f:
             p = self.net.get(host).popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          cwd=str(REPO))
@@ -317,16 +336,19 @@ class Experiment:
             signal.signal(signal.SIGALRM, old)
 
 
-def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str]) -> None:
+def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str],
+                extra_meta: dict | None = None) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
     exp = Experiment(cfg, run_dir, variant)
     exp.prepare()
-    meta = collect_meta(cfg, variant, tools)
+    meta = {**collect_meta(cfg, variant, tools), **(extra_meta or {})}
     write_json(run_dir / "meta.json", meta)
     t0 = time.monotonic()
     status = "error"
+    sampler = None
     try:
         exp.start_network()
+        sampler = sample_switch_cpu(exp)
         exp.start_agents()
         exp.wait(progress)
         status = "ok"
@@ -342,6 +364,9 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
+            if sampler is not None:
+                meta["switch_cpu"] = sampler.stop()
+                meta["machine"] = sampler.machine()
             exp.stop()
             report_unprocessed(run_dir)
         finally:
@@ -353,25 +378,62 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
             signal.signal(signal.SIGTERM, old_term)
 
 
+def sample_switch_cpu(exp: Experiment):
+    """Start sampling the CPU time of the run's switch processes (emulation/keepup.py)."""
+    from emulation.keepup import CpuSampler
+    pids = {sw.name: sw.dataplane.pid for sw in exp.net.switches
+            if getattr(sw, "dataplane", None) is not None and sw.dataplane.pid}
+    return CpuSampler(pids).start()
+
+
 def report_variant(run_dir: Path) -> None:
     from dlcp.reporting import report_run
     report_run(run_dir)
 
 
+def preflight(cfg: dict) -> None:
+    """What the compute and the dilation need, checked before anything starts: the profile loads
+    and fits the model, dilation has something it can slow down. ConfigError naming the key."""
+    from dlcp.workloads.profiled import check_workload
+    try:
+        check_workload(configmod.Experiment.parse(cfg).workload)
+    except ValueError as e:
+        raise configmod.ConfigError(str(e)) from None
+
+
+def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:
+    """(variant, repeat index, config) in the order they run: a1 b1 a2 b2 ... Pair i runs with seed
+    `seed + i - 1`, the same for every variant of the pair; repeat index 0 = not repeated."""
+    if repeat < 1:
+        raise configmod.ConfigError(f"--repeat: {repeat} is not a number of runs >= 1")
+    runs = []
+    for i in range(1, repeat + 1):
+        for name, cfg in variants:
+            seeded = configmod.validate(dict(cfg, seed=cfg["seed"] + i - 1)) if i > 1 else cfg
+            runs.append((name, i if repeat > 1 else 0, seeded))
+    return runs
+
+
+def run_dir_of(results: Path, variant: str, rep: int) -> Path:
+    return results / variant / f"rep{rep}" if rep else results / variant
+
+
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None) -> Path:
+        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None, repeat: int = 1) -> Path:
     """Run an experiment, one variant per combination of `--vary` values (`--policies P1,P2` is
-    `--vary dlcp.policy=P1,P2`); returns the results directory. `run_dir`: the one variant's
-    directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
+    `--vary dlcp.policy=P1,P2`), `repeat` interleaved pairs; returns the results directory.
+    `run_dir`: the one variant's directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
     raw = configmod.load_raw(config_path, overrides)
     base = configmod.validate(raw)
     varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
-    variants = configmod.variants(raw, varies)
-    if run_dir and len(variants) > 1:
-        raise configmod.ConfigError("--run-dir: takes one variant, not --policies / --vary with several")
-    # roles and background placement, and the backend's tools, are checked before anything starts
-    for _, cfg in variants:
-        topospec.from_config(cfg)
+    runs = plan_runs(configmod.variants(raw, varies), repeat)
+    if run_dir and len(runs) > 1:
+        raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
+    # roles and background placement, compute and dilation, and the backend's tools, are checked
+    # before anything starts
+    for _, _, cfg in runs:
+        topospec.from_config(dilationmod.emulated(cfg))
+    preflight(base)
     tools = check_backend(base)
     if os.geteuid() != 0:
         raise SystemExit("dlcp run: needs root (Mininet network namespaces); run: sudo dlcp run ...")
@@ -385,17 +447,18 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
     # must still stop the run cleanly
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    run_dirs = []
-    for i, (variant, cfg) in enumerate(variants):
-        vdir = Path(run_dir) if run_dir else results / variant
-        print(f"dlcp run: {base['name']} [{variant}] ({i + 1}/{len(variants)}) -> {vdir}", file=sys.stderr)
-        run_variant(cfg, vdir, variant, progress, tools)
-        run_dirs.append(vdir)
+    for i, (variant, rep, cfg) in enumerate(runs):
+        vdir = Path(run_dir) if run_dir else run_dir_of(results, variant, rep)
+        label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
+        print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) -> {vdir}", file=sys.stderr)
+        run_variant(cfg, vdir, variant, progress, tools, extra_meta={"repeat": rep, "seed": cfg["seed"],
+                                                                      "dilation": dilationmod.dilation(cfg)})
         if with_report:
             report_variant(vdir)
-    if with_report and len(run_dirs) > 1:
+    variants = list(dict.fromkeys(v for v, _, _ in runs))
+    if with_report and len(variants) > 1:
         from dlcp.reporting import compare_runs
-        compare_runs(run_dirs, results, echo=True)
+        compare_runs([results / v for v in variants], results, echo=True)
     return results
 
 
@@ -403,7 +466,8 @@ def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      vary=args.vary or [], run_dir=getattr(args, "run_dir", None))
+                      vary=args.vary or [], run_dir=getattr(args, "run_dir", None),
+                      repeat=getattr(args, "repeat", 1))
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
@@ -414,6 +478,7 @@ def main(args) -> int:
         print("dlcp run: interrupted; everything was stopped and cleaned up", file=sys.stderr)
         return 130
     print(f"dlcp run: results in {results}")
-    for report in sorted(results.glob("*/report.html")) + sorted(results.glob("compare.html")):
+    for report in sorted(results.glob("*/report.html")) + sorted(results.glob("*/rep*/report.html")) \
+            + sorted(results.glob("compare.html")):
         print(f"  {report}")
     return 0

@@ -19,11 +19,12 @@ from synthetic_runs import write_synthetic_run
 from dlcp.reporting import compare_runs, report_run
 from dlcp.reporting.bounds import FRAME_OVERHEAD_BYTES, bottleneck_mbps
 from dlcp.reporting.load import NotARunDirectory, load_run
-from dlcp.reporting.stats import distribution, percentile
+from dlcp.reporting.stats import distribution, honest_percentile, min_samples, percentile, refused_text
 from dlcp.reporting.summarise import summarise
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-SMALL = {"iterations": 6, "layers": 4, "workers": 3}
+SMALL = {"iterations": 6, "layers": 4, "workers": 3}  # 144 MCT samples: p50, p90 only; iteration p50 refused
+MID = {"iterations": 45, "layers": 8, "workers": 3}  # 2,160 MCT samples (p99, not p99.9), 45 iterations (p50)
 
 
 def rows(run: pathlib.Path, kind: str) -> list[dict]:
@@ -37,7 +38,7 @@ def rows(run: pathlib.Path, kind: str) -> list[dict]:
 # --- percentiles -------------------------------------------------------------------------------
 
 def test_percentiles_on_known_data():
-    d = distribution(range(1, 11))  # 1..10: rank h = 9 q / 100, linear between neighbours
+    d = distribution(range(1, 11), min_beyond=0)  # 1..10: rank h = 9 q / 100, linear between neighbours
     assert d["count"] == 10 and d["mean"] == 5.5 and d["max"] == 10
     assert d["p50"] == pytest.approx(5.5)
     assert d["p90"] == pytest.approx(9.1)
@@ -49,10 +50,37 @@ def test_percentiles_match_numpy_default():
     rng = np.random.default_rng(3)
     for n in (1, 2, 7, 1000, 12345):
         x = rng.lognormal(3, 1.5, n)
-        d = distribution(x)
+        d = distribution(x, min_beyond=0)
         for key, q in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
             assert d[key] == np.percentile(x, q)  # numpy's default method, bit for bit
         assert percentile(x, 37.5) == np.percentile(x, 37.5)
+
+
+def test_a_percentile_of_too_few_samples_is_refused():
+    assert [min_samples(q) for q in (50, 90, 99, 99.9)] == [20, 100, 1000, 10000]
+    d = distribution(range(999))
+    assert d["count"] == 999 and d["max"] == 998 and d["mean"] == 499
+    assert d["p99"] is None and d["p999"] is None and d["too_few"] == ["p99", "p999"]
+    assert d["p50"] == 499 and d["p90"] == pytest.approx(898.2)
+    d = distribution(range(1000))
+    assert d["p99"] == pytest.approx(np.percentile(range(1000), 99)) and d["too_few"] == ["p999"]
+    assert distribution(range(19))["too_few"] == ["p50", "p90", "p99", "p999"]
+    assert honest_percentile(range(999), 99) is None and honest_percentile(range(1000), 99) is not None
+    assert refused_text(999, "p99") == "too few (n=999 < 1,000)"
+
+
+def test_the_report_refuses_a_p99_of_too_few_samples(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **SMALL)  # 144 messages, 6 iterations
+    s = report_run(run)
+    mct = s["mct_us"]["overall"]
+    assert mct["count"] == 144 and mct["p99"] is None and "p99" in mct["too_few"]
+    assert s["headline"]["mct_p99_us"] is None and s["iteration"]["iteration_ms"]["p50"] is None
+    md = (run / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| all messages |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "144" and cells[5] == "too few (n=144 < 1,000)" and cells[6] == "too few (n=144 < 10,000)"
+    assert "MCT p50 / p99 / p99.9 (n = 144 messages)" in md and "too few (n=6 < 20)" in md
+    assert "at least 10 samples lie beyond it" in md  # the rule is stated
 
 
 def test_percentiles_ignore_missing_values_and_empty_is_none():
@@ -76,8 +104,9 @@ def test_summary_mct_from_sender_rows(synthetic_run):
     senders = [r for r in msgs if r["side"] == "sender"]
     assert 0 < len(senders) < len(msgs)
     mct = np.array([float(r["mct_us"]) for r in senders])
-    assert s["mct_us"]["overall"]["count"] == len(senders)
-    assert s["mct_us"]["overall"]["p99"] == pytest.approx(np.percentile(mct, 99))
+    assert s["mct_us"]["overall"]["count"] == len(senders) == 144
+    assert s["mct_us"]["overall"]["p90"] == pytest.approx(np.percentile(mct, 90))
+    assert s["mct_us"]["overall"]["p99"] is None  # 144 samples: too few for a p99
     assert s["mct_us"]["overall"]["max"] == mct.max()
     for group, col in (("by_prio", "prio"), ("by_phase", "phase"), ("by_layer", "layer_first")):
         keys = {r[col] for r in senders}
@@ -85,7 +114,7 @@ def test_summary_mct_from_sender_rows(synthetic_run):
         for k in keys:
             sel = np.array([float(r["mct_us"]) for r in senders if r[col] == k])
             assert s["mct_us"][group][k]["p50"] == pytest.approx(np.percentile(sel, 50))
-            assert s["mct_us"][group][k]["p999"] == pytest.approx(np.percentile(sel, 99.9))
+            assert s["mct_us"][group][k]["p999"] is None
     assert list(s["mct_us"]["by_phase"]) == ["push", "pull"]
     assert list(s["mct_us"]["by_prio"]) == sorted(s["mct_us"]["by_prio"], key=int, reverse=True)
 
@@ -98,8 +127,9 @@ def test_summary_iterations_loss_switch_training(synthetic_run):
         slowest[r["iter"]] = max(slowest.get(r["iter"], 0), float(r["iteration_us"]))
     times = np.array(list(slowest.values()))
     assert s["iteration"]["count"] == SMALL["iterations"]
-    assert s["iteration"]["iteration_ms"]["p50"] == pytest.approx(np.percentile(times, 50) / 1e3)
+    assert s["iteration"]["iteration_ms"]["p50"] is None  # 6 iterations: too few even for a median
     assert s["iteration"]["iteration_ms"]["mean"] == pytest.approx(times.mean() / 1e3)
+    assert s["iteration"]["iteration_ms"]["max"] == pytest.approx(times.max() / 1e3)
     slowest_comm = {}
     for r in its:
         slowest_comm[r["iter"]] = max(slowest_comm.get(r["iter"], 0), float(r["comm_us"]))
@@ -135,7 +165,8 @@ def test_summary_iterations_loss_switch_training(synthetic_run):
     assert s["headline"]["mct_p99_us"] == s["mct_us"]["overall"]["p99"]
 
 
-def test_lower_bound_from_bottleneck_rate(synthetic_run):
+def test_lower_bound_from_bottleneck_rate(tmp_path):
+    synthetic_run = write_synthetic_run(tmp_path / "dlcp", seed=4, forced=2, **MID)
     s = summarise(load_run(synthetic_run))
     lb = s["lower_bound"]
     assert lb["bottleneck_mbps"] == 50.0 and "host_mbps" in lb["rate_source"]
@@ -191,7 +222,7 @@ def check_html_self_contained(path: pathlib.Path, at_least: int) -> None:
 
 
 def test_report_files_exist_and_open(tmp_path):
-    run = write_synthetic_run(tmp_path / "run", **SMALL)
+    run = write_synthetic_run(tmp_path / "run", **MID)
     summary = report_run(run)
     data = json.loads((run / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert data["headline"] == summary["headline"]
@@ -233,9 +264,9 @@ def test_protected_loss_is_flagged(tmp_path):
 # --- compare ------------------------------------------------------------------------------------
 
 def test_compare_two_runs_with_known_ratios(tmp_path):
-    base = write_synthetic_run(tmp_path / "exp" / "fifo", policy="fifo", seed=7, **SMALL)
+    base = write_synthetic_run(tmp_path / "exp" / "fifo", policy="fifo", seed=7, **MID)
     slow = write_synthetic_run(tmp_path / "exp" / "dlcp", policy="dlcp", seed=7, time_scale=2,
-                               final_accuracy=0.72, **SMALL)
+                               final_accuracy=0.72, **MID)
     html_path = compare_runs([base, slow])
     out = tmp_path / "exp"  # the runs' common parent
     assert html_path == out / "compare.html"
@@ -247,10 +278,12 @@ def test_compare_two_runs_with_known_ratios(tmp_path):
                 "iteration_p99_ms", "final_accuracy", "lost_fraction", "forced"}
     fifo, dlcp = data["runs"]
     assert required <= set(fifo) and (fifo["policy"], dlcp["policy"]) == ("fifo", "dlcp")
-    for key in ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms"):
+    for key in ("mct_p50_us", "mct_p99_us", "iteration_p50_ms"):
         assert dlcp[key] == pytest.approx(2 * fifo[key])
         assert dlcp["ratios"][key] == pytest.approx(2.0)
         assert fifo["ratios"][key] == 1.0
+    for key in ("mct_p999_us", "iteration_p99_ms"):  # too few samples: no number, no ratio
+        assert dlcp[key] is None and dlcp["ratios"][key] is None and key in dlcp["too_few"]
     assert dlcp["ratios"]["final_accuracy"] == pytest.approx(0.8)
     assert dlcp["ratios"]["lost_fraction"] == pytest.approx(1.0)  # same packets lost, same seed
     assert dlcp["ratios"]["comm_p50_vs_ideal"] == pytest.approx(2.0)  # same bytes, twice the time
@@ -261,8 +294,8 @@ def test_compare_two_runs_with_known_ratios(tmp_path):
 
 
 def test_compare_cli_prints_table_and_honours_out(tmp_path):
-    a = write_synthetic_run(tmp_path / "x" / "run", seed=1, **SMALL)
-    b = write_synthetic_run(tmp_path / "y" / "run", seed=1, time_scale=3, **SMALL)
+    a = write_synthetic_run(tmp_path / "x" / "run", seed=1, **MID)
+    b = write_synthetic_run(tmp_path / "y" / "run", seed=1, time_scale=3, **MID)
     out = tmp_path / "cmp"
     p = subprocess.run([sys.executable, "-m", "dlcp_cli", "compare", str(a), str(b), "--out", str(out)],
                        capture_output=True, text=True)
@@ -401,7 +434,8 @@ def test_records_without_sizes_or_iterations_still_report(damaged):
     assert "No iteration records" in (damaged / "report.md").read_text()
 
 
-def test_without_iteration_records_the_bound_uses_message_spans(damaged):
+def test_without_iteration_records_the_bound_uses_message_spans(tmp_path):
+    damaged = write_synthetic_run(tmp_path / "run", **MID)
     for f in (damaged / "records").glob("*-iterations.csv"):
         f.unlink()
     s = summarise(load_run(damaged))
@@ -409,7 +443,7 @@ def test_without_iteration_records_the_bound_uses_message_spans(damaged):
     assert lb["comm_source"].startswith("message records")
     senders = [r for r in rows(damaged, "messages") if r["side"] == "sender"]
     spans = [max(int(r["complete_us"]) for r in senders if r["iter"] == str(i))
-             - min(int(r["start_us"]) for r in senders if r["iter"] == str(i)) for i in range(SMALL["iterations"])]
-    assert lb["iteration"]["iterations"] == SMALL["iterations"]
+             - min(int(r["start_us"]) for r in senders if r["iter"] == str(i)) for i in range(MID["iterations"])]
+    assert lb["iteration"]["iterations"] == MID["iterations"]
     assert lb["iteration"]["comm_p50_ms"] == pytest.approx(np.percentile(spans, 50) / 1e3)
     assert lb["iteration"]["comm_p50_ms"] >= lb["iteration"]["ideal_comm_ms"] > 0

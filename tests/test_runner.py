@@ -106,6 +106,61 @@ def test_short_experiment_end_to_end(tmp_path):
     assert json.loads((run / "records" / "h4-background0.json").read_text())["pkts"] > 0
 
 
+PROFILED = """
+name = "paired"
+timeout_s = 120
+seed = 3
+[scale]
+dilation = 2
+[topology]
+kind = "star"
+hosts = 3
+[links]
+host_mbps = 100
+[workload]
+mode = "ps"
+workers = 2
+model = "synthetic"
+compute = "profile"
+profile = "{profile}"
+iterations = 6
+warmup_iterations = 1
+[dlcp]
+deadline_ms = 1000
+"""
+
+
+def test_repeated_pairs_with_profile_compute_and_dilation(tmp_path):
+    prof = tmp_path / "tiny.json"
+    prof.write_text(json.dumps({"model": "tiny", "note": "test", "sizes": [300, 2000, 500],
+                                "forward_s": [0.001, 0.002, 0.001], "backward_s": [0.002, 0.004, 0.002]}))
+    cfg = tmp_path / "paired.toml"
+    cfg.write_text(PROFILED.format(profile=prof))
+    p = subprocess.run(check=False, args=DLCP + ["run", str(cfg), "--policies", "fifo,dlcp", "--repeat", "2", "--out",
+                               str(tmp_path / "results")], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    [results] = (tmp_path / "results").iterdir()
+    for variant in ("fifo", "dlcp"):
+        for rep, seed in ((1, 3), (2, 4)):  # a new seed per pair, the same within it
+            run = results / variant / f"rep{rep}"
+            meta = json.loads((run / "meta.json").read_text())
+            assert (meta["repeat"], meta["seed"], meta["dilation"], meta["policy"]) == (rep, seed, 2.0, variant)
+            assert "s1" in meta["switch_cpu"] and meta["machine"]["cpus"] >= 1
+            assert "host_mbps = 100" in (run / "config.toml").read_text()  # the system, as written
+            agent = json.loads((run / "agents" / "h1-worker.json").read_text())
+            assert agent["workload"]["dilation"] == 2 and agent["dlcp"]["deadline_ms"] == 2000
+            ports = json.loads((run / "runtime" / "s1-runtime.json").read_text())["ports"]
+            assert {p["rate_mbps"] for p in ports} == {50.0}  # the emulation, 2x slower
+            compute = json.loads((run / "records" / "h1-agent.json").read_text())["compute"]
+            assert compute["iterations"] == 5 and compute["deadlines"] == 5 * 2 * 3  # after 1 warm-up iteration
+            summary = json.loads((run / "summary.json").read_text())
+            assert summary["scale"]["dilation"] == 2.0 and summary["iteration"]["count"] == 5
+    data = json.loads((results / "compare.json").read_text())
+    assert data["kind"] == "repeats" and data["n_pairs"] == 2 and data["seeds"] == [3, 4]
+    assert data["ratios"]["mct_p50"]["verdict"] == "no interval (2 pair(s); at least 5 needed)"
+    assert "95% CI" in p.stdout
+
+
 @pytest.mark.bmv2
 def test_short_experiment_on_bmv2(tmp_path):
     """The same short experiment with simple_switch_grpc running p4/dlcp.p4 as the switch."""

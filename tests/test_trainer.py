@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dlcp.comm.inmemory import InMemoryPS, PacketLoss, memory_engines
 from dlcp.workloads.contract import Aggregate, ParamChunk
 from dlcp.workloads.settings import Dataset, ModelName, WorkloadConfig
 from dlcp.workloads.trainer.data import DATASETS, BatchSchedule, load_dataset
-from dlcp.comm.inmemory import InMemoryPS, PacketLoss, memory_engines
 from dlcp.workloads.trainer.flat import plan_messages
 from dlcp.workloads.trainer.loop import train_allreduce, train_ps
 from dlcp.workloads.trainer.models import MODELS, build_model, parameter_layers

@@ -3,10 +3,11 @@ validated experiment by `agent_configs` (the runner and the agent tests use it),
 and read back by the agents with the same classes (`load_agent_config`), which check them again:
 a file edited by hand or written by an older version fails with one line naming the key.
 
-A worker or the PS gets the experiment's `workload` keys (TrainingSettings) and the run's seed,
-the `dlcp` keys the hosts use (HostDlcp: tagging, transport, collectives, fill), not the
-switches', the `[comm]` section, and the topology and links (a worker plans its collective's
-steps and groups on them: `topology_spec`). The transport, collective and tagging settings objects are derived from it
+A worker or the PS gets the experiment's `workload` keys (TrainingSettings), the run's seed and
+time dilation (`scale.dilation`, which multiplies profile compute times), the `dlcp` keys the
+hosts use (HostDlcp: tagging, transport, collectives, fill), not the switches', the `[comm]`
+section, and the topology and links (a worker plans its collective's steps and groups on them:
+`topology_spec`). The transport, collective and tagging settings objects are derived from it
 (`transport_config`, `comm_config`), so nothing is read from an unchecked dict.
 """
 
@@ -152,6 +153,12 @@ AgentConfig = WorkloadAgentConfig | BackgroundAgentConfig
 MODEL_OF_ROLE = {"worker": WorkloadAgentConfig, "ps": WorkloadAgentConfig, "background": BackgroundAgentConfig}
 
 
+def _agent_path(profile: str) -> str:
+    """A profile file named relative to where `dlcp run` started, absolute (agents run in the
+    repository); a bundled profile's name stays a name."""
+    return str(Path(profile).resolve()) if profile and Path(profile).is_file() else profile
+
+
 def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[str, str, AgentConfig]]:
     """(host, role, config) for every agent of the run of the resolved experiment config `cfg` on
     `spec` (roles placed): workers, PS, background senders (role "background") and sinks
@@ -163,7 +170,8 @@ def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[st
         ps=HostAddress(host=ps[0].name, ip=ps[0].ip) if ps else None,
         workers=[WorkerAddress(rank=h.rank, host=h.name, ip=h.ip) for h in workers],
         ports=Ports(data=exp.dlcp.data_port, control=exp.dlcp.control_port),
-        workload=exp.workload.project(WorkloadConfig, seed=exp.seed),
+        workload=exp.workload.project(WorkloadConfig, seed=exp.seed, dilation=exp.scale.dilation,
+                                      profile=_agent_path(exp.workload.profile)),
         dlcp=exp.dlcp.project(HostDlcp),
         comm=exp.comm, topology=exp.topology, links=exp.links,
         records=Records(per_packet=exp.output.per_packet),

@@ -5,7 +5,8 @@ TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSet
 (comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
 (network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
 (workloads/settings.py) + mode and workers; `comm` is CommPolicy (comm/settings.py: scheduler,
-collective and their parameters); the other sections are declared here. Everything is
+collective and their parameters); `scale` is ScaleSettings (experiment/dilation.py); the other
+sections are declared here. Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
 with one line naming the key (`dlcp.loss_budget: 1.5 is not a fraction in 0..1`). The resolved
 config is a plain nested dict with every default filled in (`validate`), written back as TOML
@@ -26,12 +27,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from dlcp.comm.settings import CommPolicy, CommSettings, Mode
+from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
 from dlcp.wire.tagging import TaggingConfig
-from dlcp.workloads.settings import Fill, TrainingSettings
+from dlcp.workloads.settings import TORCH_MODELS, Fill, TrainingSettings
 
 __all__ = [
     "ConfigError",
@@ -195,6 +197,7 @@ class Experiment(Settings):
     dlcp: Dlcp = Field(default_factory=Dlcp)
     comm: CommPolicy = Field(default_factory=CommPolicy)
     background: list[Background] = Field([])
+    scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
 
     @field_validator("topology", mode="before")
@@ -232,6 +235,9 @@ class Experiment(Settings):
         if links.mtu != STANDARD_MTU and self.backend != "ns3":
             raise BadValue("links.mtu", f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
                                         f"hosts and switches use {STANDARD_MTU})")
+        if self.scale.dilation != 1 and w.model in TORCH_MODELS and w.compute == "real":
+            raise BadValue("scale.dilation", f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
+                                             f"torch model {w.model} (real compute cannot be slowed down)")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")

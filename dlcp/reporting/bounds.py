@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlcp.reporting.load import RunData
-from dlcp.reporting.stats import distribution, percentile
+from dlcp.reporting.stats import distribution, honest_percentile, percentile
 from dlcp.wire.header import HEADER_LEN
 
 ETH_IPV4_UDP_BYTES = 14 + 20 + 8
@@ -89,6 +89,10 @@ def ideal_iteration_us(senders, rate_mbps: float) -> dict[int, float]:
     return out
 
 
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
 def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
     """The lower-bound section of summary.json: rate, its source, ideal times and the measured
     p50/p99 as multiples of them. `iter_comm_us`: measured communication time per iteration."""
@@ -105,8 +109,8 @@ def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
     slowdown = senders.col("mct_us")[ok] / ideal_msg[ok]
     out["message"] = {
         "ideal_us": distribution(ideal_msg[ok]),
-        "mct_p50_us": percentile(senders.col("mct_us")[ok], 50),
-        "mct_p99_us": percentile(senders.col("mct_us")[ok], 99),
+        "mct_p50_us": honest_percentile(senders.col("mct_us")[ok], 50),
+        "mct_p99_us": honest_percentile(senders.col("mct_us")[ok], 99),
         "slowdown": distribution(slowdown),  # MCT / ideal, per message
     }
     ideal_it = ideal_iteration_us(senders, rate)
@@ -115,13 +119,12 @@ def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
         ideal = np.array([ideal_it[i] for i in common])
         measured = np.array([iter_comm_us[i] for i in common])
         ideal_med = percentile(ideal, 50)
-        p50, p99 = percentile(measured, 50), percentile(measured, 99)
+        p50, p99 = honest_percentile(measured, 50), honest_percentile(measured, 99)
         out["iteration"] = {
             "iterations": len(common),
             "ideal_comm_ms": ideal_med / 1e3,
             "ideal_comm_ms_range": [float(ideal.min()) / 1e3, float(ideal.max()) / 1e3],
-            "comm_p50_ms": p50 / 1e3, "comm_p99_ms": p99 / 1e3,
-            "p50_multiple": p50 / ideal_med if ideal_med else None,
-            "p99_multiple": p99 / ideal_med if ideal_med else None,
+            "comm_p50_ms": _div(p50, 1e3), "comm_p99_ms": _div(p99, 1e3),
+            "p50_multiple": _div(p50, ideal_med), "p99_multiple": _div(p99, ideal_med),
         }
     return out

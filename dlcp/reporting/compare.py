@@ -1,5 +1,7 @@
 """Several runs side by side: every metric per run and its ratio against the first run (the
-baseline); compare.json, compare.md, compare.html and plots/compare_*.png in one directory."""
+baseline); compare.json, compare.md, compare.html and plots/compare_*.png in one directory.
+Directories of repeated runs (rep1, rep2, ...) are compared over pairs with confidence intervals
+instead (dlcp/reporting/repeats.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,13 @@ import pathlib
 from dataclasses import dataclass
 
 from dlcp.reporting import plots
-from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.load import NotARunDirectory, RunData, load_run
 from dlcp.reporting.render import Doc, Image, fmt
+from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.runreport import write_outputs
-from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, ratio
-from dlcp.reporting.summarise import iteration_series, sender_rows, summarise, training_curves
+from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, min_samples, quantile_of, ratio
+from dlcp.reporting.steady import undilated
+from dlcp.reporting.summarise import iteration_series, steady_sender_rows, summarise, training_curves
 from dlcp.tables import format_table
 
 
@@ -48,9 +52,10 @@ METRICS = (
     Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
 )
-# What the terminal shows: the headline, compactly.
+# What the terminal shows: the headline, compactly, with what the transport and the switch did.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
-                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "forced", "protected_lost")
+                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "retx_fraction", "forced",
+                    "protected_lost", "early_drop_pkts", "tail_drop_pkts")
 
 
 def _get(summary: dict, path: tuple):
@@ -74,16 +79,27 @@ def default_out_dir(paths: list[pathlib.Path]) -> pathlib.Path:
     return parents.pop() if len(parents) == 1 else pathlib.Path.cwd()
 
 
+def _refused(summary: dict, path: tuple) -> int | None:
+    """The sample count when the metric at `path` is a percentile refused for too few samples."""
+    parent = _get(summary, path[:-1])
+    if isinstance(parent, dict) and path[-1] in parent.get("too_few", ()):
+        return parent.get("count")
+    return None
+
+
 def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
     """The content of compare.json."""
     base = summaries[0]
     entries = []
     for run, s in zip(runs, summaries):
         values = {m.key: _get(s, m.path) for m in METRICS}
+        too_few = {m.key: n for m in METRICS if (n := _refused(s, m.path)) is not None}
         entries.append({"name": run.name, "policy": run.policy, "dir": str(run.path), **values,
                         "ratios": {m.key: ratio(values[m.key], _get(base, m.path)) for m in METRICS},
+                        "too_few": too_few, "kept_up": s["keep_up"]["ok"], "keep_up_flags": s["keep_up"]["flags"],
                         "problems": s["problems"]})
     return {"baseline": runs[0].name, "percentile_method": PERCENTILE_METHOD_TEXT,
+            "min_samples_rule": MIN_SAMPLES_RULE,
             "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in METRICS],
             "runs": entries}
 
@@ -96,12 +112,21 @@ def terminal_table(data: dict, keys: tuple[str, ...] = TERMINAL_METRICS) -> str:
     for k in keys:
         row = {"metric": labels[k]}
         for i, r in enumerate(runs):
-            row[r["name"]] = _short(r[k])
+            row[r["name"]] = _cell(r, k)
             if i:
                 rv = r["ratios"][k]
                 row[f"{r['name']} ÷ {runs[0]['name']}"] = "–" if rv is None else f"{rv:.3g}×"
         rows.append(row)
     return format_table(rows)
+
+
+def _cell(run_entry: dict, key: str) -> str:
+    """A run's value of a metric, or "n<1000" when it is a percentile refused for too few samples."""
+    n = run_entry.get("too_few", {}).get(key)
+    if n is not None:
+        q = next(quantile_of(p) for p in ("p999", "p99", "p90", "p50") if p in key)
+        return f"n={n:,}<{min_samples(q):,}"
+    return _short(run_entry[key])
 
 
 def _short(v) -> str:
@@ -120,6 +145,8 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     for r in data["runs"]:
         if r["protected_lost"]:
             doc.warn(f"run {r['name']}: {r['protected_lost']} protected packet(s) lost (must be 0).")
+        if not r["kept_up"]:
+            doc.warn(f"run {r['name']}: the emulation did not keep up: " + "; ".join(r["keep_up_flags"]))
         if r["problems"]:
             doc.warn(f"run {r['name']}: {len(r['problems'])} data problem(s): " + "; ".join(r["problems"][:3])
                      + (" ..." if len(r["problems"]) > 3 else ""))
@@ -127,14 +154,14 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
         + [f"{n} ÷ {names[0]}" for n in names[1:]]
     rows = []
     for m in data["metrics"]:
-        vals = [_short(r[m["key"]]) for r in data["runs"]]
+        vals = [_cell(r, m["key"]) for r in data["runs"]]
         rats = [r["ratios"][m["key"]] for r in data["runs"][1:]]
         rows.append([m["label"]] + vals + ["–" if x is None else f"{x:.3g}×" for x in rats])
     doc.table(header, rows)
 
     doc.h("Message completion time")
-    cdf = plots.mct_cdf({n: sender_rows(run).col("mct_us") for n, run in zip(names, runs)},
-                        "CDF of MCT per run (sender rows)")
+    cdf = plots.mct_cdf({n: steady_sender_rows(run).col("mct_us") for n, run in zip(names, runs)},
+                        "CDF of MCT per run (sender rows, after warm-up)")
     doc.image(_img(cdf, "compare_mct_cdf", "overlaid MCT CDFs"))
     bars = plots.compare_bars(names, {q: [None if r[k] is None else r[k] / 1e3 for r in data["runs"]]
                                       for q, k in (("p50", "mct_p50_us"), ("p99", "mct_p99_us"),
@@ -152,7 +179,8 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.table(["run", "policy", "directory", "report"],
               [[n, r["policy"] or "?", r["dir"], str(pathlib.Path(r["dir"]) / "report.html")]
                for n, r in zip(names, data["runs"])])
-    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}.")
+    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
+          "count and the count it needs (n=144<1,000).")
     return doc
 
 
@@ -168,7 +196,15 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     paths = [pathlib.Path(p) for p in run_dirs]
     if not paths:
         raise ValueError("compare: no run directories given")
-    runs = [load_run(p, name) for p, name in zip(paths, run_names(paths))]
+    groups = [is_repeat_group(p) for p in paths]
+    if any(groups):
+        if not all(groups):
+            bad = next(p for p, g in zip(paths, groups) if not g)
+            raise NotARunDirectory(f"{bad}: not a directory of repeated runs (rep1, rep2, ...) like the others; "
+                                   "compare repeats with repeats, single runs with single runs")
+        out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(paths)
+        return compare_repeats(paths, run_names(paths), out, echo=echo)
+    runs = [undilated(load_run(p, name)) for p, name in zip(paths, run_names(paths))]
     summaries = [summarise(r) for r in runs]
     data = compare_data(runs, summaries)
     out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(paths)
@@ -179,6 +215,8 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
         for r in data["runs"]:
             if r["protected_lost"]:
                 print(f"WARNING: run {r['name']}: {r['protected_lost']} protected packet(s) lost")
+            if not r["kept_up"]:
+                print(f"WARNING: run {r['name']}: the emulation did not keep up: " + "; ".join(r["keep_up_flags"]))
             if r["problems"]:
                 print(f"note: run {r['name']}: {len(r['problems'])} data problem(s), see compare.md")
     return written["html"]

@@ -68,6 +68,7 @@ class RunData:
     counters: list[dict] = field(default_factory=list)  # counters/sN.json, sorted by switch
     progress: dict[str, dict] = field(default_factory=dict)  # host -> progress/hN
     problems: list[str] = field(default_factory=list)  # what is missing or damaged, one line each
+    time_scale: float = 1.0  # measured times were divided by this (time dilation, dlcp/reporting/steady.py)
 
     @property
     def policy(self) -> str | None:

@@ -69,15 +69,19 @@ def mct_cdf(groups: dict[str, np.ndarray], title: str, marks: dict[str, float] |
 
 
 def layer_bars(by_layer: dict[str, dict]):
-    """p99 MCT per layer group as bars, p50 as dots."""
-    keys = [k for k, d in by_layer.items() if d.get("p99") is not None]
-    if not keys:
+    """The tail MCT per layer group as bars (p99, or p90 where the groups have too few samples for
+    a p99), p50 as dots."""
+    for tail in ("p99", "p90"):
+        keys = [k for k, d in by_layer.items() if d.get(tail) is not None and d.get("p50") is not None]
+        if keys:
+            break
+    else:
         return None
-    p99 = np.array([by_layer[k]["p99"] for k in keys]) / 1e3
+    p99 = np.array([by_layer[k][tail] for k in keys]) / 1e3
     p50 = np.array([by_layer[k]["p50"] for k in keys]) / 1e3
     fig, ax = plt.subplots(figsize=(min(12, max(6, 0.35 * len(keys) + 2)), 3.8))
     x = np.arange(len(keys))
-    ax.bar(x, p99, color=COLORS[0], alpha=0.85, label="p99")
+    ax.bar(x, p99, color=COLORS[0], alpha=0.85, label=tail)
     ax.plot(x, p50, "o", ms=4 if len(keys) > 30 else 6, color=COLORS[1], label="p50")
     step = max(1, int(np.ceil(len(keys) / 40)))  # at most ~40 labels stay legible
     long_labels = any(len(k) > 3 for k in keys)

@@ -9,17 +9,40 @@ import pathlib
 from dlcp.reporting import plots
 from dlcp.reporting.load import RunData, load_run
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
-from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT
-from dlcp.reporting.summarise import grouped_mct, iteration_series, json_ready, sender_rows, summarise, training_curves
+from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, refused_text
+from dlcp.reporting.steady import undilated
+from dlcp.reporting.summarise import (
+    grouped_mct,
+    iteration_series,
+    json_ready,
+    steady_sender_rows,
+    summarise,
+    training_curves,
+)
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
+
+
+def pct_cell(d: dict, key: str, scale: float = 1.0):
+    """A percentile of a distribution dict for a table: the number (times scale), or the refusal
+    when there were too few samples for it."""
+    if key in d.get("too_few", ()):
+        return refused_text(d["count"], key)
+    v = d.get(key)
+    return None if v is None else v * scale
 
 
 def dist_row(label: str, d: dict, scale: float = 1.0) -> list:
     """A table row from a distribution dict (values multiplied by scale)."""
     def s(v):
         return None if v is None else v * scale
-    return [label, d["count"], s(d["mean"]), s(d["p50"]), s(d["p90"]), s(d["p99"]), s(d["p999"]), s(d["max"])]
+    return [label, d["count"], s(d["mean"]), pct_cell(d, "p50", scale), pct_cell(d, "p90", scale),
+            pct_cell(d, "p99", scale), pct_cell(d, "p999", scale), s(d["max"])]
+
+
+def _ms_text(d: dict, key: str) -> str:
+    v = pct_cell(d, key, 1e-3)
+    return v if isinstance(v, str) else fmt(v)
 
 
 def pct(v: float | None) -> str:
@@ -45,11 +68,12 @@ def protected_warning(loss: dict) -> str | None:
 
 def headline_lines(s: dict) -> list[str]:
     h, lb = s["headline"], s["lower_bound"]
-    ms = lambda us: None if us is None else us / 1e3  # noqa: E731
+    mct, it_ms = s["mct_us"]["overall"], s["iteration"]["iteration_ms"]
+    it_text = lambda k: pct_cell(it_ms, k) if isinstance(pct_cell(it_ms, k), str) else fmt(pct_cell(it_ms, k))
     lines = [
-        f"MCT p50 / p99 / p99.9: {fmt(ms(h['mct_p50_us']))} / {fmt(ms(h['mct_p99_us']))} / "
-        f"{fmt(ms(h['mct_p999_us']))} ms",
-        f"Iteration p50 / p99: {fmt(h['iteration_p50_ms'])} / {fmt(h['iteration_p99_ms'])} ms "
+        f"MCT p50 / p99 / p99.9 (n = {mct['count']:,} messages): {_ms_text(mct, 'p50')} / {_ms_text(mct, 'p99')} / "
+        f"{_ms_text(mct, 'p999')} ms",
+        f"Iteration p50 / p99 (n = {it_ms['count']:,} iterations): {it_text('p50')} / {it_text('p99')} ms "
         f"(communication share {pct(s['iteration']['comm_share'])})",
         f"Final test accuracy: {fmt(h['final_accuracy'])}",
         f"Lost packets: {pct(h['lost_fraction'])}; forced completions (budget violations): {fmt(h['forced'])}; "
@@ -59,7 +83,23 @@ def headline_lines(s: dict) -> list[str]:
     if it:
         lines.append(f"Communication p50 / p99 = {times(it['p50_multiple'])} / {times(it['p99_multiple'])} the ideal "
                      f"{fmt(it['ideal_comm_ms'])} ms at {fmt(lb['bottleneck_mbps'])} Mbit/s")
+    lines.append(scale_line(s["scale"]))
     return lines
+
+
+def scale_line(sc: dict) -> str:
+    warm = (f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
+            "of MCT and iteration statistics" if sc["warmup_iterations"] else "every iteration counts (no warm-up)")
+    if sc["dilation"] != 1:
+        return (f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
+                f"every time shown is measured / {sc['dilation']:g}; {warm}")
+    return f"No time dilation; {warm}"
+
+
+def keepup_warning(k: dict) -> str | None:
+    if k["ok"]:
+        return None
+    return "The emulation did not keep up, so these figures partly measure the machine: " + "; ".join(k["flags"]) + "."
 
 
 def build_doc(run: RunData, s: dict) -> Doc:
@@ -69,6 +109,9 @@ def build_doc(run: RunData, s: dict) -> Doc:
     warning = protected_warning(s["loss"])
     if warning:
         doc.warn(warning)
+    keepup = keepup_warning(s["keep_up"])
+    if keepup:
+        doc.warn(keepup)
     if s["problems"]:
         doc.warn(f"{len(s['problems'])} problem(s) with the run's data; the figures below use what was readable.")
         doc.h("Missing or damaged data")
@@ -80,11 +123,41 @@ def build_doc(run: RunData, s: dict) -> Doc:
     _loss_section(doc, s["loss"])
     _switch_section(doc, s["switch"])
     _training_section(doc, run, s["training"])
+    _keepup_section(doc, s["keep_up"])
     _agents_section(doc, s["agents"])
     doc.h("Run")
     doc.table(["field", "value"], [[k, "–" if v is None else str(v)] for k, v in info.items()])
-    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}.")
+    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}.")
     return doc
+
+
+def _keepup_section(doc: Doc, k: dict) -> None:
+    doc.h("Did the emulation keep up?")
+    if not k["measured"]:
+        doc.p("Nothing measured (no compute deadlines, switch CPU samples or port counters in this run).")
+        return
+    doc.p(("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
+          "wall-clock figures of the emulation machine).")
+    doc.bullets(k["flags"])
+    if k["compute"]:
+        doc.p("Compute deadlines (after warm-up): overrun = the worst lateness of each iteration, summed; it "
+              "bounds how much the iterations were stretched.")
+        doc.table(["worker", "deadlines", "missed (> tolerance)", "worst late (ms)", "overrun (ms)",
+                   "of iteration time", "of the profile's compute time"],
+                  [[h, c.get("deadlines"), c.get("missed"), c.get("late_max_ms"), c.get("overrun_ms"),
+                    pct(c.get("overrun_share_of_iterations")), pct(c.get("overrun_share"))]
+                   for h, c in sorted(k["compute"].items())])
+    m = k.get("machine")
+    if m:
+        doc.p(f"The machine: {m.get('cpus')} CPUs, load average {m.get('loadavg_start')} at the start and "
+              f"{m.get('loadavg_end')} at the end; all CPUs together {pct(m.get('busy'))} busy during the run, "
+              f"{pct(m.get('busy_peak'))} in the busiest {m.get('window_s', 5):g} s (other work included).")
+    if k["switch_cpu"]:
+        doc.table(["switch", "CPU (s)", "wall (s)", "busy", "busiest window"],
+                  [[sw, c.get("cpu_s"), c.get("wall_s"), pct(c.get("busy")), pct(c.get("busy_peak"))]
+                   for sw, c in sorted(k["switch_cpu"].items())])
+    if k["kernel_drops"]:
+        doc.table(["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())])
 
 
 def _plot(fig, name: str, alt: str) -> Image | None:
@@ -97,10 +170,11 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     if not mct["overall"]["count"]:
         doc.p("No sender-side message records: MCT unavailable.")
         return
-    doc.p("From the sender's first packet to STOP / FORCE_STOP, sender rows only. Times in ms.")
+    doc.p("From the sender's first packet to STOP / FORCE_STOP, sender rows only, warm-up iterations left out. "
+          "Times in ms.")
     header = ["group"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
     doc.table(header, [dist_row("all messages", mct["overall"], 1e-3)])
-    senders = sender_rows(run)
+    senders = steady_sender_rows(run)
     by_prio = grouped_mct(senders, "prio")
     lb = s["lower_bound"].get("message")
     marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
@@ -123,9 +197,10 @@ def _lower_bound_section(doc: Doc, lb: dict) -> None:
     doc.p(f"Bottleneck rate {fmt(lb['bottleneck_mbps'])} Mbit/s (from {lb['rate_source']}). {lb['definition']}")
     rows = []
     msg = lb.get("message")
+    ms = lambda us: None if us is None else us / 1e3
     if msg:
-        rows.append(["message (median)", fmt(msg["ideal_us"]["p50"] / 1e3), fmt(msg["mct_p50_us"] / 1e3),
-                     fmt(msg["mct_p99_us"] / 1e3), times(msg["slowdown"]["p50"]), times(msg["slowdown"]["p99"])])
+        rows.append(["message (median)", fmt(ms(msg["ideal_us"]["p50"])), fmt(ms(msg["mct_p50_us"])),
+                     fmt(ms(msg["mct_p99_us"])), times(msg["slowdown"]["p50"]), times(msg["slowdown"]["p99"])])
     it = lb.get("iteration")
     if it:
         rows.append(["iteration communication", fmt(it["ideal_comm_ms"]), fmt(it["comm_p50_ms"]),
@@ -141,7 +216,8 @@ def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
     if not it["count"]:
         doc.p("No iteration records.")
         return
-    doc.p(f"{it['count']} iterations; {it['definition']}. Communication share = total communication time / total "
+    doc.p(f"{it['count']} iterations after {it['warmup_iterations']} warm-up iteration(s); {it['definition']}. "
+          f"Communication share = total communication time / total "
           f"iteration time = {pct(it['comm_share'])} (communication overlaps computation, so shares may add to "
           "more than 100%).")
     header = ["what"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
@@ -247,7 +323,7 @@ def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str
 def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None) -> dict:
     """Write summary.json, report.md, report.html and plots/ for one run (into the run directory
     unless out_dir is given) and return the summary."""
-    run = load_run(run_dir)
+    run = undilated(load_run(run_dir))
     summary = summarise(run)
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
     write_outputs(out, build_doc(run, summary), summary, json_name="summary.json", stem="report")

@@ -1,13 +1,22 @@
-"""Percentiles and distribution summaries: the one percentile method every report uses.
+"""Percentiles and distribution summaries: the one percentile method every report uses, and the
+rule for when a percentile is reported at all.
 
 Method: `numpy.percentile(values, q, method="linear")`, numpy's default (type 7 of Hyndman & Fan,
 1996): sort the n values, take the fractional rank h = (n - 1) * q / 100 and interpolate linearly
 between the values at floor(h) and ceil(h). p0 is the minimum, p100 the maximum. A percentile of no
 values is None (never NaN, so summary.json stays strict JSON).
+
+Too few samples: the q-th percentile is reported only when at least MIN_BEYOND (10) samples lie
+beyond it, n * (1 - q/100) >= 10: p50 needs 20 samples, p90 100, p99 1,000, p99.9 10,000. Below
+that it is an interpolation between the few largest values, whose count above the true percentile
+varies by +-sqrt(n (1 - q/100)): with 2 samples beyond it, it could as well be p97.6 as p100.
+A refused percentile is None and its key is listed in the distribution's `too_few`; reports
+print "too few (n < 1,000)" instead of a number. The maximum and the mean are always given.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import numpy as np
@@ -17,6 +26,20 @@ PERCENTILE_METHOD_TEXT = ("numpy.percentile with method='linear' (numpy's defaul
                           "linear interpolation between the order statistics at rank (n-1)*q/100)")
 # Percentiles every distribution summary carries, and their key names (p999 = p99.9).
 QUANTILES = ((50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p999"))
+MIN_BEYOND = 10  # samples that must lie beyond a percentile for it to be reported
+MIN_SAMPLES_RULE = (f"a percentile q is reported only when at least {MIN_BEYOND} samples lie beyond it "
+                    f"(n x (1 - q/100) >= {MIN_BEYOND}: p50 needs 20 samples, p90 100, p99 1,000, p99.9 10,000)")
+
+
+def min_samples(q: float, min_beyond: int = MIN_BEYOND) -> int:
+    """The smallest sample count for which the q-th percentile is reported."""
+    if min_beyond <= 0:
+        return 1
+    return max(1, math.ceil(min_beyond * 100 / (100 - q) - 1e-9)) if q < 100 else 1
+
+
+def enough_for(n: int, q: float, min_beyond: int = MIN_BEYOND) -> bool:
+    return n >= min_samples(q, min_beyond)
 
 
 def as_finite(values: Iterable[float]) -> np.ndarray:
@@ -33,19 +56,41 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return float(np.percentile(arr, q, method=PERCENTILE_METHOD))
 
 
-def distribution(values: Iterable[float], scale: float = 1.0) -> dict:
+def honest_percentile(values: Iterable[float], q: float, min_beyond: int = MIN_BEYOND) -> float | None:
+    """The q-th percentile, or None when there are too few values for it (module docstring)."""
+    arr = as_finite(values)
+    if arr.size == 0 or not enough_for(arr.size, q, min_beyond):
+        return None
+    return float(np.percentile(arr, q, method=PERCENTILE_METHOD))
+
+
+def distribution(values: Iterable[float], scale: float = 1.0, min_beyond: int = MIN_BEYOND) -> dict:
     """count, mean, p50, p90, p99, p999 and max of the values, each multiplied by `scale`
-    (e.g. 1e-3 to turn microseconds into milliseconds). Empty input gives count 0 and Nones."""
+    (e.g. 1e-3 to turn microseconds into milliseconds). Empty input gives count 0 and Nones.
+    Percentiles with too few samples (module docstring; `min_beyond` = 0 turns the rule off) are
+    None and listed in `too_few`."""
     arr = as_finite(values) * scale
     out: dict = {"count": int(arr.size)}
     if arr.size == 0:
-        out.update({"mean": None, **{k: None for _, k in QUANTILES}, "max": None})
+        out.update({"mean": None, **{k: None for _, k in QUANTILES}, "max": None, "too_few": []})
         return out
     qs = np.percentile(arr, [q for q, _ in QUANTILES], method=PERCENTILE_METHOD)
     out["mean"] = float(arr.mean())
-    out.update({k: float(v) for (_, k), v in zip(QUANTILES, qs)})
+    refused = [k for q, k in QUANTILES if not enough_for(arr.size, q, min_beyond)]
+    out.update({k: None if k in refused else float(v) for (_, k), v in zip(QUANTILES, qs)})
     out["max"] = float(arr.max())
+    out["too_few"] = refused
     return out
+
+
+def quantile_of(key: str) -> float:
+    """50.0 for "p50", 99.9 for "p999"."""
+    return {k: q for q, k in QUANTILES}[key]
+
+
+def refused_text(n: int, key: str) -> str:
+    """What a report prints instead of a percentile with too few samples."""
+    return f"too few (n={n:,} < {min_samples(quantile_of(key)):,})"
 
 
 def ecdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,10 +1,12 @@
 """RunData -> the summary (the content of summary.json): MCT distributions, iteration time, loss,
-switch counters, training curves, the lower bound and a headline.
+switch counters, training curves, the lower bound, whether the emulation kept up, and a headline.
 
 MCT statistics use sender rows only (`side == "sender"`): the sender sees the whole message, from
 its first packet to STOP / FORCE_STOP. The time of iteration i is the slowest worker's
 `iteration_us` (a synchronous step ends when its last worker does); its communication time is the
-slowest worker's `comm_us`.
+slowest worker's `comm_us`. Times are the system's (measured / time dilation) and MCT and
+iteration statistics leave out the warm-up iterations (dlcp/reporting/steady.py); percentiles
+with too few samples are refused (dlcp/reporting/stats.py).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlcp.reporting.bounds import lower_bound
+from dlcp.reporting.keepup import keepup_section
 from dlcp.reporting.load import RunData, Table
-from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, distribution
+from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, distribution
+from dlcp.reporting.steady import after_warmup, scale_info, undilated, warmup_iterations
 
 SCHEMA_VERSION = 1
 PHASE_ORDER = ("push", "pull", "reduce_scatter", "all_gather", "p2p")
@@ -25,6 +29,11 @@ COUNTER_KINDS = ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")
 def sender_rows(run: RunData) -> Table:
     m = run.messages
     return m.where(m.col("side") == "sender") if len(m) else m
+
+
+def steady_sender_rows(run: RunData) -> Table:
+    """Sender rows of the iterations after the warm-up, in the system's time: what MCT statistics use."""
+    return after_warmup(sender_rows(undilated(run)), warmup_iterations(run.config))
 
 
 def layer_key(first: float, last: float) -> str:
@@ -89,8 +98,9 @@ def per_iteration(vals: np.ndarray, it: np.ndarray, iters: np.ndarray, reduce) -
     return out
 
 
-def iteration_series(run: RunData) -> IterationSeries:
-    t = run.iterations
+def iteration_series(run: RunData, warmup: int = 0) -> IterationSeries:
+    """Per iteration from `warmup` on (0: every iteration)."""
+    t = after_warmup(run.iterations, warmup)
     it = t.col("iter")
     ok = np.isfinite(it) & np.isfinite(t.col("iteration_us"))
     iters = np.unique(it[ok])
@@ -119,11 +129,17 @@ def message_comm_us(senders: Table) -> dict[int, float]:
     return out
 
 
-def iteration_section(series: IterationSeries) -> dict:
+def steady_iteration_series(run: RunData) -> IterationSeries:
+    """Iterations after the warm-up, in the system's time: what iteration statistics use."""
+    return iteration_series(undilated(run), warmup_iterations(run.config))
+
+
+def iteration_section(series: IterationSeries, warmup: int = 0) -> dict:
     comm_ok = np.isfinite(series.comm_us) & np.isfinite(series.iteration_us)
     total_it = series.iteration_us[comm_ok].sum()
     return {
         "definition": "per iteration, the slowest worker's iteration_us / comm_us",
+        "warmup_iterations": warmup,
         "count": int(series.iters.size),
         "iteration_ms": distribution(series.iteration_us, 1e-3),
         "comm_ms": distribution(series.comm_us, 1e-3),
@@ -281,12 +297,17 @@ def agents_section(agents: dict[str, dict]) -> dict:
 
 def summarise(run: RunData) -> dict:
     """The full summary of one run (JSON-ready apart from NaN, see `json_ready`)."""
-    senders = sender_rows(run)
-    loss_rows, loss_which = senders, "sender"
-    if len(senders) == 0 and len(run.messages):
+    run = undilated(run)
+    warmup = warmup_iterations(run.config)
+    all_senders = sender_rows(run)
+    senders = after_warmup(all_senders, warmup)
+    loss_rows, loss_which = all_senders, "sender"
+    if len(all_senders) == 0 and len(run.messages):
         run.problems.append("records: no sender rows; MCT unavailable, loss counted from receiver rows")
         loss_rows, loss_which = run.messages, "receiver"
-    series = iteration_series(run)
+    series = iteration_series(run, warmup)
+    all_iters = np.unique(run.iterations.col("iter")[np.isfinite(run.iterations.col("iter"))]) \
+        if len(run.iterations) else np.empty(0)
     comm = {int(i): float(c) for i, c in zip(series.iters, series.comm_us) if np.isfinite(c)}
     comm_source = "iterations comm_us"
     if not comm and len(senders):
@@ -296,9 +317,13 @@ def summarise(run: RunData) -> dict:
         "schema": SCHEMA_VERSION,
         "run": run_info(run),
         "percentile_method": PERCENTILE_METHOD_TEXT,
+        "min_samples_rule": MIN_SAMPLES_RULE,
         "problems": list(run.problems),
+        "scale": {**scale_info(run), "warmup_iterations_left_out": int((all_iters < warmup).sum()),
+                  "warmup_messages_left_out": len(all_senders) - len(senders)},
+        "keep_up": keepup_section(run),
         "mct_us": mct_section(senders),
-        "iteration": iteration_section(series),
+        "iteration": iteration_section(series, warmup),
         "loss": loss_section(loss_rows, run, loss_which),
         "switch": switch_section(run.counters),
         "agents": agents_section(run.agents),
@@ -328,6 +353,8 @@ def run_info(run: RunData) -> dict:
 def headline(s: dict) -> dict:
     lb = s["lower_bound"].get("iteration", {})
     return {
+        "mct_count": s["mct_us"]["overall"]["count"],
+        "iteration_count": s["iteration"]["count"],
         "mct_p50_us": s["mct_us"]["overall"]["p50"],
         "mct_p99_us": s["mct_us"]["overall"]["p99"],
         "mct_p999_us": s["mct_us"]["overall"]["p999"],
@@ -339,6 +366,7 @@ def headline(s: dict) -> dict:
         "protected_lost": s["loss"]["protected_lost"],
         "comm_p50_vs_ideal": lb.get("p50_multiple"),
         "comm_p99_vs_ideal": lb.get("p99_multiple"),
+        "kept_up": s["keep_up"]["ok"],
     }
 
 

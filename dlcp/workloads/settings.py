@@ -11,8 +11,10 @@ from dlcp.settings import BadValue, Settings, check_argument
 from dlcp.wire.header import FIELD_BITS
 
 ModelName = Literal["mlp", "cnn", "resnet", "synthetic"]
+TORCH_MODELS = ("mlp", "cnn", "resnet")
 Dataset = Literal["digits", "synthetic"]
 Fill = Literal["zero", "rescale", "stale", "local"]
+Compute = Literal["real", "profile"]
 FILLS = get_args(Fill)
 # LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
 DEFAULT_LAYERS = (156, 2416, 30840, 10164, 850)
@@ -41,12 +43,27 @@ class TrainingSettings(Settings):
         list(DEFAULT_LAYERS), min_length=1, max_length=MAX_LAYERS,
         description="synthetic model: layer sizes in values (default: LeNet-5's)")
     compute_ms: float = Field(0.0, ge=0, description="synthetic model: compute time per iteration")
+    compute: Compute = Field("real", description="compute time: what the CPU takes, or each layer's time from "
+                                                 "workload.profile (dlcp/workloads/profiled.py)")
+    profile: str = Field("", description="layer profile (bundled name or JSON file); empty = the torch model's "
+                                         "own <model>-<dataset>-b<batch_size>; synthetic: trains its tensor sizes")
+    warmup_iterations: int = Field(5, ge=0, description="first iterations left out of iteration and MCT statistics")
 
     @model_validator(mode="after")
     def _synthetic_lr(self):
         if self.model == "synthetic" and self.lr >= SYNTHETIC_LR_LIMIT:
             raise BadValue("lr", f"{self.lr:g} is not below {SYNTHETIC_LR_LIMIT:g}, where SGD on the synthetic "
                                  "problem diverges (its largest curvature is 5)")
+        return self
+
+    @model_validator(mode="after")
+    def _profile_compute(self):
+        if self.compute == "profile" and self.compute_ms:
+            raise BadValue("compute_ms", "a sleep of the real-compute synthetic model; with compute = 'profile' "
+                                         "the profile's times apply (leave compute_ms at 0)")
+        if self.compute == "profile" and self.model == "synthetic" and not self.profile:
+            raise BadValue("profile", "compute = 'profile' with the synthetic model needs a profile (a bundled "
+                                      "name such as resnet50, or a JSON file)")
         return self
 
     def is_eval_iteration(self, iteration: int) -> bool:
@@ -57,3 +74,5 @@ class TrainingSettings(Settings):
 class WorkloadConfig(TrainingSettings):
     """What a worker or the PS trains: the experiment's workload keys and the run's seed."""
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses")
+    dilation: float = Field(1.0, ge=1, description="profile compute times are multiplied by it "
+                                                   "(the experiment's scale.dilation)")

@@ -16,7 +16,10 @@ Messages follow DDP: layers are grouped in backward order (output side first) in
 least `bucket_values` values (0 = one message per layer), layers ascending inside a message. The
 default layer sizes are LeNet-5's (weights + bias per layer, 44,426 values); `workload.layers`
 (list of ints) overrides them, `workload.compute_ms` adds a per-iteration backward time spread
-over the layers, so communication can overlap computation.
+over the layers, so communication can overlap computation. With `workload.compute = "profile"`
+the layers are the profile's tensors (sizes from the profile) and every layer's forward and
+backward take the profile's times (dlcp/workloads/compute_model.py): gradients become ready in
+backward order at those times, and the next forward waits per layer for its parameters.
 
 Fill policies (`dlcp.fill`) follow dlcp.workloads.trainer.fill (the torch trainer's): zero, rescale, stale,
 local (local = rescale at the PS, which has no gradient of its own).
@@ -30,6 +33,7 @@ from typing import Iterator
 import numpy as np
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, plan_messages
+from dlcp.workloads.profiled import layer_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
 
 NOISE_SIGMA = 1.0
@@ -58,7 +62,7 @@ class _Problem:
 
     def __init__(self, config: WorkloadConfig):
         self.config = config
-        sizes = np.asarray(config.layers, dtype=np.int64)
+        sizes = np.asarray(layer_sizes(config), dtype=np.int64)
         self.n_layers = len(sizes)
         self.layer_offsets = np.concatenate([[0], np.cumsum(sizes)])
         self.n_values = int(self.layer_offsets[-1])
@@ -92,6 +96,11 @@ class SyntheticWorkload:
         self.problem = _Problem(config)
         self.n_layers = self.problem.n_layers
         self.w = np.zeros(self.problem.n_values, dtype=np.float32)
+        self.timer = self.gate = None
+        if config.compute == "profile":
+            profile = workload_profile(config)
+            self.timer, self.gate = make_profile_compute(profile, [[i] for i in range(len(profile))],
+                                                         config.dilation, warmup=config.warmup_iterations)
         self._own: dict[int, np.ndarray] = {}
         self._previous: dict[int, np.ndarray] = {}
         self.train_loss: float | None = None
@@ -111,6 +120,9 @@ class SyntheticWorkload:
         return p.h * residual
 
     def compute(self, iteration: int) -> Iterator[GradMessage]:
+        if self.timer is not None:
+            yield from self._compute_profiled(iteration)
+            return
         g = self.gradient(iteration)
         self.lost_values = 0
         layouts = self.problem.layouts()
@@ -122,17 +134,48 @@ class SyntheticWorkload:
             self._own[layout.msg_id] = values
             yield GradMessage(layout, values, self.n_layers)
 
+    def _compute_profiled(self, iteration: int) -> Iterator[GradMessage]:
+        """Per layer at the profile's times; the gradient of a message is computed when its
+        layers' parameters are in (the forward of its layers has run), from noise drawn at the
+        start: the same values as `gradient` gives."""
+        p, timer = self.problem, self.timer
+        timer.begin(iteration)
+        rng = np.random.default_rng([self.config.seed, 1 + self.rank, iteration])
+        noise = rng.standard_normal(p.n_values, dtype=np.float32)
+        noise *= np.float32(NOISE_SIGMA / np.sqrt(self.config.batch_size))
+        timer.end_forward()
+        self.lost_values = 0
+        loss_sum = 0.0
+        for layout in p.layouts():
+            sl = p.slices[layout.msg_id]
+            residual = self.w[sl] - p.w_star[sl] - noise[sl]
+            loss_sum += float(np.dot(p.h[sl] * residual, residual))
+            values = p.h[sl] * residual
+            self._own[layout.msg_id] = values
+            timer.gradient_ready(layout.layer_first, done_at=timer.clock.now())
+            yield GradMessage(layout, values, self.n_layers)
+        timer.end()
+        self.train_loss = loss_sum / (2 * p.n_values)
+
+    def compute_stats(self) -> dict | None:
+        """How well the machine kept up with the profile (None with real compute)."""
+        return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
+
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
         for msg_id, agg in aggregates.items():
             mean = fill_mean(agg, self.fill, self._previous.get(msg_id), self._own.get(msg_id))
             self.lost_values += int((agg.count < agg.world).sum())
             self._previous[msg_id] = mean
             self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * mean
+        if self.gate is not None:
+            self.gate.release_all(iteration + 1)
 
     def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
         sl = self.w[self.problem.slices[msg_id]]
         np.copyto(sl, chunk.values, where=~chunk.lost)
         self.lost_values += int(chunk.lost.sum())
+        if self.gate is not None:  # the next forward may run these layers now
+            self.gate.release(iteration + 1, self.problem.layouts()[msg_id].layer_ids)
 
     def parameters(self, msg_id: int) -> np.ndarray:
         return self.w[self.problem.slices[msg_id]].copy()

@@ -11,6 +11,13 @@ optimizer; `apply_parameters` (PS mode) installs pulled parameters, keeping the 
 every lost one. `TorchServerWorkload` is the PS: it holds the authoritative parameters and the
 optimizer (same initialisation as the workers: same model, same seed).
 
+Compute from a profile (`compute = "profile"`, dlcp/workloads/compute_model.py): the real forward
+and backward still run (the values are torch's), but each layer's forward ends at the profile's
+deadline (a forward pre-hook on the module owning the layer's first parameter starts the layer:
+it first waits for the previous layer's deadline, then for the layer's parameters), and a message
+is yielded when both its real gradients exist and the profile's backward has reached its lowest
+layer. The model must have the profile's tensors (sizes in `named_parameters` order).
+
 Evaluation: `evaluate(it)` after the update of iteration `it` always reports this worker's
 `train_loss` (its own shard, computed before the update) and `lost_values`; at evaluation
 iterations ((it + 1) % eval_every == 0, and the last iteration) also `test_loss` and
@@ -27,10 +34,11 @@ import torch
 import torch.nn.functional as F
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.profiled import check_tensor_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.flat import FlatModel
-from dlcp.workloads.trainer.models import build_model
+from dlcp.workloads.trainer.models import build_model, parameter_layers
 
 
 def _optimizer(model, config: WorkloadConfig) -> torch.optim.Optimizer:
@@ -53,10 +61,13 @@ def _test_metrics(model, data, batch: int = 512) -> dict:
 
 
 class _Readiness:
-    """Which messages have every gradient; filled by the hooks in the backward thread."""
+    """Which messages have every gradient (and since when, on `clock`); filled by the hooks in the
+    backward thread."""
 
-    def __init__(self, pending: list[int]):
+    def __init__(self, pending: list[int], clock=None):
         self.pending = list(pending)
+        self.ready_at: list[float | None] = [None] * len(pending)
+        self.clock = clock
         self.finished = False
         self.error: BaseException | None = None
         self.cond = threading.Condition()
@@ -65,6 +76,7 @@ class _Readiness:
         with self.cond:
             self.pending[index] -= 1
             if self.pending[index] == 0:
+                self.ready_at[index] = self.clock.now() if self.clock is not None else None
                 self.cond.notify_all()
 
     def finish(self, error: BaseException | None) -> None:
@@ -109,6 +121,31 @@ class TorchWorkload:
         self.lost_values = 0
         for p in self.model.parameters():
             p.register_post_accumulate_grad_hook(self._on_gradient)
+        self.timer = self.gate = None
+        self._timed_forward = False
+        profile = workload_profile(config)
+        if profile is not None:
+            self._time_with(profile)
+
+    def _time_with(self, profile) -> None:
+        """Time forward and backward with `profile` (see the module docstring)."""
+        params = list(self.model.parameters())
+        check_tensor_sizes(profile, [p.numel() for p in params], self.config.model)
+        index = {id(p): i for i, p in enumerate(params)}
+        layers = parameter_layers(self.model)
+        self.timer, self.gate = make_profile_compute(profile, [[index[id(p)] for p in group] for group in layers],
+                                                     self.config.dilation, warmup=self.config.warmup_iterations)
+        owner = {id(p): m for m in self.model.modules() for p in m.parameters(recurse=False)}
+        for layer, group in enumerate(layers):
+            owner[id(group[0])].register_forward_pre_hook(lambda mod, args, layer=layer: self._on_forward(layer))
+
+    def _on_forward(self, layer: int) -> None:
+        if self._timed_forward:  # not during evaluation
+            self.timer.forward(layer)
+
+    def compute_stats(self) -> dict | None:
+        """How well the machine kept up with the profile (None with real compute)."""
+        return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
@@ -124,10 +161,18 @@ class TorchWorkload:
         x, y = self.data.train_batch(self.schedule.shard(iteration, self.rank, self.world))
         self.model.zero_grad(set_to_none=True)
         self.model.train()
-        loss = F.cross_entropy(self.model(x), y)
+        timer = self.timer
+        if timer is not None:
+            timer.begin(iteration)
+            self._timed_forward = True
+        try:
+            loss = F.cross_entropy(self.model(x), y)
+        finally:
+            self._timed_forward = False
         self.train_loss = float(loss.detach())
         self.lost_values = 0
-        readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages])
+        readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages],
+                                                 timer.clock if timer is not None else None)
 
         def backward():
             error = None
@@ -143,10 +188,16 @@ class TorchWorkload:
             thread.start()
         else:
             backward()
+        if timer is not None:
+            timer.end_forward()  # the loss was the forward's last real work; backward runs meanwhile
         try:
             for index, m in enumerate(self.flat.messages):
                 readiness.wait(index)
+                if timer is not None:
+                    timer.gradient_ready(m.layout.layer_first, done_at=readiness.ready_at[index])
                 yield GradMessage(m.layout, m.send_np, self.n_layers)
+            if timer is not None:
+                timer.end()
         finally:
             if thread is not None:
                 thread.join()
@@ -155,9 +206,13 @@ class TorchWorkload:
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
         self.lost_values += self.flat.install_gradients(iteration, aggregates, self.fill, use_own=True)
         self._optimizer.step()
+        if self.gate is not None:
+            self.gate.release_all(iteration + 1)
 
     def apply_parameters(self, iteration: int, msg_id: int, chunk: ParamChunk) -> None:
         self.lost_values += self.flat.install_parameters(msg_id, chunk.values, chunk.lost)
+        if self.gate is not None:  # the next forward may run these layers now
+            self.gate.release(iteration + 1, self.flat.message(msg_id).layout.layer_ids)
 
     def parameters(self, msg_id: int) -> np.ndarray:
         """A copy of this replica's parameters of message `msg_id` (ring re-sync compares them)."""

@@ -1,0 +1,97 @@
+"""Did the emulation keep up with what it emulates? A run whose machine fell behind measured its
+own limits, not the system's: the report flags it, with the figure that shows it.
+
+Three signs, each with its threshold (figures in wall-clock time, about the emulation machine):
+
+- compute: with `workload.compute = "profile"` each worker records how late its compute steps
+  ended against the profile's deadlines (records/hN-agent.json `compute`, warm-up iterations
+  excluded; dlcp/workloads/compute_model.py). Deadlines are absolute, so an iteration ends at most
+  its worst lateness later than it would have: flagged when the worst lateness per iteration,
+  summed, exceeds COMPUTE_OVERRUN_MAX (5 %) of the worker's iteration time (the bound on how much
+  the measured iteration time was stretched). The share of the profile's compute time is shown
+  too: it says how faithful the compute itself was.
+- switch CPU: the runner samples each switch process's CPU time (meta.json `switch_cpu`,
+  emulation/keepup.py). Flagged when a switch was busy SWITCH_BUSY_MAX (90 %) of a CPU or more
+  in its busiest 5 s: it sleeps when idle, so that is a switch at its limit.
+- kernel drops: frames the kernel dropped at a switch port because the switch did not read them in
+  time (counters/sN.json ports `rx_kernel_drops`). Flagged when any: those losses are in none of
+  the emulated queues.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlcp.reporting.load import RunData
+from dlcp.reporting.steady import after_warmup, warmup_iterations
+
+COMPUTE_OVERRUN_MAX = 0.05
+SWITCH_BUSY_MAX = 0.9
+
+
+def iteration_wall_ms(run: RunData, host: str) -> float | None:
+    """Wall-clock milliseconds of `host`'s iterations after the warm-up."""
+    t = after_warmup(run.iterations, warmup_iterations(run.config))
+    if not len(t):
+        return None
+    v = t.col("iteration_us")[t.col("host") == host]
+    v = v[np.isfinite(v)]
+    return float(v.sum()) * run.time_scale / 1e3 if v.size else None
+
+
+def compute_keepup(run: RunData) -> dict:
+    per_host = {h: dict(a["compute"]) for h, a in run.agents.items() if isinstance(a.get("compute"), dict)}
+    flags = []
+    for host, c in sorted(per_host.items()):
+        wall = iteration_wall_ms(run, host)
+        share = c.get("overrun_ms", 0) / wall if wall else None
+        c["overrun_share_of_iterations"] = share
+        if share is not None and share > COMPUTE_OVERRUN_MAX:
+            flags.append(f"compute on {host} fell behind its profile: the worst lateness per iteration summed to "
+                         f"{100 * share:.3g}% of its iteration time (limit {100 * COMPUTE_OVERRUN_MAX:g}%) and "
+                         f"{100 * (c.get('overrun_share') or 0):.3g}% of the profile's compute time; "
+                         f"{c.get('missed', 0)} of {c.get('deadlines', 0)} deadlines missed by more than "
+                         f"{c.get('tolerance_ms', 1):g} ms, the worst by {c.get('late_max_ms', 0):.3g} ms")
+    return {"per_host": per_host, "flags": flags}
+
+
+def switch_cpu_keepup(meta: dict | None) -> dict:
+    cpu = (meta or {}).get("switch_cpu")
+    cpu = cpu if isinstance(cpu, dict) else {}
+    flags = []
+    for sw, c in sorted(cpu.items()):
+        peak = c.get("busy_peak") if isinstance(c, dict) else None
+        if isinstance(peak, (int, float)) and peak >= SWITCH_BUSY_MAX:
+            flags.append(f"switch {sw} used {100 * peak:.3g}% of a CPU in its busiest {c.get('window_s', 5):g} s "
+                         f"(limit {100 * SWITCH_BUSY_MAX:g}%): it was at its limit")
+    return {"per_switch": cpu, "flags": flags}
+
+
+def kernel_drop_keepup(counters: list[dict]) -> dict:
+    per_switch, flags = {}, []
+    for dump in counters:
+        ports = {p.get("port"): p.get("rx_kernel_drops", 0) for p in dump.get("ports", [])
+                 if isinstance(p, dict) and isinstance(p.get("rx_kernel_drops", 0), int)}
+        total = sum(ports.values())
+        per_switch[dump.get("switch", "?")] = total
+        if total:
+            worst = ", ".join(f"port {p}: {n:,}" for p, n in sorted(ports.items(), key=lambda kv: -kv[1]) if n)
+            flags.append(f"switch {dump.get('switch', '?')}: {total:,} frame(s) dropped by the kernel before the "
+                         f"switch read them ({worst}); those losses are in no emulated queue")
+    return {"per_switch": per_switch, "flags": flags}
+
+
+def keepup_section(run: RunData) -> dict:
+    """summary.json `keep_up`: ok, the flags (one line each) and the figures behind them."""
+    compute = compute_keepup(run)
+    cpu = switch_cpu_keepup(run.meta)
+    drops = kernel_drop_keepup(run.counters)
+    flags = compute["flags"] + cpu["flags"] + drops["flags"]
+    measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
+                                           ("switch CPU", bool(cpu["per_switch"])),
+                                           ("kernel drops", bool(drops["per_switch"]))) if present]
+    return {"ok": not flags, "flags": flags, "measured": measured,
+            "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
+                           "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0},
+            "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
+            "machine": (run.meta or {}).get("machine")}

@@ -1,0 +1,333 @@
+"""Comparisons over repeated, paired runs (`dlcp run X --policies a,b --repeat N` writes
+<results>/<variant>/rep<i>/): per metric, each variant's value pooled over its runs, its ratio to
+the first variant (the baseline) with a 95 % confidence interval from a bootstrap over pairs
+(dlcp/reporting/bootstrap.py says exactly what is resampled), and a plain verdict: faster, slower
+(lower, higher) or no significant difference. compare.json, compare.md, compare.html.
+
+Pairs are matched by repeat index (rep<i> of every variant; `dlcp run` gave them the same seed).
+Statistics pool the runs of a variant: a percentile is taken over every sample of the runs
+together (each run's MCTs after its warm-up, in the system's time), and a pooled percentile with
+too few samples is refused like a single run's (dlcp/reporting/stats.py). Fractions are sums over
+the runs (lost packets / packets), counts and accuracy are means per run.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dlcp.reporting import plots
+from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, paired_ratio, verdict
+from dlcp.reporting.load import is_run_dir, load_run
+from dlcp.reporting.render import Doc, Image, fmt
+from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, enough_for, min_samples
+from dlcp.reporting.steady import undilated
+from dlcp.reporting.summarise import steady_iteration_series, steady_sender_rows, summarise
+from dlcp.tables import format_table
+
+REP_DIR = re.compile(r"rep(\d+)$")
+METHOD_TEXT = (f"bootstrap over pairs: {RESAMPLES:,} times, draw as many pairs as there are, with replacement, the "
+               "same pairs for every variant; recompute each variant's pooled statistic on the runs of the drawn "
+               f"pairs and their ratio; the {100 * CONFIDENCE:g} % interval is log R +- t(n-1) x the standard "
+               "deviation of the resampled log ratios x sqrt(n/(n-1)) (a bootstrap standard error with a Student "
+               f"critical value; at least {MIN_PAIRS} pairs). Runs are the units resampled, never single messages "
+               "or iterations.")
+
+
+def repeat_dirs(path: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+    """(i, path) of the rep<i> run directories inside `path`, by i."""
+    if not path.is_dir():
+        return []
+    reps = [(int(m.group(1)), p) for p in path.iterdir() if (m := REP_DIR.match(p.name)) and is_run_dir(p)]
+    return sorted(reps)
+
+
+def is_repeat_group(path: pathlib.Path) -> bool:
+    return not is_run_dir(path) and bool(repeat_dirs(path))
+
+
+@dataclass
+class RunSample:
+    """One run, reduced to what the pooled statistics need (times in ms, the system's time)."""
+    rep: int
+    path: pathlib.Path
+    seed: object
+    arrays: dict[str, np.ndarray]  # "mct", "iteration", "comm"
+    scalars: dict[str, float | None]
+    kept_up: bool
+    flags: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def sample_of(rep: int, path: pathlib.Path) -> RunSample:
+    run = undilated(load_run(path))
+    s = summarise(run)
+    series = steady_iteration_series(run)
+    loss, sw = s["loss"], s["switch"]["totals"]
+    return RunSample(
+        rep=rep, path=path, seed=(run.meta or {}).get("seed", (run.config or {}).get("seed")),
+        arrays={"mct": steady_sender_rows(run).col("mct_us") / 1e3, "iteration": series.iteration_us / 1e3,
+                "comm": series.comm_us / 1e3},
+        scalars={"pkts": loss["pkts"], "lost_pkts": loss["lost_pkts"], "retx_pkts": loss["retx_pkts"],
+                 "forced": loss["forced"], "protected_lost": loss["protected_lost"],
+                 "early_drop_pkts": sw["early_drop_pkts"], "tail_drop_pkts": sw["tail_drop_pkts"],
+                 "final_accuracy": s["training"]["final_accuracy"], "training_wall_s": s["training"]["wall_time_s"]},
+        kept_up=s["keep_up"]["ok"], flags=s["keep_up"]["flags"], problems=s["problems"])
+
+
+# --- metrics over sets of runs -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PooledMetric:
+    key: str
+    label: str
+    kind: str  # "time" (faster / slower) or "count" (lower / higher)
+    better: str  # "lower" or "higher"
+    stat: Callable[[list[RunSample]], float | None]
+    source: str | None = None  # the pooled array of a percentile metric
+    q: float | None = None
+
+    def count(self, runs: list[RunSample]) -> int | None:
+        """Samples behind a pooled percentile (None for other metrics)."""
+        return None if self.source is None else int(sum(np.isfinite(r.arrays[self.source]).sum() for r in runs))
+
+    def refused(self, runs: list[RunSample]) -> bool:
+        return self.q is not None and not enough_for(self.count(runs), self.q)
+
+
+def _pooled(source: str, q: float | None) -> Callable[[list[RunSample]], float | None]:
+    def stat(runs: list[RunSample]) -> float | None:
+        x = np.concatenate([r.arrays[source] for r in runs])
+        x = x[np.isfinite(x)]
+        if not x.size:
+            return None
+        return float(x.mean()) if q is None else float(np.percentile(x, q))
+    return stat
+
+
+def _fraction(num: str, den: str) -> Callable[[list[RunSample]], float | None]:
+    def stat(runs):
+        d = sum(r.scalars[den] or 0 for r in runs)
+        return sum(r.scalars[num] or 0 for r in runs) / d if d else None
+    return stat
+
+
+def _mean(key: str) -> Callable[[list[RunSample]], float | None]:
+    def stat(runs):
+        vals = [r.scalars[key] for r in runs if r.scalars[key] is not None]
+        return float(np.mean(vals)) if vals else None
+    return stat
+
+
+def _pct(key: str, label: str, source: str, q: float, unit_label: str) -> PooledMetric:
+    return PooledMetric(key, f"{label} (ms)" if unit_label else label, "time", "lower", _pooled(source, q), source, q)
+
+
+METRICS = (
+    _pct("mct_p50", "MCT p50", "mct", 50, "ms"),
+    _pct("mct_p90", "MCT p90", "mct", 90, "ms"),
+    _pct("mct_p99", "MCT p99", "mct", 99, "ms"),
+    _pct("mct_p999", "MCT p99.9", "mct", 99.9, "ms"),
+    PooledMetric("iteration_mean", "iteration mean (ms)", "time", "lower", _pooled("iteration", None), None),
+    _pct("iteration_p50", "iteration p50", "iteration", 50, "ms"),
+    _pct("iteration_p90", "iteration p90", "iteration", 90, "ms"),
+    _pct("iteration_p99", "iteration p99", "iteration", 99, "ms"),
+    _pct("comm_p50", "communication p50", "comm", 50, "ms"),
+    _pct("comm_p99", "communication p99", "comm", 99, "ms"),
+    PooledMetric("training_wall_s", "training wall time per run (s)", "time", "lower", _mean("training_wall_s")),
+    PooledMetric("final_accuracy", "final test accuracy (mean per run)", "count", "higher", _mean("final_accuracy")),
+    PooledMetric("lost_fraction", "lost packet fraction", "count", "lower", _fraction("lost_pkts", "pkts")),
+    PooledMetric("retx_fraction", "retransmitted fraction", "count", "lower", _fraction("retx_pkts", "pkts")),
+    PooledMetric("forced", "forced completions per run", "count", "lower", _mean("forced")),
+    PooledMetric("protected_lost", "protected packets lost per run", "count", "lower", _mean("protected_lost")),
+    PooledMetric("early_drop_pkts", "switch early drops per run", "count", "lower", _mean("early_drop_pkts")),
+    PooledMetric("tail_drop_pkts", "switch tail drops per run", "count", "lower", _mean("tail_drop_pkts")),
+)
+TERMINAL_METRICS = ("mct_p50", "mct_p99", "mct_p999", "iteration_p50", "iteration_p90", "iteration_p99",
+                    "final_accuracy", "lost_fraction", "retx_fraction", "forced", "early_drop_pkts", "tail_drop_pkts")
+HEADLINE_METRICS = ("mct_p99", "mct_p999", "iteration_p50", "iteration_p99", "final_accuracy")
+
+
+# --- the comparison ------------------------------------------------------------------------------------
+
+def variant_values(m: PooledMetric, runs: list[RunSample]) -> dict:
+    """A variant's pooled value of a metric, its sample count, and the spread of its runs."""
+    n = m.count(runs)
+    if m.refused(runs):
+        return {"value": None, "n": n, "too_few": min_samples(m.q), "per_run": None}
+    per_run = []
+    for r in runs:
+        single = m.q is not None and not enough_for(m.count([r]), m.q)
+        per_run.append(None if single else m.stat([r]))
+    return {"value": m.stat(runs), "n": n, "too_few": None, "per_run": per_run}
+
+
+def ratio_entry(m: PooledMetric, base: list[RunSample], runs: list[RunSample]) -> dict:
+    """compare.json `ratios[metric]`: point, ci95, n_pairs, verdict, and the per-pair ratios."""
+    if m.refused(base) or m.refused(runs):
+        n = min(m.count(base), m.count(runs))
+        return {"point": None, "ci95": None, "n_pairs": len(runs),
+                "verdict": f"too few samples (n={n:,} < {min_samples(m.q):,})", "per_pair": None}
+    ci = paired_ratio(base, runs, m.stat)
+    per_pair = []
+    for a, b in zip(base, runs):
+        va, vb = variant_values(m, [a])["value"], variant_values(m, [b])["value"]
+        per_pair.append(vb / va if va and vb is not None else None)
+    return {**ci.as_dict(), "verdict": verdict(ci, m.kind), "per_pair": per_pair}
+
+
+def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]]) -> tuple[list[int], list[str]]:
+    """Repeat indices present in every variant, and a note for each left out."""
+    sets = {name: {i for i, _ in reps} for name, reps in groups.items()}
+    common = sorted(set.intersection(*sets.values()))
+    notes = [f"{name}: rep{i} has no partner in every variant (left out)"
+             for name, s in sets.items() for i in sorted(s - set(common))]
+    return common, notes
+
+
+def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: list[str]) -> dict:
+    base = samples[names[0]]
+    variants = []
+    for name in names:
+        runs = samples[name]
+        entry = {"name": name, "runs": [{"rep": r.rep, "seed": r.seed, "dir": str(r.path), "kept_up": r.kept_up,
+                                         "keep_up_flags": r.flags, "protected_lost": r.scalars["protected_lost"],
+                                         "problems": r.problems} for r in runs],
+                 "values": {m.key: variant_values(m, runs) for m in METRICS}}
+        if name != names[0]:
+            entry["ratios"] = {m.key: ratio_entry(m, base, runs) for m in METRICS}
+        variants.append(entry)
+    return {"kind": "repeats", "baseline": names[0], "n_pairs": len(base), "pairs": [r.rep for r in base],
+            "seeds": [r.seed for r in base], "method": METHOD_TEXT, "confidence": CONFIDENCE,
+            "resamples": RESAMPLES, "min_pairs": MIN_PAIRS, "percentile_method": PERCENTILE_METHOD_TEXT,
+            "min_samples_rule": MIN_SAMPLES_RULE, "notes": notes,
+            "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "better": m.better} for m in METRICS],
+            "variants": variants,
+            # the second variant's ratios at the top, the common two-variant case
+            "ratios": variants[1]["ratios"] if len(variants) > 1 else {}}
+
+
+def _value_text(v: dict) -> str:
+    if v["too_few"]:
+        return f"n={v['n']:,}<{v['too_few']:,}"
+    text = "–" if v["value"] is None else (f"{v['value']:.4g}" if isinstance(v["value"], float) else fmt(v["value"]))
+    return text + (f" (n={v['n']:,})" if v["n"] is not None else "")
+
+
+def _ratio_text(r: dict) -> tuple[str, str]:
+    point = "–" if r["point"] is None else f"{r['point']:.3g}×"
+    ci = "–" if r["ci95"] is None else f"{r['ci95'][0]:.3g}–{r['ci95'][1]:.3g}"
+    return point, ci
+
+
+def table_rows(data: dict, keys=None) -> tuple[list[str], list[list[str]]]:
+    names = [v["name"] for v in data["variants"]]
+    labels = {m["key"]: m["label"] for m in data["metrics"]}
+    header = ["metric"] + names
+    for n in names[1:]:
+        header += [f"{n} ÷ {names[0]}", "95% CI", "verdict"]
+    rows = []
+    for k in keys or [m["key"] for m in data["metrics"]]:
+        row = [labels[k]] + [_value_text(v["values"][k]) for v in data["variants"]]
+        for v in data["variants"][1:]:
+            r = v["ratios"][k]
+            row += [*_ratio_text(r), r["verdict"]]
+        rows.append(row)
+    return header, rows
+
+
+def verdict_lines(data: dict) -> list[str]:
+    """One sentence per headline metric and variant; "no significant difference" is said, not
+    left to a ratio."""
+    labels = {m["key"]: m["label"] for m in data["metrics"]}
+    out = []
+    for v in data["variants"][1:]:
+        for k in HEADLINE_METRICS:
+            r = v["ratios"][k]
+            what = f"{v['name']} vs {data['baseline']}, {labels[k]}"
+            if r["point"] is None or r["ci95"] is None:
+                out.append(f"{what}: {r['verdict']}")
+            elif r["verdict"] == "no significant difference":
+                out.append(f"{what}: no significant difference (ratio {r['point']:.3g}, 95% CI "
+                           f"{r['ci95'][0]:.3g}–{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)")
+            else:
+                out.append(f"{what}: {r['verdict']}, {r['point']:.3g}× (95% CI {r['ci95'][0]:.3g}–"
+                           f"{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)")
+    return out
+
+
+def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
+    names = [v["name"] for v in data["variants"]]
+    doc = Doc(f"DLCP comparison over {data['n_pairs']} pairs: {' vs '.join(names)} (baseline {data['baseline']})")
+    doc.bullets(verdict_lines(data))
+    for v in data["variants"]:
+        bad = [r for r in v["runs"] if not r["kept_up"]]
+        if bad:
+            doc.warn(f"{v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up: "
+                     + " | ".join(f"rep{r['rep']}: " + "; ".join(r["keep_up_flags"]) for r in bad))
+        lost = [r for r in v["runs"] if r["protected_lost"]]
+        if lost:
+            doc.warn(f"{v['name']}: protected packets lost in {len(lost)} run(s) (must be 0): "
+                     + ", ".join(f"rep{r['rep']}: {r['protected_lost']}" for r in lost))
+    doc.p(f"Each variant ran {data['n_pairs']} times, in pairs with the baseline (pair i: seed {data['seeds'][0]} + i - 1, "
+          "the same for every variant, runs interleaved a1 b1 a2 b2 ...). Values pool every run of a variant: "
+          "percentiles over all their samples after warm-up (n = samples), fractions as sums, counts and accuracy "
+          f"as means per run. Confidence interval: {data['method']} Verdict: faster / slower (lower / higher) when "
+          "the interval lies wholly below / above 1, otherwise no significant difference.")
+    header, rows = table_rows(data)
+    doc.table(header, rows)
+    doc.h("Per pair")
+    keys = ("mct_p99", "iteration_p50", "iteration_mean", "final_accuracy", "lost_fraction")
+    labels = {m["key"]: m["label"] for m in data["metrics"]}
+    for v in data["variants"][1:]:
+        doc.p(f"{v['name']} ÷ {data['baseline']} in each pair (a run's own percentile only where it has enough "
+              "samples on its own).")
+        doc.table(["pair", "seed"] + [labels[k] for k in keys],
+                  [[f"rep{rep}", str(seed)] + ["–" if (pp := v["ratios"][k]["per_pair"]) is None or pp[i] is None
+                                               else f"{pp[i]:.3g}×" for k in keys]
+                   for i, (rep, seed) in enumerate(zip(data["pairs"], data["seeds"]))])
+    cdf = plots.mct_cdf({n: np.concatenate([r.arrays["mct"] for r in samples[n]]) * 1e3 for n in names},
+                        "CDF of MCT, every run of a variant pooled (after warm-up)")
+    doc.image(Image("plots/compare_mct_cdf.png", "pooled MCT CDFs", plots.png_bytes(cdf)) if cdf is not None else None)
+    doc.h("Runs")
+    doc.table(["variant", "pair", "seed", "kept up", "directory"],
+              [[v["name"], f"rep{r['rep']}", str(r["seed"]), "yes" if r["kept_up"] else "NO", r["dir"]]
+               for v in data["variants"] for r in v["runs"]])
+    if data["notes"]:
+        doc.bullets(data["notes"])
+    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}; n=350<1,000 marks a refused one.")
+    return doc
+
+
+def load_groups(paths: list[pathlib.Path], names: list[str]) -> tuple[dict[str, list[RunSample]], list[str]]:
+    groups = {name: repeat_dirs(p) for name, p in zip(names, paths)}
+    common, notes = pair_runs(groups)
+    samples = {name: [sample_of(i, p) for i, p in reps if i in common] for name, reps in groups.items()}
+    return samples, notes
+
+
+def compare_repeats(paths: list[pathlib.Path], names: list[str], out: pathlib.Path, echo: bool = False) -> pathlib.Path:
+    """Compare repeat groups (the first is the baseline); write compare.json/.md/.html into `out`."""
+    samples, notes = load_groups(paths, names)
+    if not samples[names[0]]:
+        raise ValueError("compare: the repeat groups have no repeat index in common")
+    data = compare_data(names, samples, notes)
+    written = write_outputs(out, build_doc(data, samples), data, json_name="compare.json", stem="compare")
+    if echo:
+        print(f"baseline: {data['baseline']}; {data['n_pairs']} pairs; ratio = variant / baseline, 95% CI by "
+              "bootstrap over pairs")
+        header, rows = table_rows(data, TERMINAL_METRICS)
+        print(format_table([dict(zip(header, r)) for r in rows]))
+        for line in verdict_lines(data):
+            print(line)
+        for v in data["variants"]:
+            bad = [r for r in v["runs"] if not r["kept_up"]]
+            if bad:
+                print(f"WARNING: {v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up (see compare.md): "
+                      + "; ".join(bad[0]["keep_up_flags"]))
+    return written["html"]

@@ -1,0 +1,88 @@
+"""What a run's statistics are taken over: the system's time (undilated) and the steady state
+(after the warm-up iterations).
+
+- Time dilation (`[scale] dilation` = D in config.toml, dlcp/experiment/dilation.py): the run took
+  D times longer than the system it stands for, so every measured time is divided by D here,
+  once, before anything is summarised: durations (`mct_us`, `iteration_us`, `comm_us`,
+  `compute_us`) / D, timestamps re-based so the run's first one stays and the rest are spaced
+  / D. Rates in config.toml are the system's already. Keep-up figures (dlcp/reporting/keepup.py)
+  are about the emulation machine and stay in wall-clock time.
+- Warm-up (`workload.warmup_iterations` = W): iterations 0..W-1 (connections opening, caches and
+  allocators warming up, background traffic not started yet) are left out of the iteration-time
+  and MCT statistics (messages by their `iter`; the wire carries it mod 2^16, so runs of more
+  than 65,536 iterations would drop a few more). Loss, switch counters and training curves keep
+  every iteration. A config without the key (runs older than it) has W = 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from dlcp.reporting.load import RunData, Table
+
+DURATION_COLUMNS = ("mct_us", "iteration_us", "comm_us", "compute_us")
+TIMESTAMP_COLUMNS = ("start_us", "first_byte_us", "complete_us", "end_us")
+
+
+def dilation_factor(config: dict | None) -> float:
+    d = ((config or {}).get("scale") or {}).get("dilation", 1)
+    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 1 else 1.0
+
+
+def warmup_iterations(config: dict | None) -> int:
+    w = ((config or {}).get("workload") or {}).get("warmup_iterations", 0)
+    return int(w) if isinstance(w, int) and not isinstance(w, bool) and w >= 0 else 0
+
+
+def _first_timestamp(*tables: Table) -> float | None:
+    firsts = [np.nanmin(t.col(c)) for t in tables for c in TIMESTAMP_COLUMNS
+              if c in t.columns and len(t) and np.isfinite(t.col(c)).any()]
+    return min(firsts) if firsts else None
+
+
+def _scaled(table: Table, d: float, t0: float | None) -> Table:
+    cols = dict(table.columns)
+    for c in DURATION_COLUMNS:
+        if c in cols:
+            cols[c] = cols[c] / d
+    for c in TIMESTAMP_COLUMNS:
+        if c in cols and t0 is not None:
+            cols[c] = t0 + (cols[c] - t0) / d
+    return Table(cols)
+
+
+def undilated(run: RunData) -> RunData:
+    """The run in the system's time: every measured time / D (a copy; D = 1 or done already: the
+    run itself)."""
+    d = dilation_factor(run.config)
+    if d == 1 or run.time_scale != 1:
+        return run
+    t0 = _first_timestamp(run.messages, run.iterations)
+    counters = [_scaled_telemetry(c, d) for c in run.counters]
+    return dataclasses.replace(run, messages=_scaled(run.messages, d, t0), iterations=_scaled(run.iterations, d, t0),
+                               counters=counters, time_scale=d)
+
+
+def _scaled_telemetry(dump: dict, d: float) -> dict:
+    tel = dump.get("telemetry")
+    if not isinstance(tel, dict) or not isinstance(tel.get("deq_timedelta_us"), dict):
+        return dump
+    q = {k: (v / d if isinstance(v, (int, float)) else v) for k, v in tel["deq_timedelta_us"].items()}
+    return {**dump, "telemetry": {**tel, "deq_timedelta_us": q}}
+
+
+def after_warmup(table: Table, warmup: int) -> Table:
+    """Rows of iterations >= warmup (rows without an iteration are kept)."""
+    if not warmup or not len(table) or "iter" not in table.columns:
+        return table
+    it = table.col("iter")
+    return table.where(~(np.isfinite(it) & (it < warmup)))
+
+
+def scale_info(run: RunData) -> dict:
+    """summary.json `scale`: the dilation applied and the warm-up left out."""
+    d = dilation_factor(run.config)
+    return {"dilation": d, "times": "measured / dilation (the system's time)" if d != 1 else "measured",
+            "warmup_iterations": warmup_iterations(run.config)}

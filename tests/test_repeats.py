@@ -1,0 +1,282 @@
+"""Comparisons over repeated, paired runs: the paired bootstrap recovers a known ratio and gives
+identical inputs an interval containing 1; verdicts; compare.json of repeat groups; and the
+rest of what makes a comparison trustworthy without a network: time dilation undone in reports,
+warm-up left out, keep-up flags, the run plan of --repeat."""
+
+import json
+import pathlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from synthetic_runs import write_synthetic_run
+
+from dlcp.experiment import config as configmod
+from dlcp.experiment.dilation import emulated
+from dlcp.reporting import compare_runs
+from dlcp.reporting.bootstrap import MIN_PAIRS, paired_ratio, verdict
+from dlcp.reporting.load import load_run
+from dlcp.reporting.summarise import summarise
+
+MID = {"iterations": 45, "layers": 8, "workers": 3}
+
+
+def pooled_p99(runs):
+    return float(np.percentile(np.concatenate([r.x for r in runs]), 99))
+
+
+def make_pairs(n, ratio, rng, per_run=3000, same_draws=False):
+    """n pairs of runs; run scale varies between pairs (machine state), B = ratio x A in distribution."""
+    a, b = [], []
+    for _ in range(n):
+        scale = rng.uniform(0.7, 1.3)
+        xa = scale * rng.lognormal(0, 0.6, per_run)
+        xb = ratio * (xa if same_draws else scale * rng.lognormal(0, 0.6, per_run))
+        a.append(SimpleNamespace(x=xa))
+        b.append(SimpleNamespace(x=xb))
+    return a, b
+
+
+# --- the bootstrap ---------------------------------------------------------------------------------
+
+def test_bootstrap_recovers_a_known_ratio():
+    rng = np.random.default_rng(1)
+    a, b = make_pairs(10, 0.8, rng)
+    ci = paired_ratio(a, b, pooled_p99)
+    assert ci.n_pairs == 10 and ci.resamples > 1900
+    lo, hi = ci.ci95
+    assert lo < 0.8 < hi and hi - lo < 0.15
+    assert ci.point == pytest.approx(0.8, abs=0.05)
+    assert verdict(ci, "time") == "faster"
+    # exactly proportional runs: the ratio is exact and so is every resample
+    a, b = make_pairs(6, 1.25, rng, same_draws=True)
+    ci = paired_ratio(a, b, pooled_p99)
+    assert ci.point == pytest.approx(1.25) and ci.ci95 == pytest.approx((1.25, 1.25))
+    assert verdict(ci, "time") == "slower" and verdict(ci, "count") == "higher"
+
+
+def test_identical_inputs_give_an_interval_containing_one():
+    rng = np.random.default_rng(2)
+    a, _ = make_pairs(8, 1.0, rng)
+    ci = paired_ratio(a, a, pooled_p99)
+    assert ci.point == 1.0 and ci.ci95[0] <= 1.0 <= ci.ci95[1]
+    assert verdict(ci, "time") == "no significant difference"
+    # two variants with the same distribution, independent draws: no difference found (in 95 % of
+    # such draws; the next test counts how often)
+    a, b = make_pairs(8, 1.0, np.random.default_rng(20))
+    ci = paired_ratio(a, b, pooled_p99)
+    assert ci.ci95[0] < 1.0 < ci.ci95[1] and verdict(ci, "time") == "no significant difference"
+
+
+def test_the_interval_misses_a_true_ratio_of_one_about_as_often_as_it_should():
+    """No effect, 5 pairs, 60 simulated comparisons: a 95 % interval should exclude 1 about 3 times;
+    more than 6 would mean it is too narrow (as plain percentile intervals over 5 pairs are)."""
+    rng = np.random.default_rng(5)
+    misses = 0
+    for _ in range(60):
+        a, b = make_pairs(5, 1.0, rng, per_run=1000)
+        lo, hi = paired_ratio(a, b, pooled_p99, resamples=400).ci95
+        misses += not lo <= 1.0 <= hi
+    assert misses <= 6
+
+
+def test_the_pairing_is_what_is_resampled():
+    """Between-pair variation shared by both runs of a pair cancels: a 10 % effect is found
+    although the runs' scales vary by +-30 %."""
+    rng = np.random.default_rng(3)
+    a, b = make_pairs(8, 0.9, rng)
+    ci = paired_ratio(a, b, pooled_p99)
+    assert ci.ci95[1] < 1.0
+    ci_again = paired_ratio(a, b, pooled_p99)
+    assert ci_again == ci  # seeded: the same runs give the same interval
+
+
+def test_too_few_pairs_or_no_baseline_give_no_interval():
+    rng = np.random.default_rng(4)
+    a, b = make_pairs(MIN_PAIRS - 1, 0.5, rng)
+    ci = paired_ratio(a, b, pooled_p99)
+    assert ci.ci95 is None and ci.point == pytest.approx(0.5, abs=0.1)
+    assert verdict(ci, "time") == f"no interval ({MIN_PAIRS - 1} pair(s); at least {MIN_PAIRS} needed)"
+    zero = paired_ratio(a, b, lambda runs: 0.0)
+    assert zero.point is None and verdict(zero, "count").startswith("no ratio")
+    with pytest.raises(ValueError, match="pairs"):
+        paired_ratio(a, b[:-1], pooled_p99)
+
+
+# --- repeat groups on disk ---------------------------------------------------------------------------
+
+def write_group(root: pathlib.Path, policy: str, reps: int, time_scale: int = 1, **kw) -> pathlib.Path:
+    for i in range(1, reps + 1):
+        write_synthetic_run(root / policy / f"rep{i}", policy=policy, seed=10 + i, time_scale=time_scale,
+                            **MID, **kw)
+    return root / policy
+
+
+@pytest.fixture(scope="module")
+def groups(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repeats")
+    return root, write_group(root, "fifo", 5), write_group(root, "dlcp", 5, time_scale=2), \
+        write_group(root, "same", 5)
+
+
+def test_compare_of_repeat_groups_gives_ratios_with_intervals(groups, capsys):
+    root, fifo, dlcp, _ = groups
+    html = compare_runs([fifo, dlcp], echo=True)
+    assert html == root / "compare.html"
+    data = json.loads((root / "compare.json").read_text())
+    assert data["kind"] == "repeats" and data["n_pairs"] == 5 and data["pairs"] == [1, 2, 3, 4, 5]
+    r = data["ratios"]["mct_p99"]
+    assert set(r) >= {"point", "ci95", "n_pairs", "verdict"} and r["n_pairs"] == 5
+    # every time of dlcp's runs is exactly twice fifo's (same seeds): the ratio and every resample are 2
+    assert r["point"] == pytest.approx(2.0) and r["ci95"] == pytest.approx([2.0, 2.0]) and r["verdict"] == "slower"
+    assert r["per_pair"] == pytest.approx([2.0] * 5)
+    assert data["ratios"]["lost_fraction"]["verdict"] == "no significant difference"
+    # pooled over 5 runs, MCT has 10,800 samples: a p99.9, which no single run has
+    p999 = data["variants"][0]["values"]["mct_p999"]
+    assert p999["n"] == 5 * 2160 and p999["value"] is not None and p999["per_run"] == [None] * 5
+    # 225 iterations: no p99 even pooled, and the comparison says so instead of a ratio
+    it99 = data["ratios"]["iteration_p99"]
+    assert it99["point"] is None and it99["verdict"] == "too few samples (n=225 < 1,000)"
+    out = capsys.readouterr().out
+    assert "95% CI" in out and "dlcp vs fifo, MCT p99 (ms): slower, 2× (95% CI 2–2, 5 pairs)" in out
+    md = (root / "compare.md").read_text()
+    assert "bootstrap over pairs" in md and "| rep5 |" in md
+
+
+def test_no_significant_difference_is_said_not_left_to_a_ratio(groups):
+    root, fifo, _, same = groups
+    out = root / "same-vs-fifo"
+    compare_runs([fifo, same], out)
+    data = json.loads((out / "compare.json").read_text())
+    r = data["ratios"]["mct_p99"]
+    assert r["point"] == 1.0 and r["ci95"][0] <= 1.0 <= r["ci95"][1]
+    assert r["verdict"] == "no significant difference"
+    md = (out / "compare.md").read_text()
+    assert "same vs fifo, MCT p99 (ms): no significant difference (ratio 1, 95% CI 1–1, 5 pairs)" in md
+
+
+def test_repeat_groups_and_single_runs_do_not_mix(groups, tmp_path):
+    _, fifo, _, _ = groups
+    single = write_synthetic_run(tmp_path / "single", **MID)
+    with pytest.raises(ValueError, match="not a directory of repeated runs"):
+        compare_runs([fifo, single], tmp_path)
+
+
+# --- dilation, warm-up and keep-up in reports ----------------------------------------------------------
+
+def _set_config(run: pathlib.Path, extra: str) -> None:
+    cfg = run / "config.toml"
+    cfg.write_text(cfg.read_text() + extra)
+
+
+def test_a_dilated_run_reports_the_systems_times(tmp_path):
+    plain = write_synthetic_run(tmp_path / "plain", seed=5, **MID)
+    slow = write_synthetic_run(tmp_path / "slow", seed=5, time_scale=4, **MID)  # the same run, 4x slower
+    _set_config(slow, "\n[scale]\ndilation = 4\n")
+    a, b = summarise(load_run(plain)), summarise(load_run(slow))
+    assert b["scale"]["dilation"] == 4.0 and a["scale"]["dilation"] == 1.0
+    for path in (("mct_us", "overall", "p99"), ("iteration", "iteration_ms", "p50"), ("iteration", "comm_ms", "mean"),
+                 ("training", "wall_time_s"), ("lower_bound", "iteration", "p50_multiple")):
+        va, vb = a, b
+        for k in path:
+            va, vb = va[k], vb[k]
+        assert vb == pytest.approx(va, rel=1e-6), path
+
+
+def test_warmup_iterations_are_left_out(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    before = summarise(load_run(run))
+    cfg = (run / "config.toml").read_text().replace('iterations = 45\n', 'iterations = 45\nwarmup_iterations = 5\n')
+    (run / "config.toml").write_text(cfg)
+    s = summarise(load_run(run))
+    assert before["iteration"]["count"] == 45 and s["iteration"]["count"] == 40
+    assert s["scale"]["warmup_iterations"] == 5 and s["scale"]["warmup_iterations_left_out"] == 5
+    assert s["mct_us"]["overall"]["count"] == before["mct_us"]["overall"]["count"] * 40 // 45
+    assert s["scale"]["warmup_messages_left_out"] == before["mct_us"]["overall"]["count"] * 5 // 45
+    assert s["loss"]["pkts"] == before["loss"]["pkts"]  # loss keeps every iteration
+
+
+def test_a_run_that_did_not_keep_up_is_flagged_with_the_figure(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    assert summarise(load_run(run))["keep_up"]["ok"]
+    agent = json.loads((run / "records" / "h1-agent.json").read_text())
+    its = [float(line.split(",")[5]) for line in (run / "records" / "h1-iterations.csv").read_text().splitlines()[1:]]
+    wall_ms = sum(its) / 1e3
+    agent["compute"] = {"mode": "profile", "deadlines": 400, "missed": 120, "tolerance_ms": 1.0,
+                        "late_max_ms": 35.0, "overrun_ms": 0.07 * wall_ms, "overrun_share": 0.21}
+    (run / "records" / "h1-agent.json").write_text(json.dumps(agent))
+    meta = json.loads((run / "meta.json").read_text())
+    meta["switch_cpu"] = {"s1": {"cpu_s": 9.5, "wall_s": 10.0, "busy": 0.95, "busy_peak": 0.97, "window_s": 5.0}}
+    (run / "meta.json").write_text(json.dumps(meta))
+    counters = json.loads((run / "counters" / "s1.json").read_text())
+    counters["ports"][2]["rx_kernel_drops"] = 1234
+    (run / "counters" / "s1.json").write_text(json.dumps(counters))
+    k = summarise(load_run(run))["keep_up"]
+    assert not k["ok"] and len(k["flags"]) == 3
+    assert "h1 fell behind its profile" in k["flags"][0]
+    assert "summed to 7% of its iteration time" in k["flags"][0] and "21% of the profile's" in k["flags"][0]
+    assert k["compute"]["h1"]["overrun_share_of_iterations"] == pytest.approx(0.07)
+    assert "s1 used 97% of a CPU" in k["flags"][1]
+    assert "1,234 frame(s) dropped by the kernel" in k["flags"][2] and "port 3: 1,234" in k["flags"][2]
+    from dlcp.reporting import report_run
+    report_run(run)
+    assert "The emulation did not keep up" in (run / "report.md").read_text()
+
+
+# --- the run plan and the dilated config -----------------------------------------------------------------
+
+BASE = """
+name = "t"
+seed = 7
+[topology]
+kind = "star"
+hosts = 6
+[links]
+host_mbps = 1000
+delay_us = 10
+[workload]
+model = "synthetic"
+compute = "profile"
+profile = "resnet50"
+[dlcp]
+deadline_ms = 2000
+[scale]
+dilation = 20
+[[background]]
+rate_mbps = 400
+on_ms = 30
+off_ms = 70
+start_s = 0.5
+"""
+
+
+def test_repeat_plan_interleaves_pairs_with_one_seed_each(tmp_path):
+    from emulation.runner import plan_runs, run_dir_of
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(BASE)
+    raw = configmod.load_raw(cfg, [])
+    runs = plan_runs(configmod.variants(raw, ["dlcp.policy=fifo,dlcp"]), 3)
+    assert [(v, i, c["seed"], c["dlcp"]["policy"]) for v, i, c in runs] == [
+        ("fifo", 1, 7, "fifo"), ("dlcp", 1, 7, "dlcp"), ("fifo", 2, 8, "fifo"), ("dlcp", 2, 8, "dlcp"),
+        ("fifo", 3, 9, "fifo"), ("dlcp", 3, 9, "dlcp")]
+    assert run_dir_of(pathlib.Path("r"), "dlcp", 2) == pathlib.Path("r/dlcp/rep2")
+    assert [(v, i) for v, i, _ in plan_runs(configmod.variants(raw, []), 1)] == [("run", 0)]
+    assert run_dir_of(pathlib.Path("r"), "run", 0) == pathlib.Path("r/run")
+    with pytest.raises(configmod.ConfigError, match="--repeat: 0"):
+        plan_runs(configmod.variants(raw, []), 0)
+
+
+def test_dilation_slows_rates_and_stretches_times(tmp_path):
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(BASE)
+    system = configmod.load(cfg)
+    emu = emulated(system)
+    assert emu["links"]["host_mbps"] == 50 and emu["links"]["delay_us"] == 200
+    assert emu["dlcp"]["deadline_ms"] == 40000 and emu["dlcp"]["probe_rto_ms"] == 400
+    assert emu["background"][0]["rate_mbps"] == 20 and emu["background"][0]["on_ms"] == 600
+    assert emu["background"][0]["start_s"] == 10 and emu["background"][0]["stop_s"] == 0
+    assert emu["scale"]["dilation"] == 20 and emu["links"]["queue_pkts"] == system["links"]["queue_pkts"]
+    assert system["links"]["host_mbps"] == 1000  # the system config is left alone
+    configmod.validate(emu)  # what the emulation runs is a valid config too
+    with pytest.raises(configmod.ConfigError, match="scale.dilation: 20 needs workload.compute = 'profile'"):
+        configmod.validate({**system, "workload": {"model": "cnn"}})
