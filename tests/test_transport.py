@@ -12,7 +12,7 @@ import pytest
 from lossy_proxy import LossyProxy
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire import control_frames as C
 from dlcp.wire import header as H
 from dlcp.wire.chunking import MessageId, packetize
@@ -26,9 +26,9 @@ def make_pair():
     made = []
 
     def make(proxy=None, send_cfg=None, recv_cfg=None):
-        a = Transport(TransportConfig(rank=0, data_port=0, control_port=0, values_per_pkt=VPP,
+        a = UdpTransport(TransportConfig(rank=0, data_port=0, control_port=0, values_per_pkt=VPP,
                                       **(send_cfg or {})), [])
-        b = Transport(TransportConfig(rank=1, data_port=0, control_port=0, values_per_pkt=VPP,
+        b = UdpTransport(TransportConfig(rank=1, data_port=0, control_port=0, values_per_pkt=VPP,
                                       **(recv_cfg or {})), [])
         made.extend([a, b])
         px = None
@@ -245,8 +245,9 @@ def test_pacing_limits_rate(make_pair):
     assert r.received.all() and time.monotonic() - t0 >= 0.045
 
 
-def test_tos_follows_priority_and_drop_precedence(make_pair):
-    a, b, _ = make_pair()
+@pytest.mark.parametrize("cc", ["dctcp", "none"])
+def test_tos_follows_priority_and_drop_precedence(make_pair, cc):
+    a, b, _ = make_pair(send_cfg={"cc": cc})
     sniff = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sniff.bind(("127.0.0.1", 0))
     sniff.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
@@ -263,9 +264,11 @@ def test_tos_follows_priority_and_drop_precedence(make_pair):
         got.append((data, anc[0][2][0]))
     sniff.close()
     data = [(H.unpack_from(d), tos) for d, tos in got[:4]]
-    # highest priority first, protected first within a priority; TOS = DSCP(prio, drop_prec) << 2
+    # highest priority first, protected first within a priority; TOS = DSCP(prio, drop_prec) << 2,
+    # ECN-capable (ECT(0)) under congestion control
     assert [h.seq for h, _ in data] == [3, 1, 2, 0]
-    assert all(tos == H.tos_of(int(tags.prio[h.seq]), int(tags.drop_prec[h.seq])) for h, tos in data)
+    ecn = H.ECN_ECT0 if cc == "dctcp" else H.ECN_NOT_ECT
+    assert all(tos == H.tos_of(int(tags.prio[h.seq]), int(tags.drop_prec[h.seq])) | ecn for h, tos in data)
     # then the PROBE, in band: the round's lowest priority, drop precedence 0, PROTECTED
     frame, tos = got[4]
     p = H.unpack_from(frame)
@@ -344,7 +347,7 @@ def test_recv_timeout_is_one_clear_error(make_pair):
 def test_port_in_use_is_one_clear_error(make_pair):
     a, b, _ = make_pair()
     with pytest.raises(TransportError, match="cannot open data port"):
-        Transport(TransportConfig(rank=2, data_port=a.data_port, control_port=0), [])
+        UdpTransport(TransportConfig(rank=2, data_port=a.data_port, control_port=0), [])
 
 
 def test_per_packet_records(make_pair):
@@ -404,7 +407,7 @@ def test_low_priority_message_behind_strict_priority_queue_is_not_forced():
     # on the control channel would overtake A's queued data, the receiver would ask for all of it
     # (premature BITMAPs), A would resend what is still queued and be forced after r_max rounds
     # while the data then arrives "late". In band, A's PROBE waits in priority 1 behind A's data.
-    ts = [Transport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP, r_max=2), [])
+    ts = [UdpTransport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP, r_max=2), [])
           for r in range(3)]
     a, b, c = ts
     px = LossyProxy(("127.0.0.1", b.data_port), ("127.0.0.1", b.control_port), rate_pps=3000)
@@ -450,6 +453,7 @@ def test_low_priority_message_behind_strict_priority_queue_is_not_forced():
 def test_retransmissions_are_protected_on_the_wire():
     """Requested packets are needed to finish within budget: they go out as RETX with drop
     precedence 0 (PROTECTED, DSCP without drop precedence) so switches do not early-drop them again."""
+    from dlcp.transport.core.outputs import Round
     from dlcp.transport.udpio import plan_for
     from dlcp.wire import header as H
     from dlcp.wire.chunking import MessageId, packetize
@@ -460,8 +464,9 @@ def test_retransmissions_are_protected_on_the_wire():
                 mag_class=np.full(n, 8, np.uint8), layer_id=np.zeros(n, np.uint16))
     batch = packetize(np.zeros(n * 350, np.float32), MessageId(msg_id=7), tags)
     dest = np.zeros(16, np.uint8)
-    first = plan_for(batch, np.arange(n), dest)
-    again = plan_for(batch, np.arange(n), dest, retransmission=True)
+    order = np.arange(n)
+    first = plan_for(Round((1, 0, 0, 7), 1, 1, batch, order, order, retx=False, ecn=False), dest)
+    again = plan_for(Round((1, 0, 0, 7), 1, 2, batch, order, order, retx=True, ecn=False), dest)
     assert [H.unpack_from(r).drop_prec for r in first.rows] == [0, 1, 2, 3]
     for row, tos in zip(again.rows, again.tos):
         h = H.unpack_from(row)

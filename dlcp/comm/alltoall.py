@@ -16,7 +16,7 @@ It may be called from a helper thread (one call at a time per rank) and has `wor
 `values_per_pkt`, `stats` (ExchangeStats) and `close()`.
 
 `TransportAllToAll` (the hook's default): every rank sends its bucket to every other rank as one
-message of the bounded-loss transport (dlcp/transport/bounded_loss.py, docs/transport.md): in-band PROBE,
+message of the bounded-loss transport (dlcp/transport/udp_driver.py over dlcp/transport/core/, docs/transport.md): in-band PROBE,
 BITMAP / STOP / FORCE_STOP on TCP, retransmission of protected packets and of whatever exceeds the
 loss budget, at most `r_max` rounds within `deadline_ms`. A message the transport had to force is
 counted (`stats.forced`) and logged; its missing packets lower `count` like accepted losses.
@@ -40,7 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT
@@ -126,7 +126,7 @@ class TransportAllToAll:
         config = dataclasses.replace(config, rank=rank, ip=host or _local_address(), data_port=data_port,
                                      control_port=control_port, host=config.host or f"rank{rank}",
                                      inject_seed=config.inject_seed * 1000 + rank)
-        endpoint = Transport(config, [])
+        endpoint = UdpTransport(config, [])
         try:
             addresses = [None] * world
             dist.all_gather_object(addresses, (config.ip, endpoint.data_port, endpoint.control_port), group=group)

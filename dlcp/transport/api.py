@@ -1,22 +1,20 @@
 """What every transport shares: its settings, the peer address, what a send and a receive return,
-its errors, and the TCP helpers both drivers use. The bounded-loss transport (bounded_loss.py) and
-the plain-TCP baseline (tcp_baseline.py) implement the same interface on top of these."""
+and its errors. Plain data: the protocol core (core/), its drivers (udp_driver.py, virtual.py) and
+the plain-TCP baseline (tcp_baseline.py) all build on these."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlcp.transport.udpio import SEND_IMPLS
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import DATA_PORT, PHASE_NAMES, VALUES_PER_PKT
 
 CONTROL_PORT = 9911
 MAX_R = 250  # retransmission rounds: the round number travels in one byte
+SEND_IMPLS = ("sendmmsg", "sendmsg")  # how the UDP driver hands packets to the kernel
+CC_MODES = ("dctcp", "none")  # sender congestion control (docs/transport.md, "Congestion control")
 
 
 class TransportError(RuntimeError):
@@ -51,6 +49,9 @@ class TransportConfig:
     rcvbuf_bytes: int = 16 << 20
     sndbuf_bytes: int = 128 << 10  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
     connect_timeout_s: float = 15.0
+    cc: str = "dctcp"  # "dctcp": ECN-driven window per destination; "none": send as fast as the host lets
+    cc_init_window: int = 10  # packets in flight before the first feedback (slow start starts here)
+    feedback_every: int = 16  # receiver: a FEEDBACK frame at least every this many packets of a source
 
     def __post_init__(self):
         def bad(key, why):
@@ -81,6 +82,12 @@ class TransportConfig:
             bad("rank", f"{self.rank} outside 0..255")
         if not 1 <= self.values_per_pkt <= VALUES_PER_PKT:
             bad("values_per_pkt", f"{self.values_per_pkt} outside 1..{VALUES_PER_PKT}")
+        if self.cc not in CC_MODES:
+            bad("cc", f"{self.cc!r} is not one of {', '.join(CC_MODES)}")
+        for key in ("cc_init_window", "feedback_every"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:
+                bad(key, f"{v!r} must be an integer in 1..4096")
 
     def budget_for(self, layer_first: int, layer_last: int) -> float:
         """The loss budget of a message covering layers layer_first..layer_last."""
@@ -128,25 +135,6 @@ class SendResult:
         return self.complete_us - self.start_us
 
 
-class SendHandle:
-    def __init__(self, key):
-        self.key = key
-        self._event = threading.Event()
-        self.result: SendResult | None = None
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, timeout: float | None = None) -> SendResult:
-        if not self._event.wait(timeout):
-            raise TransportError(f"message {key_text(self.key)} not finished after {timeout} s")
-        return self.result
-
-    def _finish(self, result: SendResult) -> None:
-        self.result = result
-        self._event.set()
-
-
 @dataclass
 class RecvResult:
     """A received message: values (zeros where lost), which packets arrived, contribution counts."""
@@ -174,44 +162,6 @@ class RecvResult:
         return np.repeat(self.counts, self.values_per_pkt)[: self.values.size]
 
 
-def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str,
-                     prepare=None) -> socket.socket:
-    """A TCP connection from `local_ip` to `addr`, retried until `timeout` s (peers start within
-    seconds of each other); `prepare(sock)` sets options before connecting. Raises TransportError
-    naming `what` and the address."""
-    deadline = time.monotonic() + timeout
-    while True:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if prepare is not None:
-            prepare(s)
-        try:
-            s.bind((local_ip, 0))
-            s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-            s.connect(addr)
-            return s
-        except OSError as e:
-            s.close()
-            if time.monotonic() >= deadline or closing():
-                raise TransportError(f"no {what} at {addr[0]}:{addr[1]} after {timeout:.0f} s: "
-                                     f"{e.strerror or e}") from None
-            time.sleep(0.05)
-
-
-def wait_for_done(cond: threading.Condition, done: dict, key, timeout: float | None, closing, received):
-    """Pop `done[key]` once a transport thread puts it there (waiting on `cond`); raises
-    TransportError when the transport closes or after `timeout` s, saying what `received()` has."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with cond:
-        while key not in done:
-            if closing():
-                raise TransportError("transport closed")
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TransportError(f"no message {key_text(key)} after {timeout} s ({received()} received)")
-            cond.wait(1.0 if left is None else min(left, 1.0))
-        return done.pop(key)
-
-
 def key_text(key) -> str:
     peer, it, phase, msg = key
     return f"(peer {peer}, iter {it}, {PHASE_NAMES.get(phase, phase)}, msg {msg})"
@@ -221,11 +171,3 @@ def record_rank(rank: int) -> int:
     return -1 if rank == C.PS_RANK else rank
 
 
-
-def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
-    """Socket buffer of `size` bytes; as root beyond net.core.[rw]mem_max (SO_*BUFFORCE)."""
-    force = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}[opt]  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, force, size)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, opt, size)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dlcp.transport.api import TransportConfig
-from dlcp.transport.bounded_loss import Transport
 from dlcp.transport.tcp_baseline import TcpTransport
+from dlcp.transport.udp_driver import UdpTransport
 
 TRANSPORTS = ("dlcp", "tcp")
 
@@ -15,4 +15,4 @@ def make_transport(config: TransportConfig, peers, kind: str = "dlcp"):
         return TcpTransport(config, peers)
     if kind != "dlcp":
         raise ValueError(f"dlcp.transport: {kind!r} is not one of {', '.join(TRANSPORTS)}")
-    return Transport(config, peers)
+    return UdpTransport(config, peers)

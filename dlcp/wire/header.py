@@ -139,7 +139,15 @@ class MalformedPacket(ValueError):
         self.detail = detail
 
 
-# --- DSCP --------------------------------------------------------------------------------------
+# --- DSCP and ECN -------------------------------------------------------------------------------
+
+# The two low bits of the IPv4 TOS byte (RFC 3168). Senders with congestion control send ECT(0);
+# switches rewrite ECT to CE once the packet's queue has K packets (docs/pipeline.md, "ECN").
+ECN_NOT_ECT = 0
+ECN_ECT1 = 1
+ECN_ECT0 = 2
+ECN_CE = 3
+ECN_MASK = 3
 
 def dscp_of(prio, drop_prec):
     """DSCP carrying (prio, drop_prec), AF-like: works on ints and numpy arrays."""
