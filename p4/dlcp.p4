@@ -4,7 +4,7 @@
  * semantics (docs/pipeline.md). Control-plane names are fixed with @name so that P4Info holds
  * exactly the names of dlcp/experiment/pipeline_names.py, whichever include file a table lives in.
  *
- * Ingress: drop reasons -> routing + load balancing -> classification -> admission.
+ * Ingress: drop reasons -> routing + load balancing -> classification -> admission -> ECN marking.
  * Egress:  occupancy release -> queue telemetry.
  */
 #include <core.p4>
@@ -17,6 +17,7 @@
 #include "include/routing.p4"
 #include "include/classification.p4"
 #include "include/admission.p4"
+#include "include/ecn.p4"
 #include "include/telemetry.p4"
 
 control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
@@ -29,6 +30,7 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
     DlcpRouting() routing;
     DlcpClassification() classification;
     DlcpAdmission() admission;
+    DlcpEcn() ecn;
 
     /* a dropped packet touches no queue counter and no register */
     @hidden
@@ -52,6 +54,7 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
             } else {
                 classification.apply(hdr, meta, standard_metadata);
                 admission.apply(hdr, meta, standard_metadata);
+                ecn.apply(hdr, meta, standard_metadata);
             }
         }
     }

@@ -21,7 +21,7 @@ from emulation.bmv2.switch import free_port  # noqa: F401  (tests import it from
 
 # key widths of the DLCP tables (bit<> of the P4 fields they match)
 KEY_BITS = {"ipv4_dst": 32, "nhop_group": 16, "nhop_member": 16, "dlcp_valid": 1, "dlcp_prio": 3,
-            "dlcp_drop_prec": 2, "dscp": 6, "egress_port": 9}
+            "dlcp_drop_prec": 2, "dscp": 6, "egress_port": 9, "qid": 3}
 REGISTER_BITS = {pn.OCCUPANCY: 32, pn.RR_NEXT: 16}
 MATCH_TYPES = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM,
                "ternary": p4info_pb2.MatchField.TERNARY}

@@ -132,6 +132,13 @@ SCHEMA = Section({
         "ring_budget": Field(str, "protect_rs", choices=("protect_rs", "per_step"), doc="ring all-reduce: reliable reduce-scatter, or a budget per step"),
         "resync_every": Field(int, 50, min=0, doc="ring all-reduce: replica re-sync period in iterations (0 = never)"),
         "pacing_mbps": Field((int, float), 0, min=0, doc="0 = no sender pacing"),
+        "cc": Field(str, "dctcp", choices=("dctcp", "none"),
+                    doc="sender congestion control: an ECN-driven window per destination, or none"),
+        "cc_init_window": Field(int, 10, min=1, max=4096, doc="packets in flight before the first FEEDBACK"),
+        "feedback_every": Field(int, 16, min=1, max=4096, doc="receivers report at least every this many packets"),
+        "ecn_k": Field(int, 10, min=0, max=2**32 - 1,
+                       doc="switches mark CE on ECN-capable packets once their queue holds this many"),
+        "ecn_k_prio": Table(Field(int, min=0, max=2**32 - 1), doc="priority (queue id 0..7) -> its own ecn_k"),
         "telemetry": Field(bool, False, doc="ask switches to stamp queue telemetry into data packets"),
         "data_port": Field(int, 9910, min=1, max=65535, doc="UDP port of DLCP data"),
         "control_port": Field(int, 9911, min=1, max=65535, doc="TCP port of the control channel"),
@@ -246,6 +253,9 @@ def _cross_checks(cfg: dict) -> None:
     if d["qmax"] > cfg["links"]["queue_pkts"]:
         raise ConfigError(f"dlcp.qmax: {d['qmax']} exceeds links.queue_pkts {cfg['links']['queue_pkts']}"
                           " (the admission threshold must fit in the queue)")
+    for q in d["ecn_k_prio"]:
+        if not (q.isdigit() and int(q) < 8):
+            raise ConfigError(f"dlcp.ecn_k_prio.{q}: not a priority 0..7")
     if d["data_port"] == d["control_port"]:
         raise ConfigError("dlcp.control_port: must differ from dlcp.data_port")
     for i, b in enumerate(cfg["background"]):

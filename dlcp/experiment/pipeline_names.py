@@ -16,6 +16,7 @@ NHOP = "DlcpIngress.nhop"
 LB_CONFIG = "DlcpIngress.lb_config"
 CLASSIFY = "DlcpIngress.classify"
 QUEUE_THRESHOLDS = "DlcpIngress.queue_thresholds"
+ECN_THRESHOLD = "DlcpIngress.ecn_threshold"  # p4/include/ecn.p4
 
 SET_NHOP_GROUP = "DlcpIngress.set_nhop_group"  # (group: bit<16>, size: bit<16>)
 SET_NHOP = "DlcpIngress.set_nhop"  # (dmac: bit<48>, port: bit<9>)
@@ -25,6 +26,7 @@ CLASSIFY_FROM_DLCP = "DlcpIngress.classify_from_dlcp"
 CLASSIFY_FROM_DSCP = "DlcpIngress.classify_from_dscp"
 SET_CLASS = "DlcpIngress.set_class"  # (qid: bit<3>, color: bit<2>)
 SET_THRESHOLDS = "DlcpIngress.set_thresholds"  # (qmax, k1, k2, k3: bit<32>, packets)
+SET_ECN_THRESHOLD = "DlcpIngress.set_ecn_threshold"  # (k: bit<32>, packets; ECN_NEVER = never mark)
 NO_ACTION = "NoAction"
 
 TABLES = {
@@ -39,7 +41,10 @@ TABLES = {
                "default": (SET_CLASS, {"qid": 0, "color": 0})},
     QUEUE_THRESHOLDS: {"keys": [("egress_port", "exact")], "actions": [SET_THRESHOLDS],
                        "default": (SET_THRESHOLDS, {"qmax": 64, "k1": 48, "k2": 32, "k3": 16})},
+    ECN_THRESHOLD: {"keys": [("egress_port", "ternary"), ("qid", "ternary")], "actions": [SET_ECN_THRESHOLD],
+                    "default": (SET_ECN_THRESHOLD, {"k": 10})},
 }
+ECN_NEVER = 0xFFFFFFFF  # an ECN threshold no queue reaches
 
 ACTION_PARAMS = {
     SET_NHOP_GROUP: [("group", 16), ("size", 16)],
@@ -50,6 +55,7 @@ ACTION_PARAMS = {
     CLASSIFY_FROM_DSCP: [],
     SET_CLASS: [("qid", 3), ("color", 2)],
     SET_THRESHOLDS: [("qmax", 32), ("k1", 32), ("k2", 32), ("k3", 32)],
+    SET_ECN_THRESHOLD: [("k", 32)],
 }
 
 LB_MODES = {"per_flow": 0, "spray_random": 1, "spray_rr": 2}
@@ -64,9 +70,10 @@ ADMITTED = "DlcpIngress.admitted"  # index port * 32 + qid * 4 + color
 EARLY_DROPS = "DlcpIngress.early_drops"  # same index
 TAIL_DROPS = "DlcpIngress.tail_drops"  # same index
 DROPS = "DlcpIngress.drops"  # index = drop reason below
+CE_MARKED = "DlcpIngress.ce_marked"  # index port * 8 + qid: packets marked CE (p4/include/ecn.p4)
 QUEUE_COUNTERS = (ADMITTED, EARLY_DROPS, TAIL_DROPS)
 COUNTERS = {ADMITTED: MAX_PORTS * N_QUEUES * N_COLORS, EARLY_DROPS: MAX_PORTS * N_QUEUES * N_COLORS,
-            TAIL_DROPS: MAX_PORTS * N_QUEUES * N_COLORS, DROPS: 8}
+            TAIL_DROPS: MAX_PORTS * N_QUEUES * N_COLORS, DROPS: 8, CE_MARKED: MAX_PORTS * N_QUEUES}
 DROP_REASONS = {"parser_error": 0, "not_ipv4": 1, "no_route": 2, "ttl_expired": 3}
 
 # direct counters

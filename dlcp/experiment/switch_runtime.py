@@ -17,7 +17,8 @@ members are those ports in the given order; the next hop's MAC is the peer MAC o
 equal-cost next hops) for topologies that do not want to list them by hand.
 
 Knobs (`SwitchConfig`): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
-tail drop only), load-balancing mode, admission thresholds (switch-wide and per port).
+tail drop only), load-balancing mode, admission thresholds (switch-wide and per port), the ECN
+marking threshold K (switch-wide and per queue id).
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ class SwitchConfig:
     lb_mode: str = "spray_random"  # p4names.LB_MODES
     thresholds: Thresholds = Thresholds()
     port_thresholds: Mapping[int, Thresholds] = field(default_factory=dict)
+    ecn_k: int = pn.TABLES[pn.ECN_THRESHOLD]["default"][1]["k"]  # mark CE from this queue occupancy on
+    ecn_k_prio: Mapping[int, int] = field(default_factory=dict)  # queue id -> K, every port
     target: str = "bmv2"
     p4info: str = "build/p4/dlcp.p4info.txtpb"
     bmv2_json: str = "build/p4/dlcp.json"
@@ -132,7 +135,11 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
     entries: list[dict[str, Any]] = [
         _default(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[cfg.lb_mode]}),
         _default(pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS, cfg.thresholds.params()),
+        _default(pn.ECN_THRESHOLD, pn.SET_ECN_THRESHOLD, {"k": cfg.ecn_k}),
     ]
+    for qid in sorted(cfg.ecn_k_prio):
+        entries.append({"table": pn.ECN_THRESHOLD, "match": {"qid": qid}, "priority": 10,
+                        "action_name": pn.SET_ECN_THRESHOLD, "action_params": {"k": cfg.ecn_k_prio[qid]}})
     for port in sorted(cfg.port_thresholds):
         if port not in ports:
             raise RuntimeSpecError(f"{sw.name}: thresholds for port {port}, which the switch does not have")
@@ -293,6 +300,12 @@ def _check_config(switch: str, cfg: SwitchConfig) -> None:
         raise RuntimeSpecError(f"{switch}: unknown target {cfg.target!r} (one of {', '.join(TARGETS)})")
     for port, th in [(None, cfg.thresholds), *cfg.port_thresholds.items()]:
         _check_thresholds(th, "dlcp.thresholds" if port is None else f"dlcp.thresholds (port {port})")
+    for where, k in [("dlcp.ecn_k", cfg.ecn_k), *((f"dlcp.ecn_k_prio.{q}", v) for q, v in cfg.ecn_k_prio.items())]:
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < 2**32:
+            raise RuntimeSpecError(f"{where}: {k!r} is not a packet count in 0..{2**32 - 1}")
+    for qid in cfg.ecn_k_prio:
+        if not (isinstance(qid, int) and 0 <= qid < pn.N_QUEUES):
+            raise RuntimeSpecError(f"dlcp.ecn_k_prio: queue {qid!r} is not a priority 0..{pn.N_QUEUES - 1}")
 
 
 def _check_thresholds(th: Thresholds, where: str) -> None:

@@ -110,6 +110,7 @@ class TopologySpec:
                  for a, pa, b, pb, rate in self.links()]
         switch_cfg = rt.SwitchConfig(policy=d["policy"], lb_mode=d["load_balancing"],
                                      thresholds=rt.Thresholds(d["qmax"], d["k1"], d["k2"], d["k3"]),
+                                     ecn_k=d["ecn_k"], ecn_k_prio={int(q): k for q, k in d["ecn_k_prio"].items()},
                                      target="ref" if cfg["backend"] == "ref" else "bmv2")
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):

@@ -99,6 +99,9 @@ typedef struct {
     struct mmsghdr *rxmsgs, *txmsgs;
     struct iovec *rxiov, *txiov;
     uint64_t rng;
+    /* ECN marking (the section "ECN marking" below) */
+    uint32_t ecn_k[QUEUE_SLOTS];
+    uint64_t ce[2][QUEUE_SLOTS];
 } Engine;
 
 static const uint8_t ZERO_VNET[VNET_LEN];
@@ -178,6 +181,40 @@ static void ring_free(Ring *r) {
     while (r->count) free(ring_pop(r));
     free(r->items);
     r->items = NULL;
+}
+
+/* --- ECN marking (p4/include/ecn.p4, pipeline.py Pipeline._ecn_mark) --------------------------- */
+
+#define DEFAULT_ECN_K 10
+
+/* An admitted ECN-capable packet (ECT(0) or ECT(1)) whose queue held ecn_k[oi] or more packets
+ * before it: CE, the IPv4 checksum patched over the first header word (RFC 1624), counted. */
+static inline void ecn_mark(Engine *e, uint8_t *f, int oi, uint32_t occ, uint32_t n) {
+    uint8_t tos = f[15];
+    if (!(tos & 3) || (tos & 3) == 3 || occ < e->ecn_k[oi]) return;
+    uint32_t old = ((uint32_t)f[14] << 8) | tos, nw = old | 3;
+    f[15] = (uint8_t)(tos | 3);
+    uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + nw;
+    hc = ~fold(hc) & 0xFFFF;
+    f[24] = (uint8_t)(hc >> 8);
+    f[25] = (uint8_t)hc;
+    e->ce[0][oi]++;
+    e->ce[1][oi] += n;
+}
+
+/* set_ecn(thresholds): 512 values of K, indexed port * N_QUEUES + qid (Pipeline.ecn_k) */
+static PyObject *Engine_set_ecn(Engine *e, PyObject *args) {
+    PyObject *ks;
+    if (!PyArg_ParseTuple(args, "O", &ks)) return NULL;
+    if (PySequence_Size(ks) != QUEUE_SLOTS) { PyErr_SetString(PyExc_ValueError, "set_ecn: 512 thresholds"); return NULL; }
+    for (int i = 0; i < QUEUE_SLOTS; i++) {
+        PyObject *o = PySequence_GetItem(ks, i);
+        unsigned long v = o ? PyLong_AsUnsignedLong(o) : 0;
+        Py_XDECREF(o);
+        if (PyErr_Occurred()) return NULL;
+        e->ecn_k[i] = (uint32_t)v;
+    }
+    Py_RETURN_NONE;
 }
 
 /* --- ingress ----------------------------------------------------------------------------------- */
@@ -264,6 +301,7 @@ static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, i
     e->occupancy[oi] = occ + 1;
     e->adm[0][ci]++;
     e->adm[1][ci] += n;
+    ecn_mark(e, f, oi, occ, n);
     uint32_t old = ((uint32_t)ttl << 8) | (uint32_t)proto;
     f[22] = (uint8_t)(ttl - 1);
     uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + (old - 0x100);
@@ -724,7 +762,7 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         PyDict_SetItem(ports, key, d);
         Py_DECREF(key); Py_DECREF(d);
     }
-    return Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsN}",
+    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsN}",
         "admitted_pkts", u64_list(e->adm[0], COUNTER_SLOTS), "admitted_bytes", u64_list(e->adm[1], COUNTER_SLOTS),
         "early_pkts", u64_list(e->early[0], COUNTER_SLOTS), "early_bytes", u64_list(e->early[1], COUNTER_SLOTS),
         "tail_pkts", u64_list(e->tail[0], COUNTER_SLOTS), "tail_bytes", u64_list(e->tail[1], COUNTER_SLOTS),
@@ -735,6 +773,14 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         "delay_fine", u64_list(e->fine, FINE), "delay_coarse", u64_list(e->coarse, COARSE),
         "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
         "last_drop", PyLong_FromLong(e->last_drop));
+    if (!d) return NULL;
+    PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
+    if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
+        Py_XDECREF(cp); Py_XDECREF(cb); Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(cp); Py_DECREF(cb);
+    return d;
 }
 
 /* --- the type ---------------------------------------------------------------------------------- */
@@ -750,6 +796,7 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     e->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
     e->last_drop = -1;
     for (int p = 0; p < MAX_PORTS; p++) { e->thr[p][0] = 64; e->thr[p][1] = 48; e->thr[p][2] = 32; e->thr[p][3] = 16; }
+    for (int i = 0; i < QUEUE_SLOTS; i++) e->ecn_k[i] = DEFAULT_ECN_K;
     e->rxbuf = malloc((size_t)batch * SLOT);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
@@ -787,6 +834,7 @@ static void Engine_dealloc(Engine *e) {
 
 static PyMethodDef Engine_methods[] = {
     {"set_tables", (PyCFunction)Engine_set_tables, METH_VARARGS, "install compiled tables"},
+    {"set_ecn", (PyCFunction)Engine_set_ecn, METH_VARARGS, "install the ECN threshold of every queue"},
     {"add_port", (PyCFunction)Engine_add_port, METH_VARARGS, "attach a port socket and its queue config"},
     {"port_gone", (PyCFunction)Engine_port_gone, METH_VARARGS, "stop using a port whose interface vanished"},
     {"run", (PyCFunction)Engine_run, METH_VARARGS, "forward until the time is up, a wake fd is readable or a port fails"},

@@ -67,6 +67,7 @@ class Pipeline:
         self.lb_mode = params["mode"]
         th = self.tables[P.QUEUE_THRESHOLDS]
         self.thresholds = [self._thresholds(th.lookup(port)) for port in range(P.MAX_PORTS)]
+        self.ecn_k = self._ecn_thresholds()
         # registers
         self.occupancy = [0] * QUEUE_SLOTS
         self.rr_next = [0] * P.MAX_GROUPS
@@ -78,6 +79,7 @@ class Pipeline:
         self.early = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.tail = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.drops = [[0] * 8, [0] * 8]
+        self.ce_marked = [[0] * QUEUE_SLOTS, [0] * QUEUE_SLOTS]  # [pkts, bytes] per port * 8 + qid
         self.last_drop = -1  # reason of the last dropped packet (tests, debug log)
         self._lpm_cache: dict[int, tuple] = {}
         self._class_cache: dict[int, tuple] = {}
@@ -87,6 +89,28 @@ class Pipeline:
     def _thresholds(hit) -> tuple[int, int, int, int]:
         _, _, p = hit
         return (p["qmax"], p["k1"], p["k2"], p["k3"])
+
+    # --- ECN marking (p4/include/ecn.p4) -------------------------------------------------------------
+
+    def _ecn_thresholds(self) -> list[int]:
+        """ecn_threshold resolved for every (port, qid): K per queue slot, port * 8 + qid."""
+        table = self.tables[P.ECN_THRESHOLD]
+        return [table.lookup(egress_port=port, qid=qid)[2]["k"]
+                for port in range(P.MAX_PORTS) for qid in range(P.N_QUEUES)]
+
+    def _ecn_mark(self, f: bytearray, oi: int, occ: int, n: int) -> None:
+        """An admitted ECN-capable packet whose queue held K or more: CE, IPv4 checksum patched
+        over the first header word (RFC 1624), counted."""
+        tos = f[15]
+        if tos & 3 in (1, 2) and occ >= self.ecn_k[oi]:
+            old = (f[14] << 8) | tos
+            f[15] = tos | 3
+            hc = _fold((~((f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + (old | 3))
+            hc = ~hc & 0xFFFF
+            f[24] = hc >> 8
+            f[25] = hc & 0xFF
+            self.ce_marked[0][oi] += 1
+            self.ce_marked[1][oi] += n
 
     # --- ingress -------------------------------------------------------------------------------
 
@@ -228,6 +252,7 @@ class Pipeline:
             c = self.admitted
             c[0][ci] += 1
             c[1][ci] += n
+            self._ecn_mark(f, oi, occ, n)
             # TTL -= 1 with the IPv4 checksum updated incrementally (RFC 1624 eqn. 3)
             old = (ttl << 8) | proto
             f[22] = ttl - 1
@@ -272,7 +297,8 @@ class Pipeline:
                 "tail_pkts": self.tail[0], "tail_bytes": self.tail[1],
                 "drops_pkts": self.drops[0], "drops_bytes": self.drops[1],
                 "lpm_hits": hits(self.lpm_table), "classify_hits": hits(self.classify_table),
-                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop}
+                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop,
+                "ce_pkts": self.ce_marked[0], "ce_bytes": self.ce_marked[1]}
 
     # --- egress --------------------------------------------------------------------------------
 

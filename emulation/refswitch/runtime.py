@@ -14,7 +14,7 @@ from pathlib import Path
 from dlcp.experiment import pipeline_names as P
 
 KEY_BITS = {"ipv4_dst": 32, "nhop_group": 16, "nhop_member": 16, "dlcp_valid": 1, "dlcp_prio": 3,
-            "dlcp_drop_prec": 2, "dscp": 6, "egress_port": 9}
+            "dlcp_drop_prec": 2, "dscp": 6, "egress_port": 9, "qid": 3}
 REGISTER_BITS = {P.OCCUPANCY: 32, P.RR_NEXT: 16}
 DEFAULT_QUEUE_DEPTH = 128
 
