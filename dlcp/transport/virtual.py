@@ -13,9 +13,11 @@ c > 0 dropped early once the queue holds k_c packets, everything at `qmax`; poli
 tail drop only), and marks CE on ECN-capable packets admitted while their queue holds `ecn_k` or
 more (docs/pipeline.md). After the queue: `delay_us` of propagation plus up to `jitter_us` of random
 extra delay (which reorders packets). Faults, applied as a packet enters the switch: `loss`
-(random), `dup` (random duplication), and the predicate `drop(pkt)` (a `VPacket`). Control frames
+(random), `dup` (random duplication), the predicate `drop(pkt)` (a `VPacket`) and `delay(pkt)`,
+extra seconds for that packet on the wire (a slower path, a queue elsewhere). Control frames
 travel in order per pair of hosts after `control_delay_us`, as priority 7 overtakes data queues;
-`drop_control(frame)` (a `VFrame`) loses one on purpose.
+`drop_control(frame)` (a `VFrame`) loses one on purpose, `control_delay(frame)` holds one back
+(and, the channel being a TCP stream, the frames behind it).
 """
 
 from __future__ import annotations
@@ -96,7 +98,9 @@ class Faults:
     loss: float = 0.0
     dup: float = 0.0
     drop: object = None  # VPacket -> bool
+    delay: object = None  # VPacket -> extra seconds
     drop_control: object = None  # VFrame -> bool
+    control_delay: object = None  # VFrame -> extra seconds
 
 
 @dataclass
@@ -108,6 +112,7 @@ class _Pkt:
     prio: int
     color: int
     qid: int = 0
+    extra_s: float = 0.0
 
 
 @dataclass
@@ -163,6 +168,7 @@ class VirtualNetwork:
         self._occupancy: collections.Counter = collections.Counter()  # (port, qid) -> packets
         self._seen: collections.Counter = collections.Counter()  # data packet identity -> times seen
         self._frames_seen: collections.Counter = collections.Counter()
+        self._control_at: dict = {}  # (src, dst) -> when the last frame on that channel arrives
         self.counters = collections.Counter()  # tail_drops, early_drops, ce_marked, fault_drops, ...
 
     def add_host(self, cfg: TransportConfig) -> VirtualHost:
@@ -269,15 +275,18 @@ class VirtualNetwork:
         ident = (pkt.src, pkt.dst, hdr.iter, hdr.phase, hdr.msg_id, hdr.seq, hdr.type == TYPE_PROBE)
         seen = self._seen[ident]
         self._seen[ident] += 1
-        if f.drop is not None:
+        extra = 0.0
+        if f.drop is not None or f.delay is not None:
             vp = VPacket(pkt.src, pkt.dst, hdr.type, hdr.seq, hdr.msg_id, hdr.iter, hdr.phase, hdr.prio,
                          hdr.drop_prec, seen)
             if vp.probe:
                 p = unpack_probe(pkt.data, HEADER_LEN + (TELEMETRY_LEN if hdr.has_telemetry else 0))
                 vp.probe_round, vp.probe_attempt = p.round, p.attempt
-            if f.drop(vp):
+            if f.drop is not None and f.drop(vp):
                 self.counters["fault_drops"] += 1
                 return
+            if f.delay is not None:
+                extra = float(f.delay(vp))
         if f.loss and self.rng.random() < f.loss:
             self.counters["fault_drops"] += 1
             return
@@ -298,7 +307,7 @@ class VirtualNetwork:
                 tos = (tos & ~ECN_MASK) | ECN_CE
                 self.counters["ce_marked"] += 1
             self._occupancy[(pkt.dst, qid)] = occ + 1
-            q = _Pkt(pkt.data, tos, pkt.src, pkt.dst, hdr.prio, color, qid)
+            q = _Pkt(pkt.data, tos, pkt.src, pkt.dst, hdr.prio, color, qid, extra)
             port = self._ports[pkt.dst]
             port.queues[qid].append(q)
             port.backlog += 1
@@ -320,7 +329,7 @@ class VirtualNetwork:
     def _egress_done(self, dst: int, pkt: _Pkt) -> None:
         self._occupancy[(dst, pkt.qid)] -= 1
         sw = self.switch
-        delay = sw.delay_us / 1e6 + (self.rng.random() * sw.jitter_us / 1e6 if sw.jitter_us else 0.0)
+        delay = sw.delay_us / 1e6 + (self.rng.random() * sw.jitter_us / 1e6 if sw.jitter_us else 0.0) + pkt.extra_s
         self._at(self.now + delay, self._deliver, pkt)
         self._egress_next(dst)
 
@@ -335,15 +344,21 @@ class VirtualNetwork:
 
     def _frame(self, src: int, out: FrameSend) -> None:
         body = out.data[C.LEN.size:]
-        if self.faults.drop_control is not None:
+        f = self.faults
+        at = self.now + self.control_delay_s
+        if f.drop_control is not None or f.control_delay is not None:
             msg = C.decode(body)
             ident = (src, out.peer, msg.type, msg.key)
             vf = VFrame(src, out.peer, msg, self._frames_seen[ident])
             self._frames_seen[ident] += 1
-            if self.faults.drop_control(vf):
+            if f.drop_control is not None and f.drop_control(vf):
                 self.counters["control_drops"] += 1
                 return
-        self._at(self.now + self.control_delay_s, self._control, src, out.peer, body)
+            if f.control_delay is not None:
+                at += float(f.control_delay(vf))
+        at = max(at, self._control_at.get((src, out.peer), 0.0))  # one stream: no overtaking
+        self._control_at[(src, out.peer)] = at
+        self._at(at, self._control, src, out.peer, body)
 
     def _control(self, src: int, dst: int, body: bytes) -> None:
         h = self.hosts.get(dst)

@@ -115,6 +115,8 @@ class DctcpWindow:
 
     def on_sent(self, n: int, now: float) -> None:
         self.sent += n
+        if not self._win_end:  # the first observation window is the first flight
+            self._win_end = self.sent
         self._ledger.append((self.sent, now))
         if self._unreported_since is None:
             self._unreported_since = now

@@ -76,7 +76,7 @@ class _Msg:
         self.budget_ppm = round(budget * C.PPM)
         self.rounds = 0  # PROBE rounds so far: 1 + retransmission rounds
         self.retx_pkts = 0
-        self.start_us = 0
+        self.start_us = None  # wall-clock microseconds of the DESCRIBE (the message's first packet)
         self.deadline = None  # set at the first PROBE
         self.state = "queued"  # queued -> sending -> probing -> (retx -> probing)* -> forcing -> done
         self.missing = self.n_pkts  # as last reported by the receiver
@@ -409,7 +409,8 @@ class SenderCore:
         st.state = "done"
         self._msgs.pop(st.key, None)
         done_us = self._wall_us(now)
-        res = SendResult(lost, prot_lost, st.retx_pkts, st.rounds, forced, st.start_us or done_us, done_us, error)
+        start_us = done_us if st.start_us is None else st.start_us
+        res = SendResult(lost, prot_lost, st.retx_pkts, st.rounds, forced, start_us, done_us, error)
         if forced:
             self.totals["forced_sent"] += 1
             log.warning("rank %s: budget violation: message %s forced after %d rounds, %d of %d packets lost "
