@@ -473,3 +473,28 @@ def test_retransmissions_are_protected_on_the_wire():
         assert (h.type, h.drop_prec, h.prio) == (H.TYPE_RETX, 0, 5) and h.protected
         assert tos == H.tos_of(5, 0)
     assert [H.unpack_from(r).drop_prec for r in batch.headers] == [0, 1, 2, 3]  # originals untouched
+
+
+def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
+    # a sender by hand: DESCRIBE asking for FEEDBACK on a control connection, then 20 data packets,
+    # every fourth one CE-marked (the TOS byte a switch would have rewritten)
+    a, b, _ = make_pair(recv_cfg={"feedback_every": 5})
+    g, batch, _ = message(n_pkts=20)
+    ctl = socket.create_connection(("127.0.0.1", b.control_port))
+    ctl.sendall(C.encode(C.Control(C.DESCRIBE, 1, 0, 1, H.PHASE_PUSH, 0, 7, 20, n_values=20 * VPP,
+                                   drop_prec=np.zeros(20, np.uint8), budget_ppm=0, feedback=True)))
+    time.sleep(0.1)  # the DESCRIBE first, so every packet is reported at once
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(20):
+        ecn = H.ECN_CE if i % 4 == 0 else H.ECN_ECT0
+        u.sendmsg([batch.to_bytes(i)], [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", H.tos_of(1, 0) | ecn))],
+                  0, ("127.0.0.1", b.data_port))
+    u.close()
+    reader, fb = C.FrameReader(), []
+    ctl.settimeout(3)
+    while len(fb) < 4:
+        fb += [C.decode(body) for body in reader.feed(ctl.recv(4096))]
+    ctl.close()
+    assert [(m.type, m.rcvd_pkts, m.ce_pkts) for m in fb] == [(C.FEEDBACK, 5 * k, [2, 3, 4, 5][k - 1])
+                                                              for k in (1, 2, 3, 4)]
+    assert b.stats()["ce_received"] == 5
