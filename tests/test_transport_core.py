@@ -77,8 +77,21 @@ def test_unreported_packets_are_declared_lost_after_the_horizon():
     cwnd = w.cwnd
     w.on_timer(0.012)
     assert w.in_flight == 0 and w.counts["declared_lost"] == 1 and w.cwnd == cwnd / 2
-    w.on_feedback(10, 0, None, 0.013)  # it arrived after all: undone (the halving stays)
+    w.on_feedback(10, 0, None, 0.013)  # it arrived after all: declaration and halving undone
     assert w.lost == 0 and w.counts["spurious_lost"] == 1 and w.in_flight == 0
+    assert w.cwnd == cwnd + 1 and w.counts["reductions_undone"] == 1  # restored, then +1 (slow start)
+
+
+def test_a_real_loss_keeps_its_reduction():
+    w = window()
+    w.on_sent(10, 0.0)
+    w.on_feedback(8, 0, 0.004, 0.004)
+    cwnd = w.cwnd
+    w.on_timer(0.012)  # 2 declared lost, one halving
+    assert w.counts["declared_lost"] == 2 and w.cwnd == cwnd / 2
+    w.on_feedback(9, 0, None, 0.013)  # one of them was late; the other is really gone
+    assert w.cwnd == pytest.approx(cwnd / 2 + 2 / cwnd)  # halved, then +1 / cwnd for the late one
+    assert w.counts["reductions_undone"] == 0 and w.lost == 1
 
 
 def test_silence_collapses_the_window():
@@ -87,8 +100,19 @@ def test_silence_collapses_the_window():
     assert w.next_timer() == pytest.approx(0.02)  # the horizon before any round trip: the floor
     w.on_timer(0.02)  # declared lost: halved
     assert w.cwnd == 5
-    w.on_timer(0.04)  # no report for 2 x horizon (the timeout floor): collapse
+    w.on_sent(5, 0.02)  # still sending, still no report
+    w.on_timer(0.04)  # no progress for 2 x horizon since sending began: collapse
     assert w.cwnd == 1 and w.counts["timeouts"] == 1
+    assert w.in_flight == 0 and w.next_timer() == math.inf  # all declared lost; nothing until the next send
+
+
+def test_no_timeout_once_sending_stopped_after_progress():
+    w = window()
+    w.on_sent(10, 0.0)
+    w.on_feedback(9, 0, 0.004, 0.004)  # the tail packet is lost, nothing more to send
+    w.on_timer(0.012)
+    w.on_timer(1.0)
+    assert w.counts["timeouts"] == 0 and w.next_timer() == math.inf
 
 
 def test_counters_wrap_modulo_2_32():

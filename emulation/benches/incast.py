@@ -66,9 +66,11 @@ def peer_main(args) -> int:
                     t.recv(r, it, PHASE_PUSH, 1, timeout=args.timeout)
                 t.advance(it)
                 tags = tag_message(pull, [0], [0], 1, TaggingConfig("fifo"))
-                for r in senders:  # the pulls release the next round
-                    t.send(r, packetize(pull, MessageId(job_id=1, src_rank=RECV_RANK, iter=it, msg_id=1,
-                                                        phase=PHASE_PULL), tags), SendInfo(rec_msg_id=1))
+                handles = [t.send(r, packetize(pull, MessageId(job_id=1, src_rank=RECV_RANK, iter=it, msg_id=1,
+                                                               phase=PHASE_PULL), tags), SendInfo(rec_msg_id=1))
+                           for r in senders]  # the pulls release the next round
+                for h in handles:
+                    h.wait(args.timeout)
         else:
             n = args.size_kb * 1000 // 4
             g = np.random.default_rng(args.rank).standard_normal(n, dtype=np.float32)
@@ -173,12 +175,16 @@ def _figures(outs: list[dict], senders: int, args, counters: dict) -> dict:
     mct = sorted(p["complete_us"] - p["start_us"] for p in pushes)
     ideal_us = senders * args.size_kb * 1000 * 8 / link_bps * 1e6
     port = [q for q in counters.get("queues", []) if q["port"] == 1]
+    windows = [w for o in outs[1:] for w in o["stats"].get("cc", {}).values()]
     return {"goodput_fraction": delivered_bits / span_s / link_bps if span_s else 0.0,
             "forced": sum(p["forced"] for p in pushes), "protected_lost": sum(p["protected_lost"] for p in pushes),
             "lost": sum(p["lost"] for p in pushes), "retx": sum(p["retx"] for p in pushes),
             "mct_p99_over_ideal": _percentile(mct, 0.99) / ideal_us,
             "tail_drops": sum(q["tail_drop_pkts"] for q in port), "early_drops": sum(q["early_drop_pkts"] for q in port),
-            "ce_marked": sum(r["ce_marked_pkts"] for r in counters.get("ecn_marks", []) if r["port"] == 1)}
+            "ce_marked": sum(r["ce_marked_pkts"] for r in counters.get("ecn_marks", []) if r["port"] == 1),
+            "window": {k: statistics.median(w[k] for w in windows if w.get(k) is not None)
+                       for k in ("cwnd", "alpha", "srtt_ms", "reductions_ecn", "reductions_loss", "timeouts",
+                                 "declared_lost", "spurious_lost") if any(w.get(k) is not None for w in windows)}}
 
 
 def _percentile(sorted_values: list, q: float) -> float:
@@ -242,7 +248,7 @@ def main(argv: list[str]) -> int:
                 print(f"  {n} senders, cc {cc}, run {i + 1}: goodput {r['goodput_fraction']:.3f} of the link, "
                       f"forced {r['forced']}, protected lost {r['protected_lost']}, p99 MCT "
                       f"{r['mct_p99_over_ideal']:.2f}x ideal, retx {r['retx']}, tail drops {r['tail_drops']}, "
-                      f"CE {r['ce_marked']}", file=sys.stderr, flush=True)
+                      f"CE {r['ce_marked']}, senders' windows (median) {r['window']}", file=sys.stderr, flush=True)
                 runs.append(r)
             rows.append(_row(n, cc, runs))
     table = [{"senders": r["senders"], "cc": r["cc"], "runs": r["runs"],

@@ -11,9 +11,11 @@ that carried the ECN mark CE (switches mark ECN-capable packets once their queue
   per round trip; otherwise slow start (+1 per packet reported) below ssthresh, +1 per window above;
 - a packet not reported within the loss horizon (srtt + 4 rttvar + the receiver's feedback delay)
   is declared lost: it leaves the window, and the window halves (at most once per round trip), as
-  DCTCP does on loss. A late report undoes the declaration (not the halving);
-- no report at all for a retransmission timeout while packets are out: the window collapses to one
-  packet (the receiver is gone or its reports are), as TCP's RTO.
+  DCTCP does on loss. A late report undoes the declaration, and once every packet declared lost
+  in that episode has been reported, the halving too (as TCP undoes a spurious reduction): on
+  hosts that run the transport in Python, round trips jump by milliseconds without any loss;
+- sending for a retransmission timeout without any report making progress: the window collapses to
+  one packet (the receiver is gone or its reports are), as TCP's RTO.
 
 Round-trip samples come from FEEDBACK frames: each names the newest packet it counts, and the
 sender knows when it sent that packet. Everything here counts packets, in seconds of the caller's
@@ -83,9 +85,10 @@ class DctcpWindow:
         self._win_end = 0  # the observation window ends once `done` reaches this
         self._win_pkts = 0
         self._win_ce = 0
-        self._unreported_since: float | None = None  # sends without a report since then
-        self.counts = {"reductions_ecn": 0, "reductions_loss": 0, "timeouts": 0, "declared_lost": 0,
-                       "spurious_lost": 0}
+        self._unreported_since: float | None = None  # first send after the last report that made progress
+        self._undo: list | None = None  # [cwnd, ssthresh, packets] before the last loss reduction
+        self.counts = {"reductions_ecn": 0, "reductions_loss": 0, "reductions_undone": 0, "timeouts": 0,
+                       "declared_lost": 0, "spurious_lost": 0}
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -142,15 +145,23 @@ class DctcpWindow:
             undo = min(over, self.lost)
             self.lost -= undo
             self.counts["spurious_lost"] += undo
+            if self._undo is not None:
+                self._undo[2] -= undo
+                if self._undo[2] <= 0:  # every loss of that episode was only late: undo its reduction
+                    self.cwnd = max(self.cwnd, self._undo[0])
+                    self.ssthresh = max(self.ssthresh, self._undo[1])
+                    self._undo = None
+                    self.counts["reductions_undone"] += 1
         done = self.done
         led = self._ledger
         while led and led[0][0] <= done:
             led.popleft()
-        self._unreported_since = now if led else None
+        self._unreported_since = None  # progress: the timeout clock restarts with the next send
         self._win_pkts += d
         self._win_ce += c
         if c:
             if done > self._recover:  # marks on data sent after the last reduction
+                self._undo = None  # real congestion: no undoing an earlier reduction
                 self.cwnd = max(MIN_WINDOW, self.cwnd * (1 - self.alpha / 2))
                 self.ssthresh = self.cwnd
                 self._recover = self.sent
@@ -181,8 +192,9 @@ class DctcpWindow:
             self.ssthresh = max(2.0, self.cwnd / 2)
             self.cwnd = MIN_WINDOW
             self._recover = self.sent
+            self._undo = None
             self.counts["timeouts"] += 1
-            self._unreported_since = now if self.sent > self.done else None
+            self._unreported_since = None  # the next send restarts the clock
 
     def stats(self) -> dict:
         return {"cwnd": round(self.cwnd, 2), "alpha": round(self.alpha, 4),
@@ -204,10 +216,13 @@ class DctcpWindow:
                 self.lost += gap
                 self.counts["declared_lost"] += gap
                 if cum > self._recover:
+                    self._undo = [self.cwnd, self.ssthresh, 0]
                     self.cwnd = max(MIN_WINDOW, self.cwnd / 2)
                     self.ssthresh = self.cwnd
                     self._recover = self.sent
                     self.counts["reductions_loss"] += 1
+                if self._undo is not None:
+                    self._undo[2] += gap
 
     def _rtt_sample(self, r: float) -> None:
         r = max(r, 0.0)
