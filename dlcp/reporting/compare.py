@@ -47,10 +47,12 @@ METRICS = (
     Metric("protected_lost", "protected packets lost", "lower", ("loss", "protected_lost")),
     Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
+    Metric("ce_marked_pkts", "switch CE marks (pkts)", "lower", ("switch", "ce_marked", "pkts")),
 )
 # What the terminal shows: the headline, compactly.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
-                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "forced", "protected_lost")
+                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "retx_fraction", "forced",
+                    "protected_lost")
 
 
 def _get(summary: dict, path: tuple):
