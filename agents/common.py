@@ -152,7 +152,8 @@ def wire_rank(cfg: dict) -> int:
 def transport_config(cfg: dict) -> TransportConfig:
     d = cfg["dlcp"]
     keys = ("loss_budget", "iter_budget", "r_max", "deadline_ms", "reliable", "telemetry", "inject_loss",
-            "send_impl", "probe_quiet_ms", "probe_rto_ms", "cc", "cc_init_window", "feedback_every")
+            "send_impl", "probe_quiet_ms", "probe_rto_ms", "cc", "cc_init_window", "feedback_every",
+            "host_mark_ms")
     kw = {k: d[k] for k in keys if k in d}
     kw["layer_budgets"] = dict(d.get("layer_budgets", {}))
     kw["pacing_mbps"] = d.get("pacing_mbps") or 0.0

@@ -478,7 +478,7 @@ def test_retransmissions_are_protected_on_the_wire():
 def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
     # a sender by hand: DESCRIBE asking for FEEDBACK on a control connection, then 20 data packets,
     # every fourth one CE-marked (the TOS byte a switch would have rewritten)
-    a, b, _ = make_pair(recv_cfg={"feedback_every": 5})
+    a, b, _ = make_pair(recv_cfg={"feedback_every": 5, "host_mark_ms": 0})  # switch marks only
     g, batch, _ = message(n_pkts=20)
     ctl = socket.create_connection(("127.0.0.1", b.control_port))
     ctl.sendall(C.encode(C.Control(C.DESCRIBE, 1, 0, 1, H.PHASE_PUSH, 0, 7, 20, n_values=20 * VPP,
@@ -498,3 +498,24 @@ def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
     assert [(m.type, m.rcvd_pkts, m.ce_pkts) for m in fb] == [(C.FEEDBACK, 5 * k, [2, 3, 4, 5][k - 1])
                                                               for k in (1, 2, 3, 4)]
     assert b.stats()["ce_received"] == 5
+
+
+def test_batch_receiver_reads_tos_and_how_long_a_datagram_waited():
+    from dlcp.transport.udpio import BatchReceiver
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setblocking(False)
+    br = BatchReceiver(rx, batch=8)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i, tos in enumerate((0, H.tos_of(3, 1) | H.ECN_ECT0, H.tos_of(6, 0) | H.ECN_CE)):
+        tx.sendmsg([bytes([i]) * (100 + i)], [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos))], 0,
+                   rx.getsockname())
+    sent = time.time()
+    time.sleep(0.05)
+    assert br.recv() == 3
+    assert br.lengths == [100, 101, 102] and br.tos == [0, H.tos_of(3, 1) | 2, H.tos_of(6, 0) | 3]
+    assert all(0.045 < time.time() - t < 1.0 and t <= sent + 0.001 for t in br.arrived)
+    assert bytes(br.view[2 * 2048: 2 * 2048 + 102]) == bytes([2]) * 102
+    assert br.recv() == 0
+    tx.close()
+    rx.close()

@@ -158,6 +158,16 @@ def test_feedback_every_n_packets_with_ce_counts_and_a_delayed_rest():
     assert (last.rcvd_pkts, last.ce_pkts, last.last_seq) == (10, 3, 9) and rx.next_timer() == math.inf
 
 
+def test_a_packet_that_waited_in_the_host_counts_as_marked():
+    rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=4, host_mark_ms=1.0), peers=[0])
+    g, batch, _ = message(4)
+    rx.on_describe(_describe(4), "chan", 0.0)
+    for i, d in enumerate(_datagrams(batch)):  # waited 0, 0.5, 1.5, 3 ms in the socket buffer
+        rx.on_datagram(memoryview(d), H.ECN_ECT0, 0.01, [0.0, 0.0005, 0.0015, 0.003][i])
+    (fb,) = [C.decode(o.data[4:]) for o in rx.take_outputs()]
+    assert (fb.rcvd_pkts, fb.ce_pkts) == (4, 2) and rx.stats()["host_marked"] == 2
+
+
 def test_no_feedback_for_senders_without_congestion_control():
     rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=1), peers=[0])
     g, batch, _ = message(5)

@@ -52,6 +52,7 @@ class TransportConfig:
     cc: str = "dctcp"  # "dctcp": ECN-driven window per destination; "none": send as fast as the host lets
     cc_init_window: int = 10  # packets in flight before the first feedback (slow start starts here)
     feedback_every: int = 16  # receiver: a FEEDBACK frame at least every this many packets of a source
+    host_mark_ms: float = 1.0  # receiver: a packet that waited longer in this host counts as CE (0: never)
 
     def __post_init__(self):
         def bad(key, why):
@@ -84,6 +85,9 @@ class TransportConfig:
             bad("values_per_pkt", f"{self.values_per_pkt} outside 1..{VALUES_PER_PKT}")
         if self.cc not in CC_MODES:
             bad("cc", f"{self.cc!r} is not one of {', '.join(CC_MODES)}")
+        if isinstance(self.host_mark_ms, bool) or not isinstance(self.host_mark_ms, (int, float)) \
+                or self.host_mark_ms < 0:
+            bad("host_mark_ms", f"{self.host_mark_ms!r} must be a number >= 0")
         for key in ("cc_init_window", "feedback_every"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096:

@@ -9,8 +9,8 @@ control channel (`control_port`), one TCP connection per destination it sends to
   socket (`udpio`: sendmmsg, IP TOS per packet; blocking while the host's queue is full); it writes
   the DESCRIBE / FORCE_STOP frames the core asks for (opening the connection first), runs the
   sender's timers, and sleeps until the next timer or until the receive thread reports news;
-- the **receive thread** reads datagrams (recvmmsg, with the ECN bits of each) into the receiver
-  core, reads control frames from every connection (data that arrived before a control frame is
+- the **receive thread** reads datagrams (recvmmsg, with the ECN bits of each and how long it
+  waited in the socket buffer) into the receiver core, reads control frames from every connection (data that arrived before a control frame is
   taken in first), hands DESCRIBE / FORCE_STOP to the receiver core and BITMAP / STOP / FEEDBACK to
   the sender core, writes the frames they answer with, and runs the receiver's timers.
 
@@ -418,13 +418,15 @@ class UdpTransport:
             if not n:
                 break
             taken += n
+            wall = time.time()  # how long each datagram waited in the socket buffer: the host's queue
             with self._rx:
-                for i, (ln, tos, trunc) in enumerate(zip(rcv.lengths, rcv.tos, rcv.truncated)):
+                for i, (ln, tos, arrived, trunc) in enumerate(zip(rcv.lengths, rcv.tos, rcv.arrived, rcv.truncated)):
                     if trunc:
                         receiver.count_drop("length", f"a datagram longer than {RECV_SLOT} bytes")
                         continue
                     off = i * RECV_SLOT
-                    receiver.on_datagram(mv[off: off + ln], tos & ECN_MASK, mono())
+                    receiver.on_datagram(mv[off: off + ln], tos & ECN_MASK, mono(),
+                                         wall - arrived if arrived else 0.0)
                 outs = receiver.take_outputs()
             self._rx_outputs(outs)
             if n < rcv.batch:

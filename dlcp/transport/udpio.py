@@ -13,7 +13,8 @@ Linux-only (sendmmsg, IP_TOS ancillary data on UDP sockets); `sendmsg` mode work
 `socket.sendmsg` does and is kept for comparison (`dlcp bench transport --send-impl sendmsg`).
 
 `BatchReceiver` takes up to `batch` datagrams per recvmmsg call into one buffer, each with the TOS
-byte of its IPv4 header (IP_RECVTOS): the receiver needs the ECN bits for congestion feedback.
+byte of its IPv4 header (IP_RECVTOS: the ECN bits) and the kernel's receive time (SO_TIMESTAMPNS:
+how long it waited in the socket buffer): the receiver reports both for congestion feedback.
 """
 
 from __future__ import annotations
@@ -212,18 +213,22 @@ class BatchSender:
 
 
 IP_RECVTOS = 13  # <linux/in.h>; socket.IP_RECVTOS where Python exports it
+SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; its control message type is the same number
 MSG_TRUNC = 0x20
 RECV_SLOT = 2048  # bytes per datagram slot: a DLCP datagram is at most 24 + 8 + 1400 + 8 bytes
-_RX_CMSG_SPACE = 32  # room for the IP_TOS control message (CMSG_SPACE(1) = 24)
+_RX_CMSG_SPACE = 64  # room for IP_TOS (CMSG_SPACE(1) = 24) and SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32)
 
 
 class BatchReceiver:
     """Receives datagrams from a non-blocking UDP socket, up to `batch` per system call, each with
-    its IPv4 TOS byte. After `recv()` returned n: datagram i is `view[i * RECV_SLOT: ... + lengths[i]]`
-    (valid until the next call), `tos[i]` its TOS, `truncated[i]` whether it was longer than a slot."""
+    its IPv4 TOS byte and receive time. After `recv()` returned n: datagram i is
+    `view[i * RECV_SLOT: ... + lengths[i]]` (valid until the next call), `tos[i]` its TOS,
+    `arrived[i]` when the kernel received it (time.time() seconds; 0.0 when unknown), `truncated[i]`
+    whether it was longer than a slot."""
 
     def __init__(self, sock: socket.socket, batch: int = 64):
         sock.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_RECVTOS", IP_RECVTOS), 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock = sock
         self.fd = sock.fileno()
         self.batch = batch
@@ -242,6 +247,7 @@ class BatchReceiver:
         self.mm = mm
         self.lengths: list[int] = []
         self.tos: list[int] = []
+        self.arrived: list[float] = []
         self.truncated: list[bool] = []
 
     def recv(self) -> int:
@@ -264,23 +270,37 @@ class BatchReceiver:
         self.lengths = m["len"].tolist()
         self.truncated = ((m["flags"] & MSG_TRUNC) != 0).tolist()
         c = self.cmsg.reshape(self.batch, _RX_CMSG_SPACE)[:n]
-        # struct cmsghdr: u64 len, i32 level, i32 type, then the data (one TOS byte)
-        level = c[:, 8:12].copy().view("<i4")[:, 0]
-        typ = c[:, 12:16].copy().view("<i4")[:, 0]
-        ok = (m["controllen"] >= 17) & (level == socket.IPPROTO_IP) & (typ == socket.IP_TOS)
-        self.tos = np.where(ok, c[:, 16], 0).tolist()
+        tos = np.zeros(n, np.int64)
+        arrived = np.zeros(n, np.float64)
+        # struct cmsghdr: u64 len, i32 level, i32 type, data; the kernel writes the timestamp
+        # (SOL_SOCKET, 32 bytes with its header) before IP_TOS (24), but either order is read
+        for off in (0, 24, 32):
+            level = c[:, off + 8: off + 12].copy().view("<i4")[:, 0]
+            typ = c[:, off + 12: off + 16].copy().view("<i4")[:, 0]
+            inside = m["controllen"] >= off + 16
+            is_tos = inside & (level == socket.IPPROTO_IP) & (typ == socket.IP_TOS)
+            tos = np.where(is_tos, c[:, off + 16], tos)
+            if off + 32 <= _RX_CMSG_SPACE:
+                ts = c[:, off + 16: off + 32].copy().view("<i8")  # struct timespec: sec, nsec
+                is_ts = inside & (level == socket.SOL_SOCKET) & (typ == SO_TIMESTAMPNS)
+                arrived = np.where(is_ts, ts[:, 0] + ts[:, 1] * 1e-9, arrived)
+        self.tos = tos.tolist()
+        self.arrived = arrived.tolist()
         return n
 
     def _recv_one(self) -> int:
         try:
-            n, anc, flags, _ = self.sock.recvmsg_into([self.view[:RECV_SLOT]], 64)
+            n, anc, flags, _ = self.sock.recvmsg_into([self.view[:RECV_SLOT]], _RX_CMSG_SPACE)
         except (BlockingIOError, InterruptedError):
             return 0
-        tos = 0
+        tos, arrived = 0, 0.0
         for level, typ, data in anc:
             if level == socket.IPPROTO_IP and typ == socket.IP_TOS and data:
                 tos = data[0]
-        self.lengths, self.tos, self.truncated = [n], [tos], [bool(flags & MSG_TRUNC)]
+            elif level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS and len(data) >= 16:
+                sec, nsec = struct.unpack("qq", data[:16])
+                arrived = sec + nsec * 1e-9
+        self.lengths, self.tos, self.arrived, self.truncated = [n], [tos], [arrived], [bool(flags & MSG_TRUNC)]
         return 1
 
 

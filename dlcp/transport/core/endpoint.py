@@ -47,8 +47,8 @@ class Endpoint:
     def send(self, dst: int, batch, info: SendInfo, now: float) -> tuple:
         return self.sender.send(dst, batch, info, now)
 
-    def on_datagram(self, data, ecn: int, now: float) -> None:
-        self.receiver.on_datagram(data, ecn, now)
+    def on_datagram(self, data, ecn: int, now: float, queued_s: float = 0.0) -> None:
+        self.receiver.on_datagram(data, ecn, now, queued_s)
 
     def on_control(self, body, channel, now: float) -> None:
         """One control frame body that arrived on connection `channel`."""

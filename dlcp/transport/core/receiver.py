@@ -5,8 +5,11 @@ with STOP or BITMAP, accepts FORCE_STOP, and reports to each sender with congest
 many of its packets arrived and how many carried CE (FEEDBACK). It is driven by calls that carry the
 current time (`now`, seconds of any monotonic clock):
 
-- `on_datagram(data, ecn, now)`: one UDP datagram from the data path (DLCP data or PROBE) and the
-  ECN bits of its IPv4 header (0 when the driver cannot read them);
+- `on_datagram(data, ecn, now, queued_s)`: one UDP datagram from the data path (DLCP data or
+  PROBE), the ECN bits of its IPv4 header (0 when the driver cannot read them) and how long it
+  waited in this host before the receiver took it (0 when unknown). A packet that waited longer than
+  `host_mark_ms` is reported as congestion experienced, as if a switch had marked it: a receiver
+  that falls behind is a queue too, one no switch can mark;
 - `on_describe(msg, channel, now)`, `on_force_stop(msg, channel, now)`: control frames, with the
   connection they came on (answers go back on it);
 - `on_timer(now)` once `next_timer()` has come: PROBEs whose quiet time is over, delayed FEEDBACK.
@@ -132,6 +135,7 @@ class ReceiverCore:
         self._sources: dict[int, _Source] = {}
         self._fb_due: set = set()  # sources with a delayed FEEDBACK
         self._quiet_floor = cfg.probe_quiet_ms / 1e3
+        self._host_mark_s = cfg.host_mark_ms / 1e3 if cfg.host_mark_ms > 0 else float("inf")
         self._quiet_s: dict[int, float] = {}  # per source: adapted quiet time
         self._out: list = []
         self.rows: list[dict] = []
@@ -145,7 +149,7 @@ class ReceiverCore:
 
     # --- data path: the hot loop ---------------------------------------------------------------------
 
-    def on_datagram(self, mv, ecn: int, now: float) -> None:
+    def on_datagram(self, mv, ecn: int, now: float, queued_s: float = 0.0) -> None:
         """One UDP datagram of the data path (`mv`: a buffer; read before this returns, never kept)."""
         n = len(mv)
         if n < HEADER_LEN:
@@ -186,6 +190,9 @@ class ReceiverCore:
         if plen != full and not (seq == npk - 1 and 0 < plen < full and plen % VALUE_BYTES == 0):
             self._drop("payload", f"{plen} payload bytes in packet {seq} of {npk}")
             return
+        if queued_s > self._host_mark_s and ecn != ECN_CE:
+            ecn = ECN_CE
+            self.totals["host_marked"] += 1
         self._count(src, key, npk, seq, ecn, now)
         st = self._rx.get(key)
         if st is None:
@@ -517,7 +524,7 @@ class ReceiverCore:
                 "forced_received": self.totals["forced_rcvd"], "premature_bitmaps": self.totals["premature_bitmaps"],
                 "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
                 "duplicate_probes": self.totals["dup_probes"], "feedback_sent": self.totals["feedback_sent"],
-                "ce_received": sum(s.ce for s in self._sources.values()),
+                "ce_received": sum(s.ce for s in self._sources.values()), "host_marked": self.totals["host_marked"],
                 "control_sent": self.totals["ctrl_sent"]}
 
     # --- helpers -------------------------------------------------------------------------------
