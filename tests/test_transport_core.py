@@ -23,7 +23,7 @@ from dlcp.wire.tagging import Tags
 
 
 def window(init=10):
-    return DctcpWindow(init, timeout_floor_s=0.02, feedback_delay_s=0.0)
+    return DctcpWindow(init, first_horizon_s=0.02, feedback_delay_s=0.0)
 
 
 def test_slow_start_then_congestion_avoidance():
@@ -94,25 +94,24 @@ def test_a_real_loss_keeps_its_reduction():
     assert w.counts["reductions_undone"] == 0 and w.lost == 1
 
 
-def test_silence_collapses_the_window():
-    w = window()
-    w.on_sent(10, 0.0)
-    assert w.next_timer() == pytest.approx(0.02)  # the horizon before any round trip: the floor
-    w.on_timer(0.02)  # declared lost: halved
-    assert w.cwnd == 5
-    w.on_sent(5, 0.02)  # still sending, still no report
-    w.on_timer(0.04)  # no progress for 2 x horizon since sending began: collapse
-    assert w.cwnd == 1 and w.counts["timeouts"] == 1
-    assert w.in_flight == 0 and w.next_timer() == math.inf  # all declared lost; nothing until the next send
+def test_silence_collapses_the_window_by_halving_every_horizon():
+    w = window(init=16)
+    t = 0.0
+    for k in range(6):  # keep sending whatever the window allows; nothing is ever reported
+        w.on_sent(w.room(t), t)
+        assert w.next_timer() == pytest.approx(t + 0.02)  # the horizon before any round trip
+        t += 0.02
+        w.on_timer(t)
+    assert w.cwnd == 1 and w.counts["reductions_loss"] == 6  # 16 -> 8 -> 4 -> 2 -> 1, then it stays at 1
+    assert w.room(t) == 1 and w.delivered == 0
 
 
-def test_no_timeout_once_sending_stopped_after_progress():
+def test_no_timer_once_everything_is_accounted_for():
     w = window()
     w.on_sent(10, 0.0)
     w.on_feedback(9, 0, 0.004, 0.004)  # the tail packet is lost, nothing more to send
     w.on_timer(0.012)
-    w.on_timer(1.0)
-    assert w.counts["timeouts"] == 0 and w.next_timer() == math.inf
+    assert w.next_timer() == math.inf and w.in_flight == 0 and w.counts["declared_lost"] == 1
 
 
 def test_counters_wrap_modulo_2_32():

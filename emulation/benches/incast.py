@@ -15,7 +15,10 @@ Per run (keys of the `--json` rows: docs/transport.md, "Benchmarks"):
 - forced, protected_lost, lost, retx: totals over the pushes (sender side);
 - mct_p99_over_ideal: the 99th percentile of push completion times over the ideal round, all
   senders' bytes at the link rate (N x size / rate): 1.0 would be a perfectly shared link;
-- the bottleneck port's tail drops, early drops and CE marks (switch counters).
+- the bottleneck port's tail drops, early drops and CE marks (switch counters), the packets the
+  receiver counted as marked because they waited in its socket buffer (`host_marked`), and
+  `link_busy`: the bottleneck's transmitted frame bits over the whole run / its rate (what the link
+  could not use shows whether senders or the receiving host left it idle).
 A table row shows the median over repeats with the range; the JSON rows carry the median
 (`goodput_fraction`, `mct_p99_over_ideal`), the worst repeat (`forced`, `protected_lost`) and the
 spread (`*_min`, `*_max`).
@@ -175,6 +178,8 @@ def _figures(outs: list[dict], senders: int, args, counters: dict) -> dict:
     mct = sorted(p["complete_us"] - p["start_us"] for p in pushes)
     ideal_us = senders * args.size_kb * 1000 * 8 / link_bps * 1e6
     port = [q for q in counters.get("queues", []) if q["port"] == 1]
+    run_s = (max(p["complete_us"] for p in pushes) - min(p["start_us"] for p in pushes)) / 1e6
+    tx_bits = 8 * sum(p.get("tx_bytes", 0) for p in counters.get("ports", []) if p.get("port") == 1)
     windows = [w for o in outs[1:] for w in o["stats"].get("cc", {}).values()]
     return {"goodput_fraction": delivered_bits / span_s / link_bps if span_s else 0.0,
             "forced": sum(p["forced"] for p in pushes), "protected_lost": sum(p["protected_lost"] for p in pushes),
@@ -182,8 +187,10 @@ def _figures(outs: list[dict], senders: int, args, counters: dict) -> dict:
             "mct_p99_over_ideal": _percentile(mct, 0.99) / ideal_us,
             "tail_drops": sum(q["tail_drop_pkts"] for q in port), "early_drops": sum(q["early_drop_pkts"] for q in port),
             "ce_marked": sum(r["ce_marked_pkts"] for r in counters.get("ecn_marks", []) if r["port"] == 1),
+            "host_marked": outs[0]["stats"].get("host_marked", 0),
+            "link_busy": tx_bits / run_s / link_bps if run_s else 0.0,  # the bottleneck sending, of the run
             "window": {k: statistics.median(w[k] for w in windows if w.get(k) is not None)
-                       for k in ("cwnd", "alpha", "srtt_ms", "reductions_ecn", "reductions_loss", "timeouts",
+                       for k in ("cwnd", "alpha", "srtt_ms", "reductions_ecn", "reductions_loss", "reductions_undone",
                                  "declared_lost", "spurious_lost") if any(w.get(k) is not None for w in windows)}}
 
 
@@ -208,7 +215,7 @@ def _row(senders: int, cc: str, runs: list[dict]) -> dict:
             "mct_p99_over_ideal_max": max(r["mct_p99_over_ideal"] for r in runs),
             "lost": max(r["lost"] for r in runs), "retx": max(r["retx"] for r in runs),
             "tail_drops": max(r["tail_drops"] for r in runs), "early_drops": max(r["early_drops"] for r in runs),
-            "ce_marked": med("ce_marked")}
+            "ce_marked": med("ce_marked"), "host_marked": med("host_marked"), "link_busy": med("link_busy")}
 
 
 def main(argv: list[str]) -> int:
@@ -217,7 +224,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="dlcp bench incast", description=__doc__.splitlines()[0])
     ap.add_argument("--senders", default="4,8,16", help="comma-separated sender counts")
     ap.add_argument("--cc", default="dctcp,none", help="comma-separated congestion control modes")
-    ap.add_argument("--link-mbps", type=float, default=100.0, help="rate of the switch port toward the receiver")
+    ap.add_argument("--link-mbps", type=float, default=50.0,
+                    help="rate of the switch port toward the receiver (50: the experiments' host links)")
     ap.add_argument("--size-kb", type=int, default=500, help="push size per sender and round, kB (10^3 bytes)")
     ap.add_argument("--rounds", type=int, default=5, help="push rounds per run")
     ap.add_argument("--repeats", type=int, default=3, help="runs per configuration (median and range reported)")
@@ -248,7 +256,8 @@ def main(argv: list[str]) -> int:
                 print(f"  {n} senders, cc {cc}, run {i + 1}: goodput {r['goodput_fraction']:.3f} of the link, "
                       f"forced {r['forced']}, protected lost {r['protected_lost']}, p99 MCT "
                       f"{r['mct_p99_over_ideal']:.2f}x ideal, retx {r['retx']}, tail drops {r['tail_drops']}, "
-                      f"CE {r['ce_marked']}, senders' windows (median) {r['window']}", file=sys.stderr, flush=True)
+                      f"CE {r['ce_marked']} (+{r['host_marked']} host), link busy {r['link_busy']:.3f}, senders' "
+                      f"windows (median) {r['window']}", file=sys.stderr, flush=True)
                 runs.append(r)
             rows.append(_row(n, cc, runs))
     table = [{"senders": r["senders"], "cc": r["cc"], "runs": r["runs"],

@@ -14,8 +14,12 @@ that carried the ECN mark CE (switches mark ECN-capable packets once their queue
   DCTCP does on loss. A late report undoes the declaration, and once every packet declared lost
   in that episode has been reported, the halving too (as TCP undoes a spurious reduction): on
   hosts that run the transport in Python, round trips jump by milliseconds without any loss;
-- sending for a retransmission timeout without any report making progress: the window collapses to
-  one packet (the receiver is gone or its reports are), as TCP's RTO.
+- no report at all: every horizon the packets sent before it are declared lost and the window
+  halves, so it collapses to one packet within log2(cwnd) horizons and then lets one packet out per
+  horizon until reports return. There is no separate retransmission timeout: under strict priority
+  a sender whose low-priority packets wait behind other senders' traffic gets no report for a while
+  either, and a timeout collapsed such windows for nothing (9 times per sender and run in the
+  16-sender incast).
 
 Round-trip samples come from FEEDBACK frames: each names the newest packet it counts, and the
 sender knows when it sent that packet. Everything here counts packets, in seconds of the caller's
@@ -63,11 +67,11 @@ class Unlimited:
 
 
 class DctcpWindow:
-    """DCTCP window toward one destination. `init` packets before the first report; `timeout_floor_s`
-    bounds the retransmission timeout and is the loss horizon before the first round-trip sample;
-    `feedback_delay_s` is how long a receiver may hold a report (added to the horizon)."""
+    """DCTCP window toward one destination. `init` packets before the first report; `first_horizon_s`
+    is the loss horizon before the first round-trip sample; `feedback_delay_s` is how long a receiver
+    may hold a report (added to the horizon)."""
 
-    def __init__(self, init: int, timeout_floor_s: float, feedback_delay_s: float):
+    def __init__(self, init: int, first_horizon_s: float, feedback_delay_s: float):
         self.cwnd = float(init)
         self.ssthresh = math.inf
         self.alpha = 1.0  # as Linux starts it: the first marked window halves
@@ -77,7 +81,7 @@ class DctcpWindow:
         self.ce = 0  # reported marked (cumulative)
         self.srtt: float | None = None
         self.rttvar = 0.0
-        self.timeout_floor_s = timeout_floor_s
+        self.first_horizon_s = first_horizon_s
         self.feedback_delay_s = feedback_delay_s
         self._raw: tuple[int, int] | None = None  # the last report's counters, as sent (mod 2**32)
         self._ledger: deque = deque()  # (sent count after a send, its time), oldest first, not yet done
@@ -85,10 +89,9 @@ class DctcpWindow:
         self._win_end = 0  # the observation window ends once `done` reaches this
         self._win_pkts = 0
         self._win_ce = 0
-        self._unreported_since: float | None = None  # first send after the last report that made progress
         self._undo: list | None = None  # [cwnd, ssthresh, packets] before the last loss reduction
-        self.counts = {"reductions_ecn": 0, "reductions_loss": 0, "reductions_undone": 0, "timeouts": 0,
-                       "declared_lost": 0, "spurious_lost": 0}
+        self.counts = {"reductions_ecn": 0, "reductions_loss": 0, "reductions_undone": 0, "declared_lost": 0,
+                       "spurious_lost": 0}
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -103,11 +106,8 @@ class DctcpWindow:
     def horizon(self) -> float:
         """How long a packet may go unreported before it is declared lost."""
         if self.srtt is None:
-            return self.timeout_floor_s
+            return self.first_horizon_s
         return max(HORIZON_FLOOR_S, self.srtt + 4 * self.rttvar + self.feedback_delay_s)
-
-    def rto(self) -> float:
-        return max(self.timeout_floor_s, 2 * self.horizon())
 
     # --- events --------------------------------------------------------------------------------
 
@@ -121,8 +121,6 @@ class DctcpWindow:
         if not self._win_end:  # the first observation window is the first flight
             self._win_end = self.sent
         self._ledger.append((self.sent, now))
-        if self._unreported_since is None:
-            self._unreported_since = now
 
     def on_feedback(self, rcvd: int, ce: int, rtt: float | None, now: float) -> None:
         """A FEEDBACK frame: cumulative counters `rcvd`, `ce` (mod 2**32); `rtt` the round trip of the
@@ -156,7 +154,6 @@ class DctcpWindow:
         led = self._ledger
         while led and led[0][0] <= done:
             led.popleft()
-        self._unreported_since = None  # progress: the timeout clock restarts with the next send
         self._win_pkts += d
         self._win_ce += c
         if c:
@@ -177,24 +174,13 @@ class DctcpWindow:
             self._win_end = self.sent
 
     def next_timer(self) -> float:
-        """When `on_timer` has something to do (a loss to declare, a timeout), or inf."""
+        """When `on_timer` has something to do (a loss to declare), or inf."""
         if not self._ledger:
             return math.inf
-        t = self._ledger[0][1] + self.horizon()
-        if self._unreported_since is not None:
-            t = min(t, self._unreported_since + self.rto())
-        return t
+        return self._ledger[0][1] + self.horizon()
 
     def on_timer(self, now: float) -> None:
         self._age(now)
-        if self._unreported_since is not None and self._unreported_since + self.rto() <= now:
-            # nothing reported for a whole timeout while packets were out: the reports are gone
-            self.ssthresh = max(2.0, self.cwnd / 2)
-            self.cwnd = MIN_WINDOW
-            self._recover = self.sent
-            self._undo = None
-            self.counts["timeouts"] += 1
-            self._unreported_since = None  # the next send restarts the clock
 
     def stats(self) -> dict:
         return {"cwnd": round(self.cwnd, 2), "alpha": round(self.alpha, 4),

@@ -13,7 +13,7 @@ monotonic clock: the UDP driver passes time.monotonic(), the virtual network its
   None;
 - `on_frame(msg, now)`: BITMAP, STOP or FEEDBACK from a receiver;
 - `on_timer(now)` once `next_timer()` has come: PROBE timeouts (re-probes), deadlines (FORCE_STOP),
-  window losses and timeouts;
+  losses the windows declare;
 - `peer_unreachable(dst, why, now)`, `fail_all(why, now)`: the driver could not reach a receiver.
 
 Control frames (DESCRIBE, FORCE_STOP) and finished messages (`SendDone`) collect in the outbox,
@@ -186,7 +186,7 @@ class SenderCore:
 
     def on_timer(self, now: float) -> None:
         """PROBE timeouts (the same round probed again), deadlines (FORCE_STOP; no answer to it:
-        give up), and the windows' loss horizons and timeouts."""
+        give up), and the windows' loss horizons."""
         for st in list(self._msgs.values()):
             if st.deadline is None or st.state not in ("probing", "forcing"):
                 continue
@@ -205,7 +205,7 @@ class SenderCore:
                     self._probe_q.append(st)
         for w in self._windows.values():
             if w.next_timer() <= now:
-                w.on_timer(now)
+                w.on_timer(now)  # losses declared after the horizon
 
     def peer_unreachable(self, dst: int, why: str, now: float) -> None:
         """Every message to `dst` ends forced with error `why` (the control connection failed)."""
