@@ -285,6 +285,7 @@ def test_probe_before_its_describe_waits_for_it():
     net.run(until=lambda: key in a.sent)
     s = a.sent[key]
     assert (s.rounds, s.forced, s.lost_pkts) == (1, False, 0) and net.now >= 0.05
+    assert b.received[(0, 0, H.PHASE_PUSH, 7)].received.all()
 
 
 def test_pacing_in_virtual_time():

@@ -54,7 +54,8 @@ def peer_main(args) -> int:
     from dlcp.wire.tagging import TaggingConfig, tag_message
 
     senders = list(range(1, args.senders + 1))
-    cfg = TransportConfig(rank=args.rank, ip=args.ip, cc=args.cc, deadline_ms=5000, rcvbuf_bytes=32 << 20)
+    cfg = TransportConfig(rank=args.rank, ip=args.ip, cc=args.cc, deadline_ms=5000, rcvbuf_bytes=32 << 20,
+                          **({} if args.host_mark_ms is None else {"host_mark_ms": args.host_mark_ms}))
     if args.rank == RECV_RANK:
         peers = [Peer(r, f"10.0.1.{r + 1}") for r in senders]
     else:
@@ -142,7 +143,8 @@ def run_once(senders: int, cc: str, args) -> dict:
         try:
             start_at = time.time() + 3.0 + 0.15 * senders
             common = ["--senders", str(senders), "--size-kb", str(args.size_kb), "--rounds", str(args.rounds),
-                      "--cc", cc, "--timeout", str(args.timeout), "--start-at", str(start_at)]
+                      "--cc", cc, "--timeout", str(args.timeout), "--start-at", str(start_at)] + \
+                ([] if args.host_mark_ms is None else ["--host-mark-ms", str(args.host_mark_ms)])
             env = dict(os.environ, PYTHONPATH=REPO)
             for k, ns in enumerate(hosts):
                 cmd = ["ip", "netns", "exec", ns, "nice", "-n", "0", sys.executable, "-m", "emulation.benches.incast",
@@ -231,6 +233,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs per configuration (median and range reported)")
     ap.add_argument("--ecn-k", type=int, default=None, help="switch ECN threshold (default: the switch default)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one host may wait for a message")
+    ap.add_argument("--host-mark-ms", type=float, default=None,
+                    help="the receiver's host_mark_ms (default: the transport's default; 0: off)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -268,6 +272,8 @@ def main(argv: list[str]) -> int:
                                     f"{r['mct_p99_over_ideal_max']:.2f})",
               "lost": r["lost"], "retx": r["retx"], "tail_drops": r["tail_drops"], "ce_marked": r["ce_marked"]}
              for r in rows]
+    if args.host_mark_ms is not None and args.host_mark_ms < 0:
+        raise SystemExit("dlcp bench incast: --host-mark-ms must be >= 0")
     emit(f"incast: N senders push {args.size_kb} kB each per round to one receiver through a {args.link_mbps:g} "
          f"Mbit/s switch port, {args.rounds} rounds, median (range) of {args.repeats} runs; goodput ceiling "
          f"{PAYLOAD_FRACTION:.3f}", table, {"link_mbps": args.link_mbps, "size_kb": args.size_kb,
@@ -286,6 +292,7 @@ def _peer_args(argv):
     ap.add_argument("--cc", required=True)
     ap.add_argument("--timeout", type=float, required=True)
     ap.add_argument("--start-at", type=float, required=True)
+    ap.add_argument("--host-mark-ms", type=float, default=None)
     return ap.parse_args(argv)
 
 
