@@ -136,7 +136,7 @@ SCHEMA = Section({
                     doc="sender congestion control: an ECN-driven window per destination, or none"),
         "cc_init_window": Field(int, 10, min=1, max=4096, doc="packets in flight before the first FEEDBACK"),
         "feedback_every": Field(int, 16, min=1, max=4096, doc="receivers report at least every this many packets"),
-        "host_mark_ms": Field((int, float), 1.0, min=0,
+        "host_mark_ms": Field((int, float), 5.0, min=0,
                               doc="a packet that waited longer in its receiving host counts as CE (0 = never)"),
         "ecn_k": Field(int, 10, min=0, max=2**32 - 1,
                        doc="switches mark CE on ECN-capable packets once their queue holds this many"),

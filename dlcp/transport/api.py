@@ -52,7 +52,7 @@ class TransportConfig:
     cc: str = "dctcp"  # "dctcp": ECN-driven window per destination; "none": send as fast as the host lets
     cc_init_window: int = 10  # packets in flight before the first feedback (slow start starts here)
     feedback_every: int = 16  # receiver: a FEEDBACK frame at least every this many packets of a source
-    host_mark_ms: float = 1.0  # receiver: a packet that waited longer in this host counts as CE (0: never)
+    host_mark_ms: float = 5.0  # receiver: a packet that waited longer in this host counts as CE (0: never)
 
     def __post_init__(self):
         def bad(key, why):
