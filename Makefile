@@ -1,9 +1,9 @@
-# Make targets wrap the `dlcp` CLI; every target sets the machine up first (idempotent, quick when done).
+# Make targets wrap the `dlcp` CLI; every target but gen sets the machine up first (idempotent, quick when done).
 VENV ?= .venv
 DLCP := $(VENV)/bin/dlcp
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test p4 clean bench
+.PHONY: setup demo test p4 gen clean bench
 
 setup:
 	@scripts/setup.sh
@@ -16,6 +16,10 @@ test: setup
 
 p4: setup
 	$(DLCP) build
+
+# P4, C and doc views of dlcp/wire/layout.py and dlcp/network/pipeline_names.py (no root needed)
+gen:
+	$(VENV)/bin/python -m dlcp.codegen
 
 bench: setup
 	$(DLCP) bench tagging

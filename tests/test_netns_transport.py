@@ -69,7 +69,7 @@ class Star:
             return UdpTransport(TransportConfig(rank=k, ip=f"10.0.0.{k}", data_port=9910, control_port=9911,
                                              values_per_pkt=VPP, **kw), [])
 
-    def connect(self, t: Transport, k: int) -> None:
+    def connect(self, t: UdpTransport, k: int) -> None:
         with in_netns(self.hosts[k]):
             t.connect()
 

@@ -143,7 +143,7 @@ def _datagrams(batch):
 
 def test_feedback_every_n_packets_with_ce_counts_and_a_delayed_rest():
     rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=4), peers=[0])
-    g, batch, _ = message(10)
+    _g, batch, _ = message(10)
     rx.on_describe(_describe(10), "chan", 0.0)
     for i, d in enumerate(_datagrams(batch)):
         rx.on_datagram(memoryview(d), H.ECN_CE if i in (1, 5, 6) else H.ECN_ECT0, 0.001 * i)
@@ -159,7 +159,7 @@ def test_feedback_every_n_packets_with_ce_counts_and_a_delayed_rest():
 
 def test_a_packet_that_waited_in_the_host_counts_as_marked():
     rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=4, host_mark_ms=1.0), peers=[0])
-    g, batch, _ = message(4)
+    _g, batch, _ = message(4)
     rx.on_describe(_describe(4), "chan", 0.0)
     for i, d in enumerate(_datagrams(batch)):  # waited 0, 0.5, 1.5, 3 ms in the socket buffer
         rx.on_datagram(memoryview(d), H.ECN_ECT0, 0.01, [0.0, 0.0005, 0.0015, 0.003][i])
@@ -169,7 +169,7 @@ def test_a_packet_that_waited_in_the_host_counts_as_marked():
 
 def test_no_feedback_for_senders_without_congestion_control():
     rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=1), peers=[0])
-    g, batch, _ = message(5)
+    _g, batch, _ = message(5)
     rx.on_describe(_describe(5, feedback=False), "chan", 0.0)
     for d in _datagrams(batch):
         rx.on_datagram(memoryview(d), H.ECN_NOT_ECT, 0.0)
@@ -180,7 +180,7 @@ def test_no_feedback_for_senders_without_congestion_control():
 
 def test_rounds_go_through_the_window_and_the_probe_follows_its_data():
     tx = SenderCore(TransportConfig(rank=0, values_per_pkt=VPP, cc_init_window=3))
-    g, batch, _ = message(5)
+    _g, batch, _ = message(5)
     tx.send(1, batch, SendInfo(rec_msg_id=7), 0.0)
     first = tx.poll_transmit(0.0)
     assert isinstance(first, DataSend) and (first.start, first.stop) == (0, 3)
@@ -202,11 +202,11 @@ def test_rounds_go_through_the_window_and_the_probe_follows_its_data():
 
 def test_cc_none_sends_a_round_in_one_slice_without_ecn():
     tx = SenderCore(TransportConfig(rank=0, values_per_pkt=VPP, cc="none"))
-    g, batch, _ = message(500)
+    _g, batch, _ = message(500)
     tx.send(1, batch, SendInfo(rec_msg_id=7), 0.0)
     d = tx.poll_transmit(0.0)
     assert (d.start, d.stop) == (0, 500) and not d.round.ecn
-    rows, tos = d.round.header_rows()
+    _rows, tos = d.round.header_rows()
     assert not (tos & H.ECN_MASK).any()
 
 
@@ -250,7 +250,7 @@ def test_incast_with_dctcp_keeps_the_queue_short():
 
 
 def test_incast_without_congestion_control_overflows_the_queue():
-    net, res, ideal, peak = _incast("none")
+    net, res, _ideal, peak = _incast("none")
     assert net.counters["tail_drops"] > 100 and peak == 64
     assert sum(r.retx_pkts for r in res) > 100
 
@@ -263,7 +263,7 @@ def test_virtual_runs_are_deterministic():
 
 
 def test_lost_force_stop_sender_gives_up_after_a_second_deadline():
-    g, batch, tags = message(50)
+    _g, batch, tags = message(50)
     p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
     net = VirtualNetwork(faults=Faults(drop=lambda k: not k.probe and k.seq == p0,
                                        drop_control=lambda f: f.type_name == "FORCE_STOP"))
@@ -277,7 +277,7 @@ def test_lost_force_stop_sender_gives_up_after_a_second_deadline():
 
 
 def test_probe_before_its_describe_waits_for_it():
-    g, batch, _ = message(100)
+    _g, batch, _ = message(100)
     net = VirtualNetwork(faults=Faults(control_delay=lambda f: 0.05 if f.type_name == "DESCRIBE" else 0.0))
     a = net.add_host(TransportConfig(rank=0, values_per_pkt=VPP))
     b = net.add_host(TransportConfig(rank=1, values_per_pkt=VPP))
@@ -289,7 +289,7 @@ def test_probe_before_its_describe_waits_for_it():
 
 
 def test_pacing_in_virtual_time():
-    g, batch, _ = message(500)  # 500 frames of 200 + 66 bytes = 1.064 Mbit: 53 ms at 20 Mbit/s
+    _g, batch, _ = message(500)  # 500 frames of 200 + 66 bytes = 1.064 Mbit: 53 ms at 20 Mbit/s
     net = VirtualNetwork()
     a = net.add_host(TransportConfig(rank=0, values_per_pkt=VPP, pacing_mbps=20, cc="none"))
     net.add_host(TransportConfig(rank=1, values_per_pkt=VPP))

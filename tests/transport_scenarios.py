@@ -160,7 +160,7 @@ def protected_always_recovered(make):
 
 
 def protected_retried_up_to_r_max(make):
-    g, batch, tags = message()
+    _g, batch, tags = message()
     p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
     p = make(faults={"drop": lambda k: not k.probe and k.seq == p0 and k.transmission < 3}, send_cfg={"r_max": 3})
     s, r = p.exchange(batch)
@@ -179,7 +179,7 @@ def forced_after_r_max(make):
 
 
 def deadline_forces_completion(make):
-    g, batch, tags = message(100)
+    _g, batch, tags = message(100)
     p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
     p = make(faults={"drop": lambda k: not k.probe and k.seq == p0}, send_cfg={"r_max": 100, "deadline_ms": 150})
     s, r = p.exchange(batch)
@@ -188,7 +188,7 @@ def deadline_forces_completion(make):
 
 
 def loss_duplication_and_reordering(make):
-    g, batch, tags = message(2000, seed=3)
+    g, batch, _tags = message(2000, seed=3)
     p = make(faults={"loss": 0.03, "dup": 0.1, "reorder": True})
     s, r = p.exchange(batch)
     assert not s.forced and r.protected_lost == 0
@@ -198,7 +198,7 @@ def loss_duplication_and_reordering(make):
 
 
 def lost_probe_is_sent_again_in_the_same_round(make):
-    g, batch, tags = message(100)
+    _g, batch, _tags = message(100)
     p = make(faults={"drop": lambda k: k.probe and k.transmission == 0}, send_cfg={"probe_rto_ms": 30})
     s, r = p.exchange(batch)
     assert p.elapsed() >= 0.03  # waited for the PROBE timeout
@@ -221,7 +221,7 @@ def lost_bitmap_is_answered_again(make):
 
 
 def lost_stop_is_answered_again(make):
-    g, batch, tags = message(100)
+    _g, batch, _tags = message(100)
     p = make(faults={"drop_control": lambda f: f.type_name == "STOP" and f.index == 0}, send_cfg={"probe_rto_ms": 20})
     s, r = p.exchange(batch)
     assert (s.rounds, s.forced, s.lost_pkts) == (1, False, 0) and not r.forced
@@ -232,7 +232,7 @@ def lost_stop_is_answered_again(make):
 def queued_data_holds_its_probe_back(make):
     # everything 60 ms in a queue (the PROBE too, behind the data): one answer, after the data; the
     # PROBE timeouts this causes are re-probes, not rounds
-    g, batch, tags = message(200)
+    g, batch, _tags = message(200)
     p = make(faults={"hold_s": 0.06}, send_cfg={"r_max": 1, "probe_rto_ms": 10})
     s, r = p.exchange(batch)
     assert (s.rounds, s.retx_pkts, s.forced, s.lost_pkts) == (1, 0, False, 0)
@@ -246,7 +246,7 @@ def queued_data_holds_its_probe_back(make):
 def premature_bitmap_backs_off_quiet_time(make):
     # data on a path 40 ms slower than the PROBE's: with a 2 ms quiet time the receiver asks for
     # packets that are only late; it must notice and wait longer
-    g, batch, tags = message(200)
+    g, batch, _tags = message(200)
     p = make(faults={"data_lag_s": 0.04}, recv_cfg={"probe_quiet_ms": 2}, send_cfg={"r_max": 10})
     s, r = p.exchange(batch)
     st = p.receiver_stats()
@@ -264,7 +264,7 @@ def reliable_mode_recovers_everything(make):
 
 
 def layer_budget_override(make):
-    g, batch, tags = message(1000)
+    _g, batch, tags = message(1000)
     victims = set(np.flatnonzero(tags.drop_prec > 0)[:5].tolist())
     p = make(faults={"drop": lambda k: not k.probe and k.seq in victims and k.transmission == 0},
              send_cfg={"layer_budgets": {"3": 0.0}})
@@ -279,28 +279,28 @@ def iteration_cap_limits_later_messages(make):
              send_cfg={"loss_budget": 0.05}, recv_cfg={"iter_budget": 0.02})
     lost = []
     for msg_id in (1, 2, 3):
-        g, batch, tags = message(1000, msg_id=msg_id, seed=msg_id)
+        _g, batch, tags = message(1000, msg_id=msg_id, seed=msg_id)
         victims[msg_id] = set(np.flatnonzero(tags.drop_prec > 0)[:30].tolist())
-        s, r = p.exchange(batch, msg_id=msg_id)
+        s, _r = p.exchange(batch, msg_id=msg_id)
         lost.append(s.lost_pkts)
     assert lost == [20, 20, 20]  # floor(0.02 * 1000) - 0, (40 - 20), (60 - 40)
-    g, batch, _ = message(1000, msg_id=4, it=1)
-    s, r = p.exchange(batch, it=1, msg_id=4)  # a new iteration starts with a fresh cap
+    _g, batch, _ = message(1000, msg_id=4, it=1)
+    s, _r = p.exchange(batch, it=1, msg_id=4)  # a new iteration starts with a fresh cap
     assert s.lost_pkts == 0
 
 
 def budget_rounds_down(make):
     # 1 % of 99 packets is 0.99: no loss allowed; of 100 packets, exactly 1
     for n, allowed in ((99, 0), (100, 1)):
-        g, batch, tags = message(n, msg_id=n)
+        _g, batch, tags = message(n, msg_id=n)
         victims = set(np.flatnonzero(tags.drop_prec > 0)[:2].tolist())
         p = make(faults={"drop": lambda k, v=victims: not k.probe and k.seq in v and k.transmission == 0})
-        s, r = p.exchange(batch, msg_id=n)
+        s, _r = p.exchange(batch, msg_id=n)
         assert (s.lost_pkts, s.retx_pkts, s.rounds) == (allowed, 2 - allowed, 2), n
 
 
 def one_packet_message(make):
-    g, batch, tags = message(1, tags=Tags(prio=np.array([3], np.uint8), drop_prec=np.array([3], np.uint8),
+    g, batch, _tags = message(1, tags=Tags(prio=np.array([3], np.uint8), drop_prec=np.array([3], np.uint8),
                                           mag_class=np.array([8], np.uint8), layer_id=np.zeros(1, np.uint16)))
     p = make(faults={"drop": lambda k: not k.probe and k.transmission == 0})
     s, r = p.exchange(batch)
@@ -312,7 +312,7 @@ def explicit_zero_budget_and_all_protected(make):
     n = 300
     tags = Tags(prio=np.full(n, 4, np.uint8), drop_prec=np.zeros(n, np.uint8), mag_class=np.full(n, 8, np.uint8),
                 layer_id=np.zeros(n, np.uint16))
-    g, batch, _ = message(n, tags=tags)
+    _g, batch, _ = message(n, tags=tags)
     p = make(faults={"loss": 0.05})
     s, r = p.exchange(batch, info=SendInfo(rec_msg_id=7, budget=0.0))
     assert s.lost_pkts == 0 and r.received.all() and s.retx_pkts > 0 and not s.forced
@@ -321,7 +321,7 @@ def explicit_zero_budget_and_all_protected(make):
 def feedback_lost_window_collapses_but_message_completes(make):
     # no FEEDBACK ever reaches the sender: every horizon its window halves, down to one packet per
     # horizon, and the PROBE rounds still finish the message
-    g, batch, _ = message(40)
+    _g, batch, _ = message(40)
     p = make(faults={"drop_control": lambda f: f.type_name == "FEEDBACK"}, send_cfg={"cc": "dctcp"})
     s, r = p.exchange(batch)
     assert not s.forced and r.received.all()

@@ -30,7 +30,6 @@ packets included, which the bounded-loss transport by design never produces.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 import socket
@@ -90,14 +89,14 @@ def _local_address() -> str:
 class TransportAllToAll:
     """All-to-all of every bucket over the bounded-loss transport (see the module docstring).
 
-    `endpoint` is this rank's `Transport` (wire rank = process-group rank) with every other rank
+    `endpoint` is this rank's `UdpTransport` (wire rank = process-group rank) with every other rank
     as a peer; the object owns it and closes it in `close()`. `timeout_s` bounds the wait for one
     peer's message (a peer that never sends raises TransportError, which DDP re-raises in
     backward). The transport's message records of the latest `keep_rows` messages stay in
     `message_rows` (dlcp.records.MESSAGE_COLUMNS), older ones are dropped.
     """
 
-    def __init__(self, endpoint: Transport, world: int, *, timeout_s: float = 60.0, keep_rows: int = 10_000):
+    def __init__(self, endpoint: UdpTransport, world: int, *, timeout_s: float = 60.0, keep_rows: int = 10_000):
         self.rank = endpoint.cfg.rank
         if not 0 <= self.rank < world <= PS_RANK:
             raise ValueError(f"rank {self.rank} outside 0..{world - 1} (at most {PS_RANK} ranks)")
@@ -123,9 +122,9 @@ class TransportAllToAll:
         import torch.distributed as dist
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         config = config or TransportConfig()
-        config = dataclasses.replace(config, rank=rank, ip=host or _local_address(), data_port=data_port,
-                                     control_port=control_port, host=config.host or f"rank{rank}",
-                                     inject_seed=config.inject_seed * 1000 + rank)
+        config = config.replace(rank=rank, ip=host or _local_address(), data_port=data_port,
+                                control_port=control_port, host=config.host or f"rank{rank}",
+                                inject_seed=config.inject_seed * 1000 + rank)
         endpoint = UdpTransport(config, [])
         try:
             addresses = [None] * world

@@ -28,7 +28,7 @@ import struct
 
 import numpy as np
 
-from dlcp.transport.api import SEND_IMPLS
+from dlcp.transport.api import SendImpl
 from dlcp.transport.core.outputs import Round
 from dlcp.wire.header import HEADER_LEN, TELEMETRY_LEN, VALUE_BYTES
 
@@ -147,9 +147,7 @@ class BatchSender:
     that packet and are counted in `errors`; the caller sees how many packets went out.
     """
 
-    def __init__(self, sock: socket.socket, impl: str = "sendmmsg", batch: int = 32):
-        if impl not in SEND_IMPLS:
-            raise ValueError(f"send_impl: {impl!r} is not one of {', '.join(SEND_IMPLS)}")
+    def __init__(self, sock: socket.socket, impl: SendImpl = "sendmmsg", batch: int = 32):
         if impl == "sendmmsg" and not sendmmsg_available():
             impl = "sendmsg"
         self.sock = sock

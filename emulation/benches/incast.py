@@ -27,6 +27,7 @@ spread (`*_min`, `*_max`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -69,7 +70,7 @@ def peer_main(args) -> int:
                 for r in senders:
                     t.recv(r, it, PHASE_PUSH, 1, timeout=args.timeout)
                 t.advance(it)
-                tags = tag_message(pull, [0], [0], 1, TaggingConfig("fifo"))
+                tags = tag_message(pull, [0], [0], 1, TaggingConfig(policy="fifo"))
                 handles = [t.send(r, packetize(pull, MessageId(job_id=1, src_rank=RECV_RANK, iter=it, msg_id=1,
                                                                phase=PHASE_PULL), tags), SendInfo(rec_msg_id=1))
                            for r in senders]  # the pulls release the next round
@@ -79,7 +80,7 @@ def peer_main(args) -> int:
             n = args.size_kb * 1000 // 4
             g = np.random.default_rng(args.rank).standard_normal(n, dtype=np.float32)
             tags = tag_message(g, np.linspace(0, n, N_LAYERS, endpoint=False).astype(np.int64),
-                               np.arange(N_LAYERS), N_LAYERS, TaggingConfig("dlcp"))
+                               np.arange(N_LAYERS), N_LAYERS, TaggingConfig(policy="dlcp"))
             t.connect(timeout=args.timeout)
             time.sleep(max(0.0, args.start_at - time.time()))
             for it in range(args.rounds):
@@ -102,14 +103,14 @@ def peer_main(args) -> int:
 # --- one run: namespaces, the switch, the hosts ----------------------------------------------------------
 
 def _runtime(lab_prefix: str, senders: int, link_mbps: float, ecn_k: int) -> dict:
-    from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+    from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
     ports, routes = [], []
     for k in range(senders + 1):  # port k + 1: host 10.0.1.(k + 1); port 1 is the receiver's
         ports.append(Port(k + 1, f"{lab_prefix}p{k + 1}", f"h{k}", _mac(k + 1),
                           rate_mbps=link_mbps if k == 0 else None, queue_depth_pkts=128))
         routes.append(Route(f"10.0.1.{k + 1}/32", (k + 1,)))
     return runtime_for(SwitchTopo("s1", 1, tuple(ports), tuple(routes)),
-                       SwitchConfig(policy="dlcp", lb_mode="per_flow", ecn_k=ecn_k, target="ref"))
+                       SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="ref"))
 
 
 def _mac(port: int) -> str:
@@ -140,33 +141,56 @@ def run_once(senders: int, cc: str, args) -> dict:
         switch = RefProcess(f"{p}sw", rt_path, Path(tmp))
         switch.start()
         procs = []
-        try:
-            start_at = time.time() + 3.0 + 0.15 * senders
-            common = ["--senders", str(senders), "--size-kb", str(args.size_kb), "--rounds", str(args.rounds),
-                      "--cc", cc, "--timeout", str(args.timeout), "--start-at", str(start_at)] + \
-                ([] if args.host_mark_ms is None else ["--host-mark-ms", str(args.host_mark_ms)])
-            env = dict(os.environ, PYTHONPATH=REPO)
-            for k, ns in enumerate(hosts):
-                cmd = ["ip", "netns", "exec", ns, "nice", "-n", "0", sys.executable, "-m", "emulation.benches.incast",
-                       "--peer", "--rank", str(k), "--ip", f"10.0.1.{k + 1}", *common]
-                procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                              text=True))
-                if k == 0:
-                    time.sleep(0.3)  # the receiver listens first
-            outs = []
-            for k, pr in enumerate(procs):
-                o, e = pr.communicate(timeout=args.timeout + 60)
-                if pr.returncode:
-                    raise RuntimeError(f"host {k} failed ({pr.returncode}): {e.strip()[-400:]}")
-                outs.append(json.loads(o.strip().splitlines()[-1]))
-        finally:
-            for pr in procs:
-                if pr.poll() is None:
-                    pr.kill()
-                    pr.wait()
-            switch.stop()
+        with contextlib.ExitStack() as files:
+            try:
+                start_at = time.time() + 3.0 + 0.15 * senders
+                common = ["--senders", str(senders), "--size-kb", str(args.size_kb), "--rounds", str(args.rounds),
+                          "--cc", cc, "--timeout", str(args.timeout), "--start-at", str(start_at)] + \
+                    ([] if args.host_mark_ms is None else ["--host-mark-ms", str(args.host_mark_ms)])
+                env = dict(os.environ, PYTHONPATH=REPO)
+                for k, ns in enumerate(hosts):
+                    cmd = ["ip", "netns", "exec", ns, "nice", "-n", "0", sys.executable, "-m",
+                           "emulation.benches.incast", "--peer", "--rank", str(k), "--ip", f"10.0.1.{k + 1}", *common]
+                    # output to files: a host that logs a lot must not block on a pipe nobody reads yet
+                    out_f = files.enter_context(open(Path(tmp) / f"h{k}.out", "w+"))
+                    err_f = files.enter_context(open(Path(tmp) / f"h{k}.err", "w+"))
+                    procs.append((subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out_f, stderr=err_f), out_f, err_f))
+                    if k == 0:
+                        time.sleep(0.3)  # the receiver listens first
+                outs = _wait_hosts(procs, args.timeout + 60)
+            finally:
+                for pr, _, _ in procs:
+                    if pr.poll() is None:
+                        pr.kill()
+                        pr.wait()
+                switch.stop()
         counters = switch.counters() if switch.counters_path.exists() else {}
     return _figures(outs, senders, args, counters)
+
+
+def _wait_hosts(procs: list, timeout: float) -> list[dict]:
+    """Each host's JSON line (`procs`: (process, stdout file, stderr file)), once all have exited; the
+    first host to fail (or the time limit) ends the run at once with that host's error, rather than
+    after the others time out waiting for it."""
+    def failed(k, pr, err_f):
+        err_f.seek(0)
+        return RuntimeError(f"host {k} failed ({pr.returncode}): {err_f.read().strip()[-400:]}")
+    deadline = time.monotonic() + timeout
+    while any(pr.poll() is None for pr, _, _ in procs):
+        for k, (pr, _, err_f) in enumerate(procs):
+            if pr.poll() not in (None, 0):
+                raise failed(k, pr, err_f)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"hosts {[k for k, (pr, _, _) in enumerate(procs) if pr.poll() is None]} still "
+                               f"running after {timeout:.0f} s")
+        time.sleep(0.1)
+    outs = []
+    for k, (pr, out_f, err_f) in enumerate(procs):
+        if pr.returncode:
+            raise failed(k, pr, err_f)
+        out_f.seek(0)
+        outs.append(json.loads(out_f.read().strip().splitlines()[-1]))
+    return outs
 
 
 def _figures(outs: list[dict], senders: int, args, counters: dict) -> dict:
@@ -206,7 +230,7 @@ def _percentile(sorted_values: list, q: float) -> float:
 
 
 def _row(senders: int, cc: str, runs: list[dict]) -> dict:
-    med = lambda k: statistics.median(r[k] for r in runs)  # noqa: E731
+    med = lambda k: statistics.median(r[k] for r in runs)
     return {"senders": senders, "cc": cc, "runs": len(runs),
             "goodput_fraction": med("goodput_fraction"),
             "goodput_fraction_min": min(r["goodput_fraction"] for r in runs),
@@ -249,8 +273,8 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         raise SystemExit("dlcp bench incast: needs root (network namespaces and the built-in switch)")
     if args.ecn_k is None:
-        from dlcp.experiment import pipeline_names as pn
-        args.ecn_k = pn.TABLES[pn.ECN_THRESHOLD]["default"][1]["k"]
+        from dlcp.network.pipeline_names import DEFAULT_ECN_K
+        args.ecn_k = DEFAULT_ECN_K
     rows = []
     for n in sender_counts:
         for cc in ccs:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from dlcp.bench_output import emit
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from dlcp.wire.header import DATA_PORT, DlcpHeader, tos_of
 from emulation.netns import Lab, link_counters, sh
 from emulation.procs import stop_child
@@ -51,13 +51,16 @@ def bench_runtime(in_intf: str, out_intf: str) -> dict:
     e = lambda table, action, params, **kw: {"table": table, "action_name": action, "action_params": params, **kw}  # noqa: E731
     return {
         "switch": "bench",
+        "device_id": 1,
+        "target": "ref",
+        "registers": [],
         "table_entries": [
             e(P.LB_CONFIG, P.SET_LB_MODE, {"mode": P.LB_MODES["spray_rr"]}, default_action=True),
             e(P.IPV4_LPM, P.SET_NHOP_GROUP, {"group": 1, "size": 1}, match={"ipv4_dst": [DST_IP, 32]}),
             e(P.NHOP, P.SET_NHOP, {"dmac": OUT_MAC, "port": 2}, match={"nhop_group": 1, "nhop_member": 0}),
             e(P.CLASSIFY, P.CLASSIFY_FROM_DLCP, {}, match={"dlcp_valid": 1}, priority=10),
             e(P.CLASSIFY, P.CLASSIFY_FROM_DSCP, {}, match={"dlcp_valid": 0}, priority=10),
-            e(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, {"qmax": 64, "k1": 48, "k2": 32, "k3": 16}, default_action=True),
+            e(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, dict(P.DEFAULT_THRESHOLDS), default_action=True),
         ],
         "ports": [{"port": 1, "intf": in_intf}, {"port": 2, "intf": out_intf}],
     }
@@ -146,7 +149,7 @@ class Bench:
         """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py) when it is installed;
         else None and why. bmv2's gRPC/Thrift servers must be reachable from here, so its ports are
         a second pair of veths in the root namespace (the sender and receiver stay where they are)."""
-        from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+        from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
         from emulation.bmv2 import switch as bmv2switch
         try:
             bmv2switch.toolchain()
@@ -159,7 +162,7 @@ class Bench:
         topo = SwitchTopo(f"{p}bm", 1, (Port(1, q1, "snd", SRC_MAC, queue_depth_pkts=None),
                                         Port(2, q2, "rcv", OUT_MAC, queue_depth_pkts=None)),
                           (Route(f"{DST_IP}/32", (2,)),))
-        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_rr"))
+        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_rr"))
         sw = bmv2switch.start_bmv2(topo.name, runtime, {1: q1, 2: q2}, self.workdir, grpc_port=bmv2switch.free_port(),
                                    thrift_port=bmv2switch.free_port())
         try:

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 
 _FINE = 256  # 1 us buckets below this, then 32 log-spaced buckets per power of two (~3 % error)
 

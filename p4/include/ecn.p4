@@ -4,7 +4,8 @@
  * leaves marked CE. K comes from `ecn_threshold`, per egress port and queue (ternary: an entry may
  * name a port, a queue, or both; the default action holds the switch-wide K). The occupancy is the
  * one admission read (meta.occ, before this packet), so marking and early dropping see the same
- * queue. Counter `ce_marked` counts the packets this switch marked, per port and queue. */
+ * queue. Counter `ce_marked` counts the packets this switch marked, per port and queue. Names,
+ * sizes and the default K are generated from dlcp/network/pipeline_names.py. */
 #ifndef DLCP_ECN_P4
 #define DLCP_ECN_P4
 
@@ -13,34 +14,31 @@
 #include "headers.p4"
 #include "checksums.p4"
 
-const bit<32> DEFAULT_ECN_K = 10;         /* packets; ECN_NEVER disables marking */
-const bit<32> ECN_NEVER = 0xffffffff;
-const bit<32> CE_COUNTER_SIZE = 512;      /* MAX_PORTS * N_QUEUES, index port * N_QUEUES + qid */
-
 control DlcpEcn(inout headers_t hdr, inout metadata_t meta,
                 inout standard_metadata_t standard_metadata) {
 
-    @name(".DlcpIngress.ce_marked")
-    counter(CE_COUNTER_SIZE, CounterType.packets_and_bytes) ce_marked;
+    /* index: port * N_QUEUES + qid (meta.occ_index) */
+    @name(COUNTER_CE_MARKED)
+    counter(COUNTER_CE_MARKED_SIZE, CounterType.packets_and_bytes) ce_marked;
 
-    bit<32> ecn_k = ECN_NEVER;
+    bit<SET_ECN_THRESHOLD_K_BITS> ecn_k = ECN_THRESHOLD_DEFAULT_K;
 
-    @name(".DlcpIngress.set_ecn_threshold")
-    action set_ecn_threshold(bit<32> k) {
+    @name(ACTION_SET_ECN_THRESHOLD)
+    action set_ecn_threshold(bit<SET_ECN_THRESHOLD_K_BITS> k) {
         ecn_k = k;
     }
 
-    @name(".DlcpIngress.ecn_threshold")
+    @name(TABLE_ECN_THRESHOLD)
     table ecn_threshold {
         key = {
-            standard_metadata.egress_spec: ternary @name("egress_port");
-            meta.qid: ternary @name("qid");
+            standard_metadata.egress_spec: ternary @name(KEY_EGRESS_PORT);
+            meta.qid: ternary @name(KEY_QID);
         }
         actions = {
             set_ecn_threshold;
         }
-        default_action = set_ecn_threshold(DEFAULT_ECN_K);
-        size = 64;
+        default_action = set_ecn_threshold(ECN_THRESHOLD_DEFAULT_K);
+        size = TABLE_ECN_THRESHOLD_SIZE;
     }
 
     /* CE in place, the IPv4 checksum patched over the first header word (version, IHL, DSCP, ECN) */
@@ -48,13 +46,13 @@ control DlcpEcn(inout headers_t hdr, inout metadata_t meta,
     action mark() {
         hdr.ipv4.hdr_checksum = csum_replace2(hdr.ipv4.hdr_checksum,
                                               hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ hdr.ipv4.ecn,
-                                              hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ 2w3);
-        hdr.ipv4.ecn = 3;
+                                              hdr.ipv4.version ++ hdr.ipv4.ihl ++ hdr.ipv4.dscp ++ ECN_CE);
+        hdr.ipv4.ecn = ECN_CE;
         ce_marked.count(meta.occ_index);
     }
 
     apply {
-        if (meta.admitted == 1 && (hdr.ipv4.ecn == 1 || hdr.ipv4.ecn == 2)) {
+        if (meta.admitted == 1 && (hdr.ipv4.ecn == ECN_ECT0 || hdr.ipv4.ecn == ECN_ECT1)) {
             ecn_threshold.apply();
             if (meta.occ >= ecn_k) {
                 mark();

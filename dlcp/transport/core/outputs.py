@@ -13,7 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlcp.transport.api import RecvResult, SendResult
-from dlcp.wire.header import DROP_PREC_MAX, ECN_ECT0, FLAG_PROTECTED, TYPE_RETX, tos_of
+from dlcp.wire.header import (
+    ECN_ECT0,
+    FLAG_PROTECTED,
+    TYPE_RETX,
+    field_values,
+    header_fields,
+    set_field_values,
+    tos_of,
+)
 
 
 class Round:
@@ -26,7 +34,7 @@ class Round:
     plan built for this round); the core never reads it.
     """
 
-    __slots__ = ("key", "dst", "number", "batch", "order", "wire", "retx", "ecn", "taken", "plan")
+    __slots__ = ("batch", "dst", "ecn", "key", "number", "order", "plan", "retx", "taken", "wire")
 
     def __init__(self, key, dst: int, number: int, batch, order: np.ndarray, wire: np.ndarray, retx: bool,
                  ecn: bool):
@@ -41,13 +49,13 @@ class Round:
         A retransmission goes out as RETX with drop precedence 0 and the PROTECTED flag: the receiver
         asked for exactly these packets because the message cannot finish within budget without them,
         so a switch must not early-drop them again (they still tail-drop when a queue is full)."""
-        rows = self.batch.headers[self.wire]
+        rows = self.batch.headers[self.wire]  # a copy
+        f = header_fields(rows)  # a view: writes land in rows
         if self.retx:
-            rows[:, 0] = (rows[:, 0] & 0xF0) | TYPE_RETX
-            rows[:, 1] &= ~np.uint8(DROP_PREC_MAX << 3)
-            rows[:, 11] |= FLAG_PROTECTED
-        pdp = rows[:, 1].astype(np.int32)
-        tos = tos_of(pdp >> 5, (pdp >> 3) & 3)
+            set_field_values(f, "type", TYPE_RETX)
+            set_field_values(f, "drop_prec", 0)
+            set_field_values(f, "flags", field_values(f, "flags") | FLAG_PROTECTED)
+        tos = tos_of(field_values(f, "prio").astype(np.int32), field_values(f, "drop_prec").astype(np.int32))
         if self.ecn:
             tos = tos | ECN_ECT0
         return rows, tos

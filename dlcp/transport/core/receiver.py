@@ -49,16 +49,23 @@ from dlcp.wire.header import (
     FLAG_TELEMETRY,
     HEADER,
     HEADER_LEN,
+    PHASE_MASK,
+    PHASE_NAMES,
+    PHASE_SHIFT,
+    SLOTS,
     TELEMETRY_LEN,
+    TYPE_MASK,
     TYPE_PROBE,
     TYPE_RETX,
     VALUE_BYTES,
+    VER_SHIFT,
     VERSION,
     MalformedPacket,
     unpack_probe,
 )
 
 log = logging.getLogger("dlcp.transport.receiver")
+_VER_BITS, _VER_HI = SLOTS["ver"].mask << VER_SHIFT, VERSION << VER_SHIFT
 
 STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
 QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
@@ -66,10 +73,36 @@ FEEDBACK_DELAY_S = 0.0005  # the longest a FEEDBACK waits for more packets to re
 
 
 class _Rx:
-    __slots__ = ("key", "n_pkts", "buf", "bytes", "received", "n_received", "retx", "dups",
-                 "start_us", "first_byte_us", "first_t", "last_t", "orig_last_t", "n_orig",
-                 "last_len", "desc", "channel", "probe_round", "probe_attempt", "probe_t", "answered",
-                 "answer", "rounds", "recv_us", "requested", "req_left", "premature", "late")
+    __slots__ = (
+        "answer",
+        "answered",
+        "buf",
+        "bytes",
+        "channel",
+        "desc",
+        "dups",
+        "first_byte_us",
+        "first_t",
+        "key",
+        "last_len",
+        "last_t",
+        "late",
+        "n_orig",
+        "n_pkts",
+        "n_received",
+        "orig_last_t",
+        "premature",
+        "probe_attempt",
+        "probe_round",
+        "probe_t",
+        "received",
+        "recv_us",
+        "req_left",
+        "requested",
+        "retx",
+        "rounds",
+        "start_us",
+    )
 
     def __init__(self, key, n_pkts, values_per_pkt, per_packet, start_us):
         self.key = key
@@ -104,7 +137,7 @@ class _Rx:
 
 class _Source:
     """What this receiver reports to one sender (FEEDBACK): cumulative counts of its data packets."""
-    __slots__ = ("rcvd", "ce", "reported", "want", "channel", "key", "n_pkts", "seq", "due")
+    __slots__ = ("ce", "channel", "due", "key", "n_pkts", "rcvd", "reported", "seq", "want")
 
     def __init__(self):
         self.rcvd = 0
@@ -156,15 +189,15 @@ class ReceiverCore:
             self._drop("length", f"{n} bytes, the DLCP header needs {HEADER_LEN}")
             return
         vt, pdp, j, src, it, msg, _layer, _mag, flags, seq, npk, off = HEADER.unpack_from(mv, 0)
-        if vt >> 4 != VERSION:
-            self._drop("ver", f"version {vt >> 4}")
+        if vt & _VER_BITS != _VER_HI:
+            self._drop("ver", f"version {vt >> VER_SHIFT}")
             return
-        typ = vt & 0x0F
+        typ = vt & TYPE_MASK
         if typ > TYPE_PROBE:
             self._drop("type", f"unknown type {typ}")
             return
-        phase = pdp & 7
-        if phase > 4:
+        phase = (pdp >> PHASE_SHIFT) & PHASE_MASK
+        if phase not in PHASE_NAMES:
             self._drop("phase", f"unknown phase {phase}")
             return
         if j != self.cfg.job_id:

@@ -44,6 +44,7 @@ from dlcp.wire.header import (
     TELEMETRY_LEN,
     VALUE_BYTES,
     Probe,
+    field_values,
     header_fields,
     pack_probe,
     probe_header,
@@ -61,18 +62,43 @@ CC_SLICE = 256  # most packets per slice under congestion control (the window us
 
 
 class _Msg:
-    __slots__ = ("key", "dst", "batch", "info", "n_pkts", "prio", "dp", "budget_ppm", "rounds", "retx_pkts",
-                 "start_us", "deadline", "state", "missing", "prot_missing", "pkt_send_us", "pkt_retx",
-                 "probe_head", "round_prio", "round_pkts", "attempt", "probe_times", "probe_due", "probes",
-                 "described", "sent_at", "n_values")
+    __slots__ = (
+        "attempt",
+        "batch",
+        "budget_ppm",
+        "deadline",
+        "described",
+        "dp",
+        "dst",
+        "info",
+        "key",
+        "missing",
+        "n_pkts",
+        "n_values",
+        "pkt_retx",
+        "pkt_send_us",
+        "prio",
+        "probe_due",
+        "probe_head",
+        "probe_times",
+        "probes",
+        "prot_missing",
+        "retx_pkts",
+        "round_pkts",
+        "round_prio",
+        "rounds",
+        "sent_at",
+        "start_us",
+        "state",
+    )
 
     def __init__(self, key, dst, batch, info: SendInfo, budget: float):
         self.key, self.dst, self.batch, self.info = key, dst, batch, info
         f = header_fields(batch.headers)
         self.n_pkts = len(batch)
         self.n_values = int(batch.values.size)
-        self.prio = (f["prio_dp_phase"] >> 5).astype(np.uint8)
-        self.dp = ((f["prio_dp_phase"] >> 3) & 3).astype(np.uint8)
+        self.prio = field_values(f, "prio").astype(np.uint8)
+        self.dp = field_values(f, "drop_prec").astype(np.uint8)
         self.budget_ppm = round(budget * C.PPM)
         self.rounds = 0  # PROBE rounds so far: 1 + retransmission rounds
         self.retx_pkts = 0
@@ -123,13 +149,13 @@ class SenderCore:
     def send(self, dst: int, batch, info: SendInfo, now: float) -> tuple:
         """Queue a new message for `dst`; returns its key (dst, iter, phase, msg_id)."""
         f = header_fields(batch.headers[:1])
-        key = (dst, int(f["iter"][0]), int(f["prio_dp_phase"][0] & 7), int(f["msg_id"][0]))
+        key = (dst, int(f["iter"][0]), int(field_values(f, "phase")[0]), int(f["msg_id"][0]))
         if batch.values_per_pkt != self.cfg.values_per_pkt:
             raise ValueError(f"batch has {batch.values_per_pkt} values per packet, transport {self.cfg.values_per_pkt}")
         if key in self._msgs:
             raise TransportError(f"message {key_text(key)} is already in flight")
-        budget = self.cfg.budget_for(info.layer_first, info.layer_last) if info.budget is None else \
-            (0.0 if self.cfg.reliable else info.budget)
+        budget = self.cfg.budget_for(info.layer_first, info.layer_last) * info.budget_share \
+            if info.budget is None else (0.0 if self.cfg.reliable else info.budget)
         st = _Msg(key, dst, batch, info, budget)
         if info.counts is not None and len(info.counts) != st.n_pkts:
             raise ValueError(f"{len(info.counts)} counts for {st.n_pkts} packets")

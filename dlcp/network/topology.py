@@ -8,14 +8,17 @@ back from `topology.json`. Names: hosts hN, switches sN, switch port K is interf
 - dumbbell: s1 - s2, hosts_left on s1, hosts_right on s2 (one shared bottleneck link);
 - leaf_spine: spines s1..sK, leaves s(K+1)..s(K+L), hosts_per_leaf hosts under each leaf; every
   leaf links to every spine (the multi-path case for load balancing).
+- torus / mesh (dims rows x cols): one switch per grid point, s1..sN in row-major order, each with
+  one host (hK on port 1 of sK), switches linked to their grid neighbours; the torus wraps around.
+  These are the multi-port direct networks of MultiTree (docs/collectives.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from dlcp.experiment import switch_runtime as rt
-from dlcp.experiment.config import ConfigError
+from dlcp.network import switch_runtime as rt
+from dlcp.settings import ConfigError
 
 
 @dataclass
@@ -52,6 +55,7 @@ class TopologySpec:
     hosts: dict[str, Host] = field(default_factory=dict)
     switches: dict[str, Switch] = field(default_factory=dict)
     background_sources: list[str] = field(default_factory=list)  # host of each [[background]] entry
+    dims: tuple[int, ...] = ()  # torus / mesh: (rows, cols)
 
     # --- building ---
     def add_switch(self) -> Switch:
@@ -75,6 +79,17 @@ class TopologySpec:
         b.ports[pb] = Port(pb, f"{b.name}-eth{pb}", a.name, pa, rate_mbps)
 
     # --- queries ---
+    def routes(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """switch -> host -> its equal-cost egress ports toward that host, in member order: the
+        routes `runtimes()` installs (dlcp.runtime.switch_topos), for planners that follow paths."""
+        hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
+        links = [rt.Link(a, pa, b, pb) for a, pa, b, pb, _ in self.links()]
+        by_ip = {h.ip: h.name for h in self.hosts.values()}
+        out = {}
+        for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
+            out[topo.name] = {by_ip[r.prefix.split("/")[0]]: r.ports for r in topo.routes}
+        return out
+
     def links(self) -> list[tuple[str, int, str, int, float]]:
         """Every link once: (node_a, port_a, node_b, port_b, rate_mbps); hosts use port 0."""
         out = []
@@ -108,9 +123,7 @@ class TopologySpec:
         hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
         links = [rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
                  for a, pa, b, pb, rate in self.links()]
-        switch_cfg = rt.SwitchConfig(policy=d["policy"], lb_mode=d["load_balancing"],
-                                     thresholds=rt.Thresholds(d["qmax"], d["k1"], d["k2"], d["k3"]),
-                                     ecn_k=d["ecn_k"], ecn_k_prio={int(q): k for q, k in d["ecn_k_prio"].items()},
+        switch_cfg = rt.SwitchConfig(**{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"],
                                      target="ref" if cfg["backend"] == "ref" else "bmv2")
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
@@ -120,7 +133,8 @@ class TopologySpec:
         return out
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "background_sources": self.background_sources,
+        return {"kind": self.kind, **({"dims": list(self.dims)} if self.dims else {}),
+                "background_sources": self.background_sources,
                 "hosts": [asdict(h) for h in self.hosts.values()],
                 "switches": [{"name": s.name, "device_id": s.device_id,
                               "ports": [asdict(p) for p in s.ports.values()]} for s in self.switches.values()],
@@ -156,6 +170,45 @@ def leaf_spine(spines: int, leaves: int, hosts_per_leaf: int, host_mbps: float, 
     for leaf in leaf_sw:
         for _ in range(hosts_per_leaf):
             t.add_host(leaf, host_mbps)
+    return t
+
+
+def torus(dims: tuple[int, int], host_mbps: float, fabric_mbps: float) -> TopologySpec:
+    """A 2-D torus of rows x cols switches, one host each; see `_grid`."""
+    return _grid("torus", dims, True, host_mbps, fabric_mbps)
+
+
+def mesh(dims: tuple[int, int], host_mbps: float, fabric_mbps: float) -> TopologySpec:
+    """A 2-D mesh of rows x cols switches, one host each; see `_grid`."""
+    return _grid("mesh", dims, False, host_mbps, fabric_mbps)
+
+
+def _grid(kind: str, dims, wrap: bool, host_mbps: float, fabric_mbps: float) -> TopologySpec:
+    """Switch of (row, col) is s(row*cols + col + 1), its host h(same number) on port 1; then the
+    links, row-major, each switch to its east and south neighbour (ports numbered in that order).
+
+    Wrap-around links exist only in dimensions of 3 or more: in a 2-wide dimension the +1 and -1
+    neighbours are the same switch, and a second parallel link would make a multigraph that the
+    routes (one next hop per peer) and the planners' link names (node pairs) cannot tell apart.
+    So a torus dimension of 2 is a mesh dimension of 2, and a dimension of 1 has no links at all.
+    """
+    if (not isinstance(dims, (tuple, list)) or len(dims) != 2
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
+        raise ConfigError(f"topology.dims: {kind} needs two integer dimensions >= 1, got {dims!r}")
+    rows, cols = dims
+    if not 2 <= rows * cols <= 254:  # hosts are 10.0.0.1 .. 10.0.0.254
+        raise ConfigError(f"topology.dims: {kind} {rows}x{cols} needs 2..254 switches, has {rows * cols}")
+    t = TopologySpec(kind, dims=(rows, cols))
+    sw = [t.add_switch() for _ in range(rows * cols)]
+    for s in sw:
+        t.add_host(s, host_mbps)
+    for r in range(rows):
+        for c in range(cols):
+            here = sw[r * cols + c]
+            if c + 1 < cols or (wrap and cols > 2):
+                t.link_switches(here, sw[r * cols + (c + 1) % cols], fabric_mbps)
+            if r + 1 < rows or (wrap and rows > 2):
+                t.link_switches(here, sw[((r + 1) % rows) * cols + c], fabric_mbps)
     return t
 
 

@@ -1,0 +1,144 @@
+"""The alpha-beta cost of one collective operation (seeds-brief §1).
+
+The model is the fitted form that MG-WFBP and US-Byte plan with [C]: an all-reduce of an M-byte
+message on the cluster's P workers takes
+
+    T_allreduce(M) = alpha + beta * M          alpha in seconds, beta in seconds per byte
+
+where (alpha, beta) are either fitted by regression on all-reduce micro-benchmarks at that P (the
+papers' way; the P dependence is inside the constants) or derived from a link's rate and latency
+with an algorithm's formula (`from_link`). Every other primitive is expressed against the same
+two constants, so one calibration serves every scheduler:
+
+* reduce-scatter and all-gather each cost half an all-reduce: alpha/2 + beta*M/2. This is exact
+  for ring ((P-1) steps of the 2(P-1)) and for halving-doubling (log2 P steps of the 2 log2 P),
+  the algorithms the fit stands for; it is our decision for a fitted (alpha, beta) [D].
+  M is always the full, unsharded message (the M of the formulas), not the 1/P shard.
+* PS push (or pull) of M bytes by every worker at once to S servers holding M/S each: one link
+  start-up plus the bottleneck NIC's bytes, link_alpha + max(1, P/S) * M * link_beta (the worker
+  sends M; each server receives P*M/S) [D, §1's PS row]. The link constants come from `from_link`
+  or, for a fitted all-reduce, are backed out of it assuming ring:
+  link_alpha = alpha / (2(P-1)), link_beta = beta * P / (2(P-1)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PRIMITIVES = ("allreduce", "reduce_scatter", "all_gather", "push", "pull")
+ALGORITHMS = ("ring", "halving_doubling")
+
+
+def _check(name: str, value, minimum: float = 0.0, integer: bool = False):
+    ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+          and math.isfinite(value) and value >= minimum)
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        raise ValueError(f"cost model: {name}: must be {kind} >= {minimum:g}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """alpha: start-up of one all-reduce, seconds. beta: seconds per byte of all-reduce message.
+    workers: the P these constants hold for (needed only for PS costs when no link constants are
+    given). link_alpha (s) / link_beta (s/B): one point-to-point message on one link."""
+    alpha: float
+    beta: float
+    workers: int | None = None
+    link_alpha: float | None = None
+    link_beta: float | None = None
+
+    def __post_init__(self):
+        _check("alpha", self.alpha)
+        _check("beta", self.beta)
+        if self.workers is not None:
+            _check("workers", self.workers, 1, integer=True)
+        for key in ("link_alpha", "link_beta"):
+            if getattr(self, key) is not None:
+                _check(key, getattr(self, key))
+
+    @classmethod
+    def from_link(cls, rate_bps: float, latency_s: float, workers: int,
+                  algorithm: str = "ring") -> CostModel:
+        """Constants of an all-reduce over `workers` ranks on links of `rate_bps` bits/s with
+        `latency_s` per message step: ring 2(P-1)a + 2(P-1)/P M b; halving-doubling
+        2 log2(P) a + 2(P-1)/P M b (P a power of two), with a = latency_s, b = 8 / rate_bps."""
+        _check("rate_bps", rate_bps, 1e-300)
+        _check("latency_s", latency_s)
+        _check("workers", workers, 1, integer=True)
+        link_beta = 8.0 / rate_bps
+        p = workers
+        if algorithm == "ring":
+            steps = 2 * (p - 1)
+        elif algorithm == "halving_doubling":
+            if p & (p - 1):
+                raise ValueError(f"cost model: halving_doubling needs a power-of-two worker count, got {p}")
+            steps = 2 * int(math.log2(p))
+        else:
+            raise ValueError(f"cost model: algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
+        return cls(alpha=steps * latency_s, beta=2 * (p - 1) / p * link_beta, workers=p,
+                   link_alpha=latency_s, link_beta=link_beta)
+
+    def allreduce_s(self, nbytes: float) -> float:
+        return self.alpha + self.beta * nbytes
+
+    def reduce_scatter_s(self, nbytes: float) -> float:
+        """Half an all-reduce of the full nbytes-byte buffer (see module docstring)."""
+        return 0.5 * (self.alpha + self.beta * nbytes)
+
+    def all_gather_s(self, nbytes: float) -> float:
+        return 0.5 * (self.alpha + self.beta * nbytes)
+
+    def link_constants(self) -> tuple[float, float]:
+        """(link_alpha s, link_beta s/B): given, or backed out of a ring all-reduce fit."""
+        if self.link_alpha is not None and self.link_beta is not None:
+            return self.link_alpha, self.link_beta
+        if self.workers is None or self.workers < 2:
+            raise ValueError("cost model: PS costs need link_alpha/link_beta or workers >= 2 "
+                             "(to back them out of the all-reduce fit)")
+        p = self.workers
+        return self.alpha / (2 * (p - 1)), self.beta * p / (2 * (p - 1))
+
+    def push_s(self, nbytes: float, servers: int = 1) -> float:
+        """Every worker pushes nbytes, sharded over `servers` PS shards, at the same time."""
+        _check("servers", servers, 1, integer=True)
+        a, b = self.link_constants()
+        fan_in = max(1.0, (self.workers or 1) / servers)
+        return a + fan_in * nbytes * b
+
+    def pull_s(self, nbytes: float, servers: int = 1) -> float:
+        return self.push_s(nbytes, servers)  # same bottleneck NIC, the other direction
+
+    def op_s(self, primitive: str, nbytes: float) -> float:
+        """Duration of one operation of `primitive` on an nbytes-byte (full) message."""
+        if primitive == "allreduce":
+            return self.allreduce_s(nbytes)
+        if primitive == "reduce_scatter":
+            return self.reduce_scatter_s(nbytes)
+        if primitive == "all_gather":
+            return self.all_gather_s(nbytes)
+        if primitive == "push":
+            return self.push_s(nbytes)
+        if primitive == "pull":
+            return self.pull_s(nbytes)
+        raise ValueError(f"cost model: primitive {primitive!r} is not one of {', '.join(PRIMITIVES)}")
+
+
+# Fitted all-reduce constants quoted in seeds-brief §1 from lzhangbv/dear_pytorch mgwfbp/dopt.py [C]
+# (a in seconds, b in seconds per byte), keyed by (network, workers).
+PAPER_FITS = {
+    ("10GbE", 8): (0.5230272768511732e-3, 8.570746975492128e-10),
+    ("10GbE", 16): (0.9080981007148093e-3, 7.395651186836712e-10),
+    ("56GbIB", 8): (9.75367204301171e-05, 3.0568230536676206e-10),
+}
+
+
+def paper_fit(network: str, workers: int) -> CostModel:
+    """The fitted constants of seeds-brief §1 for ('10GbE', 8 | 16) or ('56GbIB', 8)."""
+    try:
+        a, b = PAPER_FITS[(network, workers)]
+    except KeyError:
+        known = ", ".join(f"{n}/{p}" for n, p in PAPER_FITS)
+        raise ValueError(f"cost model: no paper fit for {network}/{workers} (known: {known})") from None
+    return CostModel(alpha=a, beta=b, workers=workers)

@@ -1,0 +1,198 @@
+"""DS-Sync (divide-and-shuffle) groups: which workers average together in each iteration.
+
+N workers in groups of s (N = G x s). Every iteration each group averages its members' values
+(a ring all-reduce inside the group, divided by the group size); the groups change from one
+iteration to the next so that after K iterations, with no other update in between, every worker
+holds the exact global average. The rule (ours; the paper's own pattern is not public):
+
+  Positions 0..N-1 are written in mixed radix with prime digits, least significant first: the
+  primes of s, then the primes of N/s (N = 24, s = 6: radices 2, 3, 2, 2). Round k averages over
+  a set of digits: for every prime p dividing s (a_p times in s, b_p times in N) it takes a_p of
+  the b_p digits of value p, cyclically (round k takes p-digits k*a_p .. k*a_p + a_p - 1, mod
+  b_p). A group is the s positions that agree on every other digit. Round 0 is therefore the
+  consecutive blocks of s.
+
+  Exact in K = max over p | s of ceil(b_p / a_p) rounds, the smallest K with N | s^K: averaging
+  over a digit set is the projection onto values that do not depend on those digits; these
+  projections commute, so K rounds project onto values independent of every digit covered, and
+  every digit is covered. No rule with groups of s can do better or reach exactness when
+  N does not divide s^K: after K rounds every weight a worker gives another is a multiple of
+  1/s^K, and the average needs 1/N.
+
+  So groups of s reach the exact average iff every prime factor of N/s divides s (N = 16, s = 4:
+  2 rounds; N = 16, s = 2: 4; N = 24, s = 6: 3; N = 12, s = 4 or N = 6, s = 2: never). For the
+  others the primes of N/s that do not divide s ("leftover" digits) get extra rounds of their own,
+  packed first-fit into rounds whose group size (product of the round's leftover radices) stays
+  <= s where it can (a prime > s gets a round alone); those rounds have groups of a different
+  size, which the paper allows ("groups may differ in size", secondary source). Exact in
+  K + (leftover rounds); `exact_equal_groups` says which case a plan is.
+
+Topology (leaf-spine and others): positions are ranks in locality order (paths.locality_order:
+grouped by edge switch), so round 0 keeps groups under one leaf when s divides the hosts per
+leaf, and later rounds vary the high digits, i.e. take workers at the same offset from different
+leaves ("columns"). A cross-rack group then has members spread over the leaves, and each step's
+cross-rack flows get equal-cost paths chosen by Router.balanced_paths, so a leaf's flows are
+spread over its uplinks (at most ceil(flows / spines) per uplink) instead of all on one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlcp.comm.plans.paths import PlanError, Router, locality_order, rank_hosts
+from dlcp.comm.plans.ring import ring_steps
+from dlcp.comm.plans.schedule import Schedule, Transfer
+from dlcp.comm.plans.topology_arg import topology_label
+from dlcp.network.topology import TopologySpec
+
+
+def prime_factors(n: int) -> list[int]:
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    if n > 1:
+        out.append(n)
+    return out
+
+
+def rounds_to_average(workers: int, group: int) -> tuple[int, bool]:
+    """(rounds our rule needs for the exact average, whether all its groups have `group` members)."""
+    plan = dssync_plan(workers, group)
+    return plan.period, plan.exact_equal_groups
+
+
+@dataclass
+class DsSyncPlan:
+    workers: int
+    group: int
+    order: tuple[int, ...]  # position -> rank
+    radices: tuple[int, ...]  # mixed-radix digits of a position, least significant first
+    digit_sets: list[tuple[int, ...]]  # digits each round averages over
+    iterations: list[list[list[int]]]  # round -> groups -> ranks (ring order inside the group)
+    exact_equal_groups: bool  # every group of every round has `group` members
+
+    @property
+    def period(self) -> int:
+        """Rounds (iterations) to the exact global average; the pattern then repeats."""
+        return len(self.iterations)
+
+    def groups(self, iteration: int) -> list[list[int]]:
+        return self.iterations[iteration % self.period]
+
+
+def dssync_plan(workers: int, group: int, order: list[int] | None = None) -> DsSyncPlan:
+    """The groups per iteration for `workers` in groups of `group`; `order` maps positions to
+    ranks (default identity; topology_plan passes the locality order)."""
+    if not isinstance(workers, int) or workers < 2:
+        raise PlanError(f"dssync.workers: need an integer >= 2, got {workers!r}")
+    if not isinstance(group, int) or not 2 <= group <= workers or workers % group:
+        raise PlanError(f"dssync.group: {group!r} must be an integer >= 2 that divides workers = {workers}")
+    order = tuple(range(workers)) if order is None else tuple(order)
+    if sorted(order) != list(range(workers)):
+        raise PlanError(f"dssync: order must be a permutation of 0..{workers - 1}")
+    s_primes = prime_factors(group)
+    radices = tuple(s_primes + prime_factors(workers // group))
+    digit_sets = []
+    shared = sorted(set(s_primes))
+    idx = {p: [i for i, d in enumerate(radices) if d == p] for p in shared}
+    a = {p: s_primes.count(p) for p in shared}
+    for k in range(max(math.ceil(len(idx[p]) / a[p]) for p in shared)):
+        digit_sets.append(tuple(sorted(idx[p][(k * a[p] + j) % len(idx[p])] for p in shared for j in range(a[p]))))
+    leftover = [i for i, d in enumerate(radices) if group % d]
+    for bin_ in _first_fit(sorted(leftover, key=lambda i: -radices[i]), radices, group):
+        digit_sets.append(tuple(sorted(bin_)))
+    iterations = [_groups(radices, ds, order) for ds in digit_sets]
+    return DsSyncPlan(workers, group, order, radices, digit_sets, iterations, not leftover)
+
+
+def _first_fit(digits: list[int], radices, cap: int) -> list[list[int]]:
+    bins: list[list[int]] = []
+    for i in digits:
+        for b in bins:
+            if math.prod(radices[j] for j in b) * radices[i] <= cap:
+                b.append(i)
+                break
+        else:
+            bins.append([i])
+    return bins
+
+
+def _groups(radices, digit_set, order) -> list[list[int]]:
+    """Positions that agree on every digit outside `digit_set`, as ranks; groups by first member."""
+    by_key: dict[tuple, list[int]] = {}
+    for pos in range(len(order)):
+        digits, x = [], pos
+        for r in radices:
+            digits.append(x % r)
+            x //= r
+        key = tuple(d for i, d in enumerate(digits) if i not in digit_set)
+        by_key.setdefault(key, []).append(order[pos])
+    return sorted(by_key.values(), key=lambda g: g[0])
+
+
+def topology_plan(spec: TopologySpec, group: int, hosts: list[str] | None = None) -> DsSyncPlan:
+    """DS-Sync groups over the topology's workers, positions in locality order (edge switch first)."""
+    hosts = list(hosts or rank_hosts(spec))
+    return dssync_plan(len(hosts), group, locality_order(spec, hosts))
+
+
+def average_rounds(values: list[np.ndarray], plan: DsSyncPlan, rounds: int | None = None) -> list[np.ndarray]:
+    """Every worker's values after `rounds` iterations of group averaging (default: one period)."""
+    out = [np.array(v, dtype=np.float64) for v in values]
+    for k in range(plan.period if rounds is None else rounds):
+        for g in plan.groups(k):
+            mean = sum(out[r] for r in g) / len(g)
+            for r in g:
+                out[r] = mean.copy()
+    return out
+
+
+def iteration_cost(plan: DsSyncPlan, iteration: int, message_bytes: float, alpha: float, beta: float) -> float:
+    """Alpha-beta seconds of one iteration's synchronisation without contention: the groups run
+    side by side, each a ring all-reduce of the whole message over its g members,
+    2 (g - 1) (alpha + M / g x beta); the largest group sets the time. Reaching the exact average
+    costs the sum over one period. (With a topology, alpha_beta_cost(round_schedule(...), spec=...)
+    adds the contention of the chosen paths.)"""
+    g = max(len(grp) for grp in plan.groups(iteration))
+    return 2 * (g - 1) * (alpha + message_bytes / g * beta)
+
+
+def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: list[str] | None = None) -> Schedule:
+    """The ring all-reduces of one iteration's groups, run side by side (sums; divide by the
+    group size for the average). Paths: balanced over all groups' flows (the same every step)."""
+    hosts = list(hosts or rank_hosts(spec))
+    if len(hosts) != plan.workers:
+        raise PlanError(f"dssync: plan for {plan.workers} workers, topology has {len(hosts)} ranks")
+    rings = [ring_steps(g) for g in plan.groups(iteration)]
+    pairs = [(g[i], g[(i + 1) % len(g)]) for g in plan.groups(iteration) for i in range(len(g))]
+    path = dict(zip(pairs, Router(spec).balanced_paths((hosts[a], hosts[b]) for a, b in pairs)))
+    n_steps = max(len(r) for r in rings)
+    steps = [[Transfer(src, dst, chunk, len(g), op, path[(src, dst)])
+              for g, r in zip(plan.groups(iteration), rings) if k < len(r) for src, dst, chunk, op in r[k]]
+             for k in range(n_steps)]
+    half = n_steps // 2
+    return Schedule("dssync", tuple(hosts), steps, {"reduce_scatter": (0, half), "all_gather": (half, n_steps)})
+
+
+def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dict:
+    """What `dlcp schedule --collective dssync --workers N --group s` prints."""
+    if spec is None:
+        plan = dssync_plan(workers, group)
+    else:
+        hosts = rank_hosts(spec)
+        if len(hosts) != workers:
+            raise PlanError(f"dssync.workers: {workers}, but the topology has {len(hosts)} ranks")
+        plan = topology_plan(spec, group, hosts)
+    return {"collective": "dssync", "workers": workers, "group": group,
+            **({"topology": topology_label(spec),
+                "hosts": rank_hosts(spec)} if spec is not None else {}),
+            "radices": list(plan.radices), "digit_sets": [list(d) for d in plan.digit_sets],
+            "exact_equal_groups": plan.exact_equal_groups, "rounds_to_average": plan.period,
+            "iterations": plan.iterations,
+            "steps_per_phase": max(len(g) for it in plan.iterations for g in it) - 1}

@@ -1,0 +1,107 @@
+"""The communication scheduler interface: events in, operations out, no I/O and no clock.
+
+A scheduler decides what gradient data to send, merged or split how, in which order and over
+which collective primitive. It is driven like a sans-I/O protocol stack: the driver (the virtual
+time `dlcp.comm.timeline`, later the emulated network or ns-3) tells it what happened and when,
+and it answers with the operations to start now:
+
+    on_ready(iteration, tensor, now)    backward produced this tensor's gradient
+    on_complete(op_id, now)             an operation this scheduler started has finished
+    on_forward(iteration, tensor, now)  the forward of `iteration` has reached `tensor` (it still
+                                        waits until the tensor's parameters are final)
+
+Each returns a list of `Op`s the driver must start, in that order. `now` is in seconds of the
+driver's clock; schedulers use it only for bookkeeping, never to read time themselves.
+
+An operation's data is final (the parameters of those elements can be updated) when an op of a
+completing primitive carrying it finishes: allreduce, all_gather, pull. reduce_scatter and push
+are intermediate stages. Every element of every tensor must be made final exactly once per
+iteration; the timeline checks it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from itertools import count
+
+from dlcp.comm.costmodel import PRIMITIVES
+from dlcp.workloads.profile import BYTES_PER_ELEMENT
+
+FINAL_PRIMITIVES = frozenset({"allreduce", "all_gather", "pull"})
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Elements [start, stop) of tensor `tensor` (profile index, forward order)."""
+    tensor: int
+    start: int
+    stop: int
+
+    @property
+    def elements(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Op:
+    """One collective operation. `segments` are the data it carries, concatenated in this order
+    (several tensors when merged, part of one when partitioned). `priority`: smaller = more
+    urgent (what a priority-aware network should serve first). `nbytes`: the full message size
+    the cost model charges (fp32)."""
+    op_id: int
+    iteration: int
+    primitive: str
+    segments: tuple[Segment, ...]
+    priority: int
+
+    def __post_init__(self):
+        if self.primitive not in PRIMITIVES:
+            raise ValueError(f"op {self.op_id}: primitive {self.primitive!r} is not one of {', '.join(PRIMITIVES)}")
+        if not self.segments:
+            raise ValueError(f"op {self.op_id}: no segments")
+
+    @property
+    def nbytes(self) -> int:
+        return BYTES_PER_ELEMENT * sum(s.elements for s in self.segments)
+
+    @property
+    def final(self) -> bool:
+        return self.primitive in FINAL_PRIMITIVES
+
+    @property
+    def tensors(self) -> list[int]:
+        return [s.tensor for s in self.segments]
+
+
+class Scheduler(ABC):
+    """Base of every policy. Subclasses set `name` and implement the three event methods.
+
+    `describe()` returns the plan as plain data (groups, partitions, ...) for `plan_json`.
+    """
+    name = "scheduler"
+
+    def __init__(self, sizes):
+        self.sizes = [int(s) for s in sizes]
+        self._op_ids = count()
+
+    def new_op(self, iteration: int, primitive: str, segments, priority: int) -> Op:
+        return Op(next(self._op_ids), iteration, primitive, tuple(segments), int(priority))
+
+    def whole(self, tensor: int) -> Segment:
+        return Segment(tensor, 0, self.sizes[tensor])
+
+    @abstractmethod
+    def on_ready(self, iteration: int, tensor: int, now: float) -> list[Op]:
+        """The gradient of `tensor` for `iteration` is ready."""
+
+    @abstractmethod
+    def on_complete(self, op_id: int, now: float) -> list[Op]:
+        """Operation `op_id` finished."""
+
+    def on_forward(self, iteration: int, tensor: int, now: float) -> list[Op]:
+        """The forward of `iteration` reached `tensor`. Most policies do nothing here."""
+        return []
+
+    def describe(self) -> dict:
+        return {}
