@@ -38,6 +38,10 @@ def merged_stats(sender: dict, receiver: dict, sender_drops, receiver_drops) -> 
 
 
 class Endpoint:
+    """One host's sender and receiver behind one set of calls (the driver contract:
+    docs/transport.md, "The core's interface"). `peers`: the ranks whose data this endpoint accepts;
+    `wall_offset_s`: added to `now` for the wall-clock times of records."""
+
     def __init__(self, cfg: TransportConfig, peers=(), wall_offset_s: float = 0.0):
         self.cfg = cfg
         self.sender = SenderCore(cfg, wall_offset_s)
