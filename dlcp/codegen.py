@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from dlcp.network.pipeline_names import PIPELINE, PipelineSpec, key_shifts
-from dlcp.wire.layout import LAYOUT, Field, WireLayout, bit_shifts, length, slots
+from dlcp.wire.layout import ECN_BITS, LAYOUT, Field, WireLayout, bit_shifts, length, slots
 
 ROOT = Path(__file__).resolve().parents[1]
 P4_WIRE = "p4/include/generated/dlcp_wire.p4"
@@ -79,6 +79,8 @@ def p4_wire(layout: WireLayout = LAYOUT) -> str:
         if f.name in ("prio", "drop_prec"):
             lo = dscp[f.name]
             lines += [_define(f"DSCP_{f.name.upper()}_HI", lo + f.bits - 1), _define(f"DSCP_{f.name.upper()}_LO", lo)]
+    lines += ["", "/* ECN codepoints of the IPv4 TOS byte's two low bits */"]
+    lines += [f"const bit<{ECN_BITS}> ECN_{c.name} = {c.value};" for c in layout.ecn]
     lines += ["", _define("DLCP_HEADER_LEN", length(layout.header)),
               _define("DLCP_TELEMETRY_LEN", length(layout.telemetry)), ""]
     lines += _p4_header("dlcp_t", layout.header, f"{length(layout.header)} bytes, big-endian")
@@ -103,13 +105,16 @@ def p4_pipeline(spec: PipelineSpec = PIPELINE) -> str:
         for p in spec.action[t.default_action].params:
             lines.append(f"const bit<{p.bits}> {t.sym}_DEFAULT_{p.name.upper()} = {t.default_params[p.name]};")
     lines += ["", "/* control-plane names: @name(...) of tables, keys, direct counters; table sizes */"]
+    keys_done = set()  # a key name two tables share (egress_port) is one macro
     for t in spec.tables:
         lines.append(_define(f"TABLE_{t.sym}", _quoted("." + t.name)))
         lines.append(_define(f"TABLE_{t.sym}_SIZE", t.size))
         if t.direct_counter:
             lines.append(_define(f"TABLE_{t.sym}_COUNTER", _quoted("." + t.direct_counter)))
         for k in t.keys:
-            lines.append(_define(f"KEY_{k.sym}", _quoted(k.name)))
+            if k.sym not in keys_done:
+                lines.append(_define(f"KEY_{k.sym}", _quoted(k.name)))
+                keys_done.add(k.sym)
     lines += ["", "/* actions and the widths of their parameters */"]
     for a in spec.actions:
         lines.append(_define(f"ACTION_{a.sym}", _quoted("." + a.name)))
@@ -158,6 +163,8 @@ def c_header(layout: WireLayout = LAYOUT, spec: PipelineSpec = PIPELINE) -> str:
     dscp = bit_shifts(layout.dscp)
     lines += ["", "/* IPv4 DSCP of a DLCP packet */"]
     lines += [_define(f"DSCP_{f.name.upper()}_SHIFT", dscp[f.name]) for f in layout.dscp if f.name != "zero"]
+    lines += ["", "/* ECN codepoints of the IPv4 TOS byte's two low bits */", _define("ECN_MASK", (1 << ECN_BITS) - 1)]
+    lines += [_define(f"ECN_{c.name}", c.value) for c in layout.ecn]
     lines += ["", "/* pipeline sizes, drop reasons, load-balancing modes, default action parameters */"]
     lines += [_define(n, v) for n, v in _sizes(spec)]
     lines += [_define(f"DROP_{r.upper()}", i) for r, i in spec.drop_reasons.items()]
@@ -218,7 +225,8 @@ def wire_tables_markdown(layout: WireLayout = LAYOUT) -> str:
         lines += [f"| `{field}` | {c.value:#04x} | {c.name} | {c.label} |" if part == "flags" else
                   f"| `{field}` | {c.value} | {c.name} | {c.label} |" for c in getattr(layout, part)]
     terms = " | ".join(f"({f.name} << {dscp[f.name]})" for f in layout.dscp if f.name != "zero")
-    lines += ["", f"IPv4 DSCP of a DLCP packet: `{terms}` (TOS = DSCP << 2, ECN bits 0). UDP destination port "
+    ecn = ", ".join(f"{c.label} {c.value}" for c in layout.ecn)
+    lines += ["", f"IPv4 DSCP of a DLCP packet: `{terms}` (TOS = DSCP << 2; the ECN bits: {ecn}). UDP destination port "
               f"{layout.data_port}; payload at most {layout.max_payload_bytes} bytes of little-endian "
               f"{8 * layout.value_bytes}-bit floats.", "", DOC_END]
     return "\n".join(lines)

@@ -21,6 +21,11 @@ def _transport(argv):
     return main(argv)
 
 
+def _incast(argv):
+    from emulation.benches.incast import main
+    return main(argv)
+
+
 def _accuracy(argv):
     from dlcp.comm.accuracy_bench import bench_accuracy
     return bench_accuracy(argv)
@@ -83,6 +88,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
     "switch": (_switch, "built-in dataplane forwarding rate vs Linux bridge (root)"),
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
+    "incast": (_incast, "N senders to one receiver through the built-in switch, cc on and off (root)"),
     "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),

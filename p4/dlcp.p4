@@ -5,7 +5,7 @@
  * generated from dlcp/network/pipeline_names.py (include/generated/, `make gen`), so that P4Info
  * holds exactly those names, whichever include file a table lives in.
  *
- * Ingress: drop reasons -> routing + load balancing -> classification -> admission.
+ * Ingress: drop reasons -> routing + load balancing -> classification -> admission -> ECN marking.
  * Egress:  occupancy release -> queue telemetry.
  */
 #include <core.p4>
@@ -18,6 +18,7 @@
 #include "include/routing.p4"
 #include "include/classification.p4"
 #include "include/admission.p4"
+#include "include/ecn.p4"
 #include "include/telemetry.p4"
 
 control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
@@ -30,6 +31,7 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
     DlcpRouting() routing;
     DlcpClassification() classification;
     DlcpAdmission() admission;
+    DlcpEcn() ecn;
 
     /* a dropped packet touches no queue counter and no register */
     @hidden
@@ -53,6 +55,7 @@ control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
             } else {
                 classification.apply(hdr, meta, standard_metadata);
                 admission.apply(hdr, meta, standard_metadata);
+                ecn.apply(hdr, meta, standard_metadata);
             }
         }
     }

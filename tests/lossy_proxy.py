@@ -9,6 +9,11 @@ Control bytes are never held: like priority-7 control traffic they overtake queu
 
 `rate_pps` turns the proxy into a slow switch port: datagrams wait in 8 FIFO queues by their DLCP
 priority and leave at `rate_pps`, highest priority first (strict priority, as the built-in switch).
+
+`drop_control(frame) -> bool` removes whole control frames from the relayed streams (either
+direction); `frame` has `msg` (the decoded control message), `type_name` and `index` (0 for the first
+frame of that type about that message), like dlcp.transport.virtual.VFrame, so the same predicates
+serve both.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlcp.wire import control_frames as C
 from dlcp.wire import header as H
 
 
@@ -44,6 +50,16 @@ class Pkt:
         return self.type == H.TYPE_PROBE
 
 
+@dataclass
+class Frame:
+    msg: C.Control
+    index: int
+
+    @property
+    def type_name(self) -> str:
+        return C.TYPE_NAMES[self.msg.type]
+
+
 class LossyProxy:
     """`drop(pkt) -> bool` decides per data packet and `drop_probe(pkt) -> bool` per PROBE; `loss`
     adds seeded random loss (data and PROBEs), `dup` duplicates a fraction, `reorder` shuffles windows
@@ -53,11 +69,14 @@ class LossyProxy:
 
     def __init__(self, target: tuple[str, int], control_target: tuple[str, int] | None = None, drop=None,
                  loss: float = 0.0, dup: float = 0.0, reorder: int = 0, seed: int = 0, hold_ms: float = 0.0,
-                 drop_probe=None, data_lag_ms: float = 0.0, rate_pps: float = 0.0):
+                 drop_probe=None, data_lag_ms: float = 0.0, rate_pps: float = 0.0, drop_control=None):
         self.target = target
         self.control_target = control_target
         self.drop = drop
         self.drop_probe = drop_probe
+        self.drop_control = drop_control
+        self.frames_seen: collections.Counter = collections.Counter()
+        self.control_dropped: list[Frame] = []
         self.loss, self.dup, self.reorder = loss, dup, reorder
         self.hold_s = hold_ms / 1e3
         self.lag_s = data_lag_ms / 1e3
@@ -186,10 +205,11 @@ class LossyProxy:
         b = socket.create_connection(self.control_target)
         a.setblocking(True)
         b.setblocking(True)
-        self.sel.register(a, selectors.EVENT_READ, ("from_sender", b))
-        self.sel.register(b, selectors.EVENT_READ, ("from_receiver", a))
+        self.sel.register(a, selectors.EVENT_READ, ("from_sender", (b, C.FrameReader())))
+        self.sel.register(b, selectors.EVENT_READ, ("from_receiver", (a, C.FrameReader())))
 
-    def _relay(self, src: socket.socket, dst: socket.socket, toward_receiver: bool) -> None:
+    def _relay(self, src: socket.socket, peer, toward_receiver: bool) -> None:
+        dst, reader = peer
         try:
             data = src.recv(65536)
         except OSError:
@@ -205,7 +225,18 @@ class LossyProxy:
         if toward_receiver:  # data sent before this control message goes first
             self._drain_udp()
             self._flush()
-        dst.sendall(data)
+        if self.drop_control is None:
+            dst.sendall(data)
+            return
+        for body in reader.feed(data):  # frame by frame, so whole frames can go missing
+            msg = C.decode(body)
+            ident = (msg.type, msg.key)
+            fr = Frame(msg, self.frames_seen[ident])
+            self.frames_seen[ident] += 1
+            if self.drop_control(fr):
+                self.control_dropped.append(fr)
+                continue
+            dst.sendall(C.LEN.pack(len(body)) + body)
 
     def close(self) -> None:
         self._stop = True

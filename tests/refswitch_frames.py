@@ -46,8 +46,9 @@ def entry(table, action, params, **kw) -> dict:
 
 
 def runtime_doc(ports=(1, 2, 3, 4), routes=None, lb_mode="per_flow", classify=True, thresholds=None,
-                port_cfg=None, intf=lambda p: f"sw-eth{p}", port_thresholds=None) -> dict:
-    """A star: 10.0.0.K/32 -> port K; `routes` maps a prefix to a list of member ports (a group)."""
+                port_cfg=None, intf=lambda p: f"sw-eth{p}", port_thresholds=None, ecn_k=None, ecn_entries=()) -> dict:
+    """A star: 10.0.0.K/32 -> port K; `routes` maps a prefix to a list of member ports (a group).
+    `ecn_k`: the switch-wide ECN threshold; `ecn_entries`: (match dict, priority, k) overrides."""
     routes = routes if routes is not None else {f"10.0.0.{p}/32": [p] for p in ports}
     entries = [entry(P.LB_CONFIG, P.SET_LB_MODE, {"mode": P.LB_MODES[lb_mode]}, default_action=True)]
     for g, (prefix, members) in enumerate(routes.items(), start=1):
@@ -68,6 +69,10 @@ def runtime_doc(ports=(1, 2, 3, 4), routes=None, lb_mode="per_flow", classify=Tr
     for port, th in (port_thresholds or {}).items():
         entries.append(entry(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, dict(zip(("qmax", "k1", "k2", "k3"), th)),
                              match={"egress_port": port}))
+    if ecn_k is not None:
+        entries.append(entry(P.ECN_THRESHOLD, P.SET_ECN_THRESHOLD, {"k": ecn_k}, default_action=True))
+    for match, prio, k in ecn_entries:
+        entries.append(entry(P.ECN_THRESHOLD, P.SET_ECN_THRESHOLD, {"k": k}, match=match, priority=prio))
     port_cfg = port_cfg or {}
     return {"switch": "sw", "device_id": 1, "target": "ref", "registers": [], "table_entries": entries,
             "ports": [{"port": p, "intf": intf(p), **port_cfg.get(p, {})} for p in ports]}

@@ -1,4 +1,5 @@
-"""`dlcp bench transport` prints its table and, with --json, the figures on its last line."""
+"""`dlcp bench transport` and `dlcp bench incast` print their tables and, with --json, the figures on
+their last line."""
 
 import json
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 
 def bench(*args):
     p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "transport", *args, "--json"],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stderr
     return p.stdout, json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -18,6 +19,8 @@ def test_loopback_only():
     out, res = bench("--skip-link", "--size-mb", "2", "--repeats", "1")
     assert "loopback dlcp" in out and res["loopback_mbps"] > 0
     assert res["goodput_mbps"] is None and res["link_mbps"] == 200.0
+    assert set(res["variants"]["loopback dlcp"]) >= {"forced", "lost_pkts", "retx_pkts", "min_mbps", "max_mbps"}
+    assert "forced" in out.splitlines()[1]  # a column of the table
 
 
 @pytest.mark.root
@@ -29,3 +32,17 @@ def test_emulated_link_reaches_the_link_rate():
     assert res["link_mbps"] == 100 and 0 < res["fraction_of_link"] <= res["max_fraction"] * 1.01
     assert res["variants"]["link dlcp"]["lost_pkts"] == 0  # backpressure, not drops
     assert "link tcp" in out
+    assert all(v["forced"] == 0 for v in res["variants"].values())  # the 1 MB send buffer too: the window holds
+
+
+@pytest.mark.root
+def test_incast_rows_and_congestion_control():
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "incast", "--senders", "4", "--cc", "dctcp",
+                        "--rounds", "2", "--repeats", "1", "--size-kb", "200", "--json"],
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    (row,) = res["rows"]
+    assert {"senders", "cc", "goodput_fraction", "forced", "protected_lost", "mct_p99_over_ideal"} <= set(row)
+    assert (row["senders"], row["cc"], row["forced"], row["protected_lost"]) == (4, "dctcp", 0, 0)
+    assert 0.5 < row["goodput_fraction"] <= 0.96 and row["mct_p99_over_ideal"] >= 1.0

@@ -18,7 +18,7 @@ from dlcp.comm.collectives import PSClient, PSServer, RingAllReduce
 from dlcp.comm.packets import sub_layers
 from dlcp.comm.settings import CommConfig
 from dlcp.transport.api import Peer, TransportConfig
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.workloads.contract import GradMessage, MessageLayout
 
@@ -50,7 +50,7 @@ def cluster():
     def make(world, with_ps, per_rank=None):
         """Transports for ranks 0..world-1 (and the PS); per_rank(rank) -> extra config."""
         ranks = list(range(world)) + ([PS_RANK] if with_ps else [])
-        ts = {r: Transport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP,
+        ts = {r: UdpTransport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP,
                                            **(per_rank(r) if per_rank else {})), []) for r in ranks}
         made.extend(ts.values())
         for r, t in ts.items():

@@ -27,7 +27,7 @@ from dlcp.comm.settings import CommConfig, CommPolicy
 from dlcp.comm.wire_ids import WireIdError, WireIds, phase_of, transfer_ids
 from dlcp.settings import ConfigError
 from dlcp.transport.api import Peer, TransportConfig
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.workloads.contract import GradMessage, MessageLayout
 
 VPP = 20
@@ -139,7 +139,7 @@ def cluster():
     made = []
 
     def make(world, **cfg):
-        ts = [Transport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP, **cfg), [])
+        ts = [UdpTransport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP, **cfg), [])
               for r in range(world)]
         made.extend(ts)
         for t in ts:

@@ -49,7 +49,7 @@ def topo() -> SwitchTopo:
 def config(build_files) -> SwitchConfig:
     p4info, bmv2_json = build_files
     return SwitchConfig(policy="dlcp", load_balancing="spray_rr", qmax=32, k1=24, k2=16, k3=8,
-                        port_thresholds={1: Thresholds(qmax=40, k1=30, k2=20, k3=10)},
+                        port_thresholds={1: Thresholds(qmax=40, k1=30, k2=20, k3=10)}, ecn_k=12, ecn_k_prio={5: 4},
                         p4info=str(p4info), bmv2_json=str(bmv2_json))
 
 
@@ -81,6 +81,9 @@ def expected_updates() -> list[p4runtime_pb2.Update]:
         upd("MODIFY", pn.LB_CONFIG, pn.SET_LB_MODE, [(1, r"\002")], default=True),
         upd("MODIFY", pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS,
             [(1, " "), (2, r"\030"), (3, r"\020"), (4, r"\010")], default=True),
+        upd("MODIFY", pn.ECN_THRESHOLD, pn.SET_ECN_THRESHOLD, [(1, r"\014")], default=True),
+        upd("INSERT", pn.ECN_THRESHOLD, pn.SET_ECN_THRESHOLD, [(1, r"\004")],
+            matches=r'match { field_id: 2 ternary { value: "\005" mask: "\007" } }', priority=10),
         upd("INSERT", pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS,
             [(1, "("), (2, r"\036"), (3, r"\024"), (4, r"\n")], matches=exact(1, r"\001")),
         upd("INSERT", pn.IPV4_LPM, pn.SET_NHOP_GROUP, [(1, r"\001"), (2, r"\001")],

@@ -10,12 +10,12 @@ import pytest
 
 from dlcp.comm.alltoall import TransportAllToAll
 from dlcp.transport.api import Peer, TransportConfig, TransportError
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire.tagging import TaggingConfig, tag_message
 
 
 def make_group(world, timeout_s=20.0, **cfg):
-    endpoints = [Transport(TransportConfig(rank=r, data_port=0, control_port=0, inject_seed=r, **cfg), [])
+    endpoints = [UdpTransport(TransportConfig(rank=r, data_port=0, control_port=0, inject_seed=r, **cfg), [])
                  for r in range(world)]
     for t in endpoints:
         for u in endpoints:
@@ -103,7 +103,7 @@ def test_a_silent_peer_is_an_error_not_a_hang(closing):
 
 
 def test_bad_set_up_is_a_clear_error(closing):
-    lonely = Transport(TransportConfig(rank=0, data_port=0, control_port=0), [])
+    lonely = UdpTransport(TransportConfig(rank=0, data_port=0, control_port=0), [])
     try:
         with pytest.raises(ValueError, match=r"no peer for ranks \[1, 2\]"):
             TransportAllToAll(lonely, 3)

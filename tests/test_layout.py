@@ -82,6 +82,21 @@ def test_every_dlcp_unit_is_known():
     assert units == set(DLCP_ALLOWED), "add the new unit to DLCP_ALLOWED (and docs/design.md)"
 
 
+NO_IO = {"socket", "threading", "time", "select", "selectors", "os", "ctypes", "asyncio", "subprocess"}
+
+
+def test_transport_core_does_no_io():
+    """The protocol core is driven by events and the caller's clock (a simulator drives it too): it may
+    not touch sockets, threads or clocks, nor import the drivers that do."""
+    core = {m: p for m, p in MODULES.items() if m.startswith("dlcp.transport.core")}
+    assert core
+    bad = {m: sorted(t for t in imports_of(p) if t.split(".")[0] in NO_IO or
+                     (t.startswith("dlcp.transport.") and t.split(".")[2] in ("udp_driver", "udpio", "sockets", "sync",
+                                                                             "virtual", "tcp_baseline", "factory")))
+           for m, p in core.items()}
+    assert not {m: v for m, v in bad.items() if v}
+
+
 def test_dlcp_units_depend_downward_only():
     bad = []
     for m, p in MODULES.items():

@@ -19,7 +19,7 @@ import pytest
 from refswitch_frames import runtime_doc
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire import header as H
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.tagging import Tags
@@ -64,12 +64,12 @@ class Star:
             self.close()
             raise
 
-    def transport(self, k: int, **kw) -> Transport:
+    def transport(self, k: int, **kw) -> UdpTransport:
         with in_netns(self.hosts[k]):  # sockets and threads live in the host's namespace
-            return Transport(TransportConfig(rank=k, ip=f"10.0.0.{k}", data_port=9910, control_port=9911,
+            return UdpTransport(TransportConfig(rank=k, ip=f"10.0.0.{k}", data_port=9910, control_port=9911,
                                              values_per_pkt=VPP, **kw), [])
 
-    def connect(self, t: Transport, k: int) -> None:
+    def connect(self, t: UdpTransport, k: int) -> None:
         with in_netns(self.hosts[k]):
             t.connect()
 
@@ -135,7 +135,7 @@ def test_control_handshake_travels_at_control_priority(tmp_path):
         cap = raw_socket("lo", ns)
         cap.settimeout(0.2)
         with in_netns(ns):
-            t = Transport(TransportConfig(rank=1, data_port=0, control_port=0), [])
+            t = UdpTransport(TransportConfig(rank=1, data_port=0, control_port=0), [])
             try:
                 c = socket.create_connection(("127.0.0.1", t.control_port), timeout=2)
                 c.close()

@@ -9,6 +9,7 @@ import pytest
 from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from dlcp.network.runtime_file import parse_runtime
+from dlcp.wire.header import tos_of
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.switch import load_fastpath
 
@@ -22,14 +23,17 @@ def both(**kw):
     rt = parse_runtime(runtime_doc(**kw))
     model = Pipeline(rt, seed=1)
     engine = fastpath.Engine(batch=8, seed=1)
-    engine.set_tables(*Pipeline(rt).compiled_tables())
+    pipe = Pipeline(rt)
+    engine.set_tables(*pipe.compiled_tables())
+    engine.set_ecn(pipe.ecn_k)
     return model, engine
 
 
 def frames(rng: random.Random, n: int):
     """Valid frames of every kind, then truncated and byte-mutated copies, then random bytes."""
     base = [dlcp_frame(prio=p, drop_prec=d, dst=f"10.0.0.{rng.randrange(1, 6)}", ttl=rng.choice([0, 1, 2, 64]),
-                       telemetry=rng.random() < 0.3, sport=rng.randrange(65536))
+                       telemetry=rng.random() < 0.3, sport=rng.randrange(65536),
+                       tos=tos_of(p, d) | rng.randrange(4))  # every ECN codepoint
             for p in range(8) for d in range(4)]
     base += [probe_frame(prio=p, dst=f"10.0.0.{rng.randrange(1, 6)}", sport=rng.randrange(65536)) for p in range(8)]
     base += [udp_frame(dst=f"10.0.0.{rng.randrange(1, 6)}", sport=rng.randrange(65536), tos=rng.randrange(256))
@@ -53,7 +57,8 @@ def frames(rng: random.Random, n: int):
 @pytest.mark.parametrize("lb_mode", ["per_flow", "spray_rr"])
 def test_c_engine_matches_the_model(lb_mode):
     model, engine = both(routes={"10.0.0.0/30": [1, 2], "10.0.0.4/32": [3, 4, None], "10.0.0.2/32": [2]},
-                         lb_mode=lb_mode, thresholds=(4, 3, 2, 1))
+                         lb_mode=lb_mode, thresholds=(4, 3, 2, 1), ecn_k=3,
+                         ecn_entries=[({"qid": 5}, 10, 1), ({"egress_port": 2, "qid": 5}, 20, 2)])
     rng = random.Random(7)
     queued = []
     for i, f in enumerate(frames(rng, 6000)):
@@ -70,9 +75,12 @@ def test_c_engine_matches_the_model(lb_mode):
             assert a == b
     cm, ce = model.counters(), engine.counters()
     for key in ("admitted_pkts", "admitted_bytes", "early_pkts", "early_bytes", "tail_pkts", "tail_bytes",
-                "drops_pkts", "drops_bytes", "lpm_hits", "classify_hits", "occupancy", "rr_next"):
+                "drops_pkts", "drops_bytes", "lpm_hits", "classify_hits", "occupancy", "rr_next", "ce_pkts",
+                "ce_bytes"):
         assert list(cm[key]) == list(ce[key]), key
     assert sum(cm["early_pkts"]) and sum(cm["tail_pkts"]) and all(cm["drops_pkts"][:4])  # every path was taken
+    ce = cm["ce_pkts"]
+    assert sum(ce) > 0  # marking was exercised (its exact thresholds: test_refswitch_pipeline.py)
 
 
 def test_c_engine_spray_random_spreads():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pytest
 from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from dlcp.network import pipeline_names as P
@@ -157,11 +158,44 @@ def test_admission_early_and_tail_drops():
     # occupancy of (port 2, q3) grows only with admitted packets; each color stops at its threshold
     assert sum(results[3]) == 2 and sum(results[2]) == 2 and sum(results[1]) == 2 and sum(results[0]) == 2
     assert p.occupancy[2 * 8 + 3] == 8
-    idx = lambda c: P.queue_counter_index(2, 3, c)  # noqa: E731
+    idx = lambda c: P.queue_counter_index(2, 3, c)
     assert [p.early[0][idx(c)] for c in (1, 2, 3)] == [8, 8, 8]
     assert p.tail[0][idx(0)] == 8 and p.admitted[0][idx(0)] == 2
     p.egress(bytearray(dlcp_frame()), 2, 3, -1, 0, 0, False)
     assert p.occupancy[2 * 8 + 3] == 7
+
+
+@pytest.mark.parametrize("ect", [1, 2])
+def test_ecn_marks_from_the_kth_packet_of_a_queue(ect):
+    # K = 3 switch-wide, 1 for queue 5 anywhere, 5 for queue 5 of port 2 (the most specific entry wins
+    # by priority); packets go to port 2 (10.0.0.2)
+    p = pipeline(thresholds=(64, 48, 32, 16), ecn_k=3,
+                 ecn_entries=[({"qid": 5}, 10, 1), ({"egress_port": 2, "qid": 5}, 20, 5)])
+    for prio, k in ((3, 3), (5, 5)):
+        marks = []
+        for _ in range(8):
+            f = bytearray(dlcp_frame(prio=prio, tos=(prio << 5) | ect))
+            assert p.ingress(f, 1)
+            marks.append(f[15] & 3 == 3)
+            assert _ipv4_ok(f)
+        assert marks == [False] * k + [True] * (8 - k), (prio, marks)  # queued before it: 0, 1, ...
+        assert p.ce_marked[0][2 * 8 + prio] == 8 - k
+    q = pipeline(ecn_k=0, ecn_entries=[({"qid": 5}, 10, 1)])  # queue 5 of every port: K = 1
+    f = bytearray(dlcp_frame(prio=5, dst="10.0.0.3", tos=(5 << 5) | ect))
+    q.ingress(f, 1)
+    q.ingress(f2 := bytearray(dlcp_frame(prio=5, dst="10.0.0.3", tos=(5 << 5) | ect)), 1)
+    assert f[15] & 3 == ect and f2[15] & 3 == 3
+
+
+def test_ecn_leaves_not_ect_and_ce_alone():
+    p = pipeline(ecn_k=0)  # every admitted ECN-capable packet is marked
+    for ecn, after in ((0, 0), (3, 3), (2, 3), (1, 3)):
+        f = bytearray(dlcp_frame(prio=2, tos=(2 << 5) | ecn))
+        assert p.ingress(f, 1) and f[15] & 3 == after and _ipv4_ok(f)
+    assert p.ce_marked[0][2 * 8 + 2] == 2  # only the ECT(0) and ECT(1) packets were marked here
+    d = pipeline(ecn_k=P.ECN_NEVER)
+    f = bytearray(dlcp_frame(prio=2, tos=(2 << 5) | 2))
+    assert d.ingress(f, 1) and f[15] & 3 == 2
 
 
 def _ipv4_ok(f: bytes) -> bool:

@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dlcp.comm.alltoall import GlooAllReduce, TransportAllToAll
 from dlcp.ddp_hook import DlcpHookState, dlcp_hook
 from dlcp.transport.api import TransportConfig
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.models import build_model
 
@@ -48,17 +48,17 @@ def _late_rank0(make_state):
     drops the DESCRIBE of an unknown sender and the message stalls until FORCE_STOP)."""
     if dist.get_rank() != 0:
         return make_state()
-    add_peer = Transport.add_peer
+    add_peer = UdpTransport.add_peer
 
     def late_add_peer(self, peer):
         time.sleep(0.5)
         add_peer(self, peer)
 
-    Transport.add_peer = late_add_peer
+    UdpTransport.add_peer = late_add_peer
     try:
         return make_state()
     finally:
-        Transport.add_peer = add_peer
+        UdpTransport.add_peer = add_peer
 
 
 def _train(rank, data, variant):

@@ -12,7 +12,7 @@ import pytest
 from lossy_proxy import LossyProxy
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire import control_frames as C
 from dlcp.wire import header as H
 from dlcp.wire.chunking import MessageId, packetize
@@ -26,9 +26,9 @@ def make_pair():
     made = []
 
     def make(proxy=None, send_cfg=None, recv_cfg=None):
-        a = Transport(TransportConfig(rank=0, data_port=0, control_port=0, values_per_pkt=VPP,
+        a = UdpTransport(TransportConfig(rank=0, data_port=0, control_port=0, values_per_pkt=VPP,
                                       **(send_cfg or {})), [])
-        b = Transport(TransportConfig(rank=1, data_port=0, control_port=0, values_per_pkt=VPP,
+        b = UdpTransport(TransportConfig(rank=1, data_port=0, control_port=0, values_per_pkt=VPP,
                                       **(recv_cfg or {})), [])
         made.extend([a, b])
         px = None
@@ -253,8 +253,9 @@ def test_pacing_limits_rate(make_pair):
     assert r.received.all() and time.monotonic() - t0 >= 0.045
 
 
-def test_tos_follows_priority_and_drop_precedence(make_pair):
-    a, b, _ = make_pair()
+@pytest.mark.parametrize("cc", ["dctcp", "none"])
+def test_tos_follows_priority_and_drop_precedence(make_pair, cc):
+    a, b, _ = make_pair(send_cfg={"cc": cc})
     sniff = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sniff.bind(("127.0.0.1", 0))
     sniff.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
@@ -271,9 +272,11 @@ def test_tos_follows_priority_and_drop_precedence(make_pair):
         got.append((data, anc[0][2][0]))
     sniff.close()
     data = [(H.unpack_from(d), tos) for d, tos in got[:4]]
-    # highest priority first, protected first within a priority; TOS = DSCP(prio, drop_prec) << 2
+    # highest priority first, protected first within a priority; TOS = DSCP(prio, drop_prec) << 2,
+    # ECN-capable (ECT(0)) under congestion control
     assert [h.seq for h, _ in data] == [3, 1, 2, 0]
-    assert all(tos == H.tos_of(int(tags.prio[h.seq]), int(tags.drop_prec[h.seq])) for h, tos in data)
+    ecn = H.ECN_ECT0 if cc == "dctcp" else H.ECN_NOT_ECT
+    assert all(tos == H.tos_of(int(tags.prio[h.seq]), int(tags.drop_prec[h.seq])) | ecn for h, tos in data)
     # then the PROBE, in band: the round's lowest priority, drop precedence 0, PROTECTED
     frame, tos = got[4]
     p = H.unpack_from(frame)
@@ -352,7 +355,7 @@ def test_recv_timeout_is_one_clear_error(make_pair):
 def test_port_in_use_is_one_clear_error(make_pair):
     a, b, _ = make_pair()
     with pytest.raises(TransportError, match="cannot open data port"):
-        Transport(TransportConfig(rank=2, data_port=a.data_port, control_port=0), [])
+        UdpTransport(TransportConfig(rank=2, data_port=a.data_port, control_port=0), [])
 
 
 def test_per_packet_records(make_pair):
@@ -420,7 +423,7 @@ def test_low_priority_message_behind_strict_priority_queue_is_not_forced():
     # on the control channel would overtake A's queued data, the receiver would ask for all of it
     # (premature BITMAPs), A would resend what is still queued and be forced after r_max rounds
     # while the data then arrives "late". In band, A's PROBE waits in priority 1 behind A's data.
-    ts = [Transport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP, r_max=2), [])
+    ts = [UdpTransport(TransportConfig(rank=r, data_port=0, control_port=0, values_per_pkt=VPP, r_max=2), [])
           for r in range(3)]
     a, b, c = ts
     px = LossyProxy(("127.0.0.1", b.data_port), ("127.0.0.1", b.control_port), rate_pps=3000)
@@ -466,6 +469,7 @@ def test_low_priority_message_behind_strict_priority_queue_is_not_forced():
 def test_retransmissions_are_protected_on_the_wire():
     """Requested packets are needed to finish within budget: they go out as RETX with drop
     precedence 0 (PROTECTED, DSCP without drop precedence) so switches do not early-drop them again."""
+    from dlcp.transport.core.outputs import Round
     from dlcp.transport.udpio import plan_for
     from dlcp.wire import header as H
     from dlcp.wire.chunking import MessageId, packetize
@@ -476,11 +480,58 @@ def test_retransmissions_are_protected_on_the_wire():
                 mag_class=np.full(n, 8, np.uint8), layer_id=np.zeros(n, np.uint16))
     batch = packetize(np.zeros(n * 350, np.float32), MessageId(msg_id=7), tags)
     dest = np.zeros(16, np.uint8)
-    first = plan_for(batch, np.arange(n), dest)
-    again = plan_for(batch, np.arange(n), dest, retransmission=True)
+    order = np.arange(n)
+    first = plan_for(Round((1, 0, 0, 7), 1, 1, batch, order, order, retx=False, ecn=False), dest)
+    again = plan_for(Round((1, 0, 0, 7), 1, 2, batch, order, order, retx=True, ecn=False), dest)
     assert [H.unpack_from(r).drop_prec for r in first.rows] == [0, 1, 2, 3]
     for row, tos in zip(again.rows, again.tos):
         h = H.unpack_from(row)
         assert (h.type, h.drop_prec, h.prio) == (H.TYPE_RETX, 0, 5) and h.protected
         assert tos == H.tos_of(5, 0)
     assert [H.unpack_from(r).drop_prec for r in batch.headers] == [0, 1, 2, 3]  # originals untouched
+
+
+def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
+    # a sender by hand: DESCRIBE asking for FEEDBACK on a control connection, then 20 data packets,
+    # every fourth one CE-marked (the TOS byte a switch would have rewritten)
+    a, b, _ = make_pair(recv_cfg={"feedback_every": 5, "host_mark_ms": 0})  # switch marks only
+    g, batch, _ = message(n_pkts=20)
+    ctl = socket.create_connection(("127.0.0.1", b.control_port))
+    ctl.sendall(C.encode(C.Control(C.DESCRIBE, 1, 0, 1, H.PHASE_PUSH, 0, 7, 20, n_values=20 * VPP,
+                                   drop_prec=np.zeros(20, np.uint8), budget_ppm=0, feedback=True)))
+    time.sleep(0.1)  # the DESCRIBE first, so every packet is reported at once
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i in range(20):
+        ecn = H.ECN_CE if i % 4 == 0 else H.ECN_ECT0
+        u.sendmsg([batch.to_bytes(i)], [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", H.tos_of(1, 0) | ecn))],
+                  0, ("127.0.0.1", b.data_port))
+    u.close()
+    reader, fb = C.FrameReader(), []
+    ctl.settimeout(3)
+    while len(fb) < 4:
+        fb += [C.decode(body) for body in reader.feed(ctl.recv(4096))]
+    ctl.close()
+    assert [(m.type, m.rcvd_pkts, m.ce_pkts) for m in fb] == [(C.FEEDBACK, 5 * k, [2, 3, 4, 5][k - 1])
+                                                              for k in (1, 2, 3, 4)]
+    assert b.stats()["ce_received"] == 5
+
+
+def test_batch_receiver_reads_tos_and_how_long_a_datagram_waited():
+    from dlcp.transport.udpio import BatchReceiver
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setblocking(False)
+    br = BatchReceiver(rx, batch=8)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for i, tos in enumerate((0, H.tos_of(3, 1) | H.ECN_ECT0, H.tos_of(6, 0) | H.ECN_CE)):
+        tx.sendmsg([bytes([i]) * (100 + i)], [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos))], 0,
+                   rx.getsockname())
+    sent = time.time()
+    time.sleep(0.05)
+    assert br.recv() == 3
+    assert br.lengths == [100, 101, 102] and br.tos == [0, H.tos_of(3, 1) | 2, H.tos_of(6, 0) | 3]
+    assert all(0.045 < time.time() - t < 1.0 and t <= sent + 0.001 for t in br.arrived)
+    assert bytes(br.view[2 * 2048: 2 * 2048 + 102]) == bytes([2]) * 102
+    assert br.recv() == 0
+    tx.close()
+    rx.close()

@@ -18,7 +18,7 @@ It may be called from a helper thread (one call at a time per rank) and has `wor
 `values_per_pkt`, `stats` (ExchangeStats) and `close()`.
 
 `TransportAllToAll` (the hook's default): every rank sends its bucket to every other rank as one
-message of the bounded-loss transport (dlcp/transport/bounded_loss.py, docs/transport.md): in-band PROBE,
+message of the bounded-loss transport (dlcp/transport/udp_driver.py over dlcp/transport/core/, docs/transport.md): in-band PROBE,
 BITMAP / STOP / FORCE_STOP on TCP, retransmission of protected packets and of whatever exceeds the
 loss budget, at most `r_max` rounds within `deadline_ms`. A message the transport had to force is
 counted (`stats.forced`) and logged; its missing packets lower `count` like accepted losses.
@@ -44,7 +44,7 @@ import numpy as np
 from dlcp.comm.api import Collective, Handle, OpData, Reduced, completed
 from dlcp.comm.wire_ids import MSG_ID_SPACE, WireIds
 from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
-from dlcp.transport.bounded_loss import Transport
+from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT
@@ -114,14 +114,14 @@ def _local_address() -> str:
 class TransportAllToAll(_Exchange):
     """All-to-all of every bucket over the bounded-loss transport (see the module docstring).
 
-    `endpoint` is this rank's `Transport` (wire rank = process-group rank) with every other rank
+    `endpoint` is this rank's `UdpTransport` (wire rank = process-group rank) with every other rank
     as a peer; the object owns it and closes it in `close()`. `timeout_s` bounds the wait for one
     peer's message (a peer that never sends raises TransportError, which DDP re-raises in
     backward). The transport's message records of the latest `keep_rows` messages stay in
     `message_rows` (dlcp.records.MESSAGE_COLUMNS), older ones are dropped.
     """
 
-    def __init__(self, endpoint: Transport, world: int, *, timeout_s: float = 60.0, keep_rows: int = 10_000):
+    def __init__(self, endpoint: UdpTransport, world: int, *, timeout_s: float = 60.0, keep_rows: int = 10_000):
         self.rank = endpoint.cfg.rank
         if not 0 <= self.rank < world <= PS_RANK:
             raise ValueError(f"rank {self.rank} outside 0..{world - 1} (at most {PS_RANK} ranks)")
@@ -150,7 +150,7 @@ class TransportAllToAll(_Exchange):
         config = config.replace(rank=rank, ip=host or _local_address(), data_port=data_port,
                                 control_port=control_port, host=config.host or f"rank{rank}",
                                 inject_seed=config.inject_seed * 1000 + rank)
-        endpoint = Transport(config, [])
+        endpoint = UdpTransport(config, [])
         try:
             addresses = [None] * world
             dist.all_gather_object(addresses, (config.ip, endpoint.data_port, endpoint.control_port), group=group)

@@ -42,6 +42,7 @@ NHOP = _I + "nhop"
 LB_CONFIG = _I + "lb_config"
 CLASSIFY = _I + "classify"
 QUEUE_THRESHOLDS = _I + "queue_thresholds"
+ECN_THRESHOLD = _I + "ecn_threshold"  # K per egress port and queue (p4/include/ecn.p4)
 
 # actions
 SET_NHOP_GROUP = _I + "set_nhop_group"
@@ -52,6 +53,7 @@ CLASSIFY_FROM_DLCP = _I + "classify_from_dlcp"
 CLASSIFY_FROM_DSCP = _I + "classify_from_dscp"
 SET_CLASS = _I + "set_class"
 SET_THRESHOLDS = _I + "set_thresholds"
+SET_ECN_THRESHOLD = _I + "set_ecn_threshold"  # (k, packets; ECN_NEVER = never mark)
 
 # registers
 OCCUPANCY = _I + "occupancy"  # index port * N_QUEUES + qid
@@ -62,6 +64,7 @@ ADMITTED = _I + "admitted"  # index (port * N_QUEUES + qid) * N_COLORS + color
 EARLY_DROPS = _I + "early_drops"  # same index
 TAIL_DROPS = _I + "tail_drops"  # same index
 DROPS = _I + "drops"  # index: drop reason
+CE_MARKED = _I + "ce_marked"  # index port * N_QUEUES + qid: packets this switch marked CE
 
 # direct counters
 IPV4_LPM_HITS = _I + "ipv4_lpm_hits"
@@ -188,6 +191,10 @@ PIPELINE = PipelineSpec(
               size=64, direct_counter=CLASSIFY_HITS),
         Table(QUEUE_THRESHOLDS, (Key("egress_port", "exact", PORT_BITS),), (SET_THRESHOLDS,), SET_THRESHOLDS,
               {"qmax": 64, "k1": 48, "k2": 32, "k3": 16}, size=MAX_PORTS),
+        # ternary on both: an entry names a port, a queue or both; the default holds the switch-wide K
+        Table(ECN_THRESHOLD, (Key("egress_port", "ternary", PORT_BITS),
+                              Key("qid", "ternary", QID_BITS)),
+              (SET_ECN_THRESHOLD,), SET_ECN_THRESHOLD, {"k": 10}, size=64),
     ),
     actions=(
         Action(SET_NHOP_GROUP, (Param("group", GROUP_BITS), Param("size", GROUP_BITS))),
@@ -198,6 +205,7 @@ PIPELINE = PipelineSpec(
         Action(CLASSIFY_FROM_DSCP),
         Action(SET_CLASS, (Param("qid", QID_BITS), Param("color", COLOR_BITS))),
         Action(SET_THRESHOLDS, tuple(Param(p, THRESHOLD_BITS) for p in ("qmax", "k1", "k2", "k3"))),
+        Action(SET_ECN_THRESHOLD, (Param("k", THRESHOLD_BITS),)),
     ),
     registers=(
         Register(OCCUPANCY, 32, MAX_PORTS * N_QUEUES, writable=False),
@@ -206,6 +214,7 @@ PIPELINE = PipelineSpec(
     counters=(
         _queue_counter(ADMITTED), _queue_counter(EARLY_DROPS), _queue_counter(TAIL_DROPS),
         Counter(DROPS, 8, "drop reason"),
+        Counter(CE_MARKED, MAX_PORTS * N_QUEUES, "port * N_QUEUES + qid"),
     ),
     drop_reasons={"parser_error": 0, "not_ipv4": 1, "no_route": 2, "ttl_expired": 3},
     lb_modes={"per_flow": 0, "spray_random": 1, "spray_rr": 2},
@@ -262,6 +271,8 @@ DROP_REASONS = PIPELINE.drop_reasons
 LB_MODES = PIPELINE.lb_modes
 QUEUE_COUNTERS = (ADMITTED, EARLY_DROPS, TAIL_DROPS)
 DEFAULT_THRESHOLDS = TABLES[QUEUE_THRESHOLDS].default_params
+DEFAULT_ECN_K = TABLES[ECN_THRESHOLD].default_params["k"]
+ECN_NEVER = (1 << THRESHOLD_BITS) - 1  # an ECN threshold no queue reaches: never mark
 
 
 def queue_counter_index(port: int, qid: int, color: int) -> int:

@@ -17,7 +17,8 @@ members are those ports in the given order; the next hop's MAC is the peer MAC o
 equal-cost next hops) for topologies that do not want to list them by hand.
 
 Knobs (`SwitchConfig`, a settings model the experiment's `dlcp` section composes): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
-tail drop only), load-balancing mode, admission thresholds (switch-wide and per port).
+tail drop only), load-balancing mode, admission thresholds (switch-wide and per port), the ECN
+marking threshold K (switch-wide and per queue id).
 
 Every runtime made here is checked by the same reader the switches use (`runtime_file.parse_runtime`).
 """
@@ -114,9 +115,16 @@ class Thresholds(Settings):
         return {"qmax": self.qmax, "k1": self.k1, "k2": self.k2, "k3": self.k3}
 
 
+QueueId = Annotated[int, IntKey, Field(ge=0, le=pn.N_QUEUES - 1)]
+EcnK = Annotated[int, Field(ge=0, le=(1 << pn.THRESHOLD_BITS) - 1)]
+
+
 class SwitchSettings(Thresholds):
     """What an experiment sets about its switches besides the policy (keys of its `dlcp` section)."""
     load_balancing: LbMode = Field("spray_random", description="member choice for DLCP packets")
+    ecn_k: EcnK = Field(pn.DEFAULT_ECN_K,
+                        description="switches mark CE on ECN-capable packets once their queue holds this many")
+    ecn_k_prio: dict[QueueId, EcnK] = Field({}, description="priority (queue id 0..7) -> its own ecn_k")
 
 
 class SwitchConfig(SwitchSettings):
@@ -160,7 +168,11 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
     entries: list[dict[str, Any]] = [
         _default(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[cfg.load_balancing]}),
         _default(pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS, cfg.params()),
+        _default(pn.ECN_THRESHOLD, pn.SET_ECN_THRESHOLD, {"k": cfg.ecn_k}),
     ]
+    for qid in sorted(cfg.ecn_k_prio):
+        entries.append({"table": pn.ECN_THRESHOLD, "match": {"qid": qid}, "priority": 10,
+                        "action_name": pn.SET_ECN_THRESHOLD, "action_params": {"k": cfg.ecn_k_prio[qid]}})
     for port in sorted(cfg.port_thresholds):
         if port not in ports:
             raise RuntimeSpecError(f"{sw.name}: thresholds for port {port}, which the switch does not have")

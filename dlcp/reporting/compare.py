@@ -51,6 +51,7 @@ METRICS = (
     Metric("protected_lost", "protected packets lost", "lower", ("loss", "protected_lost")),
     Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
+    Metric("ce_marked_pkts", "switch CE marks (pkts)", "lower", ("switch", "ce_marked", "pkts")),
 )
 # What the terminal shows: the headline, compactly, with what the transport and the switch did.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",

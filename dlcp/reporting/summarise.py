@@ -193,6 +193,17 @@ def _num(v) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
+def _ce_marked(counters: list[dict]) -> dict:
+    """Packets the switches marked CE (the `ecn_marks` rows of the dumps): in total and by priority."""
+    by_prio: dict[str, int] = {}
+    for dump in counters:
+        for r in dump.get("ecn_marks", []) or []:
+            if isinstance(r, dict):
+                by_prio[str(int(_num(r.get("qid"))))] = by_prio.get(str(int(_num(r.get("qid")))), 0) + \
+                    int(_num(r.get("ce_marked_pkts")))
+    return {"pkts": sum(by_prio.values()), "by_prio": dict(sorted(by_prio.items(), reverse=True))}
+
+
 def switch_section(counters: list[dict]) -> dict:
     by_queue: dict[tuple, dict] = {}
     by_port: dict[tuple, dict] = {}
@@ -226,6 +237,7 @@ def switch_section(counters: list[dict]) -> dict:
                                                                                     kv[0][3]))],
         "by_prio": {str(k): with_rate(r) for k, r in sorted(by_prio.items(), reverse=True)},
         "by_drop_prec": {str(k): with_rate(r) for k, r in sorted(by_color.items())},
+        "ce_marked": _ce_marked(counters),
         "drops": {d["switch"]: d.get("drops") for d in counters if isinstance(d.get("drops"), dict)},
         "telemetry": {d["switch"]: d["telemetry"] for d in counters if isinstance(d.get("telemetry"), dict)},
         "ports": {d["switch"]: d["ports"] for d in counters if isinstance(d.get("ports"), list)},

@@ -1,20 +1,16 @@
 """What every transport shares: its settings, the peer address, what a send and a receive return,
-its errors, and the TCP helpers both drivers use. The bounded-loss transport (bounded_loss.py) and
-the plain-TCP baseline (tcp_baseline.py) implement the same interface on top of these."""
+and its errors. Plain data: the protocol core (core/), its drivers (udp_driver.py, virtual.py) and
+the plain-TCP baseline (tcp_baseline.py) all build on these."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from dataclasses import dataclass
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import Field
 
 from dlcp.settings import Fraction, IntKey, Settings
-from dlcp.transport.udpio import SendImpl
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     DATA_PORT,
@@ -31,6 +27,10 @@ MAX_R = (1 << dict(PROBE_FIELD_BITS)["round"]) - 2
 LayerId = Annotated[int, IntKey, Field(ge=0, le=(1 << dict(FIELD_BITS)["layer_id"]) - 1)]
 WireByte = Annotated[int, Field(ge=0, le=255)]  # job_id, rank: one byte on the wire
 TransportKind = Literal["dlcp", "tcp"]
+SendImpl = Literal["sendmmsg", "sendmsg"]  # how the UDP driver hands packets to the kernel
+SEND_IMPLS = get_args(SendImpl)
+CcMode = Literal["dctcp", "none"]  # sender congestion control (docs/transport.md, "Congestion control")
+CC_MODES = get_args(CcMode)
 
 
 class TransportError(RuntimeError):
@@ -55,6 +55,11 @@ class TransportSettings(Settings):
     probe_quiet_ms: float = Field(
         2.0, ge=0.1, description="receiver's initial quiet time before answering a PROBE whose round is incomplete")
     probe_rto_ms: float = Field(20.0, ge=1, description="floor of the sender's PROBE timeout (re-probe)")
+    cc: CcMode = Field("dctcp", description="sender congestion control: an ECN-driven window per destination, or none")
+    cc_init_window: int = Field(10, ge=1, le=4096, description="packets in flight before the first FEEDBACK")
+    feedback_every: int = Field(16, ge=1, le=4096, description="receivers report at least every this many packets")
+    host_mark_ms: float = Field(
+        5.0, ge=0, description="a packet that waited longer in its receiving host counts as CE (0 = never)")
 
 
 class TransportConfig(TransportSettings):
@@ -120,40 +125,6 @@ class SendResult:
         return self.complete_us - self.start_us
 
 
-class SendHandle:
-    def __init__(self, key):
-        self.key = key
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._callbacks: list = []
-        self.result: SendResult | None = None
-
-    def done(self) -> bool:
-        return self._event.is_set()
-
-    def add_done_callback(self, fn) -> None:
-        """Run fn(handle) once the send is finished: at once if it is, else in the transport's
-        thread that finishes it (so fn must not block)."""
-        with self._lock:
-            if not self._event.is_set():
-                self._callbacks.append(fn)
-                return
-        fn(self)
-
-    def wait(self, timeout: float | None = None) -> SendResult:
-        if not self._event.wait(timeout):
-            raise TransportError(f"message {key_text(self.key)} not finished after {timeout} s")
-        return self.result
-
-    def _finish(self, result: SendResult) -> None:
-        with self._lock:
-            self.result = result
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn(self)
-
-
 @dataclass
 class RecvResult:
     """A received message: values (zeros where lost), which packets arrived, contribution counts."""
@@ -181,44 +152,6 @@ class RecvResult:
         return np.repeat(self.counts, self.values_per_pkt)[: self.values.size]
 
 
-def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str,
-                     prepare=None) -> socket.socket:
-    """A TCP connection from `local_ip` to `addr`, retried until `timeout` s (peers start within
-    seconds of each other); `prepare(sock)` sets options before connecting. Raises TransportError
-    naming `what` and the address."""
-    deadline = time.monotonic() + timeout
-    while True:
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if prepare is not None:
-            prepare(s)
-        try:
-            s.bind((local_ip, 0))
-            s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
-            s.connect(addr)
-            return s
-        except OSError as e:
-            s.close()
-            if time.monotonic() >= deadline or closing():
-                raise TransportError(f"no {what} at {addr[0]}:{addr[1]} after {timeout:.0f} s: "
-                                     f"{e.strerror or e}") from None
-            time.sleep(0.05)
-
-
-def wait_for_done(cond: threading.Condition, done: dict, key, timeout: float | None, closing, received):
-    """Pop `done[key]` once a transport thread puts it there (waiting on `cond`); raises
-    TransportError when the transport closes or after `timeout` s, saying what `received()` has."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with cond:
-        while key not in done:
-            if closing():
-                raise TransportError("transport closed")
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TransportError(f"no message {key_text(key)} after {timeout} s ({received()} received)")
-            cond.wait(1.0 if left is None else min(left, 1.0))
-        return done.pop(key)
-
-
 def key_text(key) -> str:
     peer, it, phase, msg = key
     return f"(peer {peer}, iter {it}, {PHASE_NAMES.get(phase, phase)}, msg {msg})"
@@ -228,11 +161,3 @@ def record_rank(rank: int) -> int:
     return -1 if rank == C.PS_RANK else rank
 
 
-
-def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
-    """Socket buffer of `size` bytes; as root beyond net.core.[rw]mem_max (SO_*BUFFORCE)."""
-    force = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}[opt]  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, force, size)
-    except OSError:
-        sock.setsockopt(socket.SOL_SOCKET, opt, size)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dlcp.transport.api import TransportConfig
-from dlcp.transport.bounded_loss import Transport
 from dlcp.transport.tcp_baseline import TcpTransport
+from dlcp.transport.udp_driver import UdpTransport
 
-TRANSPORTS = {"dlcp": Transport, "tcp": TcpTransport}
+TRANSPORTS = {"dlcp": UdpTransport, "tcp": TcpTransport}
 
 
 def make_transport(config: TransportConfig, peers):

@@ -1,6 +1,6 @@
 """Plain TCP for messages: the second baseline next to the `reliable` DLCP mode.
 
-Same interface as `dlcp.transport.Transport` (send / recv / advance / stats / records), so the
+Same interface as `dlcp.transport.udp_driver.UdpTransport` (send / recv / advance / stats / records), so the
 collectives and agents run unchanged with `dlcp.transport = "tcp"`. Each message goes as one frame on
 a TCP connection per destination (to the peer's data port, TCP), with the IP TOS of the message's
 first packet class; the receiver acknowledges each complete message, and the sender's completion
@@ -20,20 +20,10 @@ import threading
 import numpy as np
 
 from dlcp.records import now_us
-from dlcp.transport.api import (
-    Peer,
-    RecvResult,
-    SendHandle,
-    SendInfo,
-    SendResult,
-    TransportConfig,
-    TransportError,
-    connect_retrying,
-    key_text,
-    record_rank,
-    set_socket_buffer,
-    wait_for_done,
-)
+from dlcp.transport.api import Peer, RecvResult, SendInfo, SendResult, TransportConfig, TransportError, key_text
+from dlcp.transport.records import message_row
+from dlcp.transport.sockets import connect_retrying, set_socket_buffer
+from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.wire.control_frames import MAX_MSG_PKTS, PS_RANK
 from dlcp.wire.header import PHASE_NAMES, VALUE_BYTES, field_values, header_fields, tos_of
 from dlcp.wire.tagging import n_packets
@@ -292,11 +282,10 @@ class TcpTransport:
 
 
 def _row(cfg, side, peer, key, rec_msg_id, step, lf, ll, prio, n_values, n_pkts, start, first, done) -> dict:
-    return {"host": cfg.host, "rank": record_rank(cfg.rank), "side": side, "peer": record_rank(peer),
-            "iter": key[1], "msg_id": rec_msg_id, "phase": PHASE_NAMES[key[2]], "step": step,
-            "layer_first": lf, "layer_last": ll, "prio": prio, "bytes": n_values * VALUE_BYTES, "pkts": n_pkts,
-            "lost_pkts": 0, "retx_pkts": 0, "rounds": 1, "forced": 0, "protected_lost": 0,
-            "start_us": start, "first_byte_us": first, "complete_us": done, "mct_us": done - start}
+    return message_row(cfg.host, cfg.rank, side, peer, key, rec_msg_id=rec_msg_id, step=step, layer_first=lf,
+                       layer_last=ll, prio=prio, nbytes=n_values * VALUE_BYTES, pkts=n_pkts, lost_pkts=0,
+                       retx_pkts=0, rounds=1, forced=False, protected_lost=0, start_us=start, first_byte_us=first,
+                       complete_us=done)
 
 
 __all__ = ["TcpTransport", "PS_RANK"]

@@ -1,4 +1,5 @@
-"""Batched UDP sends of pre-built DLCP packets: sendmmsg(2) through ctypes, sendmsg(2) as fallback.
+"""Batched UDP I/O of DLCP packets: sendmmsg(2) / recvmmsg(2) through ctypes, sendmsg(2) /
+recvmsg(2) as fallback.
 
 A `SendPlan` describes the packets of one message in sending order as flat numpy arrays built in a
 few vectorised steps: one `iovec` pair (header row, payload slice) per packet and one IP_TOS
@@ -10,6 +11,10 @@ references to both for as long as it lives.
 
 Linux-only (sendmmsg, IP_TOS ancillary data on UDP sockets); `sendmsg` mode works wherever Python's
 `socket.sendmsg` does and is kept for comparison (`dlcp bench transport --send-impl sendmsg`).
+
+`BatchReceiver` takes up to `batch` datagrams per recvmmsg call into one buffer, each with the TOS
+byte of its IPv4 header (IP_RECVTOS: the ECN bits) and the kernel's receive time (SO_TIMESTAMPNS:
+how long it waited in the socket buffer): the receiver reports both for congestion feedback.
 """
 
 from __future__ import annotations
@@ -20,24 +25,12 @@ import errno as errno_mod
 import os
 import socket
 import struct
-from typing import Literal, get_args
 
 import numpy as np
 
-from dlcp.wire.header import (
-    FLAG_PROTECTED,
-    HEADER_LEN,
-    TELEMETRY_LEN,
-    TYPE_RETX,
-    VALUE_BYTES,
-    field_values,
-    header_fields,
-    set_field_values,
-    tos_of,
-)
-
-SendImpl = Literal["sendmmsg", "sendmsg"]
-SEND_IMPLS = get_args(SendImpl)
+from dlcp.transport.api import SendImpl
+from dlcp.transport.core.outputs import Round
+from dlcp.wire.header import HEADER_LEN, TELEMETRY_LEN, VALUE_BYTES
 
 _IOVEC = np.dtype([("base", "<u8"), ("len", "<u8")])
 # struct mmsghdr on x86-64 / aarch64 Linux: struct msghdr (56 bytes) + unsigned int msg_len + pad
@@ -57,13 +50,19 @@ assert _CMSG.itemsize == 24
 _libc = None
 
 
-def _sendmmsg_fn():
+def _libc_fn(name: str):
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         _libc.sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
         _libc.sendmmsg.restype = ctypes.c_int
-    return _libc.sendmmsg
+        _libc.recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+        _libc.recvmmsg.restype = ctypes.c_int
+    return getattr(_libc, name)
+
+
+def _sendmmsg_fn():
+    return _libc_fn("sendmmsg")
 
 
 def sendmmsg_available() -> bool:
@@ -133,22 +132,12 @@ class SendPlan:
         self.wire_bytes = plen + (28 + HEADER_LEN + (TELEMETRY_LEN if telemetry else 0))
 
 
-def plan_for(batch, order, dest: np.ndarray, retransmission: bool = False) -> SendPlan:
-    """SendPlan for packets `order` of PacketBatch `batch` to `dest`.
-
-    A retransmission goes out as RETX with drop precedence 0 and the PROTECTED flag: the receiver
-    asked for exactly these packets because the message cannot finish within budget without them,
-    so a switch must not early-drop them again (they still tail-drop when a queue is full).
-    """
-    order = np.asarray(order, dtype=np.int64)
-    rows = batch.headers[order]  # a copy, in sending order
-    f = header_fields(rows)  # a view: writes land in rows
-    if retransmission:
-        set_field_values(f, "type", TYPE_RETX)
-        set_field_values(f, "drop_prec", 0)
-        set_field_values(f, "flags", field_values(f, "flags") | FLAG_PROTECTED)
-    tos = tos_of(field_values(f, "prio").astype(np.int32), field_values(f, "drop_prec").astype(np.int32))
-    return SendPlan(rows, batch.values, batch.values_per_pkt, order, tos, dest, bool(batch.telemetry))
+def plan_for(rnd: Round, dest: np.ndarray) -> SendPlan:
+    """SendPlan for the packets of round `rnd` that go on the wire, to `dest` (headers and TOS from
+    `Round.header_rows`: RETX rewriting, ECN-capable marking)."""
+    rows, tos = rnd.header_rows()
+    batch = rnd.batch
+    return SendPlan(rows, batch.values, batch.values_per_pkt, rnd.wire, tos, dest, bool(batch.telemetry))
 
 
 class BatchSender:
@@ -219,6 +208,98 @@ class BatchSender:
             except OSError as e:
                 self._count_error(e.errno or 0)
         return sent
+
+
+IP_RECVTOS = 13  # <linux/in.h>; socket.IP_RECVTOS where Python exports it
+SO_TIMESTAMPNS = 35  # <asm-generic/socket.h>; its control message type is the same number
+MSG_TRUNC = 0x20
+RECV_SLOT = 2048  # bytes per datagram slot: a DLCP datagram is at most 24 + 8 + 1400 + 8 bytes
+_RX_CMSG_SPACE = 64  # room for IP_TOS (CMSG_SPACE(1) = 24) and SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32)
+
+
+class BatchReceiver:
+    """Receives datagrams from a non-blocking UDP socket, up to `batch` per system call, each with
+    its IPv4 TOS byte and receive time. After `recv()` returned n: datagram i is
+    `view[i * RECV_SLOT: ... + lengths[i]]` (valid until the next call), `tos[i]` its TOS,
+    `arrived[i]` when the kernel received it (time.time() seconds; 0.0 when unknown), `truncated[i]`
+    whether it was longer than a slot."""
+
+    def __init__(self, sock: socket.socket, batch: int = 64):
+        sock.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_RECVTOS", IP_RECVTOS), 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.batch = batch
+        self.buf = np.zeros(batch * RECV_SLOT, dtype=np.uint8)
+        self.view = memoryview(self.buf)
+        self.cmsg = np.zeros(batch * _RX_CMSG_SPACE, dtype=np.uint8)
+        self._fn = _libc_fn("recvmmsg") if sendmmsg_available() else None
+        iov = np.zeros(batch, dtype=_IOVEC)
+        iov["base"] = self.buf.ctypes.data + np.arange(batch, dtype=np.uint64) * RECV_SLOT
+        iov["len"] = RECV_SLOT
+        self.iov = iov
+        mm = np.zeros(batch, dtype=_MMSGHDR)
+        mm["iov"] = iov.ctypes.data + np.arange(batch, dtype=np.uint64) * _IOVEC.itemsize
+        mm["iovlen"] = 1
+        mm["control"] = self.cmsg.ctypes.data + np.arange(batch, dtype=np.uint64) * _RX_CMSG_SPACE
+        self.mm = mm
+        self.lengths: list[int] = []
+        self.tos: list[int] = []
+        self.arrived: list[float] = []
+        self.truncated: list[bool] = []
+
+    def recv(self) -> int:
+        """Take what is waiting (up to `batch` datagrams); 0 when nothing is. Raises OSError on a
+        socket error other than "nothing to read"."""
+        if self._fn is None:
+            return self._recv_one()
+        mm = self.mm
+        mm["controllen"] = _RX_CMSG_SPACE  # the kernel overwrites these per message
+        mm["flags"] = 0
+        n = self._fn(self.fd, mm.ctypes.data, self.batch, socket.MSG_DONTWAIT, None)
+        if n < 0:
+            err = ctypes.get_errno()
+            if err in (errno_mod.EAGAIN, errno_mod.EWOULDBLOCK, errno_mod.EINTR):
+                return 0
+            raise OSError(err, os.strerror(err))
+        if n == 0:
+            return 0
+        m = mm[:n]
+        self.lengths = m["len"].tolist()
+        self.truncated = ((m["flags"] & MSG_TRUNC) != 0).tolist()
+        c = self.cmsg.reshape(self.batch, _RX_CMSG_SPACE)[:n]
+        tos = np.zeros(n, np.int64)
+        arrived = np.zeros(n, np.float64)
+        # struct cmsghdr: u64 len, i32 level, i32 type, data; the kernel writes the timestamp
+        # (SOL_SOCKET, 32 bytes with its header) before IP_TOS (24), but either order is read
+        for off in (0, 24, 32):
+            level = c[:, off + 8: off + 12].copy().view("<i4")[:, 0]
+            typ = c[:, off + 12: off + 16].copy().view("<i4")[:, 0]
+            inside = m["controllen"] >= off + 16
+            is_tos = inside & (level == socket.IPPROTO_IP) & (typ == socket.IP_TOS)
+            tos = np.where(is_tos, c[:, off + 16], tos)
+            if off + 32 <= _RX_CMSG_SPACE:
+                ts = c[:, off + 16: off + 32].copy().view("<i8")  # struct timespec: sec, nsec
+                is_ts = inside & (level == socket.SOL_SOCKET) & (typ == SO_TIMESTAMPNS)
+                arrived = np.where(is_ts, ts[:, 0] + ts[:, 1] * 1e-9, arrived)
+        self.tos = tos.tolist()
+        self.arrived = arrived.tolist()
+        return n
+
+    def _recv_one(self) -> int:
+        try:
+            n, anc, flags, _ = self.sock.recvmsg_into([self.view[:RECV_SLOT]], _RX_CMSG_SPACE)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        tos, arrived = 0, 0.0
+        for level, typ, data in anc:
+            if level == socket.IPPROTO_IP and typ == socket.IP_TOS and data:
+                tos = data[0]
+            elif level == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS and len(data) >= 16:
+                sec, nsec = struct.unpack("qq", data[:16])
+                arrived = sec + nsec * 1e-9
+        self.lengths, self.tos, self.arrived, self.truncated = [n], [tos], [arrived], [bool(flags & MSG_TRUNC)]
+        return 1
 
 
 def _dest_tuple(dest: np.ndarray) -> tuple[str, int]:

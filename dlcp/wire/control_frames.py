@@ -1,5 +1,5 @@
-"""Wire format of the bounded-loss transport's control channel: DESCRIBE, BITMAP, STOP, FORCE_STOP
-(docs/wire-format.md, "Control frames").
+"""Wire format of the bounded-loss transport's control channel: DESCRIBE, BITMAP, STOP, FORCE_STOP,
+FEEDBACK (docs/wire-format.md, "Control frames").
 
 Control messages travel on TCP (DSCP of priority 7) as length-prefixed frames:
 
@@ -7,8 +7,8 @@ Control messages travel on TCP (DSCP of priority 7) as length-prefixed frames:
 
 Every body starts with the same 14 bytes (big-endian), naming the data message it is about:
 
-    byte 0      version (2)
-    byte 1      type: DESCRIBE 1, BITMAP 2, STOP 3, FORCE_STOP 4
+    byte 0      version (3)
+    byte 1      type: DESCRIBE 1, BITMAP 2, STOP 3, FORCE_STOP 4, FEEDBACK 5
     byte 2      job_id
     byte 3      src_rank     sender of the data message (PS_RANK for the parameter server)
     byte 4      dst_rank     receiver of the data message
@@ -19,7 +19,7 @@ Every body starts with the same 14 bytes (big-endian), naming the data message i
 
 followed by, per type:
 
-    DESCRIBE    u8 reserved, u8 flags (bit0 COUNTS), u16 layer_first, u16 layer_last,
+    DESCRIBE    u8 reserved, u8 flags (bit0 COUNTS, bit1 FEEDBACK), u16 layer_first, u16 layer_last,
                 u8 prio, u8 step, u16 rec_msg_id, u32 n_values, u32 budget_ppm,
                 drop_prec map: 2 bits per packet, packet 0 in the top bits of byte 0, ceil(n/4) bytes,
                 [COUNTS: one u8 per packet: contributions summed into that packet (ring all-reduce)]
@@ -28,6 +28,7 @@ followed by, per type:
     STOP        u8 rounds, u8 flags (bit0 FORCED: the answer to FORCE_STOP), u8 attempt,
                 u8 reserved, u32 held_us, u32 lost_pkts, u32 protected_lost
     FORCE_STOP  u8 round, u8 reserved
+    FEEDBACK    u32 rcvd_pkts, u32 ce_pkts, u32 last_seq
 
 DESCRIBE is sent once per message, before its data: what the receiver needs to judge the message
 (which packets are protected, the budget, record labels, ring contribution counts) but must not act
@@ -42,6 +43,14 @@ and `step` are what the receiver's records show (a ring step is its own wire mes
 a gradient message). `budget_ppm` is the message's loss budget in parts per million (0: every packet
 must arrive).
 
+FEEDBACK is the receiver's report for the sender's congestion window (docs/transport.md, "Congestion
+control"): how many data packets (DATA and RETX, every message, duplicates too) it has received from
+that sender so far and how many of them carried the ECN mark CE, both cumulative modulo 2**32, so a
+lost or late report is repaired by the next one. It is about a sender, not a message: its common part
+and `last_seq` name the newest packet counted (src_rank is the data sender, dst_rank the receiver), so
+the sender can time a round trip from when it sent that packet. A receiver sends FEEDBACK only to
+senders whose DESCRIBE set the FEEDBACK flag.
+
 `decode` raises `MalformedPacket` naming the field ("control.type", "control.length", ...);
 receivers count it by that name and carry on.
 """
@@ -55,10 +64,12 @@ import numpy as np
 
 from dlcp.wire.header import PHASE_NAMES, MalformedPacket
 
-CONTROL_VERSION = 2  # 2: PROBE moved in band, its description became DESCRIBE
-DESCRIBE, BITMAP, STOP, FORCE_STOP = 1, 2, 3, 4
-TYPE_NAMES = {DESCRIBE: "DESCRIBE", BITMAP: "BITMAP", STOP: "STOP", FORCE_STOP: "FORCE_STOP"}
+CONTROL_VERSION = 3  # 2: PROBE moved in band, its description became DESCRIBE; 3: FEEDBACK
+DESCRIBE, BITMAP, STOP, FORCE_STOP, FEEDBACK = 1, 2, 3, 4, 5
+TYPE_NAMES = {DESCRIBE: "DESCRIBE", BITMAP: "BITMAP", STOP: "STOP", FORCE_STOP: "FORCE_STOP",
+              FEEDBACK: "FEEDBACK"}
 DESCRIBE_FLAG_COUNTS = 0x01
+DESCRIBE_FLAG_FEEDBACK = 0x02  # the sender runs congestion control: send it FEEDBACK
 
 NO_ATTEMPT = 255  # attempt field of a STOP that answers FORCE_STOP, not a PROBE
 PS_RANK = 255  # the parameter server's rank on the wire (records show -1)
@@ -71,6 +82,8 @@ DESCRIBE_FIXED = struct.Struct("!BBHHBBHII")
 BITMAP_FIXED = struct.Struct("!BBIII")
 STOP_FIXED = struct.Struct("!BBBBIII")
 FORCE_FIXED = struct.Struct("!BB")
+FEEDBACK_FIXED = struct.Struct("!III")
+_FEEDBACK_FRAME = struct.Struct("!I" + COMMON.format[1:] + FEEDBACK_FIXED.format[1:])
 MAX_FRAME = COMMON.size + DESCRIBE_FIXED.size + MAX_MSG_PKTS // 4 + MAX_MSG_PKTS + 16
 
 
@@ -106,6 +119,12 @@ class Control:
     lost_pkts: int = 0
     protected_lost: int = 0
     forced: bool = False
+    # DESCRIBE
+    feedback: bool = False  # the sender wants FEEDBACK frames
+    # FEEDBACK (cumulative, mod 2**32)
+    rcvd_pkts: int = 0
+    ce_pkts: int = 0
+    last_seq: int = 0
 
     @property
     def key(self) -> tuple[int, int, int, int]:
@@ -146,7 +165,7 @@ def _common(m: Control) -> bytes:
 def encode(m: Control) -> bytes:
     """The frame (length prefix included) of control message `m`."""
     if m.type == DESCRIBE:
-        flags = DESCRIBE_FLAG_COUNTS if m.counts is not None else 0
+        flags = (DESCRIBE_FLAG_COUNTS if m.counts is not None else 0) | (DESCRIBE_FLAG_FEEDBACK if m.feedback else 0)
         dp = np.zeros(m.n_pkts, np.uint8) if m.drop_prec is None else m.drop_prec
         if len(dp) != m.n_pkts or (m.counts is not None and len(m.counts) != m.n_pkts):
             raise ValueError("DESCRIBE maps must have one entry per packet")
@@ -165,9 +184,20 @@ def encode(m: Control) -> bytes:
                                            min(m.held_us, 0xFFFFFFFF), m.lost_pkts, m.protected_lost)
     elif m.type == FORCE_STOP:
         body = _common(m) + FORCE_FIXED.pack(m.round, 0)
+    elif m.type == FEEDBACK:
+        body = _common(m) + FEEDBACK_FIXED.pack(m.rcvd_pkts & 0xFFFFFFFF, m.ce_pkts & 0xFFFFFFFF, m.last_seq)
     else:
         raise ValueError(f"unknown control type {m.type}")
     return LEN.pack(len(body)) + body
+
+
+def encode_feedback(job_id: int, src_rank: int, dst_rank: int, key, n_pkts: int, rcvd_pkts: int,
+                    ce_pkts: int, last_seq: int) -> bytes:
+    """The FEEDBACK frame (length prefix included) in one step: receivers send one every few packets.
+    `key` is (src, iter, phase, msg_id) of the message of the newest packet counted, `last_seq` its seq."""
+    return _FEEDBACK_FRAME.pack(COMMON.size + FEEDBACK_FIXED.size, CONTROL_VERSION, FEEDBACK, job_id,
+                                src_rank, dst_rank, key[2], key[1] & 0xFFFF, key[3], n_pkts,
+                                rcvd_pkts & 0xFFFFFFFF, ce_pkts & 0xFFFFFFFF, last_seq)
 
 
 # --- decode ----------------------------------------------------------------------------------------
@@ -203,6 +233,7 @@ def decode(body) -> Control:
         m.drop_prec = unpack_drop_prec(body[off: off + dp_len], n)
         if flags & DESCRIBE_FLAG_COUNTS:
             m.counts = np.frombuffer(body, dtype=np.uint8, count=n, offset=off + dp_len).copy()
+        m.feedback = bool(flags & DESCRIBE_FLAG_FEEDBACK)
         if m.budget_ppm > PPM:
             raise MalformedPacket("control.budget_ppm", f"{m.budget_ppm} > {PPM}")
         if m.n_values < 1:
@@ -219,6 +250,11 @@ def decode(body) -> Control:
         m.forced = bool(flags & 1)
         if m.lost_pkts > n or m.protected_lost > m.lost_pkts:
             raise MalformedPacket("control.lost_pkts", f"{m.lost_pkts} lost ({m.protected_lost} protected) of {n}")
+    elif typ == FEEDBACK:
+        _expect_len(body, off + FEEDBACK_FIXED.size, FEEDBACK)
+        m.rcvd_pkts, m.ce_pkts, m.last_seq = FEEDBACK_FIXED.unpack_from(body, off)
+        if m.last_seq >= n:
+            raise MalformedPacket("control.last_seq", f"seq {m.last_seq} of {n} packets")
     else:
         _expect_len(body, off + FORCE_FIXED.size, FORCE_STOP)
         m.round = FORCE_FIXED.unpack_from(body, off)[0]

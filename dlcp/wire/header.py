@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from dlcp.wire.layout import LAYOUT, bit_shifts, codes, length, numpy_dtype_spec, slots, struct_format
+from dlcp.wire.layout import ECN_BITS, LAYOUT, bit_shifts, codes, length, numpy_dtype_spec, slots, struct_format
 
 # --- constants (from dlcp/wire/layout.py) ------------------------------------------------------
 
@@ -123,7 +123,14 @@ class MalformedPacket(ValueError):
         self.detail = detail
 
 
-# --- DSCP --------------------------------------------------------------------------------------
+# --- DSCP and ECN -------------------------------------------------------------------------------
+
+# The two low bits of the IPv4 TOS byte (RFC 3168). Senders with congestion control send ECT(0);
+# switches rewrite ECT to CE once the packet's queue has K packets (docs/pipeline.md, "ECN").
+_ECN = codes(LAYOUT.ecn)
+ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = (_ECN[n] for n in ("NOT_ECT", "ECT1", "ECT0", "CE"))
+ECN_MASK = (1 << ECN_BITS) - 1
+
 
 def dscp_of(prio, drop_prec):
     """DSCP carrying (prio, drop_prec), AF-like: works on ints and numpy arrays."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 WORD_BYTES = (1, 2, 4)  # struct B, H, I
+ECN_BITS = 2  # the IPv4 TOS byte is DSCP (6 bits) then ECN (2 bits)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class WireLayout:
     phases: tuple[Code, ...]
     flags: tuple[Code, ...]
     dscp: tuple[Field, ...]  # the IPv4 DSCP (6 bits) of a DLCP packet, most significant first
+    ecn: tuple[Code, ...]  # the 2 ECN bits below the DSCP (RFC 3168): what senders set, switches mark
     max_payload_bytes: int  # fp32 values after the header (and telemetry block)
     value_bytes: int
     eth_len: int = 14  # headers in front of the DLCP header in a frame
@@ -115,6 +117,10 @@ LAYOUT = WireLayout(
     flags=(Code("LAST", 0x01, "LAST"), Code("PROTECTED", 0x02, "PROTECTED"),
            Code("TELEMETRY", 0x04, "TELEMETRY")),
     dscp=(Field("prio", 3), Field("drop_prec", 2), Field("zero", 1)),
+    # senders with congestion control send ECT(0); a switch rewrites ECT(0) or ECT(1) to CE once the
+    # packet's queue holds K packets (docs/pipeline.md, "ECN")
+    ecn=(Code("NOT_ECT", 0, "Not-ECT"), Code("ECT1", 1, "ECT(1)"), Code("ECT0", 2, "ECT(0)"),
+         Code("CE", 3, "CE")),
     max_payload_bytes=1400,  # keeps Ether + IPv4 + UDP + DLCP + telemetry + payload under a 1500 MTU
     value_bytes=4,  # fp32, little-endian
 )
@@ -208,6 +214,9 @@ def check(layout: WireLayout) -> None:
         for c in getattr(layout, part):
             if not 0 <= c.value < 1 << bits:
                 raise LayoutError(f"{part}.{c.name}: {c.value} does not fit {field} ({bits} bits)")
+    for c in layout.ecn:
+        if not 0 <= c.value < 1 << ECN_BITS:
+            raise LayoutError(f"ecn.{c.name}: {c.value} does not fit the {ECN_BITS} ECN bits")
     if layout.version >= 1 << layout.field("ver").bits:
         raise LayoutError(f"version {layout.version} does not fit ver")
 

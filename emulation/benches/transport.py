@@ -4,14 +4,19 @@ The emulated link is a veth pair between two network namespaces with TBF at `--l
 sender's side (root). Each transfer runs a receiver and a sender process (`--peer recv|send`, this
 module), one DLCP message of `--size-mb` megabytes (tagged with the dlcp policy over 50 layers).
 Goodput = delivered payload bits / message completion time (first packet sent -> STOP received).
-The link rate counts Ethernet frames (TBF shapes skb lengths, which include the MAC header), so the
-best possible fraction is 1400 / (1400 + 24 DLCP + 8 UDP + 20 IP + 14 Ethernet) = 95.5 %.
+A transfer whose message was forced (FORCE_STOP: data missing beyond its budget) delivers no
+goodput: its row counts it under `forced` and its goodput comes from the other runs only (none if
+every run was forced). The link rate counts Ethernet frames (TBF shapes skb lengths, which include
+the MAC header), so the best possible fraction is 1400 / (1400 + 24 DLCP + 8 UDP + 20 IP + 14
+Ethernet) = 95.5 %.
 
-Variants on the link: DLCP as configured by default (no pacing; its 256 KB send buffer makes the
-socket block while the TBF queue is full, as TCP's small queues do), DLCP paced at the link rate,
-DLCP reliable (budget 0), plain TCP (the baseline), and DLCP with a 1 MB send buffer (larger than
-the TBF queue: the qdisc drops and the transport recovers). The headline `goodput_mbps` is the
-default DLCP. Loopback: default DLCP between 127.0.0.2 and 127.0.0.1.
+Variants on the link: DLCP as configured by default (congestion control on, no pacing; its 256 KB
+send buffer makes the socket block while the TBF queue is full, as TCP's small queues do), DLCP
+paced at the link rate, DLCP reliable (budget 0), plain TCP (the baseline), and DLCP with a 1 MB
+send buffer (larger than the TBF queue: without congestion control the qdisc drops thousands of
+packets; with it, the window keeps the queue within bounds). The headline `goodput_mbps` is the
+default DLCP. Loopback: default DLCP between 127.0.0.2 and 127.0.0.1. Every row shows the median and
+range of its runs and, of the worst run, forced messages, lost and retransmitted packets.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ def peer_main(args) -> int:
     me, other = (0, 1) if args.peer == "send" else (1, 0)
     cfg = TransportConfig(rank=me, ip=args.ip, data_port=args.port, control_port=args.port + 1,
                           pacing_mbps=args.pacing_mbps, reliable=args.reliable, send_impl=args.send_impl,
-                          deadline_ms=60_000, rcvbuf_bytes=32 << 20, transport=args.transport,
+                          deadline_ms=60_000, rcvbuf_bytes=32 << 20, transport=args.transport, cc=args.cc,
                           **({"sndbuf_bytes": args.sndbuf_kb << 10} if args.sndbuf_kb else {}))
     t = make_transport(cfg, [Peer(other, args.peer_ip, args.port, args.port + 1)])
     try:
@@ -64,7 +69,7 @@ def peer_main(args) -> int:
             time.sleep(0.2)  # let the receiver's side settle (its accept, our TCP handshake)
             res = t.send(1, batch, SendInfo(rec_msg_id=1, layer_first=0, layer_last=49)).wait(args.timeout)
             n_pkts = len(batch)
-            delivered = n * 4 * (n_pkts - res.lost_pkts) / n_pkts
+            delivered = 0 if res.forced else n * 4 * (n_pkts - res.lost_pkts) / n_pkts
             out = {"mct_us": res.mct_us, "lost_pkts": res.lost_pkts, "retx_pkts": res.retx_pkts,
                    "rounds": res.rounds, "forced": res.forced, "pkts": n_pkts, "bytes": n * 4,
                    "goodput_mbps": delivered * 8 / res.mct_us, "stats": t.stats()}
@@ -97,10 +102,10 @@ def _free_port(ip: str) -> int:
 
 def transfer(values: int, recv_ip: str, send_ip: str, port: int, prefixes=([], []), pacing: float = 0.0,
              reliable: bool = False, transport: str = "dlcp", send_impl: str = "sendmmsg",
-             sndbuf_kb: int = 0, timeout: float = 120.0) -> dict:
+             sndbuf_kb: int = 0, timeout: float = 120.0, cc: str = "dctcp") -> dict:
     """One message from a sender process to a receiver process; returns the sender's figures."""
     common = ["--values", str(values), "--port", str(port), "--pacing-mbps", str(pacing), "--transport", transport,
-              "--send-impl", send_impl, "--timeout", str(timeout), "--sndbuf-kb", str(sndbuf_kb)] + \
+              "--send-impl", send_impl, "--timeout", str(timeout), "--sndbuf-kb", str(sndbuf_kb), "--cc", cc] + \
         (["--reliable"] if reliable else [])
     me = [sys.executable, "-m", "emulation.benches.transport"]
     env = dict(os.environ, PYTHONPATH=REPO)
@@ -129,13 +134,16 @@ def transfer(values: int, recv_ip: str, send_ip: str, port: int, prefixes=([], [
 
 
 def _row(name, results, link_mbps):
-    good = statistics.median(r["goodput_mbps"] for r in results)
-    r0 = max(results, key=lambda r: r["goodput_mbps"])
-    return {"variant": name, "runs": len(results), "goodput_mbps": good,
-            "fraction_of_link": good / link_mbps if link_mbps else None,
-            "mct_ms": statistics.median(r["mct_us"] for r in results) / 1e3,
+    """Median and range over the runs whose message was not forced; forced runs are only counted."""
+    ok = [r for r in results if not r["forced"]]
+    good = statistics.median(r["goodput_mbps"] for r in ok) if ok else None
+    return {"variant": name, "runs": len(results), "forced": sum(bool(r["forced"]) for r in results),
+            "goodput_mbps": good, "min_mbps": min((r["goodput_mbps"] for r in ok), default=None),
+            "max_mbps": max((r["goodput_mbps"] for r in ok), default=None),
+            "fraction_of_link": good / link_mbps if link_mbps and good is not None else None,
+            "mct_ms": statistics.median(r["mct_us"] for r in ok) / 1e3 if ok else None,
             "lost_pkts": max(r["lost_pkts"] for r in results), "retx_pkts": max(r["retx_pkts"] for r in results),
-            "rounds": max(r["rounds"] for r in results), "best_mbps": r0["goodput_mbps"],
+            "rounds": max(r["rounds"] for r in results),
             "send_cpu_s": statistics.median(r["cpu_s"] for r in results),
             "recv_cpu_s": statistics.median(r["recv_cpu_s"] for r in results)}
 
@@ -149,13 +157,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="transfers per variant (median reported)")
     ap.add_argument("--send-impl", default="sendmmsg", choices=("sendmmsg", "sendmsg"))
     ap.add_argument("--skip-link", action="store_true", help="loopback only (no root needed)")
+    ap.add_argument("--cc", default="dctcp", choices=("dctcp", "none"), help="congestion control of every DLCP run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.link_mbps <= 0 or args.size_mb <= 0 or args.repeats < 1:
         raise SystemExit("dlcp bench transport: --link-mbps and --size-mb must be > 0, --repeats >= 1")
     values = int(args.size_mb * 1e6 / 4)
     rows, link = [], {}
-    runs = lambda **kw: [_progress(transfer(values, send_impl=args.send_impl, **kw), kw) for _ in range(args.repeats)]  # noqa: E731
+    runs = lambda **kw: [_progress(transfer(values, send_impl=args.send_impl, cc=args.cc, **kw), kw)  # noqa: E731
+                         for _ in range(args.repeats)]
 
     port = _free_port("127.0.0.1")
     loop = _row("loopback dlcp", runs(recv_ip="127.0.0.1", send_ip="127.0.0.2", port=port), None)
@@ -180,16 +190,18 @@ def main(argv: list[str]) -> int:
             qdisc = net.qdisc_stats()
         print("sender qdisc after all link runs:\n" + qdisc.rstrip(), file=sys.stderr)
     headline = link.get("link dlcp")
-    result = {"link_mbps": args.link_mbps,
+    result = {"link_mbps": args.link_mbps, "cc": args.cc,
               "goodput_mbps": headline["goodput_mbps"] if headline else None,
               "fraction_of_link": headline["fraction_of_link"] if headline else None,
               "loopback_mbps": loop["goodput_mbps"],
               "size_mb": args.size_mb, "max_fraction": 1400 / (1400 + FRAME_OVERHEAD),
-              "variants": {r["variant"]: {k: r[k] for k in ("goodput_mbps", "fraction_of_link", "lost_pkts",
-                                                          "retx_pkts", "rounds")}
+              "variants": {r["variant"]: {k: r[k] for k in ("runs", "forced", "goodput_mbps", "min_mbps", "max_mbps",
+                                                          "fraction_of_link", "lost_pkts", "retx_pkts", "rounds")}
                            for r in rows}}
-    emit(f"one {args.size_mb:g} MB DLCP message: goodput (median of {args.repeats}) over a {args.link_mbps:g} Mbit/s "
-         f"emulated link and over loopback (shared CPU: figures are noisy)", rows, result, args.json)
+    table = [{**r, "goodput_mbps": "forced" if r["goodput_mbps"] is None else r["goodput_mbps"]} for r in rows]
+    emit(f"one {args.size_mb:g} MB DLCP message (cc {args.cc}): goodput (median and range of {args.repeats}; a forced "
+         f"run counts no goodput) over a {args.link_mbps:g} Mbit/s emulated link and over loopback (shared CPU: "
+         f"figures are noisy)", table, result, args.json)
     return 0
 
 
@@ -197,7 +209,8 @@ def _progress(res: dict, kw: dict) -> dict:
     where = "link" if kw.get("prefixes") else "loopback"
     print(f"  {where} {kw.get('transport', 'dlcp')} pacing={kw.get('pacing', 0)} reliable={kw.get('reliable', False)} "
           f"sndbuf_kb={kw.get('sndbuf_kb', 0) or 'default'}: {res['goodput_mbps']:.1f} Mbit/s, "
-          f"lost {res['lost_pkts']}, retx {res['retx_pkts']}, rounds {res['rounds']}", file=sys.stderr, flush=True)
+          f"{'FORCED, ' if res['forced'] else ''}lost {res['lost_pkts']}, retx {res['retx_pkts']}, "
+          f"rounds {res['rounds']}", file=sys.stderr, flush=True)
     return res
 
 
@@ -214,6 +227,7 @@ def _peer_args(argv):
     ap.add_argument("--send-impl", default="sendmmsg")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--sndbuf-kb", type=int, default=0, help="0 = the transport's default")
+    ap.add_argument("--cc", default="dctcp")
     return ap.parse_args(argv)
 
 

@@ -215,7 +215,7 @@ class P4RuntimeSwitch:
         return out
 
     def counter_dump(self) -> dict[str, Any]:
-        return counter_dump(self.name, {c: self.read_counter(c) for c in (*pn.QUEUE_COUNTERS, pn.DROPS)})
+        return counter_dump(self.name, {c: self.read_counter(c) for c in (*pn.QUEUE_COUNTERS, pn.DROPS, pn.CE_MARKED)})
 
     def close(self) -> None:
         if getattr(self, "client", None) is not None:
@@ -257,7 +257,9 @@ def counter_dump(switch: str, counters: Mapping[str, Mapping[int, tuple[int, int
             row[f"{prefix}_bytes"] = rows[index].get(f"{prefix}_bytes", 0)
         queues.append(row)
     drops = counters.get(pn.DROPS, {})
-    return {"switch": switch, "backend": backend, "time_unix": time.time(), "queues": queues,
+    ecn = [{"port": i // pn.N_QUEUES, "qid": i % pn.N_QUEUES, "ce_marked_pkts": p, "ce_marked_bytes": b}
+           for i, (p, b) in sorted(counters.get(pn.CE_MARKED, {}).items()) if p]
+    return {"switch": switch, "backend": backend, "time_unix": time.time(), "queues": queues, "ecn_marks": ecn,
             "drops": {reason: drops.get(i, (0, 0))[0] for reason, i in pn.DROP_REASONS.items()}}
 
 

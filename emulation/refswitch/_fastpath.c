@@ -34,6 +34,7 @@
 /* what this code assumes of the generated layout (it reads these fields as single bytes, the
  * telemetry block as whole words, rr_next as 16 bits) */
 _Static_assert(QUEUE_SLOTS == MAX_PORTS * N_QUEUES, "occupancy is indexed port * N_QUEUES + qid");
+_Static_assert(COUNTER_CE_MARKED_SIZE == QUEUE_SLOTS, "ce_marked is indexed like occupancy");
 _Static_assert(COUNTER_SLOTS == QUEUE_SLOTS * N_COLORS && COUNTER_EARLY_DROPS_SIZE == COUNTER_SLOTS
                && COUNTER_TAIL_DROPS_SIZE == COUNTER_SLOTS, "queue counters are indexed per color");
 _Static_assert(DLCP_VER_SIZE == 1 && DLCP_PRIO_SIZE == 1 && DLCP_DROP_PREC_SIZE == 1 && DLCP_FLAGS_SIZE == 1,
@@ -110,6 +111,9 @@ typedef struct {
     struct mmsghdr *rxmsgs, *txmsgs;
     struct iovec *rxiov, *txiov;
     uint64_t rng;
+    /* ECN marking (the section "ECN marking" below) */
+    uint32_t ecn_k[QUEUE_SLOTS];
+    uint64_t ce[2][QUEUE_SLOTS];
 } Engine;
 
 static const uint8_t ZERO_VNET[VNET_LEN];
@@ -189,6 +193,39 @@ static void ring_free(Ring *r) {
     while (r->count) free(ring_pop(r));
     free(r->items);
     r->items = NULL;
+}
+
+/* --- ECN marking (p4/include/ecn.p4, pipeline.py Pipeline._ecn_mark) --------------------------- */
+
+/* An admitted ECN-capable packet (ECT(0) or ECT(1)) whose queue held ecn_k[oi] or more packets
+ * before it: CE, the IPv4 checksum patched over the first header word (RFC 1624), counted. */
+static inline void ecn_mark(Engine *e, uint8_t *f, int oi, uint32_t occ, uint32_t n) {
+    uint8_t tos = f[15];
+    uint8_t ecn = tos & ECN_MASK;
+    if ((ecn != ECN_ECT0 && ecn != ECN_ECT1) || occ < e->ecn_k[oi]) return;
+    uint32_t old = ((uint32_t)f[14] << 8) | tos, nw = (old & ~(uint32_t)ECN_MASK) | ECN_CE;
+    f[15] = (uint8_t)nw;
+    uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + nw;
+    hc = ~fold(hc) & 0xFFFF;
+    f[24] = (uint8_t)(hc >> 8);
+    f[25] = (uint8_t)hc;
+    e->ce[0][oi]++;
+    e->ce[1][oi] += n;
+}
+
+/* set_ecn(thresholds): QUEUE_SLOTS values of K, indexed port * N_QUEUES + qid (Pipeline.ecn_k) */
+static PyObject *Engine_set_ecn(Engine *e, PyObject *args) {
+    PyObject *ks;
+    if (!PyArg_ParseTuple(args, "O", &ks)) return NULL;
+    if (PySequence_Size(ks) != QUEUE_SLOTS) { PyErr_Format(PyExc_ValueError, "set_ecn: %d thresholds", QUEUE_SLOTS); return NULL; }
+    for (int i = 0; i < QUEUE_SLOTS; i++) {
+        PyObject *o = PySequence_GetItem(ks, i);
+        unsigned long v = o ? PyLong_AsUnsignedLong(o) : 0;
+        Py_XDECREF(o);
+        if (PyErr_Occurred()) return NULL;
+        e->ecn_k[i] = (uint32_t)v;
+    }
+    Py_RETURN_NONE;
 }
 
 /* --- ingress ----------------------------------------------------------------------------------- */
@@ -285,6 +322,7 @@ static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, i
     e->occupancy[oi] = occ + 1;
     e->adm[0][ci]++;
     e->adm[1][ci] += n;
+    ecn_mark(e, f, oi, occ, n);
     uint32_t old = ((uint32_t)ttl << 8) | (uint32_t)proto;
     f[22] = (uint8_t)(ttl - 1);
     uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + (old - 0x100);
@@ -757,7 +795,7 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         PyDict_SetItem(ports, key, d);
         Py_DECREF(key); Py_DECREF(d);
     }
-    return Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsN}",
+    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsN}",
         "admitted_pkts", u64_list(e->adm[0], COUNTER_SLOTS), "admitted_bytes", u64_list(e->adm[1], COUNTER_SLOTS),
         "early_pkts", u64_list(e->early[0], COUNTER_SLOTS), "early_bytes", u64_list(e->early[1], COUNTER_SLOTS),
         "tail_pkts", u64_list(e->tail[0], COUNTER_SLOTS), "tail_bytes", u64_list(e->tail[1], COUNTER_SLOTS),
@@ -768,6 +806,14 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         "delay_fine", u64_list(e->fine, FINE), "delay_coarse", u64_list(e->coarse, COARSE),
         "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
         "last_drop", PyLong_FromLong(e->last_drop));
+    if (!d) return NULL;
+    PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
+    if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
+        Py_XDECREF(cp); Py_XDECREF(cb); Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(cp); Py_DECREF(cb);
+    return d;
 }
 
 /* --- the type ---------------------------------------------------------------------------------- */
@@ -786,6 +832,7 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
         e->thr[p][0] = QUEUE_THRESHOLDS_DEFAULT_QMAX; e->thr[p][1] = QUEUE_THRESHOLDS_DEFAULT_K1;
         e->thr[p][2] = QUEUE_THRESHOLDS_DEFAULT_K2; e->thr[p][3] = QUEUE_THRESHOLDS_DEFAULT_K3;
     }
+    for (int i = 0; i < QUEUE_SLOTS; i++) e->ecn_k[i] = ECN_THRESHOLD_DEFAULT_K;
     e->rxbuf = malloc((size_t)batch * SLOT);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
@@ -823,6 +870,7 @@ static void Engine_dealloc(Engine *e) {
 
 static PyMethodDef Engine_methods[] = {
     {"set_tables", (PyCFunction)Engine_set_tables, METH_VARARGS, "install compiled tables"},
+    {"set_ecn", (PyCFunction)Engine_set_ecn, METH_VARARGS, "install the ECN threshold of every queue"},
     {"add_port", (PyCFunction)Engine_add_port, METH_VARARGS, "attach a port socket and its queue config"},
     {"port_gone", (PyCFunction)Engine_port_gone, METH_VARARGS, "stop using a port whose interface vanished"},
     {"run", (PyCFunction)Engine_run, METH_VARARGS, "forward until the time is up, a wake fd is readable or a port fails"},

@@ -78,6 +78,12 @@ def queue_rows(raw: dict) -> list[dict]:
     return rows
 
 
+def ecn_rows(pkts, nbytes) -> list[dict]:
+    """CE marks per port and queue (index port * 8 + qid), non-zero rows only."""
+    return [{"port": i // P.N_QUEUES, "qid": i % P.N_QUEUES, "ce_marked_pkts": p, "ce_marked_bytes": b}
+            for i, (p, b) in enumerate(zip(pkts, nbytes)) if p]
+
+
 def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
@@ -85,6 +91,7 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     return {
         "switch": name, "backend": "ref", "engine": engine, "time_unix": time.time(),
         "queues": queue_rows(raw),
+        "ecn_marks": ecn_rows(raw["ce_pkts"], raw["ce_bytes"]),
         "drops": {reason: raw["drops_pkts"][i] for reason, i in P.DROP_REASONS.items()},
         "ports": ports,
         "telemetry": {"max_enq_qdepth": raw["max_enq_qdepth"],

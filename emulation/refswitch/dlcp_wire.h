@@ -125,6 +125,13 @@
 #define DSCP_PRIO_SHIFT                      3
 #define DSCP_DROP_PREC_SHIFT                 1
 
+/* ECN codepoints of the IPv4 TOS byte's two low bits */
+#define ECN_MASK                             3
+#define ECN_NOT_ECT                          0
+#define ECN_ECT1                             1
+#define ECN_ECT0                             2
+#define ECN_CE                               3
+
 /* pipeline sizes, drop reasons, load-balancing modes, default action parameters */
 #define MAX_PORTS                            64
 #define N_QUEUES                             8
@@ -144,6 +151,7 @@
 #define QUEUE_THRESHOLDS_DEFAULT_K1          48
 #define QUEUE_THRESHOLDS_DEFAULT_K2          32
 #define QUEUE_THRESHOLDS_DEFAULT_K3          16
+#define ECN_THRESHOLD_DEFAULT_K              10
 
 /* registers and counters: widths and sizes */
 #define REGISTER_OCCUPANCY_BITS              32
@@ -154,6 +162,7 @@
 #define COUNTER_EARLY_DROPS_SIZE             2048
 #define COUNTER_TAIL_DROPS_SIZE              2048
 #define COUNTER_DROPS_SIZE                   8
+#define COUNTER_CE_MARKED_SIZE               512
 
 /* each table's keys concatenated, first key most significant: a dense index */
 #define IPV4_LPM_KEY_BITS                    32
@@ -176,5 +185,10 @@
 #define QUEUE_THRESHOLDS_KEY_BITS            9
 #define QUEUE_THRESHOLDS_EGRESS_PORT_BITS    9
 #define QUEUE_THRESHOLDS_EGRESS_PORT_SHIFT   0
+#define ECN_THRESHOLD_KEY_BITS               12
+#define ECN_THRESHOLD_EGRESS_PORT_BITS       9
+#define ECN_THRESHOLD_EGRESS_PORT_SHIFT      3
+#define ECN_THRESHOLD_QID_BITS               3
+#define ECN_THRESHOLD_QID_SHIFT              0
 
 #endif

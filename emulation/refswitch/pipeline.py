@@ -47,6 +47,7 @@ CLASSIFY_SLOTS = 1 << sum(k.bits for k in _CLASSIFY.keys)
 SPRAY_RANDOM, SPRAY_RR = P.LB_MODES["spray_random"], P.LB_MODES["spray_rr"]
 RR_MASK = (1 << P.REGISTERS[P.RR_NEXT].bits) - 1
 NQ, NC = P.N_QUEUES, P.N_COLORS
+_ECT = (H.ECN_ECT0, H.ECN_ECT1)  # ECN-capable: may be marked CE
 
 _U16 = struct.Struct("!H")
 _TEL_WORDS = struct.Struct(f"!{H.TELEMETRY_LEN // 2}H")  # the block as 16-bit words, for the UDP checksum
@@ -77,6 +78,7 @@ class Pipeline:
         self.lb_mode = params["mode"]
         th = self.tables[P.QUEUE_THRESHOLDS]
         self.thresholds = [self._thresholds(th.lookup(port)) for port in range(P.MAX_PORTS)]
+        self.ecn_k = self._ecn_thresholds()
         # registers
         self.occupancy = [0] * QUEUE_SLOTS
         self.rr_next = [0] * P.MAX_GROUPS
@@ -88,6 +90,7 @@ class Pipeline:
         self.early = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.tail = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.drops = [[0] * DROP_SLOTS, [0] * DROP_SLOTS]
+        self.ce_marked = [[0] * QUEUE_SLOTS, [0] * QUEUE_SLOTS]  # [pkts, bytes] per port * N_QUEUES + qid
         self.last_drop = -1  # reason of the last dropped packet (tests, debug log)
         self._lpm_cache: dict[int, tuple] = {}
         self._hash_cache: dict[bytes, int] = {}
@@ -97,6 +100,29 @@ class Pipeline:
     def _thresholds(hit) -> tuple[int, int, int, int]:
         _, _, p = hit
         return (p["qmax"], p["k1"], p["k2"], p["k3"])
+
+    # --- ECN marking (p4/include/ecn.p4) -------------------------------------------------------------
+
+    def _ecn_thresholds(self) -> list[int]:
+        """ecn_threshold resolved for every (port, qid): K per queue slot, port * N_QUEUES + qid."""
+        table = self.tables[P.ECN_THRESHOLD]
+        return [table.lookup(egress_port=port, qid=qid)[2]["k"]
+                for port in range(P.MAX_PORTS) for qid in range(P.N_QUEUES)]
+
+    def _ecn_mark(self, f: bytearray, oi: int, occ: int, n: int) -> None:
+        """An admitted ECN-capable packet whose queue held K or more: CE, IPv4 checksum patched
+        over the first header word (RFC 1624), counted."""
+        tos = f[15]
+        if tos & H.ECN_MASK in _ECT and occ >= self.ecn_k[oi]:
+            old = (f[14] << 8) | tos
+            new = (old & ~H.ECN_MASK) | H.ECN_CE
+            f[15] = new & 0xFF
+            hc = _fold((~((f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + new)
+            hc = ~hc & 0xFFFF
+            f[24] = hc >> 8
+            f[25] = hc & 0xFF
+            self.ce_marked[0][oi] += 1
+            self.ce_marked[1][oi] += n
 
     # --- ingress -------------------------------------------------------------------------------
 
@@ -235,6 +261,7 @@ class Pipeline:
             c = self.admitted
             c[0][ci] += 1
             c[1][ci] += n
+            self._ecn_mark(f, oi, occ, n)
             # TTL -= 1 with the IPv4 checksum updated incrementally (RFC 1624 eqn. 3)
             old = (ttl << 8) | proto
             f[22] = ttl - 1
@@ -272,7 +299,8 @@ class Pipeline:
                 "tail_pkts": self.tail[0], "tail_bytes": self.tail[1],
                 "drops_pkts": self.drops[0], "drops_bytes": self.drops[1],
                 "lpm_hits": hits(self.lpm_table), "classify_hits": hits(self.classify_table),
-                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop}
+                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop,
+                "ce_pkts": self.ce_marked[0], "ce_bytes": self.ce_marked[1]}
 
     # --- egress --------------------------------------------------------------------------------
 

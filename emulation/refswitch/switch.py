@@ -67,6 +67,7 @@ def make_engine(pipeline: Pipeline, opts: Options):
             eng = _fastpath.Engine(batch=opts.batch, data_port=opts.data_port,
                                    seed=opts.seed if opts.seed is not None else int.from_bytes(os.urandom(8), "little"))
             eng.set_tables(*pipeline.compiled_tables())
+            eng.set_ecn(pipeline.ecn_k)
             return eng, "c"
     elif opts.engine == "c":
         raise SystemExit("refswitch: --debug-log needs the Python engine")

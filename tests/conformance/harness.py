@@ -360,6 +360,20 @@ def check_min_latency_s(r: Result, port: int, seconds: float):
     assert first - r.t_send >= seconds, first - r.t_send
 
 
+def check_ce_marks(r: Result, port: int, unmarked: int, marked: int, not_ect: int, slack: int):
+    """The ECN-capable frames out of `port`, in order: `unmarked` still ECT(0), then `marked` CE, both
+    +- slack; `not_ect` frames not ECN-capable, left alone; the switch's ce_marked counter agrees."""
+    ecn = [f[15] & 3 for f in r.frames(port)]
+    assert ecn.count(0) == not_ect, f"{ecn.count(0)} not-ECT frames, expected {not_ect}: {ecn}"
+    ect = [e for e in ecn if e]
+    first_ce = ect.index(3) if 3 in ect else len(ect)
+    assert abs(first_ce - unmarked) <= slack, f"first CE after {first_ce} frames, expected {unmarked}: {ecn}"
+    assert all(e == 3 for e in ect[first_ce:]) and all(e == 2 for e in ect[:first_ce]), f"not ECT(0)* CE*: {ecn}"
+    assert abs(ect.count(3) - marked) <= slack, f"{ect.count(3)} CE, expected {marked}"
+    counted = sum(row["ce_marked_pkts"] for row in r.counters.get("ecn_marks", []) if row["port"] == port)
+    assert counted == ect.count(3), f"ce_marked counts {counted}, {ect.count(3)} frames came out marked"
+
+
 CHECKS = {name[len("check_"):]: fn for name, fn in globals().items() if name.startswith("check_")}
 
 

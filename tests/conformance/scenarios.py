@@ -83,6 +83,18 @@ SCENARIOS = [
         "settle_s": 0.5,
     },
     {
+        "name": "ecn_marks_from_k",
+        "runtime": {"port_cfg": {2: {"rate_pps": 100}}, "ecn_k": 4,
+                    "ecn_entries": [({"egress_port": 3, "qid": 2}, 10, 1000)]},
+        "send": [{"port": 1, "n": 20, "frame": {"kind": "dlcp", "dst": DST, "prio": 2, "tos": (2 << 5) | 2}},
+                 {"port": 1, "n": 5, "frame": {"kind": "dlcp", "dst": DST, "prio": 4, "tos": 4 << 5}}],
+        # occupancy of (2, q2) climbs; the first packet leaves at once, the next 4 find fewer than K
+        # ahead, the rest are marked; not-ECT packets (q4) are never marked
+        "expect": {"out": {2: 25}, "tol": 1, "queues": {"2,2,0": {"admitted_pkts": 20}},
+                   "checks": [["ce_marks", 2, 5, 15, 5, 1]]},
+        "settle_s": 0.45,
+    },
+    {
         "name": "tail_drop_fifo",
         "runtime": {"classify": False, "port_cfg": {2: {"rate_pps": 200}}},
         "send": [{"port": 1, "n": 90, "frame": {"kind": "dlcp", "dst": DST, "prio": 5, "drop_prec": 3}}],

@@ -27,6 +27,7 @@ const bit<32> QUEUE_THRESHOLDS_DEFAULT_QMAX = 64;
 const bit<32> QUEUE_THRESHOLDS_DEFAULT_K1 = 48;
 const bit<32> QUEUE_THRESHOLDS_DEFAULT_K2 = 32;
 const bit<32> QUEUE_THRESHOLDS_DEFAULT_K3 = 16;
+const bit<32> ECN_THRESHOLD_DEFAULT_K = 10;
 
 /* control-plane names: @name(...) of tables, keys, direct counters; table sizes */
 #define TABLE_IPV4_LPM                       ".DlcpIngress.ipv4_lpm"
@@ -49,6 +50,9 @@ const bit<32> QUEUE_THRESHOLDS_DEFAULT_K3 = 16;
 #define TABLE_QUEUE_THRESHOLDS               ".DlcpIngress.queue_thresholds"
 #define TABLE_QUEUE_THRESHOLDS_SIZE          64
 #define KEY_EGRESS_PORT                      "egress_port"
+#define TABLE_ECN_THRESHOLD                  ".DlcpIngress.ecn_threshold"
+#define TABLE_ECN_THRESHOLD_SIZE             64
+#define KEY_QID                              "qid"
 
 /* actions and the widths of their parameters */
 #define ACTION_SET_NHOP_GROUP                ".DlcpIngress.set_nhop_group"
@@ -70,6 +74,8 @@ const bit<32> QUEUE_THRESHOLDS_DEFAULT_K3 = 16;
 #define SET_THRESHOLDS_K1_BITS               32
 #define SET_THRESHOLDS_K2_BITS               32
 #define SET_THRESHOLDS_K3_BITS               32
+#define ACTION_SET_ECN_THRESHOLD             ".DlcpIngress.set_ecn_threshold"
+#define SET_ECN_THRESHOLD_K_BITS             32
 
 /* registers and counters: names, widths, sizes */
 #define REGISTER_OCCUPANCY                   ".DlcpIngress.occupancy"
@@ -86,5 +92,7 @@ const bit<32> QUEUE_THRESHOLDS_DEFAULT_K3 = 16;
 #define COUNTER_TAIL_DROPS_SIZE              2048
 #define COUNTER_DROPS                        ".DlcpIngress.drops"  /* index: drop reason */
 #define COUNTER_DROPS_SIZE                   8
+#define COUNTER_CE_MARKED                    ".DlcpIngress.ce_marked"  /* index: port * N_QUEUES + qid */
+#define COUNTER_CE_MARKED_SIZE               512
 
 #endif

@@ -28,6 +28,12 @@ const bit<8> DLCP_FLAG_TELEMETRY = 0x04;
 #define DSCP_DROP_PREC_HI                    2
 #define DSCP_DROP_PREC_LO                    1
 
+/* ECN codepoints of the IPv4 TOS byte's two low bits */
+const bit<2> ECN_NOT_ECT = 0;
+const bit<2> ECN_ECT1 = 1;
+const bit<2> ECN_ECT0 = 2;
+const bit<2> ECN_CE = 3;
+
 #define DLCP_HEADER_LEN                      24
 #define DLCP_TELEMETRY_LEN                   8
 

@@ -1,0 +1,57 @@
+"""Socket helpers both drivers share (the UDP driver and the plain-TCP baseline): connecting with
+retries, socket buffers beyond the sysctl limits, the control connection's options."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from dlcp.transport.api import TransportError
+from dlcp.wire.header import PRIO_CONTROL, tos_of
+
+TCP_RTO_MIN_US = 45  # socket option (Linux 6.16)
+CONTROL_RTO_MIN_US = 10_000
+
+
+def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str,
+                     prepare=None) -> socket.socket:
+    """A TCP connection from `local_ip` to `addr`, retried until `timeout` s (peers start within
+    seconds of each other); `prepare(sock)` sets options before connecting. Raises TransportError
+    naming `what` and the address."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if prepare is not None:
+            prepare(s)
+        try:
+            s.bind((local_ip, 0))
+            s.settimeout(max(0.1, min(2.0, deadline - time.monotonic())))
+            s.connect(addr)
+            return s
+        except OSError as e:
+            s.close()
+            if time.monotonic() >= deadline or closing():
+                raise TransportError(f"no {what} at {addr[0]}:{addr[1]} after {timeout:.0f} s: "
+                                     f"{e.strerror or e}") from None
+            time.sleep(0.05)
+
+
+def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
+    """Socket buffer of `size` bytes; as root beyond net.core.[rw]mem_max (SO_*BUFFORCE)."""
+    force = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}[opt]  # SO_RCVBUFFORCE, SO_SNDBUFFORCE
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force, size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
+def control_socket_options(s: socket.socket) -> None:
+    """Priority 7, no Nagle, and (Linux >= 6.16) a 10 ms floor instead of 200 ms for the TCP
+    retransmission timeout: where control shares a lossy queue (the fifo baseline), a lost DESCRIBE,
+    BITMAP or STOP segment otherwise stalls its message for at least 200 ms."""
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, CONTROL_RTO_MIN_US)
+    except OSError:  # older kernels: the default floor
+        pass
