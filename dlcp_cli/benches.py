@@ -43,12 +43,17 @@ def _schedulers(argv):
     ap.add_argument("--emulated-repeats", type=int, default=0, metavar="N",
                     help="also run the schedulers through Mininet N times each (root; hold the netns lock)")
     ap.add_argument("--emulated-config", default="experiments/schedulers-allreduce.toml")
-    ap.add_argument("--emulated-schedulers", default="wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear")
+    ap.add_argument("--emulated-vary", default="comm.scheduler=wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear",
+                    metavar="KEY=V1,V2,...", help="the key the emulated runs compare; the first value is the baseline")
     ap.add_argument("--emulated-iterations", type=int, default=20)
     ap.add_argument("--emulated-set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a key of the emulated experiment (repeatable)")
     ap.add_argument("--out", default="results/bench-schedulers", help="where the emulated runs go")
     args = ap.parse_args(argv)
+    key, _, values = args.emulated_vary.partition("=")
+    values = [v.strip() for v in values.split(",") if v.strip()]
+    if not key.strip() or not values:
+        raise SystemExit(f"dlcp bench schedulers: --emulated-vary {args.emulated_vary!r}: expected KEY=V1,V2,...")
     if args.emulated_repeats and os.geteuid() != 0:
         raise SystemExit("dlcp bench schedulers: --emulated-repeats needs root (Mininet)")
     t0 = time.perf_counter()
@@ -61,8 +66,7 @@ def _schedulers(argv):
     print_timeline(result)
     if args.emulated_repeats:
         from emulation.benches.schedulers import emulated
-        em = emulated(args.emulated_config, [s.strip() for s in args.emulated_schedulers.split(",") if s.strip()],
-                      args.emulated_repeats, args.emulated_iterations,
+        em = emulated(args.emulated_config, key.strip(), values, args.emulated_repeats, args.emulated_iterations,
                       Path(args.out) / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), overrides=args.emulated_set)
         result["emulated"] = em
         print(f"\nemulated: {em['config']}, {em['repeats']} repeats x {em['iterations']} iterations; median over "

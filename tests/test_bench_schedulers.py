@@ -43,3 +43,11 @@ def test_emulated_statistics_on_hand_made_runs(tmp_path):
     assert (point, lo, hi) == (2.0, 2.0, 2.0)  # no spread: the interval is the point
     point, lo, hi = paired_ratio([1.0, 3.0, 2.0, 2.0], [1.0, 1.0, 1.0, 1.0])
     assert point == 2.0 and lo < 2.0 < hi and hi - 2.0 == 2.0 - lo
+
+
+def test_emulated_vary_must_name_a_key_and_values():
+    out = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "schedulers", "--emulated-vary", "comm.collective"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == ("dlcp bench schedulers: --emulated-vary 'comm.collective': "
+                                                    "expected KEY=V1,V2,...")

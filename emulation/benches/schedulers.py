@@ -1,11 +1,12 @@
 """The emulated part of `dlcp bench schedulers`: the schedulers through Mininet, with repeats.
 
 Runs an experiment (default experiments/schedulers-allreduce.toml: 4 workers, ring all-reduce
-where communication dominates) once per scheduler and repeat, the schedulers of one repeat back to
-back with the same seed (a pair, in the terms of paired comparisons), repeat r with seed
+where communication dominates) once per value of one key (default `comm.scheduler`; e.g.
+`comm.collective` for experiments/collectives-torus.toml) and repeat, the values of one repeat back
+to back with the same seed (a pair, in the terms of paired comparisons), repeat r with seed
 `seed + r`. Per run: the median of the slowest worker's iteration time from iteration 2 on (the
-first two carry connection set-up and the first plans). Per scheduler: the median over repeats,
-and the ratio to the first scheduler (the baseline) per repeat; the mean ratio with a 95 %
+first two carry connection set-up and the first plans). Per value: the median over repeats,
+and the ratio to the first value (the baseline) per repeat; the mean ratio with a 95 %
 interval: bootstrap standard error over repeats (10,000 resamples of the repeats, with
 replacement) times Student's t with repeats - 1 degrees of freedom. Needs root (Mininet); run it
 under the netns lock. The runs' directories stay in `out` for their reports.
@@ -50,22 +51,23 @@ def paired_ratio(values: list[float], baseline: list[float], seed: int = 0) -> t
     return float(r.mean()), float(r.mean()) - half, float(r.mean()) + half
 
 
-def emulated(config: str, schedulers: list[str], repeats: int, iterations: int, out: Path, seed: int = 1,
+def emulated(config: str, key: str, values: list[str], repeats: int, iterations: int, out: Path, seed: int = 1,
              overrides: list[str] = ()) -> dict:
+    """Run `config` with `key` set to each of `values` (the first is the baseline), `repeats` times."""
     from emulation import runner
-    medians: dict[str, list[float]] = {s: [] for s in schedulers}
+    medians: dict[str, list[float]] = {v: [] for v in values}
     dirs = []
     for rep in range(1, repeats + 1):
         results = runner.run(config, [*overrides, f"seed={seed + rep - 1}", f"workload.iterations={iterations}"], None,
-                             str(out / f"rep{rep}"), with_report=False, vary=[f"comm.scheduler={','.join(schedulers)}"])
+                             str(out / f"rep{rep}"), with_report=False, vary=[f"{key}={','.join(values)}"])
         dirs.append(str(results))
-        for s in schedulers:
-            medians[s].append(statistics.median(slowest_iterations_ms(results / s)))
+        for v in values:
+            medians[v].append(statistics.median(slowest_iterations_ms(results / v)))
     rows = []
-    for s in schedulers:
-        point, lo, hi = paired_ratio(medians[s], medians[schedulers[0]])
-        rows.append({"scheduler": s, "iteration_ms": round(statistics.median(medians[s]), 1),
-                     "per_repeat_ms": [round(m, 1) for m in medians[s]], "ratio": round(point, 3),
+    for v in values:
+        point, lo, hi = paired_ratio(medians[v], medians[values[0]])
+        rows.append({key: v, "iteration_ms": round(statistics.median(medians[v]), 1),
+                     "per_repeat_ms": [round(m, 1) for m in medians[v]], "ratio": round(point, 3),
                      "ci95_low": round(lo, 3), "ci95_high": round(hi, 3)})
-    return {"config": config, "repeats": repeats, "iterations": iterations, "baseline": schedulers[0],
+    return {"config": config, "key": key, "repeats": repeats, "iterations": iterations, "baseline": values[0],
             "runs": dirs, "rows": rows}
