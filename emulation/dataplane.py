@@ -133,7 +133,8 @@ class DataplaneProcess:
             log.write(f"dlcp: {subprocess.list2cmdline(self.cmdline)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.cmdline, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=procs.die_with_parent)
         procs.record(self.proc.pid, "switch", self.name, self.cmdline)
         try:
             self._wait_ready()

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from emulation import clean, procs
@@ -196,16 +197,32 @@ def test_crashed_agent_fails_run_with_its_log(tmp_path):
     assert_clean()
 
 
-def test_clean_after_sigkilled_run(tmp_path):
+def run_processes(runner_pid: int) -> list[psutil.Process]:
+    """Every process `dlcp run` started that is alive now: its descendants (node shells, switch,
+    agents) and whatever it recorded (the switch runs in its own session, still its child)."""
+    tree = psutil.Process(runner_pid).children(recursive=True)
+    recorded = [psutil.Process(p["pid"]) for p in procs.recorded()
+                if p["owner"] == runner_pid and procs.is_ours_and_alive(p)]
+    return list({p.pid: p for p in tree + recorded}.values())
+
+
+def test_sigkilled_run_leaves_no_process_and_clean_removes_links(tmp_path):
     proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
+    deadline = time.monotonic() + 30  # background senders start once every worker finished an iteration
+    while not any(p["role"] == "agent-background" for p in procs.recorded()):
+        assert time.monotonic() < deadline, "background senders never started"
+        time.sleep(0.2)
+    alive = run_processes(proc.pid)
+    roles = {p["role"] for p in procs.recorded() if p["owner"] == proc.pid}
+    assert {"node-shell", "switch", "agent-ps", "agent-worker", "agent-background"} <= roles
+    assert any(r.startswith("agent-sink") for r in roles)
     proc.kill()
     proc.wait()
-    left = leftovers()
-    # a SIGKILL leaves a mess (host shells die with their pty, the rest stays)
-    assert left["links"] and left["recorded"]
+    gone, still = psutil.wait_procs(alive, timeout=5)
+    assert not still, f"alive 5 s after the run was SIGKILLed: {[(p.pid, p.cmdline()) for p in still]}"
     p = subprocess.run(DLCP + ["clean"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and "stopped" in p.stdout
+    assert p.returncode == 0 and "dlcp clean: stopped 0 recorded processes" in p.stdout, p.stdout
     assert_clean()
 
 
