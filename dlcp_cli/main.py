@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policies", metavar="P1,P2",
                    help="run one variant per tagging policy, back to back on the same topology and seed")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
+    r.add_argument("--name", help="name of the run directory (default: the keys of --set, e.g. "
+                                  "load_balancing=per_flow, else the policy); with --policies: <policy>+NAME")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.set_defaults(func=_run)
 

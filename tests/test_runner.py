@@ -154,10 +154,10 @@ def test_missing_bmv2_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL, report: bool = False) -> subprocess.Popen:
     """`dlcp run` of a long experiment into tmp_path/r, in the background (stderr piped)."""
     cfg = write_config(tmp_path, iterations=500, timeout=600)
-    return subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+    return subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r")] + ([] if report else ["--no-report"]),
                             stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
@@ -175,14 +175,20 @@ def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> 
     raise AssertionError("the run made no progress")
 
 
-def test_sigint_mid_run_cleans_up(tmp_path):
-    proc = start_long_run(tmp_path, stdout=subprocess.PIPE)
+@pytest.mark.parametrize("sig,status,code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)])
+def test_signal_mid_run_cleans_up_and_writes_a_partial_report(tmp_path, sig, status, code):
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE, report=True)
     run = wait_for_progress(tmp_path / "r", proc)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err
-    assert json.loads((run / "meta.json").read_text())["status"] == "interrupted"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == code, err[-2000:]
+    assert json.loads((run / "meta.json").read_text())["status"] == status
+    assert f"partial run: {run} (" in err and " of 500 iterations)" in err, err[-2000:]
+    assert f"partial report: {run / 'report.html'}" in err, err[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run"]["partial"] and summary["run"]["status"] == status
+    assert 1 <= summary["iteration"]["count"] < 500
+    assert f"PARTIAL ({status})" in (run / "report.html").read_text()
     assert_clean()
 
 

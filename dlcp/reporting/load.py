@@ -121,6 +121,9 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     run.progress = _read_progress(path, run.problems)
     if run.meta is not None and run.meta.get("exit_status") not in (None, 0, "ok", "success"):
         run.problems.append(f"meta.json: the run ended with exit status {run.meta.get('exit_status')!r}")
+    if run.meta is not None and run.meta.get("status") not in (None, "ok"):
+        run.problems.append(f"meta.json: the run ended with status {run.meta.get('status')!r} "
+                            "(a partial run: the figures cover what was recorded until then)")
     return run
 
 

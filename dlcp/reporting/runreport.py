@@ -64,7 +64,11 @@ def headline_lines(s: dict) -> list[str]:
 
 def build_doc(run: RunData, s: dict) -> Doc:
     info = s["run"]
-    doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})")
+    doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})"
+              + (f" — PARTIAL ({info['status']})" if info["partial"] else ""))
+    if info["partial"]:
+        doc.warn(f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
+                 f"covers only the {s['iteration']['count']} iteration(s) recorded until then.")
     doc.bullets(headline_lines(s))
     warning = protected_warning(s["loss"])
     if warning:

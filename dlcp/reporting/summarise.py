@@ -322,6 +322,9 @@ def run_info(run: RunData) -> dict:
         "start_utc": meta.get("start_utc"),
         "wall_time_s": meta.get("wall_time_s"),
         "exit_status": meta.get("exit_status"),
+        "status": meta.get("status"),
+        # stopped early (Ctrl-C, SIGTERM, an error): the report covers only what was recorded
+        "partial": meta.get("status") not in (None, "ok"),
     }
 
 
