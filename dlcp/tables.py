@@ -19,14 +19,15 @@ def cell(v) -> str:
 
 
 def format_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """Rows of dicts as an aligned text table (header, rule, one line per row; no colour, never
-    wrapped: the text goes to logs and pipes as well as terminals)."""
+    """Rows of dicts as an aligned text table (header, rule, one line per row; the first column
+    left-aligned, the others right-aligned; no colour, never wrapped: the text goes to logs and
+    pipes as well as terminals)."""
     if not rows:
         return "(no rows)"
     columns = columns or list(rows[0])
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
-    for c in columns:
-        table.add_column(c, justify="right", no_wrap=True)
+    for i, c in enumerate(columns):  # the first column names the row: left-aligned; values right-aligned
+        table.add_column(c, justify="left" if i == 0 else "right", no_wrap=True)
     for r in rows:
         table.add_row(*(cell(r.get(c)) for c in columns))
     out = io.StringIO()

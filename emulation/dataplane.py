@@ -69,6 +69,11 @@ class DataplaneProcess:
         return self.run_dir / "logs" / f"{self.name}.log"
 
     @property
+    def samples_path(self) -> Path:
+        """Periodic queue samples (built-in dataplane; emulation/refswitch/switch.py, Sampler)."""
+        return self.run_dir / "counters" / f"{self.name}-samples.jsonl"
+
+    @property
     def pcap_dir(self) -> Path:
         return self.run_dir / "pcap"
 
@@ -238,6 +243,7 @@ class RefProcess(DataplaneProcess):
                 cmd += ["--pcap-port", str(port)]
         if self.debug_log:
             cmd.append("--debug-log")
+        cmd += ["--samples", str(self.samples_path)]
         return cmd + self.extra_args
 
     def is_ready(self) -> bool:

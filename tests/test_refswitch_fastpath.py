@@ -73,6 +73,8 @@ def test_c_engine_matches_the_model(lb_mode):
                 "drops_pkts", "drops_bytes", "lpm_hits", "classify_hits", "occupancy", "rr_next"):
         assert list(cm[key]) == list(ce[key]), key
     assert sum(cm["early_pkts"]) and sum(cm["tail_pkts"]) and all(cm["drops_pkts"][:4])  # every path was taken
+    assert dict(cm["non_dlcp"]) == dict(ce["non_dlcp"]) and cm["non_dlcp"]
+    assert model.sample() == {k: list(v) for k, v in engine.sample().items()}
 
 
 def test_c_engine_spray_random_spreads():

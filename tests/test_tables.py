@@ -3,7 +3,7 @@
 from dlcp.tables import format_table
 
 
-def test_table_aligns_columns_right_and_formats_cells():
+def test_table_aligns_labels_left_values_right_and_formats_cells():
     text = format_table([{"name": "a", "kpps": 123.456, "note": None}, {"name": "long name", "kpps": 4000.0}])
     lines = text.splitlines()
     assert len(lines) == 4 and set(lines[1]) == {"─"}
@@ -11,6 +11,7 @@ def test_table_aligns_columns_right_and_formats_cells():
     assert lines[2].split() == ["a", "123.5", "-"] and lines[3].split() == ["long", "name", "4000", "-"]
     assert len({len(line) for line in lines[:2]}) == 1  # header as wide as the rule
     assert lines[2].index("123.5") + len("123.5") == lines[3].index("4000") + len("4000")  # right-aligned
+    assert lines[2].startswith("a ") and lines[3].startswith("long name")  # labels left-aligned
 
 
 def test_table_of_nothing_and_chosen_columns():

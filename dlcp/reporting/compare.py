@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from dlcp.reporting import plots
 from dlcp.reporting.load import RunData, load_run
 from dlcp.reporting.render import Doc, Image, fmt
-from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.plots import TRAFFIC_LABELS
+from dlcp.reporting.runreport import pct, write_outputs
 from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, ratio
 from dlcp.reporting.summarise import iteration_series, sender_rows, summarise, training_curves
+from dlcp.reporting.traffic import drops, run_timeline, traffic_section
 from dlcp.tables import format_table
 
 
@@ -47,6 +49,10 @@ METRICS = (
     Metric("protected_lost", "protected packets lost", "lower", ("loss", "protected_lost")),
     Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
+    Metric("gradient_drop_pkts", "switch drops of gradient packets", "lower",
+           ("switch", "traffic", "by_traffic", "gradient", "drop_pkts")),
+    Metric("background_drop_pkts", "switch drops of background packets", "lower",
+           ("switch", "traffic", "by_traffic", "background", "drop_pkts")),
 )
 # What the terminal shows: the headline, compactly.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
@@ -148,12 +154,48 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.h("Training")
     doc.image(_img(plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
                    "compare_training", "overlaid loss and accuracy curves"))
+    side_by_side_sections(doc, names, runs)
     doc.h("Runs")
     doc.table(["run", "policy", "directory", "report"],
               [[n, r["policy"] or "?", r["dir"], str(pathlib.Path(r["dir"]) / "report.html")]
                for n, r in zip(names, data["runs"])])
     doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}.")
     return doc
+
+
+def side_by_side_sections(doc: Doc, names: list[str], runs: list[RunData]) -> None:
+    """Switch drops by traffic and priority, the iteration-time CDF and the queue timelines, run
+    beside run."""
+    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
+    doc.h("Switch drops side by side")
+    sources = sorted({t["source_text"] for t in traffic})
+    doc.p("Gradient packets (DLCP header), the transport's control and background traffic, told apart by "
+          + "; ".join(sources) + ".")
+    rows = []
+    for n, t in zip(names, traffic):
+        for kind, r in t["by_traffic"].items():
+            rows.append([n, TRAFFIC_LABELS[kind], r["admitted_pkts"], r["early_drop_pkts"], r["tail_drop_pkts"],
+                         pct(r["drop_fraction"])])
+    doc.table(["run", "traffic", "admitted (pkts)", "early-dropped (pkts)", "tail-dropped (pkts)", "dropped"], rows)
+    doc.image(_img(plots.compare_drops(names, traffic), "compare_drops", "switch drops by traffic and priority"))
+    prio_rows = []
+    for q in sorted({q for t in traffic for q in t["by_prio"]}, key=int, reverse=True):
+        row = [q]
+        for t in traffic:
+            d = t["by_prio"].get(q, {})
+            row.append(", ".join(f"{TRAFFIC_LABELS[k]} {drops(r):,}" for k, r in d.items() if drops(r)) or "0")
+        prio_rows.append(row)
+    doc.table(["priority queue"] + [f"{n}: drops" for n in names], prio_rows)
+    doc.h("Iteration time distribution")
+    doc.image(_img(plots.iteration_cdf({n: iteration_series(r) for n, r in zip(names, runs)}),
+                   "compare_iteration_cdf", "CDF of iteration time per run"))
+    timelines = {n: run_timeline(r) for n, r in zip(names, runs)}
+    if any(tl is not None for tl in timelines.values()):
+        doc.h("Queue depth and drops against iterations")
+        doc.p("Per run, the port with the most drops: the highest occupancy of each priority queue and the drops in "
+              "each 0.1 s interval (the built-in switch's samples); thin lines and the numbers on top mark "
+              "iteration ends.")
+        doc.image(_img(plots.queue_timelines(timelines), "compare_queue_timeline", "queue depth and drops over time"))
 
 
 def _img(fig, name: str, alt: str) -> Image | None:

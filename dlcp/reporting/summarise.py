@@ -16,6 +16,7 @@ import numpy as np
 from dlcp.reporting.bounds import lower_bound
 from dlcp.reporting.load import RunData, Table
 from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, distribution
+from dlcp.reporting.traffic import traffic_section
 
 SCHEMA_VERSION = 1
 PHASE_ORDER = ("push", "pull", "reduce_scatter", "all_gather", "p2p")
@@ -300,7 +301,7 @@ def summarise(run: RunData) -> dict:
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series),
         "loss": loss_section(loss_rows, run, loss_which),
-        "switch": switch_section(run.counters),
+        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config, run.policy)},
         "agents": agents_section(run.agents),
         "training": training_section(curves),
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},

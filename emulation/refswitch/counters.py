@@ -78,6 +78,20 @@ def queue_rows(raw: dict) -> list[dict]:
     return rows
 
 
+TOS_CLASSES = 8
+
+
+def non_dlcp_rows(raw: dict) -> list[dict]:
+    """The part of `queues` counted from frames without a DLCP header, by queue and the frame's DSCP
+    class (dscp >> 3): what tells background (and the transport's TCP control) from gradients."""
+    rows = []
+    for index, (adm, early, tail) in sorted(raw["non_dlcp"].items()):
+        port, qid, color = P.queue_counter_key(index // TOS_CLASSES)
+        rows.append({"port": port, "qid": qid, "color": color, "dscp_class": index % TOS_CLASSES,
+                     "admitted_pkts": adm, "early_drop_pkts": early, "tail_drop_pkts": tail})
+    return rows
+
+
 def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
@@ -85,6 +99,7 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     return {
         "switch": name, "backend": "ref", "engine": engine, "time_unix": time.time(),
         "queues": queue_rows(raw),
+        "non_dlcp": non_dlcp_rows(raw),
         "drops": {reason: raw["drops_pkts"][i] for reason, i in P.DROP_REASONS.items()},
         "ports": ports,
         "telemetry": {"max_enq_qdepth": raw["max_enq_qdepth"],

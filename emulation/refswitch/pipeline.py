@@ -26,6 +26,7 @@ NO_ROUTE = P.DROP_REASONS["no_route"]
 TTL_EXPIRED = P.DROP_REASONS["ttl_expired"]
 QUEUE_SLOTS = P.MAX_PORTS * P.N_QUEUES
 COUNTER_SLOTS = QUEUE_SLOTS * P.N_COLORS
+TOS_CLASSES = 8  # dscp >> 3 of frames without a DLCP header (their non_dlcp counters)
 
 ETH_LEN = 14
 IPV4_LEN = 20
@@ -78,6 +79,10 @@ class Pipeline:
         self.early = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.tail = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.drops = [[0] * 8, [0] * 8]
+        # the share of the packet counts above from frames without a DLCP header (background and
+        # control traffic), index counter slot * 8 + dscp class -> [admitted, early, tail]
+        self.non_dlcp: dict[int, list[int]] = {}
+        self.occ_peak = [0] * QUEUE_SLOTS  # highest occupancy since the last sample()
         self.last_drop = -1  # reason of the last dropped packet (tests, debug log)
         self._lpm_cache: dict[int, tuple] = {}
         self._class_cache: dict[int, tuple] = {}
@@ -220,12 +225,17 @@ class Pipeline:
         occ = self.occupancy[oi]
         ci = oi * 4 + color
         if occ >= qmax:
-            c = self.tail
+            c, kind = self.tail, 2
         elif color and occ >= (k1, k2, k3)[color - 1]:
-            c = self.early
+            c, kind = self.early, 1
         else:
+            c, kind = self.admitted, 0
+        if not dlcp:
+            self.non_dlcp.setdefault(ci * TOS_CLASSES + (f[15] >> 5), [0, 0, 0])[kind] += 1
+        if kind == 0:
             self.occupancy[oi] = occ + 1
-            c = self.admitted
+            if occ + 1 > self.occ_peak[oi]:
+                self.occ_peak[oi] = occ + 1
             c[0][ci] += 1
             c[1][ci] += n
             # TTL -= 1 with the IPv4 checksum updated incrementally (RFC 1624 eqn. 3)
@@ -272,7 +282,22 @@ class Pipeline:
                 "tail_pkts": self.tail[0], "tail_bytes": self.tail[1],
                 "drops_pkts": self.drops[0], "drops_bytes": self.drops[1],
                 "lpm_hits": hits(self.lpm_table), "classify_hits": hits(self.classify_table),
-                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop}
+                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop,
+                "non_dlcp": {i: tuple(v) for i, v in self.non_dlcp.items()}}
+
+    def sample(self) -> dict:
+        """Occupancy now, its peak since the last sample (restarting from now) and per port the packet
+        counts so far, all traffic and non-DLCP: `_fastpath.Engine.sample()`'s layout."""
+        peak, self.occ_peak = self.occ_peak, list(self.occupancy)
+        per_port = lambda counts: [sum(counts[p * 32:(p + 1) * 32]) for p in range(P.MAX_PORTS)]  # noqa: E731
+        out = {"occupancy": list(self.occupancy), "peak": peak, "admitted_pkts": per_port(self.admitted[0]),
+               "early_pkts": per_port(self.early[0]), "tail_pkts": per_port(self.tail[0])}
+        for k, name in enumerate(("admitted", "early", "tail")):
+            totals = [0] * P.MAX_PORTS
+            for i, v in self.non_dlcp.items():
+                totals[i // (32 * TOS_CLASSES)] += v[k]
+            out[f"non_dlcp_{name}_pkts"] = totals
+        return out
 
     # --- egress --------------------------------------------------------------------------------
 
