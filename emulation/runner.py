@@ -528,6 +528,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     if base["backend"] == "bmv2":
         print(BMV2_RATE_NOTE, file=sys.stderr)
     results = Path(out_root or base["output"]["dir"]) / f"{utc_stamp()}-{base['name']}"
+    created = [p for p in [results, *results.parents] if not p.exists()]  # handed over under sudo
     progress = Progress()
     signal.signal(signal.SIGTERM, _raise_terminated)
     # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
@@ -551,7 +552,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             from dlcp.reporting import compare_runs
             compare_runs(run_dirs, results, echo=True)
     finally:
-        hand_over_to_sudo_user(results)
+        hand_over_to_sudo_user(results, created)
     return results
 
 
@@ -565,13 +566,14 @@ def stop_by_signal(run_dir: Path, progress: Progress, with_report: bool, exc: Ba
     raise exc
 
 
-def hand_over_to_sudo_user(path: Path) -> None:
-    """Under sudo, give what the run wrote (results, reports) to the user who ran sudo, so a run
-    started as `sudo dlcp run` (or by `make demo` as a normal user) leaves nothing root-owned."""
+def hand_over_to_sudo_user(path: Path, created: list[Path]) -> None:
+    """Under sudo, give what the run wrote (results, reports, and the directories above them it
+    created) to the user who ran sudo, so a run started as `sudo dlcp run` (or by `make demo` as a
+    normal user) leaves nothing root-owned."""
     uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
     if os.geteuid() != 0 or not uid or not gid or uid == "0" or not path.exists():
         return
-    for p in [path, *path.rglob("*")]:
+    for p in [*created, *path.rglob("*")]:
         try:
             os.chown(p, int(uid), int(gid), follow_symlinks=False)
         except OSError:

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine: Debian packages (when missing) and the project venv.
 # Re-running it is cheap: apt is skipped when every package is present, pip when the stamp is newer
-# than pyproject.toml.
+# than pyproject.toml. Run it as yourself: only apt runs as root (directly when you are root, else
+# through sudo); the venv is yours. Under sudo (`sudo make ...`) the venv still goes to the user
+# who ran sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc)
+# python3-venv, python3-dev and gcc: the venv and the switch's C fast path (built by pip)
+APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc
+              python3-venv python3-dev gcc)
 VENV=${DLCP_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 
@@ -14,14 +18,16 @@ for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "setup: Debian packages missing (${missing[*]}); run as root: sudo make setup" >&2
-        exit 1
-    fi
-    echo "setup: installing Debian packages: ${missing[*]}"
+    echo "setup: installing Debian packages (as root): ${missing[*]}"
     # --no-install-recommends keeps Open vSwitch out: our switches are our own processes.
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    scripts/as-root apt-get update -qq
+    scripts/as-root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Root through sudo: the rest (the venv) belongs to the user who ran sudo.
+if [[ $(id -u) -eq 0 && -n ${SUDO_UID:-} && ${SUDO_UID} != 0 ]]; then
+    exec sudo -u "#${SUDO_UID}" -g "#${SUDO_GID}" env DLCP_VENV="$VENV" PYTHON="$PYTHON" "$0" "$@"
 fi
 
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
