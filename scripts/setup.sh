@@ -50,7 +50,12 @@ pip_install() {
         exit 1
     fi
 }
-pip_install torch==2.13.0
+# The CPU build by name where one is reachable (a local wheel directory or index pip is configured
+# with): torch==2.13.0 alone lets pip take the CUDA build from PyPI, 5 GB of venv a CPU machine
+# never uses.
+if ! "$VENV/bin/pip" install -q torch==2.13.0+cpu >"$VENV/pip-install.log" 2>&1; then
+    pip_install torch==2.13.0
+fi
 pip_install -e ".[dev,bmv2]"
 "$VENV/bin/python" -c 'import torch, numpy, scapy, mininet, dlcp; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 touch "$stamp"
