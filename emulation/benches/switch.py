@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SRC_MAC, DST_MAC, OUT_MAC = "02:00:00:00:00:01", "02:00:00:00:00:fe", "02:00:00:00:00:02"
 SRC_IP, DST_IP = "10.9.0.1", "10.9.0.2"
 LADDER_START_KPPS, LADDER_STEP, LADDER_MAX_KPPS = 50.0, 1.5, 3000.0
+BMV2_LADDER_START_KPPS = 5.0  # bmv2 forwards 10-20 kpps
 KEEPS_UP = 0.95  # forwarded / offered at or above this: the switch kept up with the load
 SWITCH_RT_PRIORITY = 10  # SCHED_RR, as emulation/dataplane.py gives switches in runs
 BENCH_RT_PRIORITY = 20  # the bench itself, above the switch and the sender: its counter reads are on time
@@ -96,7 +97,7 @@ class CpuSnapshot:
     """/proc/stat per core (jiffies by field) and the CPU seconds of the processes followed."""
     at: float
     cores: dict[int, dict[str, int]]
-    procs: dict[str, float]
+    procs: dict[str, tuple[float, float]]  # name -> (user, system) CPU seconds
 
     FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -111,9 +112,9 @@ class CpuSnapshot:
         for name, pid in pids.items():
             try:
                 t = psutil.Process(pid).cpu_times()
-                procs[name] = t.user + t.system
+                procs[name] = (t.user, t.system)
             except psutil.Error:
-                procs[name] = 0.0
+                procs[name] = (0.0, 0.0)
         return cls(time.monotonic(), cores, procs)
 
 
@@ -122,7 +123,7 @@ def cpu_shares(a: CpuSnapshot, b: CpuSnapshot, switch_cpu: int | None) -> dict[s
     on the switch's core, the busy time that was neither the switch nor softirq (other processes)."""
     tck = os.sysconf("SC_CLK_TCK")
     secs = b.at - a.at
-    out: dict[str, float | None] = {f"{k}_cpu": (b.procs[k] - a.procs[k]) / secs for k in b.procs}
+    out: dict[str, float | None] = {f"{k}_cpu": (sum(b.procs[k]) - sum(a.procs[k])) / secs for k in b.procs}
     for core in sorted(b.cores):
         d = {f: (b.cores[core][f] - a.cores[core][f]) / tck / secs for f in CpuSnapshot.FIELDS}
         out[f"cpu{core}_softirq"] = d["softirq"] + d["irq"]
@@ -228,6 +229,9 @@ class Bench:
                **cpu_shares(before["cpu"], after["cpu"], a.switch_cpu if switch_pid else None)}
         if switch_pid and row.get("switch_cpu"):
             row["kpps_per_cpu"] = kpps / row["switch_cpu"]
+            (u0, s0), (u1, s1) = before["cpu"].procs["switch"], after["cpu"].procs["switch"]
+            n = max(d["rx"], 1)
+            row["user_us_per_pkt"], row["sys_us_per_pkt"] = (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
         return row
 
     def _counters(self, tx_if: str, rx_if: str, sw_out: tuple[str, str | None], control: Path | None,
@@ -246,12 +250,14 @@ class Bench:
         return {"rx": rx["rx_packets"], "sent": sent["tx_packets"],
                 "harness_drops": rx["rx_dropped"] + out["tx_dropped"], "switch_socket_drops": drops, "cpu": cpu}
 
-    def find_load(self, switch_pid: int, control: Path) -> tuple[float, list[dict], str]:
+    def find_load(self, switch_pid: int, control: Path | None, start_kpps: float = LADDER_START_KPPS,
+                  **where) -> tuple[float, list[dict], str]:
         """The offered load for the measurement: the first load of the ladder the switch does not
-        keep up with; (load in kpps, the ladder's rows, why it stopped)."""
-        rate, ladder = LADDER_START_KPPS, []
+        keep up with; (load in kpps, the ladder's rows, why it stopped). `where`: measure()'s
+        interfaces when they are not the default pair."""
+        rate, ladder = start_kpps, []
         while rate <= LADDER_MAX_KPPS:
-            row = self.measure(f"ladder {rate:.0f} kpps", self.args.probe_seconds, rate, switch_pid, control)
+            row = self.measure(f"ladder {rate:.0f} kpps", self.args.probe_seconds, rate, switch_pid, control, **where)
             ladder.append(row)
             if row["offered_kpps"] < 0.9 * rate:
                 return row["offered_kpps"], ladder, (f"the sender reached only {row['offered_kpps']:.0f} of "
@@ -325,9 +331,16 @@ class Bench:
         runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_rr"))
         sw = bmv2switch.start_bmv2(topo.name, runtime, {1: q1, 2: q2}, self.workdir, grpc_port=bmv2switch.free_port(),
                                    thrift_port=bmv2switch.free_port())
+        where = {"tx_if": tx_if, "rx_if": rx_if, "sw_out": (q2, None)}
         try:
-            return self.measure("bmv2 simple_switch_grpc", self.args.seconds, 30.0, sw.pid, tx_if=tx_if, rx_if=rx_if,
-                                sw_out=(q2, None)), None
+            if self.args.switch_cpu is not None:  # the same placement as the built-in switch
+                for tid in os.listdir(f"/proc/{sw.pid}/task"):
+                    os.sched_setaffinity(int(tid), {self.args.switch_cpu})
+                set_realtime(sw.pid)
+            load, _, why = self.find_load(sw.pid, None, BMV2_LADDER_START_KPPS, **where)
+            row = self.measure("bmv2 simple_switch_grpc", self.args.seconds, load, sw.pid, **where)
+            row["note"] = f"offered {load:.0f} kpps: {why}"
+            return row, None
         finally:
             sw.stop(dump_counters=False)
 
@@ -394,7 +407,7 @@ def bench_switch(argv: list[str]) -> int:
         rows.append({"dataplane": "bmv2 simple_switch", "note": f"not measured: {why.split(': install')[0]}"})
     softirq = sorted({k for r in rows for k in r if k.endswith("_softirq")})
     cols = ["dataplane", "kpps", "offered_kpps", "switch_socket_drops_kpps", "harness_drops", "switch_cpu",
-            "kpps_per_cpu", "sender_cpu", *softirq, "switch_core_other", "note"]
+            "kpps_per_cpu", "user_us_per_pkt", "sys_us_per_pkt", "sender_cpu", *softirq, "switch_core_other", "note"]
     kpps = [r["kpps"] for r in ref_rows]
     r1 = lambda v: None if v is None else round(v, 1)  # noqa: E731
     r2 = lambda v: None if v is None else round(v, 2)  # noqa: E731
