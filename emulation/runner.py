@@ -70,7 +70,10 @@ def git_revision() -> str | None:
     try:
         rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        # --no-optional-locks: no index refresh, so git run as root (sudo) writes nothing into a
+        # user's checkout
+        dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"],
                                capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
