@@ -188,6 +188,8 @@ def compare_bars(names: list[str], values: dict[str, list[float | None]], unit: 
     return fig
 
 
+QUEUE_COLORS = {7: COLORS[3], 6: COLORS[1], 5: COLORS[2], 4: COLORS[4], 3: COLORS[0], 2: COLORS[5], 1: COLORS[6],
+                0: "#777777"}
 TRAFFIC_COLORS = {"gradient": COLORS[0], "control": COLORS[2], "background": "#888888", "mixed": COLORS[4]}
 TRAFFIC_LABELS = {"gradient": "gradient", "control": "transport control", "background": "background",
                   "mixed": "all traffic (not separable)"}
@@ -275,7 +277,8 @@ def compare_drops(names: list[str], traffic: list[dict]):
         left.bar_label(bars, labels=[f"{e + tl:,}" for e, tl in zip(early, tail)], fontsize=7, padding=1)
     left.set_xticks(x, [TRAFFIC_LABELS[k].replace(" (", "\n(") for k in kinds], fontsize=8)
     _style(left, "Switch drops by traffic", "", "packets dropped")
-    left.legend(fontsize=7, ncol=len(names))
+    left.set_ylim(0, left.get_ylim()[1] * 1.35)  # room for the legend above the bars
+    left.legend(fontsize=7, ncol=len(names), loc="upper center")
     queues = sorted({int(q) for t in traffic for q in t.get("by_prio", {})}, reverse=True)
     xq = np.arange(len(queues))
     for i, (n, t) in enumerate(zip(names, traffic)):
@@ -290,7 +293,8 @@ def compare_drops(names: list[str], traffic: list[dict]):
         right.bar_label(bars, labels=[f"{g + o:,}" if g + o else "" for g, o in zip(grad, other)], fontsize=7, padding=1)
     right.set_xticks(xq, [f"queue {q}" + (" (first)" if j == 0 else "") for j, q in enumerate(queues)], fontsize=8)
     _style(right, "Switch drops by priority queue (strict priority: higher served first)", "", "packets dropped")
-    right.legend(fontsize=7, ncol=len(names))
+    right.set_ylim(0, right.get_ylim()[1] * 1.35)
+    right.legend(fontsize=7, ncol=len(names), loc="upper center")
     fig.tight_layout()
     return fig
 
@@ -325,9 +329,9 @@ def queue_timelines(timelines: dict[str, object]):
         drops.sharex(depth)
         t, peak, grad, other = _rebin(tl.t, tl.peak, tl.gradient_drops, tl.other_drops)
         dt = np.diff(np.concatenate([[tl.t[0] - (tl.t[1] - tl.t[0] if tl.t.size > 1 else 0.1)], t]))
-        for q in range(7, -1, -1):
+        for q in range(7, -1, -1):  # one colour per queue in every run: background queue 0 always grey
             if peak[:, q].any():
-                depth.step(t, peak[:, q], where="pre", lw=1.1, label=f"queue {q}")
+                depth.step(t, peak[:, q], where="pre", lw=1.1, label=f"queue {q}", color=QUEUE_COLORS[q])
         drops.bar(t - dt, grad, dt, align="edge", color=COLORS[0], label="gradient packets")
         drops.bar(t - dt, other, dt, align="edge", bottom=grad, color="#888888", label="background + control")
         for ax in (depth, drops):

@@ -211,7 +211,9 @@ def queue_timeline(samples: dict[str, list[dict]], iteration_ends_unix: dict[int
     iters = np.array(sorted(iteration_ends_unix), dtype=float)
     ends = np.array([iteration_ends_unix[int(i)] for i in iters], dtype=float)
     t0 = float(s["t"][0]) if start_unix is None else float(start_unix)
-    keep = s["t"] >= t0 - 1.0
+    # from a second before the first iteration to a second after the last (background traffic
+    # goes on while the agents stop; that is not the experiment)
+    keep = (s["t"] >= t0 - 1.0) & ((s["t"] <= ends.max() + 1.0) if ends.size else True)
     if keep.sum() < 2:
         return None
     t, peak, dropped, other_cum = s["t"][keep], s["peak"][keep], s["dropped"][keep], s["other"][keep]
