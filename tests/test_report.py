@@ -327,6 +327,10 @@ def test_compare_cli_prints_table_and_honours_out(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "MCT p99 (us)" in p.stdout and "3×" in p.stdout and "y/run ÷ x/run" in p.stdout
+    # drops side by side: per queue and run, gradient / other packets (background sits in queue 0)
+    assert "switch drops of background packets" in p.stdout
+    queue0 = next(line for line in p.stdout.splitlines() if line.startswith("0 "))
+    assert queue0.split()[-1] == f"{BACKGROUND[1]:,}" and "7 (served first)" in p.stdout
     assert json.loads((out / "compare.json").read_text())["baseline"] == "x/run"
     one = subprocess.run([sys.executable, "-m", "dlcp_cli", "compare", str(a)], capture_output=True, text=True)
     assert one.returncode == 2 and "at least two" in one.stderr

@@ -56,7 +56,8 @@ METRICS = (
 )
 # What the terminal shows: the headline, compactly.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
-                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "forced", "protected_lost")
+                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "forced", "protected_lost",
+                    "gradient_drop_pkts", "background_drop_pkts")
 
 
 def _get(summary: dict, path: tuple):
@@ -108,6 +109,23 @@ def terminal_table(data: dict, keys: tuple[str, ...] = TERMINAL_METRICS) -> str:
                 row[f"{r['name']} ÷ {runs[0]['name']}"] = "–" if rv is None else f"{rv:.3g}×"
         rows.append(row)
     return format_table(rows)
+
+
+def terminal_drops_table(names: list[str], runs: list[RunData]) -> str:
+    """Switch drops per priority queue (rows, 7 first) and run (columns), as gradient / other
+    packets: what each policy dropped where."""
+    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
+    queues = sorted({int(q) for t in traffic for q in t["by_prio"]}, reverse=True)
+    rows = []
+    for q in queues:
+        row = {"switch drops, queue": f"{q}{' (served first)' if q == queues[0] else ''}"}
+        for n, t in zip(names, traffic):
+            d = t["by_prio"].get(str(q), {})
+            grad = drops(d.get("gradient"))
+            other = sum(drops(r) for k, r in d.items() if k != "gradient")
+            row[f"{n}: gradient / other"] = f"{grad:,} / {other:,}"
+        rows.append(row)
+    return format_table(rows) if rows else "(no switch counters)"
 
 
 def _short(v) -> str:
@@ -218,6 +236,7 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     if echo:
         print(f"baseline: {data['baseline']}; ratio = run / baseline")
         print(terminal_table(data))
+        print(terminal_drops_table([r["name"] for r in data["runs"]], runs))
         for r in data["runs"]:
             if r["protected_lost"]:
                 print(f"WARNING: run {r['name']}: {r['protected_lost']} protected packet(s) lost")
