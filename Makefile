@@ -1,4 +1,4 @@
-# Make targets wrap the `dlcp` CLI; every target sets the machine up first (idempotent, quick when done).
+# Make targets wrap the `dlcp` CLI; every target but gen sets the machine up first (idempotent, quick when done).
 # Run them as yourself: what needs root (Debian packages, Mininet's network namespaces) goes through
 # scripts/as-root (sudo when you are not root); the venv, results and reports stay yours. As root,
 # e.g. in a container without sudo, everything runs directly.
@@ -9,7 +9,7 @@ DEMO_ARGS ?=
 AS_ROOT := scripts/as-root
 IS_ROOT := $(shell [ "$$(id -u)" -eq 0 ] && echo yes)
 
-.PHONY: setup demo test p4 clean bench
+.PHONY: setup demo test p4 gen clean bench
 
 setup:
 	@scripts/setup.sh
@@ -29,6 +29,10 @@ endif
 
 p4: setup
 	$(DLCP) build
+
+# P4, C and doc views of dlcp/wire/layout.py and dlcp/network/pipeline_names.py (no root needed)
+gen:
+	$(VENV)/bin/python -m dlcp.codegen
 
 bench: setup
 	$(DLCP) bench tagging

@@ -4,14 +4,20 @@ The extension is optional: if it cannot be compiled, the built-in dataplane fall
 Python engine (slower, same semantics) and says so when it starts.
 """
 
-import hashlib
+import importlib.util
 from pathlib import Path
 
 from setuptools import Extension, setup
 
-SOURCE = "emulation/refswitch/_fastpath.c"
-# baked into the module so the switch can refuse a binary built from another version of the source
-SHA = hashlib.sha256((Path(__file__).parent / SOURCE).read_bytes()).hexdigest()[:16]
+HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location("fastpath_source", HERE / "emulation/refswitch/fastpath_source.py")
+fastpath_source = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fastpath_source)
 
-setup(ext_modules=[Extension("emulation.refswitch._fastpath", [SOURCE], extra_compile_args=["-O2", "-Wall"],
+# baked into the module so the switch can refuse a binary built from other sources
+SHA = fastpath_source.source_sha(HERE / "emulation/refswitch")
+SOURCE, *HEADERS = (f"emulation/refswitch/{name}" for name in fastpath_source.SOURCES)
+
+setup(ext_modules=[Extension("emulation.refswitch._fastpath", [SOURCE], depends=HEADERS,
+                             extra_compile_args=["-O2", "-Wall"],
                              define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')], optional=True)])

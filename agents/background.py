@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-KINDS = ("udp_cbr", "udp_onoff", "tcp", "sink")
+from dlcp.experiment.agent_config import BackgroundAgentConfig, BackgroundFlow, Sink, load_agent_config
+from dlcp.settings import ConfigError
 
 
 class Stop(Exception):
@@ -33,18 +34,11 @@ def _on_signal(signum, frame):
     raise Stop()
 
 
-def load_config(path: str) -> dict:
+def load_config(path: str) -> BackgroundAgentConfig:
     try:
-        cfg = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"background: cannot read config {path}: {e}")
-    bg = cfg.get("background")
-    if not isinstance(bg, dict) or bg.get("kind") not in KINDS:
-        raise SystemExit(f"background: {path}: background.kind must be one of {', '.join(KINDS)}")
-    for key in ("port",) + (() if bg["kind"] == "sink" else ("dst_ip", "rate_mbps")):
-        if key not in bg:
-            raise SystemExit(f"background: {path}: background.{key} missing")
-    return cfg
+        return load_agent_config(path, "background")
+    except ConfigError as e:
+        raise SystemExit(f"background: {path}: {e}") from None
 
 
 def _udp_socket(dscp: int) -> socket.socket:
@@ -54,14 +48,14 @@ def _udp_socket(dscp: int) -> socket.socket:
     return s
 
 
-def send_udp(bg: dict, stop_at: float | None, totals: dict) -> None:
+def send_udp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
     """Paced UDP: `rate_mbps` during on-periods (always on for udp_cbr)."""
-    s = _udp_socket(bg.get("dscp", 0))
-    payload = bytes(bg.get("packet_bytes", 1400))
-    dst = (bg["dst_ip"], bg["port"])
-    gap = len(payload) * 8 / (bg["rate_mbps"] * 1e6)  # seconds between datagrams
-    on_s = bg.get("on_ms", 0) / 1e3 if bg["kind"] == "udp_onoff" else None
-    off_s = bg.get("off_ms", 0) / 1e3
+    s = _udp_socket(bg.dscp)
+    payload = bytes(bg.packet_bytes)
+    dst = (bg.dst_ip, bg.port)
+    gap = len(payload) * 8 / (bg.rate_mbps * 1e6)  # seconds between datagrams
+    on_s = bg.on_ms / 1e3 if bg.kind == "udp_onoff" else None
+    off_s = bg.off_ms / 1e3
     period_start = next_send = time.monotonic()
     while stop_at is None or time.monotonic() < stop_at:
         now = time.monotonic()
@@ -84,17 +78,17 @@ def send_udp(bg: dict, stop_at: float | None, totals: dict) -> None:
             next_send = now
 
 
-def send_tcp(bg: dict, stop_at: float | None, totals: dict) -> None:
+def send_tcp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
     deadline = time.monotonic() + 10
     while True:
         try:
-            s = socket.create_connection((bg["dst_ip"], bg["port"]), timeout=2)
+            s = socket.create_connection((bg.dst_ip, bg.port), timeout=2)
             break
         except OSError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"background: no TCP sink at {bg['dst_ip']}:{bg['port']}")
+                raise SystemExit(f"background: no TCP sink at {bg.dst_ip}:{bg.port}")
             time.sleep(0.2)
-    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, bg.get("dscp", 0) << 2)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, bg.dscp << 2)
     s.settimeout(1.0)
     chunk = bytes(64 * 1024)
     while stop_at is None or time.monotonic() < stop_at:
@@ -105,15 +99,15 @@ def send_tcp(bg: dict, stop_at: float | None, totals: dict) -> None:
     s.close()
 
 
-def sink(bg: dict, totals: dict) -> None:
+def sink(bg: Sink, totals: dict) -> None:
     """Discard UDP datagrams and drain TCP connections on `port` until stopped."""
     sel = selectors.DefaultSelector()
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-    udp.bind(("0.0.0.0", bg["port"]))
+    udp.bind(("0.0.0.0", bg.port))
     tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp.bind(("0.0.0.0", bg["port"]))
+    tcp.bind(("0.0.0.0", bg.port))
     tcp.listen(16)
     for s in (udp, tcp):
         s.setblocking(False)
@@ -146,20 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True)
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    bg, host = cfg["background"], cfg.get("host", "?")
+    bg, host = cfg.background, cfg.host
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    totals = {"host": host, "kind": bg["kind"], "pkts": 0, "bytes": 0, "send_errors": 0,
+    totals = {"host": host, "kind": bg.kind, "pkts": 0, "bytes": 0, "send_errors": 0,
               "start_unix": time.time()}
     try:
-        if bg["kind"] == "sink":
+        if bg.kind == "sink":
             sink(bg, totals)
         else:
-            time.sleep(bg.get("start_s", 0))
-            stop_s = bg.get("stop_s", 0)
-            stop_at = time.monotonic() + (stop_s - bg.get("start_s", 0)) if stop_s else None
+            time.sleep(bg.start_s)
+            stop_s = bg.stop_s
+            stop_at = time.monotonic() + (stop_s - bg.start_s) if stop_s else None
             totals["start_unix"] = time.time()
-            (send_tcp if bg["kind"] == "tcp" else send_udp)(bg, stop_at, totals)
+            (send_tcp if bg.kind == "tcp" else send_udp)(bg, stop_at, totals)
     except Stop:
         pass
     except OSError as e:
@@ -169,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         totals["end_unix"] = time.time()
         secs = max(totals["end_unix"] - totals["start_unix"], 1e-9)
         totals["mbps"] = totals["bytes"] * 8 / secs / 1e6
-        records = Path(cfg["run_dir"]) / "records"
+        records = Path(cfg.run_dir) / "records"
         records.mkdir(parents=True, exist_ok=True)
-        name = f"{host}-sink{bg['port']}" if bg["kind"] == "sink" else f"{host}-background{bg.get('index', 0)}"
+        name = f"{host}-sink{bg.port}" if bg.kind == "sink" else f"{host}-background{bg.index}"
         tmp = records / f".{name}.json.tmp"
         tmp.write_text(json.dumps(totals, indent=1))
         os.replace(tmp, records / f"{name}.json")

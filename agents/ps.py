@@ -1,6 +1,6 @@
 """Parameter-server agent: gathers every worker's push, updates, scatters parameters.
 
-    python -m agents.ps --config <run>/agents/hN.json
+    python -m agents.ps --config <run>/agents/hN-<role>.json
 
 Per iteration (dlcp/workloads/contract.py): gather (each message once every worker's push is complete or
 forced) -> ServerWorkload.update (fill policy + optimizer) -> scatter the parameters to every
@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import sys
 
-from agents.common import Agent, comm_config, open_transport, run_agent
+from agents.common import Agent, open_transport, run_agent
 from dlcp.comm.collectives import PSServer
 from dlcp.workloads.registry import make_server_workload
 
 
 def run(agent: Agent) -> None:
     cfg = agent.cfg
-    workload = make_server_workload(cfg["workload"], cfg["dlcp"].get("fill", "rescale"))
+    workload = make_server_workload(cfg.workload, cfg.dlcp.fill)
     transport = open_transport(agent)
     transport.connect()  # every worker listening: pulls will find their sockets bound
-    server = PSServer(transport, comm_config(cfg), workload.layouts(), workload.n_layers)
+    server = PSServer(transport, cfg.comm_config(), workload.layouts(), workload.n_layers)
     for it in range(agent.iterations):
         agent.check_time()
         server.begin(it)

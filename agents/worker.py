@@ -1,6 +1,6 @@
 """Worker agent: trains its Workload and exchanges gradients with the PS or the ring.
 
-    python -m agents.worker --config <run>/agents/hN.json
+    python -m agents.worker --config <run>/agents/hN-<role>.json
 
 Per iteration (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or submitted to the
 ring at once; then parameters are pulled (PS) or aggregates awaited and applied (all-reduce). Every
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from agents.common import Agent, comm_config, open_transport, run_agent
+from agents.common import Agent, open_transport, run_agent
 from dlcp.comm.collectives import PSClient, RingAllReduce
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
@@ -68,21 +68,21 @@ def resync(agent: Agent, workload, ring: RingAllReduce, it: int) -> None:
         return
     params = {lay.msg_id: workload.parameters(lay.msg_id) for lay in workload.layouts()}
     ref, drift = ring.resync(it, params)
-    if agent.cfg["rank"] != 0:
+    if agent.cfg.rank != 0:
         for msg_id, values in ref.items():
             workload.apply_parameters(it, msg_id, ParamChunk(values, np.zeros(values.size, bool)))
-    agent.resync_rows.append({"host": agent.host, "rank": agent.cfg["rank"], "iter": it, **drift})
+    agent.resync_rows.append({"host": agent.host, "rank": agent.cfg.rank, "iter": it, **drift})
     log.info("re-sync at iteration %d: drift from rank 0 L2 %.6g, max %.6g", it, drift["drift_l2"], drift["drift_max"])
 
 
 def run(agent: Agent) -> None:
     cfg = agent.cfg
-    rank, world = cfg["rank"], cfg["world"]
-    workload = make_workload(cfg["workload"], rank, world, cfg["dlcp"].get("fill", "rescale"))
-    comm = comm_config(cfg)
+    rank, world = cfg.rank, cfg.world
+    workload = make_workload(cfg.workload, rank, world, cfg.dlcp.fill)
+    comm = cfg.comm_config()
     transport = open_transport(agent)
     layouts = workload.layouts()
-    if cfg["mode"] == "ps":
+    if cfg.mode == "ps":
         transport.connect([PS_RANK])
         coll = PSClient(transport, comm, layouts, workload.n_layers)
         step = iteration_ps
@@ -90,13 +90,13 @@ def run(agent: Agent) -> None:
         transport.connect([(rank + 1) % world] if world > 1 else [])
         coll = RingAllReduce(transport, comm, layouts, workload.n_layers)
         step = iteration_ring
-    resync_every = cfg["dlcp"].get("resync_every", 0)
+    resync_every = cfg.dlcp.resync_every
     try:
         for it in range(agent.iterations):
             agent.check_time()
             coll.begin(it)
             t, lost_values = step(agent, workload, coll, it)
-            if cfg["mode"] == "allreduce" and world > 1 and resync_every and (it + 1) % resync_every == 0:
+            if cfg.mode == "allreduce" and world > 1 and resync_every and (it + 1) % resync_every == 0:
                 resync(agent, workload, coll, it)
             metrics = workload.evaluate(it) or {}
             end = now_us()

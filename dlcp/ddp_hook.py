@@ -39,8 +39,10 @@ import torch
 import torch.distributed as dist
 
 from dlcp.comm.alltoall import TransportAllToAll
+from dlcp.settings import Fraction, check_argument
 from dlcp.wire.tagging import TaggingConfig, tag_message
-from dlcp.workloads.trainer.fill import check_fill, fill_average
+from dlcp.workloads.settings import check_fill
+from dlcp.workloads.trainer.fill import fill_average
 from dlcp.workloads.trainer.models import parameter_layers
 
 logger = logging.getLogger(__name__)
@@ -73,8 +75,8 @@ class DlcpHookState:
         layers = parameter_layers(module)
         self.fill = check_fill(fill)
         self.tagging = tagging
-        if loss_budget is not None and not 0 <= loss_budget <= 1:
-            raise ValueError(f"dlcp.loss_budget: must lie in [0, 1], got {loss_budget}")
+        if loss_budget is not None:
+            loss_budget = check_argument("loss_budget", Fraction, loss_budget)
         self.transport = transport if transport is not None else TransportAllToAll.for_process_group()
         self.loss_budget = loss_budget
         self.budget_violations = 0

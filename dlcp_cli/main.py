@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | build | report | compare | clean | bench.
+"""The `dlcp` command: run | build | gen | report | compare | clean | bench.
 
 The CLI sits above both `dlcp/` and `emulation/`. Commands that need root, Mininet or bmv2 import
 `emulation` only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging` work anywhere.
@@ -30,6 +30,11 @@ def _build(args: argparse.Namespace) -> int:
     return build.main(args)
 
 
+def _gen(args: argparse.Namespace) -> int:
+    from dlcp import codegen
+    return codegen.main(["--check"] if args.check else [])
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=f"dlcp {__version__}")
@@ -57,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--data-port", type=int, default=DATA_PORT,
                     help=f"UDP destination port parsed as DLCP (default: {DATA_PORT})")
     bd.set_defaults(func=_build)
+
+    g = sub.add_parser("gen", help="write the P4, C and doc views of the wire format and switch names",
+                       description="Regenerate p4/include/generated/*.p4, emulation/refswitch/dlcp_wire.h and the "
+                                   "tables of docs/wire-format.md from dlcp/wire/layout.py and "
+                                   "dlcp/network/pipeline_names.py (docs/wire-format.md).")
+    g.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
+    g.set_defaults(func=_gen)
 
     b = sub.add_parser("bench", help="run a benchmark and print its figures",
                        description="Benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()))

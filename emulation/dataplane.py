@@ -227,7 +227,7 @@ class RefProcess(DataplaneProcess):
         return path
 
     def runtime_ports(self) -> dict[int, str]:
-        from emulation.refswitch.runtime import RuntimeFileError, load_runtime
+        from dlcp.network.runtime_file import RuntimeFileError, load_runtime
         try:
             return {p.port: p.intf for p in load_runtime(self.runtime_json).ports}
         except RuntimeFileError as e:

@@ -13,8 +13,8 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host
 
-from dlcp.experiment.switch_runtime import switch_port_mac
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.switch_runtime import switch_port_mac
+from dlcp.network.topology import TopologySpec
 from emulation import procs
 
 

@@ -23,13 +23,13 @@ from importlib import metadata
 from pathlib import Path
 
 from dlcp.experiment import config as configmod
-from dlcp.experiment import topology as topospec
-from dlcp.experiment.switch_runtime import write_runtime
+from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
+from dlcp.network import topology as topospec
+from dlcp.network.switch_runtime import write_runtime
 from emulation import procs
 from emulation.clean import clean
 
 REPO = Path(__file__).resolve().parents[1]
-BACKGROUND_PORT = 5001
 PROGRESS_PERIOD_S = 0.5
 NET_STOP_TIMEOUT_S = 60
 
@@ -143,47 +143,6 @@ def write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-# --- agent configurations ----------------------------------------------------------------------------
-
-def _agent_workload(cfg: dict) -> dict:
-    w = dict(cfg["workload"], seed=cfg["seed"])
-    if not w["layers"]:  # empty = the workload's own default sizes
-        del w["layers"]
-    return w
-
-
-def agent_configs(cfg: dict, spec: topospec.TopologySpec, run_dir: Path) -> list[tuple[str, str, dict]]:
-    """(host, role, config) for every agent of the run: workers, PS, background senders and sinks."""
-    workers = spec.by_role("worker")
-    ps = spec.by_role("ps")
-    common = {
-        "run_dir": str(run_dir), "job_id": 1, "world": len(workers), "mode": cfg["workload"]["mode"],
-        "ps": {"host": ps[0].name, "ip": ps[0].ip} if ps else None,
-        "workers": [{"rank": h.rank, "host": h.name, "ip": h.ip} for h in workers],
-        "ports": {"data": cfg["dlcp"]["data_port"], "control": cfg["dlcp"]["control_port"]},
-        "workload": _agent_workload(cfg),
-        "dlcp": dict(cfg["dlcp"]),
-        "records": {"per_packet": cfg["output"]["per_packet"]},
-        "timeout_s": cfg["timeout_s"],
-    }
-    out = [(h.name, "worker", dict(common, host=h.name, role="worker", ip=h.ip, rank=h.rank)) for h in workers]
-    out += [(h.name, "ps", dict(common, host=h.name, role="ps", ip=h.ip, rank=-1)) for h in ps]
-    sinks = {}
-    for i, bg in enumerate(cfg["background"]):
-        src = spec.hosts[spec.background_sources[i]]
-        dst = spec.host_named(bg["dst"])
-        out.append((src.name, "background", {
-            "run_dir": str(run_dir), "host": src.name, "role": "background", "ip": src.ip,
-            "background": dict(bg, dst_ip=dst.ip, port=BACKGROUND_PORT + i, index=i)}))
-        sinks.setdefault(dst.name, (dst, []))[1].append(BACKGROUND_PORT + i)
-    for name, (dst, ports) in sinks.items():
-        for port in ports:
-            out.append((name, f"sink{port}", {
-                "run_dir": str(run_dir), "host": name, "role": "background", "ip": dst.ip,
-                "background": {"kind": "sink", "port": port}}))
-    return out
-
-
 # --- progress ------------------------------------------------------------------------------------------
 
 def read_progress(run_dir: Path, host: str) -> dict:
@@ -219,8 +178,8 @@ class Progress:
     def _live(self):
         if self.bar is None:
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, SpinnerColumn,
-                                       TextColumn, TimeElapsedColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
             self.bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                            TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
                            console=Console(file=self.stream), transient=False)
@@ -266,7 +225,7 @@ class Experiment:
         self.spec = topospec.from_config(cfg)
         self.net = None
         self.shell_pids: list[int] = []
-        self.pending_background: list[tuple[str, str, dict]] = []
+        self.pending_background: list[tuple[str, str, AgentConfig]] = []
         self.agents: list[tuple[str, str, subprocess.Popen, Path]] = []  # host, role, process, log
 
     def prepare(self) -> None:
@@ -295,10 +254,9 @@ class Experiment:
             procs.record(node.pid, "node-shell", node.name, "mininet node shell")
             self.shell_pids.append(node.pid)
 
-    def start_agent(self, host: str, role: str, agent_cfg: dict) -> None:
-        module = "background" if agent_cfg["role"] == "background" else role
-        cfg_path = self.run_dir / "agents" / f"{host}-{role}.json"
-        write_json(cfg_path, agent_cfg)
+    def start_agent(self, host: str, role: str, agent_cfg: AgentConfig) -> None:
+        module = agent_cfg.role  # worker, ps, background (senders and sinks)
+        cfg_path = write_agent_config(self.run_dir, host, role, agent_cfg)
         log = self.run_dir / "logs" / f"{host}-{role}.log"
         cmd = [sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
         with open(log, "wb") as f:

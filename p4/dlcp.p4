@@ -1,8 +1,9 @@
 /* DLCP switch, P4_16 for v1model (bmv2 simple_switch_grpc with `--priority-queues 8`).
  *
  * The specification of the DLCP switch pipeline; the built-in dataplane implements the same
- * semantics (docs/pipeline.md). Control-plane names are fixed with @name so that P4Info holds
- * exactly the names of dlcp/experiment/pipeline_names.py, whichever include file a table lives in.
+ * semantics (docs/pipeline.md). Control-plane names are fixed with @name(...) from the macros
+ * generated from dlcp/network/pipeline_names.py (include/generated/, `make gen`), so that P4Info
+ * holds exactly those names, whichever include file a table lives in.
  *
  * Ingress: drop reasons -> routing + load balancing -> classification -> admission.
  * Egress:  occupancy release -> queue telemetry.
@@ -22,9 +23,9 @@
 control DlcpIngress(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
 
-    /* index: drop reason (include/defines.p4) */
-    @name(".DlcpIngress.drops")
-    counter(DROP_COUNTER_SIZE, CounterType.packets_and_bytes) drops;
+    /* index: drop reason (DROP_*) */
+    @name(COUNTER_DROPS)
+    counter(COUNTER_DROPS_SIZE, CounterType.packets_and_bytes) drops;
 
     DlcpRouting() routing;
     DlcpClassification() classification;

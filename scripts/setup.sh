@@ -35,7 +35,8 @@ fi
 
 stamp="$VENV/.dlcp-setup-stamp"
 if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
-      && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c ]]; then
+      && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c \
+      && "$stamp" -nt emulation/refswitch/dlcp_wire.h ]]; then
     exit 0
 fi
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"

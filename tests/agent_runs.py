@@ -4,13 +4,16 @@ agents as real processes, either on 127.0.0.x addresses (no root) or inside netw
 from __future__ import annotations
 
 import csv
-import json
 import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from dlcp.experiment import agent_config as AC
+from dlcp.experiment import config
+from dlcp.network import topology
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,39 +42,33 @@ def free_port_pair(ip: str = "127.0.0.1") -> tuple[int, int]:
 def agent_configs(run_dir: Path, mode: str, world: int, worker_ips: list[str], ps_ip: str | None,
                   ports: tuple[int, int], workload: dict | None = None, dlcp: dict | None = None,
                   timeout_s: float = 60, per_packet: bool = False) -> list[tuple[str, str, dict]]:
-    """(host, role, config) per agent: workers h1..hN, the PS h{N+1}."""
-    workers = [{"rank": r, "host": f"h{r + 1}", "ip": worker_ips[r]} for r in range(world)]
-    common = {
-        "run_dir": str(run_dir), "job_id": 1, "world": world, "mode": mode,
-        "ps": {"host": f"h{world + 1}", "ip": ps_ip} if ps_ip else None,
-        "workers": workers, "ports": {"data": ports[0], "control": ports[1]},
-        "workload": {"mode": mode, "workers": world, "model": "synthetic", "dataset": "synthetic",
-                     "iterations": 6, "batch_size": 32,
-                     "lr": 0.1, "seed": 1, "eval_every": 3, "bucket_values": 0, **(workload or {})},
-        "dlcp": {"policy": "dlcp", "layer_order": "input_first", "drop_layer_bias": "none",
-                 "loss_budget": 0.01, "iter_budget": 0.02, "layer_budgets": {}, "r_max": 3,
-                 "deadline_ms": 2000, "fill": "rescale", "reliable": False, "ring_budget": "protect_rs",
-                 "resync_every": 50, "pacing_mbps": None, "telemetry": False,
-                 # keys the runner passes through for the switch: agents must ignore them
-                 "load_balancing": "spray_random", "data_port": ports[0], "control_port": ports[1],
-                 "qmax": 64, "k1": 48, "k2": 32, "k3": 16, **(dlcp or {})},
-        "records": {"per_packet": per_packet},
-        "timeout_s": timeout_s,
-    }
-    out = [(w["host"], "worker", dict(common, host=w["host"], role="worker", ip=w["ip"], rank=w["rank"]))
-           for w in workers]
-    if ps_ip:
-        out.append((f"h{world + 1}", "ps", dict(common, host=f"h{world + 1}", role="ps", ip=ps_ip, rank=-1)))
+    """(host, role, config as written) per agent, written into run_dir/agents by the runner's own
+    code (dlcp.experiment.agent_config) from an experiment on a star: workers h1..hN, the PS
+    h{N+1}, at the given addresses instead of the topology's."""
+    raw = {"name": "agents-test", "timeout_s": timeout_s,
+           "topology": {"kind": "star", "hosts": max(2, world + (1 if ps_ip else 0))},
+           "workload": {"mode": mode, "workers": world, "model": "synthetic", "dataset": "synthetic",
+                        "iterations": 6, "batch_size": 32, "lr": 0.1, "eval_every": 3, **(workload or {})},
+           "dlcp": {"data_port": ports[0], "control_port": ports[1], **(dlcp or {})},
+           "output": {"per_packet": per_packet}}
+    cfg = config.validate(raw)
+    spec = topology.from_config(cfg)
+    addresses = {f"h{r + 1}": ip for r, ip in enumerate(worker_ips)} | ({f"h{world + 1}": ps_ip} if ps_ip else {})
+    for h in spec.hosts.values():
+        h.ip = addresses.get(h.name, h.ip)
     for sub in ("agents", "progress", "records", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    for host, role, cfg in out:
-        (run_dir / "agents" / f"{host}.json").write_text(json.dumps(cfg, indent=1))
+    out = []
+    for host, role, acfg in AC.agent_configs(cfg, spec, run_dir):
+        AC.write_agent_config(run_dir, host, role, acfg)
+        out.append((host, role, acfg.model_dump(mode="json")))
     return out
 
 
 def start_agent(run_dir: Path, host: str, role: str, prefix: list[str] | None = None) -> subprocess.Popen:
     log = open(run_dir / "logs" / f"{host}-{role}.log", "wb")
-    cmd = (prefix or []) + [sys.executable, "-m", f"agents.{role}", "--config", str(run_dir / "agents" / f"{host}.json")]
+    cmd = (prefix or []) + [sys.executable, "-m", f"agents.{role}", "--config",
+                            str(AC.agent_config_path(run_dir, host, role))]
     return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
 

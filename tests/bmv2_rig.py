@@ -16,7 +16,7 @@ from typing import Iterator
 from fake_p4runtime import free_port
 from frames import parse
 
-from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
 from emulation import netns
 from emulation.bmv2 import switch as bmv2switch
 from emulation.bmv2.control import ThriftSwitch

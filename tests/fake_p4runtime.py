@@ -1,7 +1,7 @@
 """Test doubles for the bmv2 control plane, in the style of p4runtime-shell's own tests
 (p4runtime_sh/test.py): an in-process P4Runtime gRPC servicer and an in-process bmv2 Thrift server,
 both recording what they receive. Plus the P4Info the DLCP program must have, built from
-dlcp/experiment/pipeline_names.py (the controller tests run without p4c; test_p4info.py checks it against p4c's)."""
+dlcp/network/pipeline_names.py (the controller tests run without p4c; test_p4info.py checks it against p4c's)."""
 
 from __future__ import annotations
 
@@ -16,55 +16,55 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from dlcp.experiment import pipeline_names as pn
+from dlcp.network.pipeline_names import PIPELINE, PipelineSpec
 from emulation.bmv2.switch import free_port  # noqa: F401  (tests import it from here)
 
-# key widths of the DLCP tables (bit<> of the P4 fields they match)
-KEY_BITS = {"ipv4_dst": 32, "nhop_group": 16, "nhop_member": 16, "dlcp_valid": 1, "dlcp_prio": 3,
-            "dlcp_drop_prec": 2, "dscp": 6, "egress_port": 9}
-REGISTER_BITS = {pn.OCCUPANCY: 32, pn.RR_NEXT: 16}
 MATCH_TYPES = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM,
                "ternary": p4info_pb2.MatchField.TERNARY}
 
 
-def expected_p4info() -> p4info_pb2.P4Info:
-    """The P4Info implied by dlcp/experiment/pipeline_names.py (ids are arbitrary but stable)."""
+def expected_p4info(spec: PipelineSpec = PIPELINE) -> p4info_pb2.P4Info:
+    """The P4Info implied by a pipeline definition (ids are arbitrary but stable): every name,
+    key width, parameter width, size and register width from the one definition."""
     info = p4info_pb2.P4Info()
     action_ids = {}
-    for i, (name, params) in enumerate(sorted(pn.ACTION_PARAMS.items()), start=1):
+    for i, action in enumerate(sorted(spec.actions, key=lambda a: a.name), start=1):
         a = info.actions.add()
-        a.preamble.id, a.preamble.name = 0x01000000 + i, name
-        a.preamble.alias = name.split(".")[-1]
-        action_ids[name] = a.preamble.id
-        for j, (pname, bits) in enumerate(params, start=1):
-            a.params.add(id=j, name=pname, bitwidth=bits)
+        a.preamble.id, a.preamble.name = 0x01000000 + i, action.name
+        a.preamble.alias = action.name.split(".")[-1]
+        action_ids[action.name] = a.preamble.id
+        for j, p in enumerate(action.params, start=1):
+            a.params.add(id=j, name=p.name, bitwidth=p.bits)
     direct_ids = {}
-    for i, (name, table) in enumerate(sorted(pn.DIRECT_COUNTERS.items()), start=1):
+    for i, (name, table) in enumerate(sorted(spec.direct_counters.items()), start=1):
         d = info.direct_counters.add()
         d.preamble.id, d.preamble.name = 0x14000000 + i, name
         d.spec.unit = p4info_pb2.CounterSpec.BOTH
         direct_ids[table] = d
-    for i, (name, spec) in enumerate(sorted(pn.TABLES.items()), start=1):
+    for i, table in enumerate(sorted(spec.tables, key=lambda t: t.name), start=1):
         t = info.tables.add()
-        t.preamble.id, t.preamble.name = 0x02000000 + i, name
-        t.preamble.alias = name.split(".")[-1]
-        for j, (key, kind) in enumerate(spec["keys"], start=1):
-            t.match_fields.add(id=j, name=key, bitwidth=KEY_BITS[key], match_type=MATCH_TYPES[kind])
-        for a in spec["actions"]:
+        t.preamble.id, t.preamble.name = 0x02000000 + i, table.name
+        t.preamble.alias = table.name.split(".")[-1]
+        for j, key in enumerate(table.keys, start=1):
+            t.match_fields.add(id=j, name=key.name, bitwidth=key.bits, match_type=MATCH_TYPES[key.match])
+        for a in table.actions:
             t.action_refs.add(id=action_ids[a])
-        if name in direct_ids:
-            direct_ids[name].direct_table_id = t.preamble.id
-            t.direct_resource_ids.append(direct_ids[name].preamble.id)
-    for i, (name, size) in enumerate(sorted(pn.COUNTERS.items()), start=1):
+        if table.const_default:
+            t.const_default_action_id = action_ids[table.default_action]
+        t.size = table.size
+        if table.name in direct_ids:
+            direct_ids[table.name].direct_table_id = t.preamble.id
+            t.direct_resource_ids.append(direct_ids[table.name].preamble.id)
+    for i, counter in enumerate(sorted(spec.counters, key=lambda c: c.name), start=1):
         c = info.counters.add()
-        c.preamble.id, c.preamble.name = 0x12000000 + i, name
+        c.preamble.id, c.preamble.name = 0x12000000 + i, counter.name
         c.spec.unit = p4info_pb2.CounterSpec.BOTH
-        c.size = size
-    for i, (name, size) in enumerate(sorted(pn.REGISTERS.items()), start=1):
+        c.size = counter.size
+    for i, reg in enumerate(sorted(spec.registers, key=lambda r: r.name), start=1):
         r = info.registers.add()
-        r.preamble.id, r.preamble.name = 0x16000000 + i, name
-        r.type_spec.bitstring.bit.bitwidth = REGISTER_BITS[name]
-        r.size = size
+        r.preamble.id, r.preamble.name = 0x16000000 + i, reg.name
+        r.type_spec.bitstring.bit.bitwidth = reg.bits
+        r.size = reg.size
     return info
 
 

@@ -97,12 +97,15 @@ class LossyProxy:
     def _classify(self, data: bytes) -> Pkt | None:
         if len(data) < H.HEADER_LEN:
             return None
-        vt, pdp, _, src, it, msg, _, _, flags, seq, n_pkts, _ = H.HEADER.unpack_from(data)
-        probe = vt & 15 == H.TYPE_PROBE
-        k = (src, it, pdp & 7, msg, seq, probe)
+        h = H.header_fields(np.frombuffer(data[:H.HEADER_LEN], np.uint8))
+        typ, phase, prio = (int(H.field_values(h, name)[0]) for name in ("type", "phase", "prio"))
+        src, it, msg, flags, seq, n_pkts = (int(h[name][0]) for name in ("src_rank", "iter", "msg_id", "flags",
+                                                                        "seq", "n_pkts"))
+        probe = typ == H.TYPE_PROBE
+        k = (src, it, phase, msg, seq, probe)
         t = self.seen.get(k, 0)
         self.seen[k] = t + 1
-        return Pkt(vt & 15, seq, n_pkts, msg, it, pdp & 7, src, bool(flags & H.FLAG_PROTECTED), t, pdp >> 5)
+        return Pkt(typ, seq, n_pkts, msg, it, phase, src, bool(flags & H.FLAG_PROTECTED), t, prio)
 
     def _run(self) -> None:
         while not self._stop:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from dlcp.wire.header import DATA_PORT, FLAG_TELEMETRY, DlcpHeader, Probe, pack_probe, probe_header, tos_of
 
 
@@ -69,5 +69,5 @@ def runtime_doc(ports=(1, 2, 3, 4), routes=None, lb_mode="per_flow", classify=Tr
         entries.append(entry(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, dict(zip(("qmax", "k1", "k2", "k3"), th)),
                              match={"egress_port": port}))
     port_cfg = port_cfg or {}
-    return {"switch": "sw", "table_entries": entries,
+    return {"switch": "sw", "device_id": 1, "target": "ref", "registers": [], "table_entries": entries,
             "ports": [{"port": p, "intf": intf(p), **port_cfg.get(p, {})} for p in ports]}

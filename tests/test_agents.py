@@ -75,12 +75,14 @@ def agent(role, cfg_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    (lambda c: c.pop("ports"), "ports: missing"),
+    (lambda c: c.pop("ports"), "ports: required"),
     (lambda c: c.update(rank=7), "rank: 7 outside 0..1"),
     (lambda c: c["ports"].update(data=70000), "ports.data: 70000 is not a port number"),
     (lambda c: c["dlcp"].update(loss_budget=2), "dlcp.loss_budget: 2 is not a fraction"),
     (lambda c: c["dlcp"].update(ring_budget="never"), "dlcp.ring_budget: 'never'"),
-    (lambda c: c["workload"].update(model="gpt5"), "workload.model: 'gpt5' is not one of synthetic, mlp, cnn, resnet"),
+    (lambda c: c["workload"].update(model="gpt5"), "workload.model: 'gpt5' is not one of mlp, cnn, resnet, synthetic"),
+    (lambda c: c["dlcp"].update(qmax=64), "dlcp.qmax: unknown key"),  # the switches' keys stay with the runner
+    (lambda c: c["workers"][1].update(rank=0), "workers[1].rank: 0 is outside 0..1 or repeated"),
     (lambda c: c.update(ip="10.0.0.300"), "ip: '10.0.0.300' is not an IPv4 address"),
 ])
 def test_bad_config_is_one_line_error(tmp_path, change, message):
@@ -89,14 +91,14 @@ def test_bad_config_is_one_line_error(tmp_path, change, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(cfg))
     p = agent("worker", path)
-    assert p.returncode != 0
+    assert p.returncode == 2  # EXIT_CONFIG (docs/runs.md)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("worker ") and message in lines[0], p.stderr
 
 
 def test_missing_peer_is_one_line_error_with_records(tmp_path):
     agent_configs(tmp_path, "ps", 1, ["127.0.0.11"], "127.0.0.10", free_port_pair(), timeout_s=2)
-    p = agent("worker", tmp_path / "agents" / "h1.json")  # no PS running
+    p = agent("worker", tmp_path / "agents" / "h1-worker.json")  # no PS running
     assert p.returncode == 1
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("worker h1: no control connection to rank 255"), p.stderr

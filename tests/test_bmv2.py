@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import Route, SwitchConfig, Thresholds
+from dlcp.network import pipeline_names as pn
+from dlcp.network.runtime_file import Entry
+from dlcp.network.switch_runtime import Route, SwitchConfig
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 
@@ -105,7 +106,7 @@ def test_priority_queues_pin_bmv2_numbering_and_rates(tmp_path):
 
 
 def test_early_drop_of_droppable_packets_before_protected(tmp_path):
-    cfg = SwitchConfig(policy="dlcp", thresholds=Thresholds(qmax=24, k1=16, k2=12, k3=8))
+    cfg = SwitchConfig(policy="dlcp", qmax=24, k1=16, k2=12, k3=8)
     with bmv2_rig(tmp_path, 2, cfg, port_opts={2: {"rate_pps": 10, "queue_depth_pkts": 64}}) as rig:
         burst = [dlcp_frame(SRC, host_ip(2), prio=3, drop_prec=dp, seq=i)
                  for i in range(24) for dp in (0, 3)]
@@ -135,16 +136,15 @@ def test_spray_spreads_one_dlcp_flow_while_other_flows_stay_on_one_path(tmp_path
     group = (2, 3, 4)
     dst = "10.0.9.9"
     routes = [Route(f"{host_ip(k)}/32", (k,)) for k in range(1, 5)] + [Route("10.0.9.0/24", group)]
-    with bmv2_rig(tmp_path, 4, SwitchConfig(policy="dlcp", lb_mode="spray_rr"), routes=routes) as rig:
+    with bmv2_rig(tmp_path, 4, SwitchConfig(policy="dlcp", load_balancing="spray_rr"), routes=routes) as rig:
         def counts(frames, n):
             rig.send(frames)
             got = rig.collect(list(group), want=n, limit_s=10)
             return {k: len(got[k]) for k in group}
 
         def set_mode(mode):
-            rig.switch.p4rt.write_entries([{"table": pn.LB_CONFIG, "default_action": True,
-                                            "action_name": pn.SET_LB_MODE,
-                                            "action_params": {"mode": pn.LB_MODES[mode]}}])
+            rig.switch.p4rt.write_entries([Entry(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[mode]},
+                                                 default=True)])
 
         one_flow = [dlcp_frame(SRC, dst, seq=i) for i in range(300)]
         assert counts(one_flow, 300) == {2: 100, 3: 100, 4: 100}  # round-robin
@@ -202,7 +202,7 @@ def test_two_switches_from_one_process_in_a_chain(tmp_path):
     from fake_p4runtime import free_port
     from frames import parse
 
-    from dlcp.experiment.switch_runtime import Port, SwitchTopo, runtime_for
+    from dlcp.network.switch_runtime import Port, SwitchTopo, runtime_for
     from emulation.bmv2.switch import start_bmv2
 
     a1, h1, a2, b1, b2, h2 = (f"{PREFIX}{n}" for n in ("a1", "h1", "a2", "b1", "b2", "h2"))

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for, write_runtime
+from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for, write_runtime
 
 pytestmark = [pytest.mark.bmv2, pytest.mark.root]
 

@@ -10,7 +10,7 @@ import socket
 import pytest
 from fake_p4runtime import free_port
 
-from dlcp.experiment.switch_runtime import SwitchConfig, SwitchTopo, runtime_for
+from dlcp.network.switch_runtime import SwitchConfig, SwitchTopo, runtime_for
 from emulation import procs
 from emulation.bmv2 import switch as bmv2switch
 

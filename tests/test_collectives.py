@@ -200,7 +200,7 @@ def test_ring_allreduce_with_loss_counts_exact(cluster, ring_budget):
     # accepted (per step: 0.6 / 6 = 10 %, i.e. 1 packet of 13); no iteration cap
     cfg = {"inject_loss": 0.08, "loss_budget": 0.6, "iter_budget": 1.0}
     ts = cluster(world, False, lambda r: dict(cfg, inject_seed=100 + r))
-    out = ring(ts, world, iterations=3, comm={"ring_budget": ring_budget, "loss_budget": 0.6})
+    out = ring(ts, world, iterations=3, comm={"ring_budget": ring_budget})
     lossy = 0
     for r in range(world):
         for it, aggs in out[r].items():

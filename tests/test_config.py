@@ -1,6 +1,8 @@
 import pathlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlcp.experiment import config
 from dlcp.experiment.config import ConfigError
@@ -39,7 +41,8 @@ def test_defaults_filled():
     (minimal(workload={"mode": "gossip"}), "workload.mode: 'gossip' is not one of ps, allreduce"),
     (minimal(backend="ovs"), "backend: 'ovs' is not one of ref, bmv2"),
     (minimal(dlcp={"k1": 70}), "dlcp.k1: thresholds must satisfy"),
-    (minimal(dlcp={"qmax": 200}), "dlcp.qmax: 200 exceeds links.queue_pkts"),
+    (minimal(dlcp={"qmax": 200}), "dlcp.qmax: 200 must be below links.queue_pkts 128"),
+    (minimal(dlcp={"qmax": 128, "k1": 64}), "dlcp.qmax: 128 must be below links.queue_pkts 128"),
     (minimal(topology={"kind": "leaf_spine", "hosts": 4}), "topology.hosts: not a setting of kind 'leaf_spine'"),
     (minimal(background=[{"kind": "udp_onoff", "off_ms": 0}]), "background[0].off_ms"),
     (minimal(background={"kind": "tcp"}), "background: expected a list of tables"),
@@ -81,3 +84,32 @@ def test_missing_and_broken_files(tmp_path):
 def test_reference_doc_lists_every_key():
     doc = (ROOT / "docs" / "experiments.md").read_text()
     assert config.schema_markdown() in doc, "docs/experiments.md is stale: regenerate its table from config.schema_markdown()"
+
+
+KEYS = [row.split("`")[1] for row in config.schema_markdown().splitlines()[2:]]
+TOML_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(KEYS + ["nosuch", "dlcp.nosuch", "topology.kind"]), TOML_VALUES),
+                max_size=4))
+def test_any_value_anywhere_resolves_or_fails_in_one_line_naming_a_key(assignments):
+    raw = {"name": "t"}
+    for key, value in assignments:
+        if key.startswith("background[]."):
+            raw["background"] = [{"kind": "tcp", key.split(".")[-1]: value}]
+            continue
+        *sections, last = key.split(".")
+        node = raw
+        for p in sections:
+            node = node.setdefault(p, {}) if isinstance(node.get(p, {}), dict) else {}
+        node[last] = value
+    try:
+        config.validate(raw)
+    except ConfigError as e:
+        text = str(e)
+        assert "\n" not in text and ": " in text, text
+        assert not any(w in text for w in ("Input should", "pydantic", "validation error")), text

@@ -13,8 +13,9 @@ from google.protobuf import text_format  # noqa: E402
 from p4.v1 import p4runtime_pb2  # noqa: E402
 from p4runtime_sh.context import Context  # noqa: E402
 
-from dlcp.experiment import pipeline_names as pn  # noqa: E402
-from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, Thresholds, runtime_for  # noqa: E402
+from dlcp.network import pipeline_names as pn  # noqa: E402
+from dlcp.network.runtime_file import Entry, parse_runtime  # noqa: E402
+from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, Thresholds, runtime_for  # noqa: E402
 from emulation.bmv2 import control as ctl  # noqa: E402
 
 H1_MAC = "00:00:00:00:00:01"
@@ -47,8 +48,8 @@ def topo() -> SwitchTopo:
 
 def config(build_files) -> SwitchConfig:
     p4info, bmv2_json = build_files
-    return SwitchConfig(policy="dlcp", lb_mode="spray_rr", thresholds=Thresholds(32, 24, 16, 8),
-                        port_thresholds={1: Thresholds(40, 30, 20, 10)},
+    return SwitchConfig(policy="dlcp", load_balancing="spray_rr", qmax=32, k1=24, k2=16, k3=8,
+                        port_thresholds={1: Thresholds(qmax=40, k1=30, k2=20, k3=10)},
                         p4info=str(p4info), bmv2_json=str(bmv2_json))
 
 
@@ -100,7 +101,7 @@ def expected_updates() -> list[p4runtime_pb2.Update]:
 def test_push_sends_exactly_the_runtime_entries(fakes, build_files):
     p4rt, thrift = fakes
     rt = runtime_for(topo(), config(build_files))
-    sw = ctl.push_runtime(rt, p4rt.addr, thrift.port)
+    sw = ctl.push_runtime(parse_runtime(rt), p4rt.addr, thrift.port)
     try:
         arbitration = p4rt.arbitrations.get(timeout=5)
         assert arbitration.device_id == 1 and arbitration.election_id.low == 1
@@ -130,7 +131,7 @@ def test_fifo_policy_installs_no_classify_entry_and_registers_go_over_thrift(fak
     rt = runtime_for(topo(), SwitchConfig(policy="fifo", p4info=str(build_files[0]),
                                           bmv2_json=str(build_files[1])))
     rt["registers"] = [{"register": pn.RR_NEXT, "index": 2, "value": 7}]
-    ctl.push_runtime(rt, p4rt.addr, thrift.port).close()
+    ctl.push_runtime(parse_runtime(rt), p4rt.addr, thrift.port).close()
     tables = {u.entity.table_entry.table_id for u in p4rt.writes[0].updates}
     assert ids().get_table_id(pn.CLASSIFY) not in tables
     assert ("bm_register_write", 0, pn.RR_NEXT, 2, 7) in thrift.calls
@@ -163,7 +164,8 @@ def test_two_switches_from_one_process(fakes, build_files):
     try:
         rt1 = runtime_for(topo(), config(build_files))
         rt2 = dict(rt1, switch="s2", device_id=2)
-        with ctl.push_runtime(rt1, p4rt.addr, thrift.port), ctl.push_runtime(rt2, other.addr, thrift.port):
+        with ctl.push_runtime(parse_runtime(rt1), p4rt.addr, thrift.port), \
+                ctl.push_runtime(parse_runtime(rt2), other.addr, thrift.port):
             assert p4rt.writes[0].device_id == 1 and other.writes[0].device_id == 2
     finally:
         other.stop()
@@ -172,36 +174,34 @@ def test_two_switches_from_one_process(fakes, build_files):
 def test_encoding_of_match_kinds():
     ctx = ids()
 
-    def enc(entry):
-        return ctl.encode_update(ctx, entry)
+    def enc(table, action, params, match, priority=0):
+        """An entry as the runtime reader hands it over (values normalised)."""
+        return ctl.encode_update(ctx, Entry(table, action, params, match, priority))
 
-    lpm0 = enc({"table": pn.IPV4_LPM, "match": {"ipv4_dst": ["0.0.0.0", 0]},
-                "action_name": pn.SET_NHOP_GROUP, "action_params": {"group": 1, "size": 1}})
+    lpm0 = enc(pn.IPV4_LPM, pn.SET_NHOP_GROUP, {"group": 1, "size": 1}, {"ipv4_dst": (0, 0)})
     assert not lpm0.entity.table_entry.match  # a /0 prefix is a don't-care: omitted
-    host_bits = enc({"table": pn.IPV4_LPM, "match": {"ipv4_dst": ["10.1.2.3", 16]},
-                     "action_name": pn.SET_NHOP_GROUP, "action_params": {"group": 1, "size": 1}})
-    assert host_bits.entity.table_entry.match[0].lpm.value == bytes([10, 1, 0, 0])  # host bits cleared
-    tern = enc({"table": pn.CLASSIFY, "match": {"dlcp_valid": 1, "dlcp_prio": [7, 4], "dscp": 46,
-                                                "dlcp_drop_prec": [3, 0]},
-                "priority": 5, "action_name": pn.SET_CLASS, "action_params": {"qid": 7, "color": 0}})
+    lpm16 = enc(pn.IPV4_LPM, pn.SET_NHOP_GROUP, {"group": 1, "size": 1}, {"ipv4_dst": (0x0A010203, 16)})
+    assert lpm16.entity.table_entry.match[0].lpm.value == bytes([10, 1, 0, 0])  # host bits cleared
+    tern = enc(pn.CLASSIFY, pn.SET_CLASS, {"qid": 7, "color": 0},
+               {"dlcp_valid": 1, "dlcp_prio": (7, 4), "dscp": (46, 63), "dlcp_drop_prec": (3, 0)}, priority=5)
     m = {f.field_id: f for f in tern.entity.table_entry.match}
     assert sorted(m) == [1, 2, 4]  # mask 0 -> omitted
     assert (m[2].ternary.value, m[2].ternary.mask) == (b"\x04", b"\x04")
-    assert (m[4].ternary.value, m[4].ternary.mask) == (b"\x2e", b"\x3f")  # bare value: all-ones mask
+    assert (m[4].ternary.value, m[4].ternary.mask) == (b"\x2e", b"\x3f")
+    assert tern.entity.table_entry.priority == 5
     assert tern.entity.table_entry.action.action.params[1].value == b"\x00"
 
 
 @pytest.mark.parametrize("entry, message", [
-    ({"table": "DlcpIngress.nosuch", "match": {}, "action_name": pn.DROP}, "table 'DlcpIngress.nosuch'"),
-    ({"table": pn.NHOP, "match": {"nhop_group": 1, "nhop_member": 0}, "action_name": pn.SET_NHOP,
-      "action_params": {"dmac": "00:00:00:00:00:01"}}, "needs parameter 'port'"),
-    ({"table": pn.NHOP, "match": {"nhop_group": 1, "nhop_member": 0}, "action_name": pn.SET_NHOP,
-      "action_params": {"dmac": "00:00:00:00:00:01", "port": 512}}, "512 does not fit 9 bits"),
-    ({"table": pn.NHOP, "match": {"group": 1}, "action_name": pn.DROP}, "has no key 'group'"),
-    ({"table": pn.IPV4_LPM, "match": {"ipv4_dst": "10.0.0.1"}, "action_name": pn.DROP},
-     "an lpm match is [value, prefix_len]"),
+    (Entry("DlcpIngress.nosuch", pn.MARK_NO_ROUTE, {}), "table 'DlcpIngress.nosuch' is not in the P4Info"),
+    (Entry(pn.NHOP, "DlcpIngress.nosuch", {}), "action 'DlcpIngress.nosuch' is not in the P4Info"),
+    (Entry(pn.NHOP, pn.SET_NHOP, {"dmac": 1}, {"nhop_group": 1, "nhop_member": 0}), "needs parameter 'port'"),
+    (Entry(pn.NHOP, pn.SET_NHOP, {"dmac": 1, "port": 512}, {"nhop_group": 1, "nhop_member": 0}),
+     "512 does not fit 9 bits"),
+    (Entry(pn.NHOP, pn.MARK_NO_ROUTE, {"x": 1}, {"nhop_group": 1, "nhop_member": 0}), "has no parameter 'x'"),
+    (Entry(pn.NHOP, pn.MARK_NO_ROUTE, {}, {"group": 1}), "has no key 'group' in the P4Info"),
 ])
-def test_bad_entries_are_one_line_errors(entry, message):
+def test_entries_the_p4info_refuses_are_one_line_errors(entry, message):
     with pytest.raises(ctl.ControllerError) as e:
         ctl.encode_update(ids(), entry)
     assert message in str(e.value) and "\n" not in str(e.value)
@@ -218,4 +218,4 @@ def test_bmv2_refuses_delay_and_loss(fakes, build_files):
     rt = runtime_for(topo(), config(build_files))
     rt["ports"][0]["delay_us"] = 100
     with pytest.raises(ctl.ControllerError, match="s1: port 1: delay_us and loss need the built-in dataplane"):
-        ctl.push_runtime(rt, p4rt.addr, thrift.port)
+        ctl.push_runtime(parse_runtime(rt), p4rt.addr, thrift.port)

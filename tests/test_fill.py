@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from dlcp.workloads.contract import Aggregate
-from dlcp.workloads.trainer.fill import FILLS, fill_average
+from dlcp.workloads.settings import FILLS
+from dlcp.workloads.trainer.fill import fill_average
 
 # 4 workers, 4 values: all arrived / one missing / two missing / nobody delivered
 AGG = Aggregate(7, np.array([8.0, 6.0, 3.0, 0.0], np.float32), np.array([4, 3, 2, 0], np.uint16), 4)
@@ -63,7 +64,7 @@ def test_inputs_are_not_modified_and_out_is_used(policy):
 
 
 def test_bad_input_is_named():
-    with pytest.raises(ValueError, match="dlcp.fill: unknown fill policy 'mean'"):
+    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of zero, rescale, stale, local"):
         fill_average(AGG, "mean")
     with pytest.raises(ValueError, match="4 totals but 3 counts"):
         fill_average(Aggregate(1, AGG.total, AGG.count[:3], 4), "zero")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dlcp.experiment import config
-from dlcp.experiment import topology as topospec
-from dlcp.experiment.switch_runtime import write_runtime
+from dlcp.network import topology as topospec
+from dlcp.network.switch_runtime import write_runtime
 from emulation import procs
 
 pytestmark = pytest.mark.root

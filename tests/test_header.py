@@ -143,3 +143,38 @@ def test_probe_packet_roundtrip_and_scapy():
     assert pkt[DLCP].type == H.TYPE_PROBE and pkt[DLCP].sprintf("%DLCP.type%") == "PROBE"
     assert (pkt[Probe].round, pkt[Probe].attempt, pkt[Probe].round_pkts) == (3, 1, 12)
     assert [n for n, _ in H.PROBE_FIELD_BITS] == [f.name for f in Probe.fields_desc]
+
+
+def test_layout_slots_place_every_field():
+    from dlcp.wire.layout import LAYOUT, slots
+    s = {x.name: x for x in slots(LAYOUT.header)}
+    assert (s["ver"].word, s["ver"].offset, s["ver"].shift, s["type"].shift) == (0, 0, 4, 0)
+    assert (s["prio"].offset, s["prio"].shift, s["drop_prec"].shift, s["phase"].shift) == (1, 5, 3, 0)
+    assert (s["iter"].offset, s["iter"].size, s["flags"].offset, s["seq"].offset, s["offset"].offset) == \
+        (4, 2, 11, 12, 20)
+    assert s["prio"].packed and not s["seq"].packed
+    assert H.HEADER.format == "!BBBBHHHBBIII" and H.TELEMETRY.format == H.PROBE_BODY.format == "!BBHI"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ((("a", 3), ("b", 8)), "fields a, b: 11 bits do not fill whole bytes"),
+    ((("a", 48),), "fields a: 48 bits do not fill a 1-, 2- or 4-byte word"),
+    ((("a", 4), ("b", 4), ("c", 0)), "field c: 0 bits"),
+])
+def test_layout_that_does_not_fill_words_is_refused(fields, message):
+    from dlcp.wire.layout import Field, LayoutError, slots
+    with pytest.raises(LayoutError, match=message):
+        slots(tuple(Field(n, b) for n, b in fields))
+
+
+def test_packed_fields_read_and_written_in_numpy_views():
+    rows = H.pack_headers(3, type=H.TYPE_DATA, phase=H.PHASE_RS, job_id=1, src_rank=2, iter=3, msg_id=4,
+                          prio=np.array([1, 6, 7]), drop_prec=np.array([3, 0, 2]), layer_id=0, mag_class=8,
+                          flags=0, offset=0)
+    f = H.header_fields(rows)
+    assert H.field_values(f, "prio").tolist() == [1, 6, 7] and H.field_values(f, "phase").tolist() == [2] * 3
+    H.set_field_values(f, "drop_prec", 0)
+    H.set_field_values(f, "type", H.TYPE_RETX)
+    assert [H.unpack_from(r).drop_prec for r in rows] == [0, 0, 0]
+    assert [(H.unpack_from(r).prio, H.unpack_from(r).type, H.unpack_from(r).phase) for r in rows] == \
+        [(1, H.TYPE_RETX, 2), (6, H.TYPE_RETX, 2), (7, H.TYPE_RETX, 2)]

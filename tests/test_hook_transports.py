@@ -25,7 +25,7 @@ def make_group(world, timeout_s=20.0, **cfg):
 
 
 def tags_of(values):
-    return tag_message(values, [0], [0], 1, TaggingConfig("dlcp"))
+    return tag_message(values, [0], [0], 1, TaggingConfig(policy="dlcp"))
 
 
 def exchange_all(group, iteration, msg_id, values):

@@ -9,7 +9,7 @@ from dlcp.comm.plans import PlanError, execute, link_conflicts
 from dlcp.comm.plans.multitree import build_trees, multitree_schedule, plan_json
 from dlcp.comm.plans.ring import ring_schedule
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.experiment import topology as topospec
+from dlcp.network import topology as topospec
 
 TOPOLOGIES = ["torus:4x4", "mesh:4x4", "leaf_spine:2x2x4", "star:8"]
 

@@ -1,5 +1,6 @@
-"""p4c's P4Info of p4/dlcp.p4 against dlcp/experiment/pipeline_names.py (through the P4Info the controller tests use):
-every table, key, action, parameter, counter and register, with widths. Needs p4c."""
+"""p4c's P4Info of p4/dlcp.p4 against dlcp/network/pipeline_names.py (through the P4Info the
+controller tests use): every table (keys and their widths, actions, size, const default action),
+action parameter width, counter, direct counter and register (size, width). Needs p4c."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def summary(info):
     tables = {t.preamble.id: t.preamble.name for t in info.tables}
     return {
         "tables": {t.preamble.name: ([(m.name, m.bitwidth, m.match_type) for m in t.match_fields],
-                                     sorted(actions[r.id] for r in t.action_refs))
+                                     sorted(actions[r.id] for r in t.action_refs), t.size,
+                                     actions.get(t.const_default_action_id))
                    for t in info.tables},
         "actions": {a.preamble.name: [(p.name, p.bitwidth) for p in a.params] for a in info.actions},
         "counters": {c.preamble.name: (c.size, c.spec.unit) for c in info.counters},
@@ -36,7 +38,7 @@ def summary(info):
 
 
 @pytest.mark.parametrize("part", ["tables", "actions", "counters", "direct_counters", "registers"])
-def test_p4info_matches_p4names(compiled, part):
+def test_p4info_matches_pipeline_names(compiled, part):
     assert summary(compiled)[part] == summary(expected_p4info())[part]
 
 

@@ -13,7 +13,7 @@ from dlcp.comm.plans import (
     link_conflicts,
 )
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.experiment import topology as topospec
+from dlcp.network import topology as topospec
 
 
 def star3():

@@ -8,8 +8,8 @@ import random
 import pytest
 from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
+from dlcp.network.runtime_file import parse_runtime
 from emulation.refswitch.pipeline import Pipeline
-from emulation.refswitch.runtime import parse_runtime
 from emulation.refswitch.switch import load_fastpath
 
 try:

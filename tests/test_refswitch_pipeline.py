@@ -1,4 +1,4 @@
-"""The built-in dataplane's pipeline model (no sockets): bmv2's crc16, runtime validation, each
+"""The built-in dataplane's pipeline model (no sockets): bmv2's crc16, each
 table's semantics, admission control, checksums and telemetry."""
 
 from __future__ import annotations
@@ -6,13 +6,12 @@ from __future__ import annotations
 import random
 import struct
 
-import pytest
-from refswitch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
+from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
+from dlcp.network.runtime_file import parse_runtime
 from emulation.refswitch.hashing import crc16, five_tuple_bytes
 from emulation.refswitch.pipeline import Pipeline, stamp_telemetry
-from emulation.refswitch.runtime import RuntimeFileError, parse_runtime
 
 
 def pipeline(**kw) -> Pipeline:
@@ -49,44 +48,6 @@ def test_crc16_is_bmv2s():
     key = five_tuple_bytes(bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]), 17, 5000, 6000)
     assert key == bytes.fromhex("0a0000010a000002111388" "1770")
     assert crc16(key) == _bmv2_crc16(key) == 0x3440
-
-
-# --- runtime validation -------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["table_entries"].append(entry("Nope.table", P.DROP, {})), "unknown table 'Nope.table'"),
-    (lambda d: d["table_entries"].append(entry(P.IPV4_LPM, P.SET_NHOP, {"dmac": 1, "port": 1},
-                                               match={"ipv4_dst": ["10.1.0.0", 16]})), "is not an action of"),
-    (lambda d: d["table_entries"].append(entry(P.IPV4_LPM, P.SET_NHOP_GROUP, {"group": 9},
-                                               match={"ipv4_dst": ["10.1.0.0", 16]})), "takes parameters"),
-    (lambda d: d["table_entries"].append(entry(P.NHOP, P.SET_NHOP, {"dmac": "02:00:00:00:00:01", "port": 9},
-                                               match={"nhop_group": 7, "nhop_member": 0})), "not in ports"),
-    (lambda d: d["table_entries"].append(entry(P.IPV4_LPM, P.SET_NHOP_GROUP, {"group": 9, "size": 1},
-                                               match={"ipv4_dst": ["10.1.0.0", 33]})), "prefix length 33"),
-    (lambda d: d["table_entries"].append(entry(P.CLASSIFY, P.SET_CLASS, {"qid": 9, "color": 0},
-                                               match={"dlcp_valid": 1}, priority=1)), "does not fit in 3 bits"),
-    (lambda d: d["table_entries"].append(entry(P.CLASSIFY, P.SET_CLASS, {"qid": 1, "color": 0},
-                                               match={"dlcp_valid": 1})), "need an integer priority"),
-    (lambda d: d["ports"].append({"port": 2, "intf": "x"}), "port 2 already used"),
-    (lambda d: d["ports"][0].update(rate_mbps=-1), "rate_mbps must be a number"),
-    (lambda d: d["ports"][0].update(loss=2), "loss must be a number"),
-    (lambda d: d.update(registers=[{"register": P.OCCUPANCY, "index": 0, "value": 1}]), "cannot be written"),
-])
-def test_runtime_errors_name_the_problem(mutate, message):
-    doc = runtime_doc()
-    mutate(doc)
-    with pytest.raises(RuntimeFileError) as e:
-        parse_runtime(doc, "s9-runtime.json")
-    assert message in str(e.value) and str(e.value).startswith("s9-runtime.json") and "\n" not in str(e.value)
-
-
-def test_runtime_port_fields():
-    doc = runtime_doc(port_cfg={1: {"rate_mbps": 50.0, "rate_pps": 1000, "queue_depth_pkts": 32, "delay_us": 250,
-                                    "loss": 0.01}, 2: {"rate_pps": 500}})
-    rt = parse_runtime(doc)
-    p1, p2 = rt.ports[0], rt.ports[1]
-    assert (p1.rate_bps, p1.rate_pps, p1.queue_depth, p1.delay_s, p1.loss) == (50e6, None, 32, 250e-6, 0.01)
-    assert (p2.rate_bps, p2.rate_pps) == (None, 500.0)
 
 
 # --- tables ----------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
+from dlcp.network.runtime_file import PortConfig
 from emulation.refswitch.queues import FRAME, EgressPort
-from emulation.refswitch.runtime import PortConfig
 
 
 def pkt(qid: int, size: int = 1000, tag=None) -> list:
@@ -27,7 +27,7 @@ def test_strict_priority_highest_first():
 
 
 def test_pacing_by_bits_and_packets():
-    port = EgressPort(PortConfig(1, "x", rate_bps=8e6), random.Random(0))  # 1000-byte frames: 1 ms each
+    port = EgressPort(PortConfig(1, "x", rate_mbps=8.0), random.Random(0))  # 1000-byte frames: 1 ms each
     for _ in range(10):
         port.enqueue(pkt(1), 1)
     assert len(drain(port, 10.0)) == 1
@@ -51,14 +51,14 @@ def test_idle_port_gets_no_burst_credit():
 
 
 def test_depth_loss_and_delay():
-    port = EgressPort(PortConfig(1, "x", queue_depth=3), random.Random(0))
+    port = EgressPort(PortConfig(1, "x", queue_depth_pkts=3), random.Random(0))
     assert [port.enqueue(pkt(2), 2) for _ in range(5)] == [True, True, True, False, False]
     assert port.overflow_pkts == 2 and port.enqueue(pkt(3), 3)  # depth is per queue
     lossy = EgressPort(PortConfig(1, "x", loss=0.25), random.Random(1))
     out: list = []
     lossy.link([pkt(1) for _ in range(4000)], 0.0, out)
     assert 850 < lossy.lost_pkts < 1150 and len(out) + lossy.lost_pkts == 4000
-    slow = EgressPort(PortConfig(1, "x", delay_s=0.01), random.Random(0))
+    slow = EgressPort(PortConfig(1, "x", delay_us=10_000), random.Random(0))
     out = []
     slow.link([pkt(1)], 1.0, out)
     assert out == [] and slow.next_arrival() == 1.01

@@ -7,7 +7,7 @@ from dlcp.comm.plans import alpha_beta_cost, execute, link_conflicts
 from dlcp.comm.plans.ring import plan_json, ring_schedule
 from dlcp.comm.plans.schedule import chunk_bounds
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.experiment import topology as topospec
+from dlcp.network import topology as topospec
 
 
 def test_chunk_order_is_ringallreduces():

@@ -94,7 +94,7 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
 def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):
     monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
     rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}")
-    rt["table_entries"].append(entry("DlcpIngress.nope", "DlcpIngress.drop", {}))
+    rt["table_entries"].append(entry("DlcpIngress.nope", "DlcpIngress.mark_no_route", {}))
     net, _, _, sw = _net(tmp_path, rt)
     try:
         net.build()

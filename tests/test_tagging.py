@@ -73,7 +73,7 @@ def test_drop_precedence_ties_share_the_protective_class():
 
 def test_all_zero_gradient():
     g = np.zeros(35, dtype=np.float32)
-    tags = tag_message(g, [0], [0], 1, TaggingConfig("dlcp"), values_per_pkt=10)
+    tags = tag_message(g, [0], [0], 1, TaggingConfig(policy="dlcp"), values_per_pkt=10)
     assert tags.drop_prec.tolist() == [3, 3, 3, 3]  # nothing to lose: droppable
     assert tags.mag_class.tolist() == [0, 0, 0, 0]
     assert tags.prio.tolist() == [6] * 4
@@ -89,16 +89,16 @@ def test_policies():
     rng = np.random.default_rng(1)
     g = rng.standard_normal(80).astype(np.float32)
     starts, ids = [0, 40], [0, 1]
-    fifo = tag_message(g, starts, ids, 2, TaggingConfig("fifo"), values_per_pkt=10)
+    fifo = tag_message(g, starts, ids, 2, TaggingConfig(policy="fifo"), values_per_pkt=10)
     assert set(fifo.prio) == {1} and set(fifo.drop_prec) == {0}
-    layer = tag_message(g, starts, ids, 2, TaggingConfig("layer"), values_per_pkt=10)
+    layer = tag_message(g, starts, ids, 2, TaggingConfig(policy="layer"), values_per_pkt=10)
     assert layer.prio.tolist() == [6] * 4 + [3] * 4 and set(layer.drop_prec) == {0}
-    mag = tag_message(g, starts, ids, 2, TaggingConfig("magnitude"), values_per_pkt=10)
+    mag = tag_message(g, starts, ids, 2, TaggingConfig(policy="magnitude"), values_per_pkt=10)
     assert set(mag.prio) == {1} and np.bincount(mag.drop_prec, minlength=4).tolist() == [4, 2, 1, 1]
-    both = tag_message(g, starts, ids, 2, TaggingConfig("dlcp"), values_per_pkt=10)
+    both = tag_message(g, starts, ids, 2, TaggingConfig(policy="dlcp"), values_per_pkt=10)
     np.testing.assert_array_equal(both.prio, layer.prio)
     np.testing.assert_array_equal(both.drop_prec, mag.drop_prec)
-    biased = tag_message(g, starts, ids, 2, TaggingConfig("dlcp", drop_layer_bias="input_half"), values_per_pkt=10)
+    biased = tag_message(g, starts, ids, 2, TaggingConfig(policy="dlcp", drop_layer_bias="input_half"), values_per_pkt=10)
     np.testing.assert_array_equal(biased.drop_prec[:4], np.minimum(mag.drop_prec[:4] + 1, 3))
     np.testing.assert_array_equal(biased.drop_prec[4:], mag.drop_prec[4:])
 
@@ -113,6 +113,13 @@ def test_torch_and_numpy_give_same_tags():
 
 def test_bad_config_names_key():
     with pytest.raises(ValueError, match="dlcp.policy"):
-        TaggingConfig("lifo")
+        TaggingConfig(policy="lifo")
     with pytest.raises(ValueError, match="dlcp.layer_order"):
         TaggingConfig(layer_order="middle_out")
+
+
+def test_the_worked_example_of_docs_tagging_md():
+    m = np.array([8, 1, 4, 2, 0, 16, 0.5, 4])
+    assert magnitude_drop_precedence(m).tolist() == [0, 1, 0, 1, 3, 0, 2, 0]
+    assert magnitude_class(m).tolist() == [9, 6, 8, 7, 0, 10, 5, 8]
+    assert layer_priority(np.arange(10), 10).tolist() == [6, 6, 5, 5, 4, 3, 3, 2, 2, 1]

@@ -1,9 +1,9 @@
 import pytest
 
 from dlcp.experiment import config
-from dlcp.experiment import pipeline_names as N
-from dlcp.experiment import topology as topospec
 from dlcp.experiment.config import ConfigError
+from dlcp.network import pipeline_names as N
+from dlcp.network import topology as topospec
 
 
 def cfg_for(**kw):
@@ -73,4 +73,4 @@ def test_runtime_entries_follow_policy_and_routes():
     fifo = topospec.from_config(fifo_cfg).runtimes(fifo_cfg)
     assert not [e for e in fifo["s3"]["table_entries"] if e["table"] == N.CLASSIFY]
     for e in leaf["table_entries"]:
-        assert set(e["action_params"]) == {p for p, _ in N.ACTION_PARAMS[e["action_name"]]}
+        assert set(e["action_params"]) == {p.name for p in N.ACTIONS[e["action_name"]].params}

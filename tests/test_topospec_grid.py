@@ -5,9 +5,9 @@ import itertools
 import pytest
 
 from dlcp.experiment import config
-from dlcp.experiment import pipeline_names as N
-from dlcp.experiment import topology as topospec
 from dlcp.experiment.config import ConfigError
+from dlcp.network import pipeline_names as N
+from dlcp.network import topology as topospec
 
 
 def grid_hops(kind, dims, a, b):

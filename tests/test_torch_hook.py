@@ -4,7 +4,6 @@ the senders the transport retransmits down to the loss budget and training still
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
@@ -37,7 +36,7 @@ VARIANTS = {  # name: (bucket_cap_mb, hook state factory or None for plain DDP)
     "dlcp": (SMALL_BUCKETS, lambda model: _late_rank0(lambda: DlcpHookState(model, fill="rescale", loss_budget=0.0))),
     "gloo": (SMALL_BUCKETS, lambda model: DlcpHookState(model, GlooAllReduce(), fill="zero")),
     "dlcp_lossy_budget0": (SMALL_BUCKETS, lambda model: DlcpHookState(
-        model, TransportAllToAll.for_process_group(dataclasses.replace(LOSSY, loss_budget=0.0)), fill="rescale")),
+        model, TransportAllToAll.for_process_group(LOSSY.replace(loss_budget=0.0)), fill="rescale")),
     "dlcp_lossy": (ONE_BUCKET, lambda model: DlcpHookState(
         model, TransportAllToAll.for_process_group(LOSSY), fill="rescale")),
 }

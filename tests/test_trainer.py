@@ -4,6 +4,7 @@ the concatenated batch, PS mode, and convergence under random packet loss."""
 from __future__ import annotations
 
 import threading
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -11,12 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from dlcp.workloads.contract import Aggregate, ParamChunk
-from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
+from dlcp.workloads.settings import Dataset, ModelName, WorkloadConfig
+from dlcp.workloads.trainer.data import DATASETS, BatchSchedule, load_dataset
 from dlcp.workloads.trainer.exchange import InMemoryAllReduce, InMemoryPS, PacketLoss
 from dlcp.workloads.trainer.flat import plan_messages
 from dlcp.workloads.trainer.loop import train_allreduce, train_ps
-from dlcp.workloads.trainer.models import build_model, parameter_layers
-from dlcp.workloads.trainer.torch_workload import TorchServerWorkload, TorchWorkload, WorkloadConfig
+from dlcp.workloads.trainer.models import MODELS, build_model, parameter_layers
+from dlcp.workloads.trainer.torch_workload import TorchServerWorkload, TorchWorkload
 
 torch.set_num_threads(1)
 WORLD = 4
@@ -172,7 +174,7 @@ def test_protected_loss_mode_only_drops_eligible_packets(digits):
     w = TorchWorkload(WorkloadConfig(model="mlp"), data=digits)
     msg = next(m for m in w.compute(0) if m.values.size > 20 * 350)
     from dlcp.wire.tagging import TaggingConfig, tag_message
-    tags = tag_message(msg.values, msg.layout.layer_starts, msg.layout.layer_ids, w.n_layers, TaggingConfig("dlcp"))
+    tags = tag_message(msg.values, msg.layout.layer_starts, msg.layout.layer_ids, w.n_layers, TaggingConfig(policy="dlcp"))
     loss = PacketLoss(0.3, mode="protected", seed=0)
     lost_pkts = np.zeros(len(tags), bool)
     for it in range(20):
@@ -231,17 +233,20 @@ def test_synthetic_dataset_is_reproducible_and_learnable_shape():
 
 
 def test_bad_configuration_is_named(digits):
-    with pytest.raises(ValueError, match="workload.model: unknown model 'vgg'"):
-        TorchWorkload(WorkloadConfig(model="vgg"), data=digits)
+    with pytest.raises(ValueError, match="workload.model: 'vgg' is not one of mlp, cnn, resnet, synthetic"):
+        WorkloadConfig(model="vgg")
+    # the registries of the torch trainer hold exactly the names the settings accept
+    assert set(MODELS) | {"synthetic"} == set(get_args(ModelName)) and set(DATASETS) == set(get_args(Dataset))
     with pytest.raises(ValueError, match="workload.dataset: unknown dataset 'mnist'"):
         load_dataset("mnist")
     with pytest.raises(ValueError, match="workload.batch_size"):
         WorkloadConfig(batch_size=0)
     with pytest.raises(ValueError, match="workload.batch_size: a global batch of 4000"):
         TorchWorkload(WorkloadConfig(batch_size=1000), rank=0, world=4, data=digits)
-    with pytest.raises(ValueError, match="dlcp.fill: unknown fill policy"):
+    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of zero, rescale, stale, local"):
         TorchWorkload(WorkloadConfig(), fill="mean", data=digits)
-    assert WorkloadConfig.from_dict({"model": "mlp", "other_consumer_key": 1}).model == "mlp"
+    with pytest.raises(ValueError, match=r"workload.optimizer: unknown key \(known: model, dataset"):
+        WorkloadConfig(optimizer="adam")
 
 
 def test_apply_gradients_rejects_missing_or_misshaped_aggregates(digits):

@@ -140,6 +140,14 @@ def test_deadline_forces_completion(make_pair):
     assert 0.15 <= time.monotonic() - t0 < 2.0
 
 
+def test_r_max_zero_forces_after_the_first_round_without_retransmission(make_pair):
+    g, batch, tags = message(n_pkts=100)
+    p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
+    a, b, _ = make_pair(proxy={"drop": lambda p: p.seq == p0 and p.transmission == 0}, send_cfg={"r_max": 0})
+    s, r = exchange(a, b, batch)
+    assert (s.rounds, s.retx_pkts, s.forced, s.protected_lost) == (1, 0, True, 1) and r.forced
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_reordering_duplication_and_random_loss(make_pair, seed):
     g, batch, tags = message(n_pkts=2000, seed=seed)
@@ -368,10 +376,18 @@ def test_config_errors_name_the_key():
         TransportConfig(send_impl="carrier-pigeon")
 
 
+def test_every_transport_kind_has_an_implementation():
+    from typing import get_args
+
+    from dlcp.transport.api import TransportKind
+    from dlcp.transport.factory import TRANSPORTS
+    assert tuple(TRANSPORTS) == get_args(TransportKind)
+
+
 def test_tcp_baseline_same_interface():
     from dlcp.transport.factory import make_transport
-    a = make_transport(TransportConfig(rank=0, data_port=0, values_per_pkt=VPP), [], "tcp")
-    b = make_transport(TransportConfig(rank=1, data_port=0, values_per_pkt=VPP), [], "tcp")
+    a = make_transport(TransportConfig(rank=0, data_port=0, values_per_pkt=VPP, transport="tcp"), [])
+    b = make_transport(TransportConfig(rank=1, data_port=0, values_per_pkt=VPP, transport="tcp"), [])
     try:
         a.add_peer(Peer(1, "127.0.0.1", b.data_port, b.control_port))
         g, batch, _ = message(n_pkts=300)

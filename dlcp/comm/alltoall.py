@@ -30,7 +30,6 @@ packets included, which the bounded-loss transport by design never produces.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 import socket
@@ -123,9 +122,9 @@ class TransportAllToAll:
         import torch.distributed as dist
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         config = config or TransportConfig()
-        config = dataclasses.replace(config, rank=rank, ip=host or _local_address(), data_port=data_port,
-                                     control_port=control_port, host=config.host or f"rank{rank}",
-                                     inject_seed=config.inject_seed * 1000 + rank)
+        config = config.replace(rank=rank, ip=host or _local_address(), data_port=data_port,
+                                control_port=control_port, host=config.host or f"rank{rank}",
+                                inject_seed=config.inject_seed * 1000 + rank)
         endpoint = Transport(config, [])
         try:
             addresses = [None] * world

@@ -19,8 +19,8 @@ ring step 0..2*world-3). Budgets (`ring_budget`):
 - `protect_rs` (default): reduce-scatter steps are reliable (budget 0) and their packets protected
   (drop precedence 0, so switches only tail-drop them); all-gather steps get the message budget
   (`loss_budget`, per-layer overrides) and magnitude-based drop precedence.
-- `per_step`: every step gets `loss_budget / (2 * (world - 1))`, so the compounded loss of a value
-  stays within `loss_budget`.
+- `per_step`: every step gets `1 / (2 * (world - 1))` of the message budget (`loss_budget`, or the
+  smaller per-layer budget), so the compounded loss of a value stays within the message budget.
 Contribution counts are exact, not estimated: every step message carries one count per packet in
 its DESCRIBE (control.py, COUNTS). A reduce-scatter receiver adds its own gradient: count = count_in + 1
 where the packet arrived, 1 where it was lost (the partial sum is gone). An all-gather receiver takes
@@ -36,39 +36,40 @@ from __future__ import annotations
 
 import collections
 import threading
-from dataclasses import dataclass
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from dlcp.transport.api import SendInfo, TransportError
+from dlcp.settings import Settings
+from dlcp.transport.api import SendInfo, TransportError, WireByte
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_P2P, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
 from dlcp.wire.tagging import TaggingConfig, Tags, tag_message
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 
-RING_BUDGETS = ("protect_rs", "per_step")
+Mode = Literal["ps", "allreduce"]
+RingBudget = Literal["protect_rs", "per_step"]
+World = Annotated[int, Field(ge=1, le=PS_RANK - 1)]  # worker ranks 0..253 and the PS fit a wire byte
 
 
-@dataclass
-class CommConfig:
-    """What the collectives need besides the transport (agent config `dlcp` section)."""
-    rank: int  # wire rank (PS_RANK at the PS)
-    world: int  # workers
-    job_id: int = 1
+class CommSettings(Settings):
+    """What an experiment sets about the collectives (keys of its `dlcp` section)."""
+    section: ClassVar[str] = "dlcp"
+    ring_budget: RingBudget = Field(
+        "protect_rs", description="ring all-reduce: reliable reduce-scatter, or a budget per step")
+    resync_every: int = Field(50, ge=0, description="ring all-reduce: replica re-sync period in iterations (0 = never)")
+    telemetry: bool = Field(False, description="ask switches to stamp queue telemetry into data packets")
+
+
+class CommConfig(CommSettings):
+    """What the collectives of one rank need besides the transport."""
+    rank: WireByte  # wire rank (PS_RANK at the PS)
+    world: World  # workers
+    job_id: WireByte = 1
     tagging: TaggingConfig = TaggingConfig()
-    loss_budget: float = 0.01
-    layer_budgets: dict | None = None
-    reliable: bool = False
-    ring_budget: str = "protect_rs"
-    telemetry: bool = False
-    timeout_s: float = 60.0  # longest wait for one message
-
-    def __post_init__(self):
-        if self.ring_budget not in RING_BUDGETS:
-            raise ValueError(f"dlcp.ring_budget: {self.ring_budget!r} is not one of {', '.join(RING_BUDGETS)}")
-        if not 1 <= self.world <= 254:
-            raise ValueError(f"world: {self.world} workers (1..254)")
+    timeout_s: float = Field(60.0, gt=0)  # longest wait for one message
 
 
 def sub_layers(layout: MessageLayout, lo: int, hi: int) -> tuple[list[int], list[int]]:
@@ -236,11 +237,12 @@ class RingAllReduce(_Collective):
                 self._results[it][lay.msg_id] = agg
                 self._cond.notify_all()
 
-    def _budget(self, phase: int) -> float | None:
-        P = self.cfg.world
+    def _budget(self, phase: int) -> dict:
+        """SendInfo budget of a step: per_step takes 1 / (2 (world - 1)) of the message budget (the
+        transport's, per-layer budgets included), protect_rs makes reduce-scatter reliable."""
         if self.cfg.ring_budget == "per_step":
-            return self.cfg.loss_budget / (2 * (P - 1))
-        return 0.0 if phase == PHASE_RS else None  # None: the transport's message budget
+            return {"budget_share": 1 / (2 * (self.cfg.world - 1))}
+        return {"budget": 0.0} if phase == PHASE_RS else {}
 
     def _send_step(self, it, lay, phase, step_in_phase, step, values, lo, hi, counts):
         P = self.cfg.world
@@ -249,7 +251,7 @@ class RingAllReduce(_Collective):
         protect = phase == PHASE_RS and self.cfg.ring_budget == "protect_rs"
         batch, lf, ll = _packets(values, ident, lay, lo, hi, self.n_layers, self.cfg, self.vpp, protect=protect)
         info = SendInfo(rec_msg_id=lay.msg_id, step=step, layer_first=lf, layer_last=ll,
-                        budget=self._budget(phase), counts=counts)
+                        counts=counts, **self._budget(phase))
         return self.t.send((self.cfg.rank + 1) % P, batch, info)
 
     def _recv_step(self, it, lay, phase, step_in_phase):

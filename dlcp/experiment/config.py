@@ -1,283 +1,209 @@
-"""Experiment configuration: a strict schema over TOML, `--set key=value` overrides, validation.
+"""Experiment configuration: a typed model over TOML, `--set key=value` overrides, validation.
 
-Everything is checked before anything starts: unknown keys, wrong types and impossible values
-raise ConfigError with one line naming the key (`dlcp.loss_budget: 1.5 is above 1`). The resolved
-config is a plain nested dict with every default filled in, written back as TOML into the run
-directory. Reference: docs/experiments.md.
+The model is composed from the layers' own settings (dlcp/settings.py): the `dlcp` section is
+TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
+(comm/collectives.py) + the fill policy (workloads/settings.py) + SwitchSettings
+(experiment/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
+(workloads/settings.py) + mode and workers; the other sections are declared here. Everything is
+checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
+with one line naming the key (`dlcp.loss_budget: 1.5 is not a fraction in 0..1`). The resolved
+config is a plain nested dict with every default filled in (`validate`), written back as TOML
+into the run directory (`dumps`). Reference: docs/experiments.md (its table is `schema_markdown()`).
 """
 
 from __future__ import annotations
 
-import copy
-import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dlcp.wire.tagging import LAYER_BIASES, LAYER_ORDERS, POLICIES
+from dlcp.comm.collectives import CommSettings, Mode
+from dlcp.network.switch_runtime import SwitchSettings
+from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
+from dlcp.transport.api import CONTROL_PORT, TransportSettings
+from dlcp.wire.header import DATA_PORT
+from dlcp.wire.tagging import TaggingConfig
+from dlcp.workloads.settings import Fill, TrainingSettings
+
+__all__ = [
+    "ConfigError",
+    "Experiment",
+    "apply_override",
+    "dumps",
+    "load",
+    "parse_value",
+    "schema_markdown",
+    "validate",
+]
 
 
-class ConfigError(ValueError):
-    """A config problem, as one line naming the key."""
-
-
-@dataclass
-class Field:
-    type: type | tuple
-    default: Any = None
-    required: bool = False
-    choices: tuple | None = None
-    min: float | None = None
-    max: float | None = None
-    check: Callable[[Any], str | None] | None = None  # returns an error text or None
-    doc: str = ""
-
-
-@dataclass
-class Section:
-    fields: dict
-    doc: str = ""
-
-
-@dataclass
-class SectionList:
-    section: Section
-    default: list = field(default_factory=list)
-    doc: str = ""
-
-
-@dataclass
-class Table:
-    """A free-form table of name -> value (e.g. per-layer budgets), values checked by `value`."""
-    value: Field
-    default: dict = field(default_factory=dict)
-    doc: str = ""
-
-
-FILL_POLICIES = ("zero", "rescale", "stale", "local")
-LB_MODES = ("spray_random", "spray_rr", "per_flow")
-BACKGROUND_KINDS = ("udp_cbr", "udp_onoff", "tcp")
-TOPOLOGIES = ("star", "dumbbell", "leaf_spine")
-MODELS = ("mlp", "cnn", "resnet", "synthetic")
-DATASETS = ("digits", "synthetic")
-
-
-def _fraction(v) -> str | None:
-    return None if 0 <= v <= 1 else f"{v} is not a fraction in 0..1"
-
-
-SCHEMA = Section({
-    "name": Field(str, required=True, check=lambda v: None if re.fullmatch(r"[A-Za-z0-9_.-]+", v)
-                  else f"{v!r} may only hold letters, digits, '_', '-', '.'", doc="experiment name"),
-    "description": Field(str, "", doc="free text, copied into reports"),
-    "backend": Field(str, "ref", choices=("ref", "bmv2"), doc="switch backend"),
-    "seed": Field(int, 1, min=0, doc="seeds data order, model init, losses; variants share it"),
-    "timeout_s": Field((int, float), 300, min=1, doc="wall-clock limit of one run"),
-    "topology": Section({
-        "kind": Field(str, "star", choices=TOPOLOGIES),
-        "hosts": Field(int, 6, min=2, max=64, doc="star: hosts on the switch"),
-        "hosts_left": Field(int, 3, min=1, max=32, doc="dumbbell: hosts on s1"),
-        "hosts_right": Field(int, 3, min=1, max=32, doc="dumbbell: hosts on s2"),
-        "spines": Field(int, 2, min=1, max=8, doc="leaf_spine"),
-        "leaves": Field(int, 2, min=1, max=16, doc="leaf_spine"),
-        "hosts_per_leaf": Field(int, 3, min=1, max=16, doc="leaf_spine"),
-    }),
-    "links": Section({
-        "host_mbps": Field((int, float), 50, min=0.1, max=10000, doc="host <-> switch links"),
-        "fabric_mbps": Field((int, float), 50, min=0.1, max=10000, doc="switch <-> switch links"),
-        "queue_pkts": Field(int, 128, min=4, max=100000, doc="egress queue depth per priority"),
-        "delay_us": Field(int, 0, min=0, max=1_000_000, doc="propagation delay per switch egress"),
-        "loss": Field((int, float), 0.0, check=_fraction, doc="random loss per switch egress"),
-        "host_queue_pkts": Field(int, 256, min=2, max=100000, doc="host NIC queue (tc) in packets"),
-    }),
-    "workload": Section({
-        "mode": Field(str, "ps", choices=("ps", "allreduce"), doc="parameter server or ring all-reduce"),
-        "workers": Field(int, 4, min=1, max=64, doc="training workers (one host each)"),
-        "model": Field(str, "cnn", choices=MODELS, doc="model registry name"),
-        "dataset": Field(str, "digits", choices=DATASETS, doc="scikit-learn digits, or a synthetic task"),
-        "iterations": Field(int, 20, min=1, doc="training iterations per worker"),
-        "batch_size": Field(int, 32, min=1, doc="per-worker batch"),
-        "lr": Field((int, float), 0.05, min=0, doc="SGD learning rate"),
-        "momentum": Field((int, float), 0.9, min=0, max=0.999, doc="SGD momentum (torch models)"),
-        "weight_decay": Field((int, float), 0.0, min=0, doc="SGD weight decay (torch models)"),
-        "eval_every": Field(int, 5, min=0, doc="0 = evaluate only at the end"),
-        "bucket_values": Field(int, 0, min=0, doc="0 = one message per layer"),
-        "layers": Field(list, [], doc="synthetic model: layer sizes in values (empty = LeNet-5 sizes)"),
-        "compute_ms": Field((int, float), 0, min=0, doc="synthetic model: compute time per iteration"),
-    }),
-    "dlcp": Section({
-        "policy": Field(str, "dlcp", choices=POLICIES, doc="tagging policy (fifo also makes switches FIFO)"),
-        "layer_order": Field(str, "input_first", choices=LAYER_ORDERS, doc="which layers get the high priorities"),
-        "drop_layer_bias": Field(str, "none", choices=LAYER_BIASES, doc="half of the layers made more droppable"),
-        "load_balancing": Field(str, "spray_random", choices=LB_MODES, doc="member choice for DLCP packets"),
-        "loss_budget": Field((int, float), 0.01, check=_fraction, doc="p_msg: lost fraction a message may end with"),
-        "iter_budget": Field((int, float), 0.02, check=_fraction, doc="cap on the lost fraction of an iteration"),
-        "layer_budgets": Table(Field((int, float), check=_fraction), doc="layer id -> budget"),
-        "r_max": Field(int, 3, min=1, max=100, doc="probe/retransmission rounds before FORCE_STOP"),
-        "deadline_ms": Field((int, float), 2000, min=1, doc="message deadline before FORCE_STOP"),
-        "fill": Field(str, "rescale", choices=FILL_POLICIES, doc="how the trainer fills lost values"),
-        "reliable": Field(bool, False, doc="budget 0: every packet recovered (TCP-like baseline)"),
-        "transport": Field(str, "dlcp", choices=("dlcp", "tcp"), doc="gradient transport; tcp = plain TCP baseline"),
-        "inject_loss": Field((int, float), 0.0, check=_fraction,
-                             doc="fraction of data packets senders skip on purpose (loss without a lossy switch)"),
-        "probe_quiet_ms": Field((int, float), 2.0, min=0.1,
-                                doc="receiver's initial quiet time before answering a PROBE whose round is incomplete"),
-        "probe_rto_ms": Field((int, float), 20.0, min=1, doc="floor of the sender's PROBE timeout (re-probe)"),
-        "ring_budget": Field(str, "protect_rs", choices=("protect_rs", "per_step"), doc="ring all-reduce: reliable reduce-scatter, or a budget per step"),
-        "resync_every": Field(int, 50, min=0, doc="ring all-reduce: replica re-sync period in iterations (0 = never)"),
-        "pacing_mbps": Field((int, float), 0, min=0, doc="0 = no sender pacing"),
-        "telemetry": Field(bool, False, doc="ask switches to stamp queue telemetry into data packets"),
-        "data_port": Field(int, 9910, min=1, max=65535, doc="UDP port of DLCP data"),
-        "control_port": Field(int, 9911, min=1, max=65535, doc="TCP port of the control channel"),
-        "qmax": Field(int, 64, min=1, doc="tail-drop threshold (packets) per port and priority"),
-        "k1": Field(int, 48, min=0, doc="early-drop threshold of drop precedence 1"),
-        "k2": Field(int, 32, min=0, doc="early-drop threshold of drop precedence 2"),
-        "k3": Field(int, 16, min=0, doc="early-drop threshold of drop precedence 3"),
-    }),
-    "background": SectionList(Section({
-        "kind": Field(str, "udp_onoff", choices=BACKGROUND_KINDS, doc="constant-rate UDP, on/off UDP bursts, or one long TCP flow"),
-        "src": Field(str, "", doc="host name; empty = the next free host"),
-        "dst": Field(str, "ps", doc="'ps', 'workerN' or a host name"),
-        "rate_mbps": Field((int, float), 20, min=0.01, doc="UDP sending rate (during on-periods)"),
-        "on_ms": Field((int, float), 50, min=1, doc="udp_onoff: burst length"),
-        "off_ms": Field((int, float), 50, min=0, doc="udp_onoff: silence between bursts"),
-        "start_s": Field((int, float), 0, min=0, doc="start this long after every worker finished its first iteration"),
-        "stop_s": Field((int, float), 0, min=0, doc="0 = until the workload ends"),
-        "dscp": Field(int, 0, min=0, max=63, doc="0 = background priority"),
-        "packet_bytes": Field(int, 1400, min=64, max=1472, doc="UDP payload bytes"),
-    })),
-    "output": Section({
-        "dir": Field(str, "results", doc="results root"),
-        "per_packet": Field(bool, False, doc="also record one row per packet"),
-        "pcap_ports": Field(list, [], doc="switch ports to capture, e.g. ['s1-eth5']"),
-        "debug_log": Field(bool, False, doc="switch logging on (slower)"),
-    }),
-})
-
-
-def _type_name(t) -> str:
-    ts = t if isinstance(t, tuple) else (t,)
-    if set(ts) == {int, float}:
-        return "number"
-    return " or ".join({int: "integer", float: "number", str: "string", bool: "boolean",
-                        list: "list", dict: "table"}.get(x, x.__name__) for x in ts)
-
-
-def _check_field(key: str, f: Field, v):
-    types = f.type if isinstance(f.type, tuple) else (f.type,)
-    # TOML booleans are not integers here, and integers are fine where floats are
-    if isinstance(v, bool) and bool not in types or not isinstance(v, types):
-        raise ConfigError(f"{key}: expected {_type_name(f.type)}, got {type(v).__name__} {v!r}")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ConfigError(f"{key}: {v} is not a finite number")
-    if f.choices is not None and v not in f.choices:
-        raise ConfigError(f"{key}: {v!r} is not one of {', '.join(map(str, f.choices))}")
-    if f.min is not None and v < f.min:
-        raise ConfigError(f"{key}: {v} is below the minimum {f.min}")
-    if f.max is not None and v > f.max:
-        raise ConfigError(f"{key}: {v} is above the maximum {f.max}")
-    if f.check is not None and (err := f.check(v)):
-        raise ConfigError(f"{key}: {err}")
+def _experiment_name(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+        raise ValueError(f"{v!r} may only hold letters, digits, '_', '-', '.'")
     return v
 
 
-def _resolve(prefix: str, spec, raw):
-    if isinstance(spec, Field):
-        return _check_field(prefix, spec, raw)
-    if isinstance(spec, Table):
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{prefix}: expected a table, got {type(raw).__name__}")
-        return {str(k): _check_field(f"{prefix}.{k}", spec.value, v) for k, v in raw.items()}
-    if isinstance(spec, SectionList):
-        if not isinstance(raw, list):
-            raise ConfigError(f"{prefix}: expected a list of tables ([[{prefix}]]), got {type(raw).__name__}")
-        return [_resolve(f"{prefix}[{i}]", spec.section, item) for i, item in enumerate(raw)]
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix}: expected a table, got {type(raw).__name__}")
-    for k in raw:
-        if k not in spec.fields:
-            where = f"{prefix}.{k}" if prefix else k
-            raise ConfigError(f"{where}: unknown key (known: {', '.join(spec.fields)})")
-    out = {}
-    for k, sub in spec.fields.items():
-        key = f"{prefix}.{k}" if prefix else k
-        if k in raw:
-            out[k] = _resolve(key, sub, raw[k])
-        elif isinstance(sub, Field):
-            if sub.required:
-                raise ConfigError(f"{key}: required")
-            out[k] = copy.deepcopy(sub.default)
-        elif isinstance(sub, (Table, SectionList)):
-            out[k] = copy.deepcopy(sub.default)
-        else:
-            out[k] = _resolve(key, sub, {})
-    return out
+# --- sections ----------------------------------------------------------------------------------------
+
+class Star(Settings):
+    kind: Literal["star"] = "star"
+    hosts: int = Field(6, ge=2, le=64, description="hosts on the switch")
+
+    def n_hosts(self) -> int:
+        return self.hosts
 
 
-def topology_hosts(cfg: dict) -> int:
-    t = cfg["topology"]
-    if t["kind"] == "star":
-        return t["hosts"]
-    if t["kind"] == "dumbbell":
-        return t["hosts_left"] + t["hosts_right"]
-    return t["leaves"] * t["hosts_per_leaf"]
+class Dumbbell(Settings):
+    kind: Literal["dumbbell"] = "dumbbell"
+    hosts_left: int = Field(3, ge=1, le=32, description="hosts on s1")
+    hosts_right: int = Field(3, ge=1, le=32, description="hosts on s2")
+
+    def n_hosts(self) -> int:
+        return self.hosts_left + self.hosts_right
 
 
-def _cross_checks(cfg: dict) -> None:
-    w = cfg["workload"]
-    needed = w["workers"] + (1 if w["mode"] == "ps" else 0)
-    hosts = topology_hosts(cfg)
-    if needed > hosts:  # background sources are checked when roles are placed (topospec)
-        raise ConfigError(f"workload.workers: {w['workers']} workers"
-                          f"{' + 1 PS' if w['mode'] == 'ps' else ''} need {needed} hosts, "
-                          f"topology.{cfg['topology']['kind']} has {hosts}")
-    if w["mode"] == "allreduce" and w["workers"] < 2:
-        raise ConfigError("workload.workers: ring all-reduce needs at least 2 workers")
-    d = cfg["dlcp"]
-    if not d["k3"] <= d["k2"] <= d["k1"] <= d["qmax"]:
-        raise ConfigError(f"dlcp.k1: thresholds must satisfy k3 <= k2 <= k1 <= qmax, got "
-                          f"k3={d['k3']} k2={d['k2']} k1={d['k1']} qmax={d['qmax']}")
-    if d["qmax"] > cfg["links"]["queue_pkts"]:
-        raise ConfigError(f"dlcp.qmax: {d['qmax']} exceeds links.queue_pkts {cfg['links']['queue_pkts']}"
-                          " (the admission threshold must fit in the queue)")
-    if d["data_port"] == d["control_port"]:
-        raise ConfigError("dlcp.control_port: must differ from dlcp.data_port")
-    for i, b in enumerate(cfg["background"]):
-        if b["stop_s"] and b["stop_s"] <= b["start_s"]:
-            raise ConfigError(f"background[{i}].stop_s: {b['stop_s']} is not after start_s {b['start_s']}")
-        if b["kind"] == "udp_onoff" and b["off_ms"] == 0:
-            raise ConfigError(f"background[{i}].off_ms: udp_onoff needs off_ms > 0 (use kind = 'udp_cbr')")
-    if cfg["backend"] == "bmv2" and (cfg["links"]["delay_us"] or cfg["links"]["loss"]):
-        raise ConfigError("links.delay_us: delay and loss emulation exist only in the built-in dataplane "
-                          "(backend = 'ref'); bmv2 has no such knob")
+class LeafSpine(Settings):
+    kind: Literal["leaf_spine"] = "leaf_spine"
+    spines: int = Field(2, ge=1, le=8, description="spine switches")
+    leaves: int = Field(2, ge=1, le=16, description="leaf switches")
+    hosts_per_leaf: int = Field(3, ge=1, le=16, description="hosts under each leaf")
+
+    def n_hosts(self) -> int:
+        return self.leaves * self.hosts_per_leaf
 
 
-TOPOLOGY_KEYS = {"star": ("hosts",), "dumbbell": ("hosts_left", "hosts_right"),
-                 "leaf_spine": ("spines", "leaves", "hosts_per_leaf")}
+TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSpine)}
+Topology = Annotated[Star | Dumbbell | LeafSpine, Field(discriminator="kind")]
 
 
-def _topology_keys_fit_kind(cfg: dict, raw: dict) -> None:
-    """Keys of another topology kind are mistakes, not noise: reject them, drop their defaults."""
-    kind = cfg["topology"]["kind"]
-    for key in [k for keys in TOPOLOGY_KEYS.values() for k in keys if k not in TOPOLOGY_KEYS[kind]]:
-        if key in raw.get("topology", {}):
-            raise ConfigError(f"topology.{key}: not a setting of kind {kind!r} "
-                              f"(it takes {', '.join(TOPOLOGY_KEYS[kind])})")
-        del cfg["topology"][key]
+class Links(Settings):
+    host_mbps: float = Field(50.0, ge=0.1, le=10000, description="host <-> switch links")
+    fabric_mbps: float = Field(50.0, ge=0.1, le=10000, description="switch <-> switch links")
+    queue_pkts: int = Field(128, ge=4, le=100000, description="egress queue depth per priority")
+    delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
+    loss: Fraction = Field(0.0, description="random loss per switch egress")
+    host_queue_pkts: int = Field(256, ge=2, le=100000, description="host NIC queue (tc) in packets")
+
+
+class Placement(Settings):
+    mode: Mode = Field("ps", description="parameter server or ring all-reduce")
+    workers: int = Field(4, ge=1, le=64, description="training workers (one host each)")
+
+
+class Workload(TrainingSettings, Placement):
+    """`[workload]`: what is trained (TrainingSettings) and by whom."""
+
+
+class HostDlcp(CommSettings, TransportSettings, TaggingConfig):
+    """The `[dlcp]` keys the hosts use: tagging, transport, collectives, fill (agent configs carry these)."""
+    fill: Fill = Field("rescale", description="how the trainer fills lost values")
+
+
+class Dlcp(SwitchSettings, HostDlcp):
+    """`[dlcp]`: what the hosts use, the switches' load balancing and thresholds, and the ports."""
+    data_port: Port = Field(DATA_PORT, description="UDP port of DLCP data")
+    control_port: Port = Field(CONTROL_PORT, description="TCP port of the control channel")
+
+    @model_validator(mode="after")
+    def _distinct_ports(self):
+        if self.data_port == self.control_port:
+            raise BadValue("control_port", "must differ from dlcp.data_port")
+        return self
+
+
+class Background(Settings):
+    kind: Literal["udp_cbr", "udp_onoff", "tcp"] = Field(
+        "udp_onoff", description="constant-rate UDP, on/off UDP bursts, or one long TCP flow")
+    src: str = Field("", description="host name; empty = the next free host")
+    dst: str = Field("ps", description="'ps', 'workerN' or a host name")
+    rate_mbps: float = Field(20.0, ge=0.01, description="UDP sending rate (during on-periods)")
+    on_ms: float = Field(50.0, ge=1, description="udp_onoff: burst length")
+    off_ms: float = Field(50.0, ge=0, description="udp_onoff: silence between bursts")
+    start_s: float = Field(0.0, ge=0, description="start this long after every worker finished its first iteration")
+    stop_s: float = Field(0.0, ge=0, description="0 = until the workload ends")
+    dscp: int = Field(0, ge=0, le=63, description="0 = background priority")
+    packet_bytes: int = Field(1400, ge=64, le=1472, description="UDP payload bytes")
+
+    @model_validator(mode="after")
+    def _times(self):
+        if self.stop_s and self.stop_s <= self.start_s:
+            raise BadValue("stop_s", f"{self.stop_s:g} is not after start_s {self.start_s:g}")
+        if self.kind == "udp_onoff" and self.off_ms == 0:
+            raise BadValue("off_ms", "udp_onoff needs off_ms > 0 (use kind = 'udp_cbr')")
+        return self
+
+
+class Output(Settings):
+    dir: str = Field("results", description="results root")
+    per_packet: bool = Field(False, description="also record one row per packet")
+    pcap_ports: list[str] = Field([], description="switch ports to capture, e.g. ['s1-eth5']")
+    debug_log: bool = Field(False, description="switch logging on (slower)")
+
+
+class Experiment(Settings):
+    """One experiment file."""
+    name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
+    description: str = Field("", description="free text, copied into reports")
+    backend: Literal["ref", "bmv2"] = Field("ref", description="switch backend")
+    seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
+    timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
+    topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, or leaves under spines")
+    links: Links = Field(default_factory=Links)
+    workload: Workload = Field(default_factory=Workload)
+    dlcp: Dlcp = Field(default_factory=Dlcp)
+    background: list[Background] = Field([])
+    output: Output = Field(default_factory=Output)
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _kind_and_its_keys(cls, v):
+        """The kind defaults to star; keys of another kind get their own message."""
+        if isinstance(v, dict):
+            v = {"kind": "star", **v}
+            _keys_fit_kind(v)
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        w, d, links = self.workload, self.dlcp, self.links
+        needed = w.workers + (1 if w.mode == "ps" else 0)
+        hosts = self.topology.n_hosts()
+        if needed > hosts:  # background sources are checked when roles are placed (topology.py)
+            raise BadValue("workload.workers", f"{w.workers} workers{' + 1 PS' if w.mode == 'ps' else ''} need "
+                                               f"{needed} hosts, topology.{self.topology.kind} has {hosts}")
+        if w.mode == "allreduce" and w.workers < 2:
+            raise BadValue("workload.workers", "ring all-reduce needs at least 2 workers")
+        if d.qmax >= links.queue_pkts:
+            raise BadValue("dlcp.qmax", f"{d.qmax} must be below links.queue_pkts {links.queue_pkts} (admission "
+                                        "control must act before the queue is full)")
+        if self.backend == "bmv2" and (links.delay_us or links.loss):
+            raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
+                                             "(backend = 'ref'); bmv2 has no such knob")
+        return self
+
+
+def _keys_fit_kind(raw: dict) -> None:
+    """Keys of another topology kind are mistakes worth their own message."""
+    own = TOPOLOGIES.get(raw["kind"]) if isinstance(raw["kind"], str) else None
+    if own is None:
+        return  # the discriminator reports an unknown kind
+    others = {k for t in TOPOLOGIES.values() for k in t.model_fields} - set(own.model_fields)
+    for key in raw:
+        if key in others:
+            raise BadValue(key, f"not a setting of kind {raw['kind']!r} "
+                                f"(it takes {', '.join(k for k in own.model_fields if k != 'kind')})")
 
 
 def validate(raw: dict) -> dict:
-    """Resolve defaults and check everything; returns the resolved config."""
-    cfg = _resolve("", SCHEMA, raw)
-    _topology_keys_fit_kind(cfg, raw)
-    _cross_checks(cfg)
-    return cfg
+    """Resolve defaults and check everything; returns the resolved config as a plain dict."""
+    return Experiment.parse(raw).model_dump()
 
 
 def parse_value(text: str):
@@ -342,7 +268,7 @@ def _toml_value(v) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{_toml_key(str(k))} = {_toml_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
@@ -363,28 +289,29 @@ def dumps(cfg: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- reference documentation (docs/experiments.md is generated from the schema) -------------------
-
-def _rows(prefix: str, spec) -> list[str]:
-    rows = []
-    for k, sub in spec.fields.items():
-        key = f"{prefix}{k}"
-        if isinstance(sub, Section):
-            rows += _rows(f"{key}.", sub)
-        elif isinstance(sub, SectionList):
-            rows += _rows(f"{key}[].", sub.section)
-        elif isinstance(sub, Table):
-            rows.append(f"| `{key}` | table of {_type_name(sub.value.type)} | `{{}}` | {sub.doc} |")
-        else:
-            allowed = " / ".join(f"`{c}`" for c in sub.choices) if sub.choices else ""
-            bounds = " ".join(x for x in (f">= {sub.min:g}" if sub.min is not None else "",
-                                           f"<= {sub.max:g}" if sub.max is not None else "") if x)
-            default = "required" if sub.required else f"`{_toml_value(sub.default)}`"
-            what = "; ".join(x for x in (sub.doc, allowed, bounds) if x)
-            rows.append(f"| `{key}` | {_type_name(sub.type)} | {default} | {what} |")
-    return rows
-
+# --- reference documentation (docs/experiments.md is generated from the model) --------------------
 
 def schema_markdown() -> str:
     """The table of every config key (kept in docs/experiments.md; a test checks it is current)."""
-    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|"] + _rows("", SCHEMA)) + "\n"
+    rows = reference_rows(Experiment, "", _toml_value)
+    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|"] +
+                     [f"| `{k}` | {t} | {d} | {m} |" for k, t, d, m in rows]) + "\n"
+
+
+def write_reference(path: str | Path) -> None:
+    """Replace the key table in the Markdown file `path` (the lines starting with `|` after the
+    line `REFERENCE_MARK`) with `schema_markdown()`."""
+    p = Path(path)
+    lines = p.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == REFERENCE_MARK) + 1
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    p.write_text("".join(lines[:start]) + schema_markdown() + "".join(lines[end:]))
+
+
+REFERENCE_MARK = "<!-- generated: python -m dlcp.experiment.config docs/experiments.md -->"
+
+if __name__ == "__main__":  # regenerate the table of docs/experiments.md after changing a settings model
+    import sys
+    write_reference(sys.argv[1] if len(sys.argv) > 1 else "docs/experiments.md")

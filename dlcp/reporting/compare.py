@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import RunData, load_run
-from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.plots import TRAFFIC_LABELS
+from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import pct, write_outputs
 from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT, ratio
 from dlcp.reporting.summarise import iteration_series, sender_rows, summarise, training_curves

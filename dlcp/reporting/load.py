@@ -3,7 +3,7 @@
 Nothing here raises on bad records: a missing file, an empty file, a truncated last line, a row
 with the wrong number of fields or an unparseable number becomes a line in `RunData.problems`, and
 the report says what it could not use. Paths are taken relative to the directory given (never from
-the absolute `run_dir` written into agents/hN.json), so a copied results directory reports the same.
+the absolute `run_dir` written into agents/hN-<role>.json), so a copied results directory reports the same.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: reports run headless (CI, over ssh, as any user)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-from dlcp.reporting.stats import ecdf  # noqa: E402
-from dlcp.reporting.summarise import IterationSeries, TrainingCurves  # noqa: E402
+from dlcp.reporting.stats import ecdf
+from dlcp.reporting.summarise import IterationSeries, TrainingCurves
 
 DPI = 110
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -309,7 +309,7 @@ def _rebin(t: np.ndarray, peak: np.ndarray, grad: np.ndarray, other: np.ndarray,
         return t, peak, grad, other
     n = int(np.ceil(t.size / k)) * k
     pad = n - t.size
-    cut = lambda a, fill: np.concatenate([a, np.full((pad,) + a.shape[1:], fill)]).reshape(n // k, k, *a.shape[1:])  # noqa: E731
+    cut = lambda a, fill: np.concatenate([a, np.full((pad,) + a.shape[1:], fill)]).reshape(n // k, k, *a.shape[1:])
     return (cut(t, t[-1]).max(axis=1), cut(peak, 0).max(axis=1), cut(grad, 0).sum(axis=1), cut(other, 0).sum(axis=1))
 
 

@@ -8,9 +8,9 @@ import pathlib
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
 from dlcp.reporting.stats import PERCENTILE_METHOD_TEXT
-from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.summarise import grouped_mct, iteration_series, json_ready, sender_rows, summarise, training_curves
 from dlcp.reporting.traffic import run_timeline
 
@@ -47,7 +47,7 @@ def protected_warning(loss: dict) -> str | None:
 
 def headline_lines(s: dict) -> list[str]:
     h, lb = s["headline"], s["lower_bound"]
-    ms = lambda us: None if us is None else us / 1e3  # noqa: E731
+    ms = lambda us: None if us is None else us / 1e3
     lines = [
         f"MCT p50 / p99 / p99.9: {fmt(ms(h['mct_p50_us']))} / {fmt(ms(h['mct_p99_us']))} / "
         f"{fmt(ms(h['mct_p999_us']))} ms",
@@ -128,7 +128,7 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
 def prio_groups(by_prio: dict[str, object], strict: bool) -> dict[str, object]:
     """Legend labels of the per-priority MCT curves: under strict priority each says its turn
     ("prio 6 (served 1st)"), since a higher class is always served before a lower one."""
-    ordinal = lambda n: {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")  # noqa: E731 (at most 8 classes)
+    ordinal = lambda n: {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
     keys = [k for k in by_prio if k != "?"]
     out = {}
     for k, v in by_prio.items():

@@ -169,7 +169,7 @@ class QueueTimeline:
 def _port_series(samples: list[dict], port: str) -> dict[str, np.ndarray]:
     rows = [(s["t"], s["ports"][port]) for s in samples if isinstance(s.get("ports"), dict) and port in s["ports"]]
     t = np.array([r[0] for r in rows], dtype=float)
-    get = lambda k: np.array([float(r[1].get(k, 0)) for r in rows])  # noqa: E731
+    get = lambda k: np.array([float(r[1].get(k, 0)) for r in rows])
     peak = np.array([(list(r[1].get("peak") or []) + [0] * 8)[:8] for r in rows], dtype=float).reshape(len(rows), 8)
     dropped = get("early") + get("tail")
     other = get("non_dlcp_early") + get("non_dlcp_tail")

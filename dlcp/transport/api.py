@@ -7,80 +7,64 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
+from pydantic import Field
 
-from dlcp.transport.udpio import SEND_IMPLS
+from dlcp.settings import Fraction, IntKey, Settings
+from dlcp.transport.udpio import SendImpl
 from dlcp.wire import control_frames as C
-from dlcp.wire.header import DATA_PORT, PHASE_NAMES, VALUES_PER_PKT
+from dlcp.wire.header import DATA_PORT, FIELD_BITS, PHASE_NAMES, PROBE_FIELD_BITS, VALUES_PER_PKT
 
 CONTROL_PORT = 9911
-MAX_R = 250  # retransmission rounds: the round number travels in one byte
+# r_max retransmission rounds make r_max + 1 PROBE rounds, and the PROBE carries its round in one byte
+MAX_R = (1 << dict(PROBE_FIELD_BITS)["round"]) - 2
+LayerId = Annotated[int, IntKey, Field(ge=0, le=(1 << dict(FIELD_BITS)["layer_id"]) - 1)]
+WireByte = Annotated[int, Field(ge=0, le=255)]  # job_id, rank: one byte on the wire
+TransportKind = Literal["dlcp", "tcp"]
 
 
 class TransportError(RuntimeError):
     """A transport failure the caller must see (peer unreachable, timeout)."""
 
 
-@dataclass
-class TransportConfig:
-    """Settings of one endpoint; the names follow the agent config's `dlcp` section."""
-    rank: int = 0  # wire rank: 0..254 for workers, control.PS_RANK for the PS
-    job_id: int = 1
-    ip: str = "127.0.0.1"
-    data_port: int = DATA_PORT
-    control_port: int = CONTROL_PORT
-    host: str = ""  # for records
-    values_per_pkt: int = VALUES_PER_PKT
-    loss_budget: float = 0.01  # p_msg
-    iter_budget: float = 0.02  # per-iteration cap, per source
-    layer_budgets: dict = field(default_factory=dict)  # layer id -> budget
-    r_max: int = 3  # retransmission rounds
-    deadline_ms: float = 2000.0  # from the first PROBE
-    reliable: bool = False  # budget 0 for every message
-    pacing_mbps: float = 0.0  # 0 = no pacing; counts Ethernet frames
-    telemetry: bool = False
-    per_packet: bool = False  # per-packet records
-    inject_loss: float = 0.0  # fraction of data packets the sender skips (tests, no lossy switch)
-    inject_seed: int = 0
-    send_impl: str = "sendmmsg"
-    send_batch: int = 32
-    probe_quiet_ms: float = 2.0  # initial quiet time before answering a PROBE with data missing (adapts per source)
-    probe_rto_ms: float = 20.0  # floor of the PROBE timeout (re-probe after max(floor, srtt + 4 rttvar), doubling)
-    rcvbuf_bytes: int = 16 << 20
-    sndbuf_bytes: int = 128 << 10  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
-    connect_timeout_s: float = 15.0
+class TransportSettings(Settings):
+    """What an experiment sets about the transport (keys of its `dlcp` section)."""
+    section: ClassVar[str] = "dlcp"
+    transport: TransportKind = Field("dlcp", description="gradient transport; tcp = plain TCP baseline")
+    loss_budget: Fraction = Field(0.01, description="p_msg: lost fraction a message may end with")
+    iter_budget: Fraction = Field(0.02, description="cap on the lost fraction of an iteration (per source)")
+    layer_budgets: dict[LayerId, Fraction] = Field(
+        {}, description="layer id -> budget; a message takes the smallest budget of its layers and loss_budget")
+    r_max: int = Field(3, ge=0, le=MAX_R, description="retransmission rounds before FORCE_STOP (0 = none)")
+    deadline_ms: float = Field(2000.0, ge=1, description="message deadline (from the first PROBE) before FORCE_STOP")
+    reliable: bool = Field(False, description="budget 0: every packet recovered (TCP-like baseline)")
+    pacing_mbps: float = Field(0.0, ge=0, description="sender pacing in Ethernet frames; 0 = none")
+    inject_loss: Fraction = Field(
+        0.0, description="fraction of data packets senders skip on purpose (loss without a lossy switch)")
+    send_impl: SendImpl = Field("sendmmsg", description="system call the sender uses for data")
+    probe_quiet_ms: float = Field(
+        2.0, ge=0.1, description="receiver's initial quiet time before answering a PROBE whose round is incomplete")
+    probe_rto_ms: float = Field(20.0, ge=1, description="floor of the sender's PROBE timeout (re-probe)")
 
-    def __post_init__(self):
-        def bad(key, why):
-            raise ValueError(f"dlcp.{key}: {why}")
-        for key in ("loss_budget", "iter_budget", "inject_loss"):
-            v = getattr(self, key)
-            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
-                bad(key, f"{v!r} is not a fraction in 0..1")
-        for lid, v in self.layer_budgets.items():
-            if not isinstance(v, (int, float)) or not 0 <= v <= 1:
-                bad(f"layer_budgets.{lid}", f"{v!r} is not a fraction in 0..1")
-        self.layer_budgets = {int(k): float(v) for k, v in self.layer_budgets.items()}
-        if not isinstance(self.r_max, int) or not 0 <= self.r_max <= MAX_R:
-            bad("r_max", f"{self.r_max!r} must be an integer in 0..{MAX_R}")
-        if not self.deadline_ms > 0:
-            bad("deadline_ms", f"{self.deadline_ms!r} must be > 0")
-        if not self.probe_rto_ms > 0:
-            bad("probe_rto_ms", f"{self.probe_rto_ms!r} must be > 0")
-        if not self.probe_quiet_ms > 0:
-            bad("probe_quiet_ms", f"{self.probe_quiet_ms!r} must be > 0")
-        if self.pacing_mbps is None:
-            self.pacing_mbps = 0.0
-        if self.pacing_mbps < 0:
-            bad("pacing_mbps", f"{self.pacing_mbps!r} must be >= 0")
-        if self.send_impl not in SEND_IMPLS:
-            bad("send_impl", f"{self.send_impl!r} is not one of {', '.join(SEND_IMPLS)}")
-        if not 0 <= self.rank <= 255:
-            bad("rank", f"{self.rank} outside 0..255")
-        if not 1 <= self.values_per_pkt <= VALUES_PER_PKT:
-            bad("values_per_pkt", f"{self.values_per_pkt} outside 1..{VALUES_PER_PKT}")
+
+class TransportConfig(TransportSettings):
+    """One endpoint: the experiment's transport settings plus who and where it is."""
+    rank: WireByte = 0  # wire rank: 0..254 for workers, control_frames.PS_RANK for the PS
+    job_id: WireByte = 1
+    ip: str = "127.0.0.1"
+    data_port: int = Field(DATA_PORT, ge=0, le=65535)  # 0: any free port
+    control_port: int = Field(CONTROL_PORT, ge=0, le=65535)
+    host: str = ""  # for records
+    values_per_pkt: int = Field(VALUES_PER_PKT, ge=1, le=VALUES_PER_PKT)
+    per_packet: bool = False  # per-packet records
+    inject_seed: int = Field(0, ge=0)
+    send_batch: int = Field(32, ge=1)
+    rcvbuf_bytes: int = Field(16 << 20, ge=0)
+    sndbuf_bytes: int = Field(128 << 10, ge=0)  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
+    connect_timeout_s: float = Field(15.0, gt=0)
 
     def budget_for(self, layer_first: int, layer_last: int) -> float:
         """The loss budget of a message covering layers layer_first..layer_last."""
@@ -109,6 +93,7 @@ class SendInfo:
     layer_first: int = 0
     layer_last: int = 0
     budget: float | None = None  # None: from loss_budget / layer_budgets; 0: every packet
+    budget_share: float = 1.0  # with budget None: the part of the message budget this send may lose (a ring step's)
     counts: np.ndarray | None = None  # per-packet contribution counts (uint8), carried in PROBE
 
 

@@ -69,15 +69,21 @@ from dlcp.wire.header import (
     FLAG_TELEMETRY,
     HEADER,
     HEADER_LEN,
+    PHASE_MASK,
     PHASE_NAMES,
+    PHASE_SHIFT,
     PRIO_CONTROL,
+    SLOTS,
     TELEMETRY_LEN,
+    TYPE_MASK,
     TYPE_PROBE,
     TYPE_RETX,
     VALUE_BYTES,
+    VER_SHIFT,
     VERSION,
     MalformedPacket,
     Probe,
+    field_values,
     header_fields,
     pack_probe,
     probe_header,
@@ -173,8 +179,8 @@ class _Tx:
         self.key, self.dst, self.batch, self.info, self.handle = key, dst, batch, info, handle
         f = header_fields(batch.headers)
         self.n_pkts = len(batch)
-        self.prio = (f["prio_dp_phase"] >> 5).astype(np.uint8)
-        self.dp = ((f["prio_dp_phase"] >> 3) & 3).astype(np.uint8)
+        self.prio = field_values(f, "prio").astype(np.uint8)
+        self.dp = field_values(f, "drop_prec").astype(np.uint8)
         self.budget_ppm = int(round(budget * C.PPM))
         self.rounds = 0  # PROBE rounds so far: 1 + retransmission rounds
         self.retx_pkts = 0
@@ -337,11 +343,11 @@ class Transport:
         if dst not in self.peers:
             raise TransportError(f"send to unknown rank {dst}")
         f = header_fields(batch.headers[:1])
-        key = (dst, int(f["iter"][0]), int(f["prio_dp_phase"][0] & 7), int(f["msg_id"][0]))
+        key = (dst, int(f["iter"][0]), int(field_values(f, "phase")[0]), int(f["msg_id"][0]))
         if batch.values_per_pkt != self.vpp:
             raise ValueError(f"batch has {batch.values_per_pkt} values per packet, transport {self.vpp}")
-        budget = self.cfg.budget_for(info.layer_first, info.layer_last) if info.budget is None else \
-            (0.0 if self.cfg.reliable else info.budget)
+        budget = self.cfg.budget_for(info.layer_first, info.layer_last) * info.budget_share \
+            if info.budget is None else (0.0 if self.cfg.reliable else info.budget)
         handle = SendHandle(key)
         st = _Tx(key, dst, batch, info, handle, budget)
         if info.counts is not None and len(info.counts) != st.n_pkts:
@@ -561,7 +567,7 @@ class Transport:
         f = header_fields(st.batch.headers[:1])
         self._send_ctrl(conn, C.Control(
             C.DESCRIBE, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2], st.key[1], st.key[3], st.n_pkts,
-            layer_first=info.layer_first, layer_last=info.layer_last, prio=int(f["prio_dp_phase"][0] >> 5),
+            layer_first=info.layer_first, layer_last=info.layer_last, prio=int(field_values(f, "prio")[0]),
             step=info.step, rec_msg_id=info.rec_msg_id, n_values=int(st.batch.values.size),
             budget_ppm=st.budget_ppm, drop_prec=st.dp, counts=info.counts))
         return True
@@ -808,7 +814,8 @@ class Transport:
         job = self.cfg.job_id
         rx = self._rx
         peers = self.peers
-        ver_hi = VERSION << 4
+        ver_bits, ver_hi = SLOTS["ver"].mask << VER_SHIFT, VERSION << VER_SHIFT
+        phases = PHASE_NAMES
         per_packet = self.cfg.per_packet
         n_pk = n_by = 0
         for _ in range(budget):
@@ -823,15 +830,15 @@ class Transport:
                 self._drop("length", f"{n} bytes, the DLCP header needs {HEADER_LEN}")
                 continue
             vt, pdp, j, src, it, msg, _layer, mag, flags, seq, npk, off = unpack(buf, 0)
-            if vt & 0xF0 != ver_hi:
-                self._drop("ver", f"version {vt >> 4}")
+            if vt & ver_bits != ver_hi:
+                self._drop("ver", f"version {vt >> VER_SHIFT}")
                 continue
-            typ = vt & 0x0F
+            typ = vt & TYPE_MASK
             if typ > TYPE_PROBE:
                 self._drop("type", f"unknown type {typ}")
                 continue
-            phase = pdp & 7
-            if phase > 4:
+            phase = (pdp >> PHASE_SHIFT) & PHASE_MASK
+            if phase not in phases:
                 self._drop("phase", f"unknown phase {phase}")
                 continue
             if j != job:

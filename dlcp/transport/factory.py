@@ -1,4 +1,4 @@
-"""`make_transport`: the bounded-loss transport or the plain-TCP baseline by name."""
+"""`make_transport`: the bounded-loss transport or the plain-TCP baseline, as the settings say."""
 
 from __future__ import annotations
 
@@ -6,13 +6,10 @@ from dlcp.transport.api import TransportConfig
 from dlcp.transport.bounded_loss import Transport
 from dlcp.transport.tcp_baseline import TcpTransport
 
-TRANSPORTS = ("dlcp", "tcp")
+TRANSPORTS = {"dlcp": Transport, "tcp": TcpTransport}
 
 
-def make_transport(config: TransportConfig, peers, kind: str = "dlcp"):
-    """The bounded-loss transport (`dlcp`) or the plain-TCP baseline (`tcp`), same interface."""
-    if kind == "tcp":
-        return TcpTransport(config, peers)
-    if kind != "dlcp":
-        raise ValueError(f"dlcp.transport: {kind!r} is not one of {', '.join(TRANSPORTS)}")
-    return Transport(config, peers)
+def make_transport(config: TransportConfig, peers):
+    """The bounded-loss transport (`config.transport` dlcp) or the plain-TCP baseline (tcp), same
+    interface."""
+    return TRANSPORTS[config.transport](config, peers)

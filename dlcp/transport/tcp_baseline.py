@@ -35,7 +35,7 @@ from dlcp.transport.api import (
     wait_for_done,
 )
 from dlcp.wire.control_frames import MAX_MSG_PKTS, PS_RANK
-from dlcp.wire.header import PHASE_NAMES, VALUE_BYTES, header_fields, tos_of
+from dlcp.wire.header import PHASE_NAMES, VALUE_BYTES, field_values, header_fields, tos_of
 from dlcp.wire.tagging import n_packets
 
 log = logging.getLogger("dlcp.transport.tcp_baseline")
@@ -109,7 +109,7 @@ class TcpTransport:
         if dst not in self.peers:
             raise TransportError(f"send to unknown rank {dst}")
         f = header_fields(batch.headers[:1])
-        key = (dst, int(f["iter"][0]), int(f["prio_dp_phase"][0] & 7), int(f["msg_id"][0]))
+        key = (dst, int(f["iter"][0]), int(field_values(f, "phase")[0]), int(f["msg_id"][0]))
         handle = SendHandle(key)
         with self._cond:
             if key in self._pending:
@@ -189,7 +189,7 @@ class TcpTransport:
             handle, info, batch, _ = entry
             dst = key[0]
             f = header_fields(batch.headers[:1])
-            prio = int(f["prio_dp_phase"][0] >> 5)
+            prio = int(field_values(f, "prio")[0])
             counts = b"" if info.counts is None else np.asarray(info.counts, np.uint8).tobytes()
             hdr = HDR.pack(TCP_VERSION, KIND_MSG, self.cfg.job_id, self.cfg.rank, dst, key[2], key[1], key[3],
                            info.rec_msg_id, info.layer_first, info.layer_last, info.step, prio,
@@ -231,7 +231,7 @@ class TcpTransport:
         with self._lock:
             self.totals["msgs_sent"] += 1
             self.message_rows.append(_row(self.cfg, "sender", key[0], key, info.rec_msg_id, info.step,
-                                          info.layer_first, info.layer_last, int(f["prio_dp_phase"][0] >> 5),
+                                          info.layer_first, info.layer_last, int(field_values(f, "prio")[0]),
                                           batch.values.size, n_pkts, res.start_us, None, done))
         handle._finish(res)
 

@@ -20,12 +20,24 @@ import errno as errno_mod
 import os
 import socket
 import struct
+from typing import Literal, get_args
 
 import numpy as np
 
-from dlcp.wire.header import DROP_PREC_MAX, FLAG_PROTECTED, HEADER_LEN, TELEMETRY_LEN, TYPE_RETX, VALUE_BYTES, tos_of
+from dlcp.wire.header import (
+    FLAG_PROTECTED,
+    HEADER_LEN,
+    TELEMETRY_LEN,
+    TYPE_RETX,
+    VALUE_BYTES,
+    field_values,
+    header_fields,
+    set_field_values,
+    tos_of,
+)
 
-SEND_IMPLS = ("sendmmsg", "sendmsg")
+SendImpl = Literal["sendmmsg", "sendmsg"]
+SEND_IMPLS = get_args(SendImpl)
 
 _IOVEC = np.dtype([("base", "<u8"), ("len", "<u8")])
 # struct mmsghdr on x86-64 / aarch64 Linux: struct msghdr (56 bytes) + unsigned int msg_len + pad
@@ -130,12 +142,12 @@ def plan_for(batch, order, dest: np.ndarray, retransmission: bool = False) -> Se
     """
     order = np.asarray(order, dtype=np.int64)
     rows = batch.headers[order]  # a copy, in sending order
+    f = header_fields(rows)  # a view: writes land in rows
     if retransmission:
-        rows[:, 0] = (rows[:, 0] & 0xF0) | TYPE_RETX
-        rows[:, 1] &= ~np.uint8(DROP_PREC_MAX << 3)
-        rows[:, 11] |= FLAG_PROTECTED
-    pdp = rows[:, 1].astype(np.int32)
-    tos = tos_of(pdp >> 5, (pdp >> 3) & 3)
+        set_field_values(f, "type", TYPE_RETX)
+        set_field_values(f, "drop_prec", 0)
+        set_field_values(f, "flags", field_values(f, "flags") | FLAG_PROTECTED)
+    tos = tos_of(field_values(f, "prio").astype(np.int32), field_values(f, "drop_prec").astype(np.int32))
     return SendPlan(rows, batch.values, batch.values_per_pkt, order, tos, dest, bool(batch.telemetry))
 
 
@@ -146,9 +158,7 @@ class BatchSender:
     that packet and are counted in `errors`; the caller sees how many packets went out.
     """
 
-    def __init__(self, sock: socket.socket, impl: str = "sendmmsg", batch: int = 32):
-        if impl not in SEND_IMPLS:
-            raise ValueError(f"send_impl: {impl!r} is not one of {', '.join(SEND_IMPLS)}")
+    def __init__(self, sock: socket.socket, impl: SendImpl = "sendmmsg", batch: int = 32):
         if impl == "sendmmsg" and not sendmmsg_available():
             impl = "sendmsg"
         self.sock = sock

@@ -1,4 +1,5 @@
-"""Wire format of the bounded-loss transport's control channel: DESCRIBE, BITMAP, STOP, FORCE_STOP.
+"""Wire format of the bounded-loss transport's control channel: DESCRIBE, BITMAP, STOP, FORCE_STOP
+(docs/wire-format.md, "Control frames").
 
 Control messages travel on TCP (DSCP of priority 7) as length-prefixed frames:
 

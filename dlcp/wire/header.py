@@ -1,130 +1,103 @@
-"""DLCP wire format: the one definition of the 24-byte DLCP header and its telemetry block.
+"""DLCP wire format: the DLCP header, its telemetry block and the in-band PROBE body, in three views
+derived from the one definition in `dlcp/wire/layout.py` (byte tables: docs/wire-format.md):
+`HEADER` (struct, one header at a time), `HEADER_DTYPE` (numpy, many headers at once) and the scapy
+layers `DLCP` / `DLCPTelemetry` / `DLCPProbe` (tests and pcaps).
 
-Layout (all fields big-endian; see docs/wire-format.md):
+The header is 24 bytes, big-endian; when flags.TELEMETRY is set an 8-byte telemetry block follows
+(the sender reserves it zeroed, switches fill it in place so the frame length never changes); then
+little-endian fp32 values (the host's native order on every platform we run on), at most
+MAX_PAYLOAD_BYTES.
 
-    byte 0      ver:4 type:4
-    byte 1      prio:3 drop_prec:2 phase:3
-    byte 2      job_id
-    byte 3      src_rank
-    bytes 4-5   iter          (iteration mod 2**16)
-    bytes 6-7   msg_id
-    bytes 8-9   layer_id      (layer of the first value in the payload)
-    byte 10     mag_class     (log2 magnitude bucket, 8 = message median)
-    byte 11     flags         (bit0 LAST, bit1 PROTECTED, bit2 TELEMETRY)
-    bytes 12-15 seq           (packet index in the message)
-    bytes 16-19 n_pkts
-    bytes 20-23 offset        (value offset of the payload in the flat message)
-
-When TELEMETRY is set, an 8-byte telemetry block follows the header (the sender reserves it zeroed;
-switches fill it in place so the frame length never changes):
-
-    byte 0      hops               (switches that stamped the block)
-    byte 1      reserved
-    bytes 2-3   max_enq_qdepth     (packets ahead in the packet's priority queue of the egress port
-                                    on arrival, max over hops)
-    bytes 4-7   sum_deq_timedelta_us (time spent queued, summed over hops)
-
-The payload that follows is little-endian fp32 values (the host's native order on every platform we
-run on), at most MAX_PAYLOAD_BYTES.
-
-A PROBE (type 3) travels on the data path, in band, right after a round of a message's packets, so
-that queues which hold back that data hold back the PROBE too (docs/transport.md). Its header names
-the message like its data packets do (phase, job_id, src_rank, iter, msg_id, n_pkts, layer_id of the
-message's first layer) with seq 0, offset 0, drop_prec 0 and flags PROTECTED; prio is the lowest
-priority among the packets of its round. An 8-byte body follows the header (after the telemetry
-block, if TELEMETRY is set):
-
-    byte 0      round         (1 = the first transmission, k = after k-1 retransmission rounds)
-    byte 1      attempt       (0 = first PROBE of the round, k = k-th re-probe after a timeout)
-    bytes 2-3   reserved      (0)
-    bytes 4-7   round_pkts    (data packets the sender sent in this round)
-
-Three views of the same layout live here: `HEADER` (struct, one header at a time), `HEADER_DTYPE`
-(numpy, many headers at once) and the scapy layers `DLCP` / `DLCPTelemetry` (tests and pcaps).
+A PROBE (type PROBE) travels on the data path, in band, right after a round of a message's packets,
+so that queues which hold back that data hold back the PROBE too (docs/transport.md). Its header
+names the message like its data packets do (phase, job_id, src_rank, iter, msg_id, n_pkts, layer_id
+of the message's first layer) with seq 0, offset 0, drop_prec 0 and flags PROTECTED; prio is the
+lowest priority among the packets of its round. The 8-byte PROBE body (round, attempt, reserved,
+round_pkts) follows the header (after the telemetry block, if TELEMETRY is set).
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-# --- constants -------------------------------------------------------------------------------
+from dlcp.wire.layout import LAYOUT, bit_shifts, codes, length, numpy_dtype_spec, slots, struct_format
 
-VERSION = 1
-HEADER_LEN = 24
-TELEMETRY_LEN = 8
-DATA_PORT = 9910  # UDP destination port of DLCP data (configurable per experiment)
-MAX_PAYLOAD_BYTES = 1400  # keeps Ether+IPv4+UDP+DLCP+payload under a 1500-byte MTU
-VALUE_BYTES = 4  # fp32
+# --- constants (from dlcp/wire/layout.py) ------------------------------------------------------
+
+VERSION = LAYOUT.version
+HEADER_LEN = length(LAYOUT.header)
+TELEMETRY_LEN = length(LAYOUT.telemetry)
+PROBE_LEN = length(LAYOUT.probe)
+DATA_PORT = LAYOUT.data_port  # UDP destination port of DLCP data (configurable per experiment)
+MAX_PAYLOAD_BYTES = LAYOUT.max_payload_bytes  # keeps Ether+IPv4+UDP+DLCP+payload under a 1500-byte MTU
+VALUE_BYTES = LAYOUT.value_bytes  # fp32
 VALUES_PER_PKT = MAX_PAYLOAD_BYTES // VALUE_BYTES  # 350
 
-# type (low nibble of byte 0)
-TYPE_DATA = 0
-TYPE_RETX = 1
-TYPE_PARAM = 2
-TYPE_PROBE = 3  # in-band PROBE: header + PROBE_BODY, no values
-TYPE_NAMES = {TYPE_DATA: "DATA", TYPE_RETX: "RETX", TYPE_PARAM: "PARAM", TYPE_PROBE: "PROBE"}
+_TYPES, _PHASES, _FLAGS = codes(LAYOUT.types), codes(LAYOUT.phases), codes(LAYOUT.flags)
+TYPE_DATA, TYPE_RETX, TYPE_PARAM, TYPE_PROBE = (_TYPES[n] for n in ("DATA", "RETX", "PARAM", "PROBE"))
+TYPE_NAMES = {c.value: c.label for c in LAYOUT.types}
+PHASE_PUSH, PHASE_PULL, PHASE_RS, PHASE_AG, PHASE_P2P = (_PHASES[n] for n in ("PUSH", "PULL", "RS", "AG", "P2P"))
+PHASE_NAMES = {c.value: c.label for c in LAYOUT.phases}
+FLAG_LAST, FLAG_PROTECTED, FLAG_TELEMETRY = (_FLAGS[n] for n in ("LAST", "PROTECTED", "TELEMETRY"))
+FLAG_NAMES = [c.label for c in sorted(LAYOUT.flags, key=lambda c: c.value)]  # bit order, for scapy
 
-# phase (low 3 bits of byte 1)
-PHASE_PUSH = 0
-PHASE_PULL = 1
-PHASE_RS = 2
-PHASE_AG = 3
-PHASE_P2P = 4
-PHASE_NAMES = {PHASE_PUSH: "push", PHASE_PULL: "pull", PHASE_RS: "reduce_scatter",
-               PHASE_AG: "all_gather", PHASE_P2P: "p2p"}
+# field widths in bits, in wire order
+FIELD_BITS = tuple((f.name, f.bits) for f in LAYOUT.header)
+TELEMETRY_FIELD_BITS = tuple((f.name, f.bits) for f in LAYOUT.telemetry)
+PROBE_FIELD_BITS = tuple((f.name, f.bits) for f in LAYOUT.probe)
 
-# flags (byte 11)
-FLAG_LAST = 0x01
-FLAG_PROTECTED = 0x02
-FLAG_TELEMETRY = 0x04
-FLAG_NAMES = ["LAST", "PROTECTED", "TELEMETRY"]  # bit order, for scapy's FlagsField
+# where each header field sits: SLOTS[name].word / .shift / .mask
+SLOTS = {s.name: s for s in slots(LAYOUT.header)}
+_TEL_SLOTS = slots(LAYOUT.telemetry)
+TEL_SLOTS = {s.name: s for s in _TEL_SLOTS}
+_PROBE_SLOTS = slots(LAYOUT.probe)
+VER_SHIFT = SLOTS["ver"].shift
+TYPE_MASK = SLOTS["type"].mask
+PRIO_SHIFT, DROP_PREC_SHIFT, PHASE_SHIFT = (SLOTS[n].shift for n in ("prio", "drop_prec", "phase"))
+PHASE_MASK = SLOTS["phase"].mask
 
 # priorities: 7 is served first
-PRIO_BITS = 3
-DROP_PREC_BITS = 2
-PHASE_BITS = 3
-PRIO_MAX = (1 << PRIO_BITS) - 1
-DROP_PREC_MAX = (1 << DROP_PREC_BITS) - 1
+PRIO_BITS = SLOTS["prio"].bits
+DROP_PREC_BITS = SLOTS["drop_prec"].bits
+PHASE_BITS = SLOTS["phase"].bits
+PRIO_MAX = SLOTS["prio"].mask
+DROP_PREC_MAX = SLOTS["drop_prec"].mask
 PRIO_BACKGROUND = 0
-PRIO_CONTROL = 7
+PRIO_CONTROL = PRIO_MAX
 PRIO_DATA_MIN = 1
-PRIO_DATA_MAX = 6
+PRIO_DATA_MAX = PRIO_MAX - 1
 MAG_CLASS_MAX = 15
 MAG_CLASS_MEDIAN = 8
 
-# field widths in bits, in wire order: the P4 header and the scapy layer are checked against this
-FIELD_BITS = (
-    ("ver", 4), ("type", 4),
-    ("prio", 3), ("drop_prec", 2), ("phase", 3),
-    ("job_id", 8), ("src_rank", 8),
-    ("iter", 16), ("msg_id", 16), ("layer_id", 16),
-    ("mag_class", 8), ("flags", 8),
-    ("seq", 32), ("n_pkts", 32), ("offset", 32),
-)
-TELEMETRY_FIELD_BITS = (
-    ("hops", 8), ("reserved", 8), ("max_enq_qdepth", 16), ("sum_deq_timedelta_us", 32),
-)
+HEADER = struct.Struct(struct_format(LAYOUT.header))
+TELEMETRY = struct.Struct(struct_format(LAYOUT.telemetry))
+PROBE_BODY = struct.Struct(struct_format(LAYOUT.probe))
 
-PROBE_FIELD_BITS = (("round", 8), ("attempt", 8), ("reserved", 16), ("round_pkts", 32))
+# numpy view: packed fields share a word (ver_type, prio_drop_prec_phase); `field_values` unpacks one
+HEADER_DTYPE = np.dtype(numpy_dtype_spec(LAYOUT.header))
+assert HEADER.size == HEADER_DTYPE.itemsize == HEADER_LEN
 
-HEADER = struct.Struct("!BBBBHHHBBIII")
-TELEMETRY = struct.Struct("!BBHI")
-PROBE_BODY = struct.Struct("!BBHI")
-PROBE_LEN = PROBE_BODY.size  # 8
-assert HEADER.size == HEADER_LEN and TELEMETRY.size == TELEMETRY_LEN
-assert 8 * PROBE_LEN == sum(bits for _, bits in PROBE_FIELD_BITS)
+# the IPv4 DSCP of a DLCP packet: (prio << 3) | (drop_prec << 1)
+_DSCP_SHIFTS = bit_shifts(LAYOUT.dscp)
+DSCP_PRIO_SHIFT = _DSCP_SHIFTS["prio"]
+DSCP_DROP_PREC_SHIFT = _DSCP_SHIFTS["drop_prec"]
 
-# numpy view: the raw bytes 0 and 1 stay packed (ver_type, prio_dp_phase)
-HEADER_DTYPE = np.dtype([
-    ("ver_type", "u1"), ("prio_dp_phase", "u1"), ("job_id", "u1"), ("src_rank", "u1"),
-    ("iter", ">u2"), ("msg_id", ">u2"), ("layer_id", ">u2"),
-    ("mag_class", "u1"), ("flags", "u1"),
-    ("seq", ">u4"), ("n_pkts", ">u4"), ("offset", ">u4"),
-])
-assert HEADER_DTYPE.itemsize == HEADER_LEN
+
+def _words_of(slot_list, values) -> list[int]:
+    """The struct items of a header from its field values (a mapping or an object's attributes)."""
+    get = values.__getitem__ if isinstance(values, dict) else values.__getattribute__
+    out: dict[int, int] = {}
+    for s in slot_list:
+        out[s.word] = out.get(s.word, 0) | (get(s.name) << s.shift)
+    return list(out.values())
+
+
+def _fields_of(slot_list, words) -> dict[str, int]:
+    """Field values from a header's struct items."""
+    return {s.name: (words[s.word] >> s.shift) & s.mask for s in slot_list}
 
 
 class MalformedPacket(ValueError):
@@ -143,7 +116,7 @@ class MalformedPacket(ValueError):
 
 def dscp_of(prio, drop_prec):
     """DSCP carrying (prio, drop_prec), AF-like: works on ints and numpy arrays."""
-    return (prio << 3) | (drop_prec << 1)
+    return (prio << DSCP_PRIO_SHIFT) | (drop_prec << DSCP_DROP_PREC_SHIFT)
 
 
 def tos_of(prio: int, drop_prec: int) -> int:
@@ -153,7 +126,7 @@ def tos_of(prio: int, drop_prec: int) -> int:
 
 def prio_dp_of_dscp(dscp: int) -> tuple[int, int]:
     """Inverse of `dscp_of` (ignores the low DSCP bit)."""
-    return (dscp >> 3) & PRIO_MAX, (dscp >> 1) & DROP_PREC_MAX
+    return (dscp >> DSCP_PRIO_SHIFT) & PRIO_MAX, (dscp >> DSCP_DROP_PREC_SHIFT) & DROP_PREC_MAX
 
 
 # --- one header at a time (struct) ---------------------------------------------------------------
@@ -190,13 +163,10 @@ class DlcpHeader:
         return bool(self.flags & FLAG_TELEMETRY)
 
 
-_RANGES = (
-    ("ver", 0, 15), ("type", 0, 15), ("prio", 0, PRIO_MAX), ("drop_prec", 0, DROP_PREC_MAX),
-    ("phase", 0, 7), ("job_id", 0, 255), ("src_rank", 0, 255), ("iter", 0, 0xFFFF),
-    ("msg_id", 0, 0xFFFF), ("layer_id", 0, 0xFFFF), ("mag_class", 0, MAG_CLASS_MAX),
-    ("flags", 0, 255), ("seq", 0, 0xFFFFFFFF), ("n_pkts", 0, 0xFFFFFFFF),
-    ("offset", 0, 0xFFFFFFFF),
-)
+assert {f.name for f in fields(DlcpHeader)} == set(SLOTS), "DlcpHeader must have the fields of LAYOUT.header"
+
+# what each field may hold: its width, and mag_class's 16 classes
+_RANGES = tuple((s.name, 0, MAG_CLASS_MAX if s.name == "mag_class" else s.mask) for s in SLOTS.values())
 
 
 def pack_into(buf, offset: int, h: DlcpHeader) -> None:
@@ -206,11 +176,7 @@ def pack_into(buf, offset: int, h: DlcpHeader) -> None:
         v = getattr(h, name)
         if not lo <= v <= hi:
             raise MalformedPacket(name, f"{v} outside {lo}..{hi}")
-    HEADER.pack_into(
-        buf, offset,
-        (h.ver << 4) | h.type, (h.prio << 5) | (h.drop_prec << 3) | h.phase,
-        h.job_id, h.src_rank, h.iter, h.msg_id, h.layer_id, h.mag_class, h.flags,
-        h.seq, h.n_pkts, h.offset)
+    HEADER.pack_into(buf, offset, *_words_of(SLOTS.values(), h))
 
 
 def unpack_from(buf, offset: int = 0) -> DlcpHeader:
@@ -222,24 +188,20 @@ def unpack_from(buf, offset: int = 0) -> DlcpHeader:
     avail = len(buf) - offset
     if avail < HEADER_LEN:
         raise MalformedPacket("length", f"{avail} bytes, the DLCP header needs {HEADER_LEN}")
-    (vt, pdp, job, src, it, msg, layer, mag, flags, seq, n_pkts, off) = HEADER.unpack_from(buf, offset)
-    ver, typ = vt >> 4, vt & 0x0F
-    if ver != VERSION:
-        raise MalformedPacket("ver", f"version {ver}, expected {VERSION}")
-    if typ not in TYPE_NAMES:
-        raise MalformedPacket("type", f"unknown type {typ}")
-    phase = pdp & 0x07
-    if phase not in PHASE_NAMES:
-        raise MalformedPacket("phase", f"unknown phase {phase}")
-    if n_pkts == 0:
+    f = _fields_of(SLOTS.values(), HEADER.unpack_from(buf, offset))
+    if f["ver"] != VERSION:
+        raise MalformedPacket("ver", f"version {f['ver']}, expected {VERSION}")
+    if f["type"] not in TYPE_NAMES:
+        raise MalformedPacket("type", f"unknown type {f['type']}")
+    if f["phase"] not in PHASE_NAMES:
+        raise MalformedPacket("phase", f"unknown phase {f['phase']}")
+    if f["n_pkts"] == 0:
         raise MalformedPacket("n_pkts", "zero packets in a message")
-    if seq >= n_pkts:
-        raise MalformedPacket("seq", f"seq {seq} >= n_pkts {n_pkts}")
-    if mag > MAG_CLASS_MAX:
-        raise MalformedPacket("mag_class", f"{mag} > {MAG_CLASS_MAX}")
-    return DlcpHeader(type=typ, prio=pdp >> 5, drop_prec=(pdp >> 3) & 0x03, phase=phase,
-                      job_id=job, src_rank=src, iter=it, msg_id=msg, layer_id=layer,
-                      mag_class=mag, flags=flags, seq=seq, n_pkts=n_pkts, offset=off, ver=ver)
+    if f["seq"] >= f["n_pkts"]:
+        raise MalformedPacket("seq", f"seq {f['seq']} >= n_pkts {f['n_pkts']}")
+    if f["mag_class"] > MAG_CLASS_MAX:
+        raise MalformedPacket("mag_class", f"{f['mag_class']} > {MAG_CLASS_MAX}")
+    return DlcpHeader(**f)
 
 
 @dataclass(slots=True)
@@ -252,8 +214,8 @@ class Telemetry:
 def unpack_telemetry(buf, offset: int = HEADER_LEN) -> Telemetry:
     if len(buf) - offset < TELEMETRY_LEN:
         raise MalformedPacket("telemetry", f"{len(buf) - offset} bytes, the block needs {TELEMETRY_LEN}")
-    hops, _, qd, dt = TELEMETRY.unpack_from(buf, offset)
-    return Telemetry(hops, qd, dt)
+    f = _fields_of(_TEL_SLOTS, TELEMETRY.unpack_from(buf, offset))
+    return Telemetry(f["hops"], f["max_enq_qdepth"], f["sum_deq_timedelta_us"])
 
 
 @dataclass(slots=True)
@@ -275,21 +237,21 @@ def pack_probe(h: DlcpHeader, p: Probe) -> bytes:
     """A PROBE datagram (UDP payload): header `h` (type PROBE, see `probe_header`) and body `p`."""
     if h.type != TYPE_PROBE or h.has_telemetry:
         raise ValueError("pack_probe needs a PROBE header without telemetry")
-    for name, hi in (("round", 255), ("attempt", 255), ("round_pkts", 0xFFFFFFFF)):
-        v = getattr(p, name)
-        if not 0 <= v <= hi:
-            raise MalformedPacket(f"probe.{name}", f"{v} outside 0..{hi}")
-    return h.pack() + PROBE_BODY.pack(p.round, p.attempt, 0, p.round_pkts)
+    values = {"reserved": 0, "round": p.round, "attempt": p.attempt, "round_pkts": p.round_pkts}
+    for s in _PROBE_SLOTS:
+        if not 0 <= values[s.name] <= s.mask:
+            raise MalformedPacket(f"probe.{s.name}", f"{values[s.name]} outside 0..{s.mask}")
+    return h.pack() + PROBE_BODY.pack(*_words_of(_PROBE_SLOTS, values))
 
 
 def unpack_probe(buf, offset: int = HEADER_LEN) -> Probe:
     """The PROBE body at `offset` (the payload offset of its header); it must end the datagram."""
     if len(buf) - offset != PROBE_LEN:
         raise MalformedPacket("probe.length", f"{len(buf) - offset} body bytes, a PROBE has {PROBE_LEN}")
-    rnd, attempt, _, pkts = PROBE_BODY.unpack_from(buf, offset)
-    if rnd == 0:
+    f = _fields_of(_PROBE_SLOTS, PROBE_BODY.unpack_from(buf, offset))
+    if f["round"] == 0:
         raise MalformedPacket("probe.round", "round 0 (rounds start at 1)")
-    return Probe(rnd, attempt, pkts)
+    return Probe(f["round"], f["attempt"], f["round_pkts"])
 
 
 def payload_offset(flags: int) -> int:
@@ -302,54 +264,71 @@ def payload_offset(flags: int) -> int:
 def pack_headers(n: int, *, type: int, phase: int, job_id: int, src_rank: int, iter: int,
                  msg_id: int, prio, drop_prec, layer_id, mag_class, flags,
                  offset, seq=None) -> np.ndarray:
-    """Build `n` headers as an (n, 24) uint8 array. Per-packet fields take scalars or arrays."""
+    """Build `n` headers as an (n, HEADER_LEN) uint8 array. Per-packet fields take scalars or arrays."""
+    values = {"ver": VERSION, "type": type, "prio": prio, "drop_prec": drop_prec, "phase": phase,
+              "job_id": job_id, "src_rank": src_rank, "iter": iter & 0xFFFF, "msg_id": msg_id,
+              "layer_id": layer_id, "mag_class": mag_class, "flags": flags,
+              "seq": np.arange(n, dtype=np.uint32) if seq is None else seq, "n_pkts": n, "offset": offset}
     h = np.zeros(n, dtype=HEADER_DTYPE)
-    h["ver_type"] = (VERSION << 4) | type
-    h["prio_dp_phase"] = (np.asarray(prio, np.uint8) << 5) | (np.asarray(drop_prec, np.uint8) << 3) | phase
-    h["job_id"] = job_id
-    h["src_rank"] = src_rank
-    h["iter"] = iter & 0xFFFF
-    h["msg_id"] = msg_id
-    h["layer_id"] = layer_id
-    h["mag_class"] = mag_class
-    h["flags"] = flags
-    h["seq"] = np.arange(n, dtype=np.uint32) if seq is None else seq
-    h["n_pkts"] = n
-    h["offset"] = offset
+    for s in SLOTS.values():
+        word = HEADER_DTYPE.names[s.word]
+        kind = HEADER_DTYPE[word].newbyteorder("=")
+        h[word] |= np.asarray(values[s.name]).astype(kind) << kind.type(s.shift)
     return h.view(np.uint8).reshape(n, HEADER_LEN)
 
 
 def header_fields(headers: np.ndarray) -> np.ndarray:
-    """The structured (numpy) view of an (n, 24) uint8 header array, for vectorised reads."""
+    """The structured (numpy) view of an (n, HEADER_LEN) uint8 header array, for vectorised reads
+    (packed fields: `field_values`)."""
     return np.ascontiguousarray(headers).view(HEADER_DTYPE).reshape(-1)
+
+
+def field_values(view: np.ndarray, name: str) -> np.ndarray:
+    """One field of every header in a `header_fields` view (unpacked from its word)."""
+    s = SLOTS[name]
+    word = view[HEADER_DTYPE.names[s.word]]
+    return (word >> s.shift) & s.mask if s.packed else word
+
+
+def set_field_values(view: np.ndarray, name: str, values) -> None:
+    """Write one field of every header in a `header_fields` view (the rest of its word stays)."""
+    s = SLOTS[name]
+    word = HEADER_DTYPE.names[s.word]
+    if not s.packed:
+        view[word] = values
+        return
+    kind = view[word].dtype.type
+    keep = kind(~(s.mask << s.shift) & ((1 << 8 * s.size) - 1))
+    view[word] = (view[word] & keep) | ((np.asarray(values).astype(kind) & kind(s.mask)) << kind(s.shift))
 
 
 # --- scapy layers (tests, pcap analysis) ------------------------------------------------------------
 
+def _scapy_fields(layout_fields, defaults: dict) -> list:
+    """scapy fields of a header, in wire order; type/phase print their names, flags its bits."""
+    from scapy.fields import BitEnumField, BitField, FlagsField
+
+    out = []
+    for f in layout_fields:
+        default = defaults.get(f.name, 0)
+        if f.name == "type":
+            out.append(BitEnumField(f.name, default, f.bits, TYPE_NAMES))
+        elif f.name == "phase":
+            out.append(BitEnumField(f.name, default, f.bits, PHASE_NAMES))
+        elif f.name == "flags":
+            out.append(FlagsField(f.name, default, f.bits, FLAG_NAMES))
+        else:
+            out.append(BitField(f.name, default, f.bits))
+    return out
+
+
 def _scapy_layers():
-    from scapy.fields import BitEnumField, BitField, ByteField, FlagsField, IntField, ShortField
     from scapy.layers.inet import UDP
     from scapy.packet import Packet, bind_layers
 
     class DLCP(Packet):
         name = "DLCP"
-        fields_desc = [
-            BitField("ver", VERSION, 4),
-            BitEnumField("type", TYPE_DATA, 4, TYPE_NAMES),
-            BitField("prio", PRIO_DATA_MIN, 3),
-            BitField("drop_prec", 0, 2),
-            BitEnumField("phase", PHASE_PUSH, 3, PHASE_NAMES),
-            ByteField("job_id", 0),
-            ByteField("src_rank", 0),
-            ShortField("iter", 0),
-            ShortField("msg_id", 0),
-            ShortField("layer_id", 0),
-            ByteField("mag_class", MAG_CLASS_MEDIAN),
-            FlagsField("flags", 0, 8, FLAG_NAMES),
-            IntField("seq", 0),
-            IntField("n_pkts", 1),
-            IntField("offset", 0),
-        ]
+        fields_desc = _scapy_fields(LAYOUT.header, {f.name: f.default for f in fields(DlcpHeader)})
 
         def guess_payload_class(self, payload):
             if int(self.flags) & FLAG_TELEMETRY:
@@ -360,12 +339,7 @@ def _scapy_layers():
 
     class DLCPTelemetry(Packet):
         name = "DLCPTelemetry"
-        fields_desc = [
-            ByteField("hops", 0),
-            ByteField("reserved", 0),
-            ShortField("max_enq_qdepth", 0),
-            IntField("sum_deq_timedelta_us", 0),
-        ]
+        fields_desc = _scapy_fields(LAYOUT.telemetry, {})
 
         def guess_payload_class(self, payload):
             under = self.underlayer
@@ -375,12 +349,7 @@ def _scapy_layers():
 
     class DLCPProbe(Packet):
         name = "DLCPProbe"
-        fields_desc = [
-            ByteField("round", 1),
-            ByteField("attempt", 0),
-            ShortField("reserved", 0),
-            IntField("round_pkts", 0),
-        ]
+        fields_desc = _scapy_fields(LAYOUT.probe, {f.name: f.default for f in fields(Probe)})
 
     bind_layers(UDP, DLCP, dport=DATA_PORT)
     return DLCP, DLCPTelemetry, DLCPProbe

@@ -1,4 +1,4 @@
-"""Per-packet priority and drop precedence for a gradient message (DESIGN §4, docs/tagging.md).
+"""Per-packet priority and drop precedence for a gradient message (docs/tagging.md).
 
 All functions are pure and vectorised over the packets of one message. Input is a flat gradient
 (numpy array or CPU torch tensor, used without copying it to numpy) cut into packets of
@@ -18,10 +18,12 @@ All functions are pure and vectorised over the packets of one message. Input is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal, get_args
 
 import numpy as np
+from pydantic import Field
 
+from dlcp.settings import Settings
 from dlcp.wire.header import (
     DROP_PREC_MAX,
     MAG_CLASS_MAX,
@@ -31,29 +33,22 @@ from dlcp.wire.header import (
     VALUES_PER_PKT,
 )
 
-POLICIES = ("fifo", "layer", "magnitude", "dlcp")
-LAYER_ORDERS = ("input_first", "output_first")
-LAYER_BIASES = ("none", "input_half", "output_half")
+Policy = Literal["fifo", "layer", "magnitude", "dlcp"]
+LayerOrder = Literal["input_first", "output_first"]
+LayerBias = Literal["none", "input_half", "output_half"]
+POLICIES = get_args(Policy)
+LAYER_ORDERS = get_args(LayerOrder)
+LAYER_BIASES = get_args(LayerBias)
 N_DATA_CLASSES = PRIO_DATA_MAX - PRIO_DATA_MIN + 1  # 6
 
-Policy = Literal["fifo", "layer", "magnitude", "dlcp"]
 
-
-@dataclass(frozen=True)
-class TaggingConfig:
-    policy: str = "dlcp"
-    layer_order: str = "input_first"
-    # Raise drop precedence by one for the packets of one half of the layers (an ablation of
-    # "back layers matter more"): "input_half" makes input-side layers more droppable.
-    drop_layer_bias: str = "none"
-
-    def __post_init__(self):
-        if self.policy not in POLICIES:
-            raise ValueError(f"dlcp.policy: unknown tagging policy {self.policy!r} (one of {', '.join(POLICIES)})")
-        if self.layer_order not in LAYER_ORDERS:
-            raise ValueError(f"dlcp.layer_order: {self.layer_order!r} is not one of {', '.join(LAYER_ORDERS)}")
-        if self.drop_layer_bias not in LAYER_BIASES:
-            raise ValueError(f"dlcp.drop_layer_bias: {self.drop_layer_bias!r} is not one of {', '.join(LAYER_BIASES)}")
+class TaggingConfig(Settings):
+    """How a host tags its packets (keys of the experiment's `dlcp` section)."""
+    section: ClassVar[str] = "dlcp"
+    policy: Policy = Field("dlcp", description="tagging policy (fifo also makes switches FIFO)")
+    layer_order: LayerOrder = Field("input_first", description="which layers get the high priorities")
+    # an ablation of "back layers matter more": "input_half" makes input-side layers more droppable
+    drop_layer_bias: LayerBias = Field("none", description="half of the layers made more droppable")
 
 
 @dataclass

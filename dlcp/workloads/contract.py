@@ -26,8 +26,6 @@ import numpy as np
 
 def plan_messages(layer_sizes: list[int], bucket_values: int) -> list[list[int]]:
     """Layer ids of each message, messages in backward order, layers ascending inside."""
-    if bucket_values < 0:
-        raise ValueError(f"workload.bucket_values: must be >= 0, got {bucket_values}")
     groups, current, size = [], [], 0
     for layer in reversed(range(len(layer_sizes))):
         current.append(layer)

@@ -25,63 +25,14 @@ local (local = rescale at the PS, which has no gradient of its own).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
 from typing import Iterator
 
 import numpy as np
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, plan_messages
+from dlcp.workloads.settings import WorkloadConfig, check_fill
 
-FILLS = ("zero", "rescale", "stale", "local")
-# LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
-DEFAULT_LAYERS = (156, 2416, 30840, 10164, 850)
 NOISE_SIGMA = 1.0
-
-
-@dataclass
-class SyntheticConfig:
-    """The `workload` section keys this workload reads (others belong to other consumers)."""
-    iterations: int = 20
-    batch_size: int = 32
-    lr: float = 0.05
-    seed: int = 1
-    eval_every: int = 5
-    bucket_values: int = 0
-    layers: list = field(default_factory=lambda: list(DEFAULT_LAYERS))
-    compute_ms: float = 0.0
-
-    def __post_init__(self):
-        for key in ("iterations", "batch_size"):
-            v = getattr(self, key)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"workload.{key}: must be an integer >= 1, got {v!r}")
-        for key in ("seed", "eval_every", "bucket_values"):
-            v = getattr(self, key)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"workload.{key}: must be an integer >= 0, got {v!r}")
-        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 0.4:
-            raise ValueError(f"workload.lr: {self.lr!r} outside (0, 0.4) (the largest curvature is 5)")
-        if (not isinstance(self.layers, (list, tuple)) or not self.layers or
-                not all(isinstance(n, int) and n > 0 for n in self.layers)):
-            raise ValueError(f"workload.layers: must be a non-empty list of positive integers, got {self.layers!r}")
-        if len(self.layers) > 65535:
-            raise ValueError("workload.layers: at most 65535 layers (layer ids are 16-bit)")
-        if not isinstance(self.compute_ms, (int, float)) or self.compute_ms < 0:
-            raise ValueError(f"workload.compute_ms: must be >= 0, got {self.compute_ms!r}")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "SyntheticConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def is_eval_iteration(self, iteration: int) -> bool:
-        return iteration == self.iterations - 1 or (self.eval_every > 0 and (iteration + 1) % self.eval_every == 0)
-
-
-def check_fill(name: str) -> str:
-    if name not in FILLS:
-        raise ValueError(f"dlcp.fill: unknown fill policy {name!r} (one of {', '.join(FILLS)})")
-    return name
 
 
 def fill_mean(agg: Aggregate, policy: str, previous: np.ndarray | None = None,
@@ -105,7 +56,7 @@ def fill_mean(agg: Aggregate, policy: str, previous: np.ndarray | None = None,
 class _Problem:
     """The least-squares problem and the message layout, shared by workers and the PS."""
 
-    def __init__(self, config: SyntheticConfig):
+    def __init__(self, config: WorkloadConfig):
         self.config = config
         sizes = np.asarray(config.layers, dtype=np.int64)
         self.n_layers = len(sizes)
@@ -134,7 +85,7 @@ class _Problem:
 class SyntheticWorkload:
     """Worker side (Workload protocol of dlcp/workloads/contract.py)."""
 
-    def __init__(self, config: SyntheticConfig, rank: int = 0, world: int = 1, fill: str = "rescale"):
+    def __init__(self, config: WorkloadConfig, rank: int = 0, world: int = 1, fill: str = "rescale"):
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside 0..{world - 1}")
         self.config, self.rank, self.world, self.fill = config, rank, world, check_fill(fill)
@@ -145,10 +96,6 @@ class SyntheticWorkload:
         self._previous: dict[int, np.ndarray] = {}
         self.train_loss: float | None = None
         self.lost_values = 0
-
-    @classmethod
-    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale") -> "SyntheticWorkload":
-        return cls(SyntheticConfig.from_dict(workload), rank, world, fill)
 
     def layouts(self) -> list[MessageLayout]:
         return self.problem.layouts()
@@ -200,17 +147,13 @@ class SyntheticWorkload:
 class SyntheticServerWorkload:
     """PS side (ServerWorkload protocol): authoritative parameters, SGD step on the filled mean."""
 
-    def __init__(self, config: SyntheticConfig, fill: str = "rescale"):
+    def __init__(self, config: WorkloadConfig, fill: str = "rescale"):
         self.config, self.fill = config, check_fill(fill)
         self.problem = _Problem(config)
         self.n_layers = self.problem.n_layers
         self.w = np.zeros(self.problem.n_values, dtype=np.float32)
         self._previous: dict[int, np.ndarray] = {}
         self.lost_values = 0
-
-    @classmethod
-    def from_config(cls, workload: dict, fill: str = "rescale") -> "SyntheticServerWorkload":
-        return cls(SyntheticConfig.from_dict(workload), fill)
 
     def layouts(self) -> list[MessageLayout]:
         return self.problem.layouts()

@@ -14,7 +14,6 @@ import time
 
 from emulation.refswitch.afpacket import IOVec, MMsgHdr, _sendmmsg
 
-
 PACE_PERIOD_S = 0.0005  # a paced sender sends a burst every half millisecond
 
 

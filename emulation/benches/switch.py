@@ -40,7 +40,7 @@ from pathlib import Path
 import psutil
 
 from dlcp.bench_output import emit
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 from dlcp.wire.header import DATA_PORT, DlcpHeader, tos_of
 from emulation.netns import Lab, link_counters, sh
 from emulation.procs import stop_child
@@ -71,9 +71,12 @@ def dlcp_frame(frame_bytes: int = FRAME_BYTES) -> bytes:
 
 
 def bench_runtime(in_intf: str, out_intf: str) -> dict:
-    e = lambda table, action, params, **kw: {"table": table, "action_name": action, "action_params": params, **kw}  # noqa: E731
+    e = lambda table, action, params, **kw: {"table": table, "action_name": action, "action_params": params, **kw}
     return {
         "switch": "bench",
+        "device_id": 1,
+        "target": "ref",
+        "registers": [],
         "table_entries": [
             e(P.LB_CONFIG, P.SET_LB_MODE, {"mode": P.LB_MODES["spray_rr"]}, default_action=True),
             e(P.IPV4_LPM, P.SET_NHOP_GROUP, {"group": 1, "size": 1}, match={"ipv4_dst": [DST_IP, 32]}),
@@ -102,7 +105,7 @@ class CpuSnapshot:
     FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
     @classmethod
-    def take(cls, pids: dict[str, int]) -> "CpuSnapshot":
+    def take(cls, pids: dict[str, int]) -> CpuSnapshot:
         cores = {}
         for line in Path("/proc/stat").read_text().splitlines():
             head, *vals = line.split()
@@ -315,7 +318,7 @@ class Bench:
         """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py) when it is installed;
         else None and why. bmv2's gRPC/Thrift servers must be reachable from here, so its ports are
         a second pair of veths in the root namespace (the sender and receiver stay where they are)."""
-        from dlcp.experiment.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+        from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
         from emulation.bmv2 import switch as bmv2switch
         try:
             bmv2switch.toolchain()
@@ -328,7 +331,7 @@ class Bench:
         topo = SwitchTopo(f"{p}bm", 1, (Port(1, q1, "snd", SRC_MAC, queue_depth_pkts=None),
                                         Port(2, q2, "rcv", OUT_MAC, queue_depth_pkts=None)),
                           (Route(f"{DST_IP}/32", (2,)),))
-        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_rr"))
+        runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_rr"))
         sw = bmv2switch.start_bmv2(topo.name, runtime, {1: q1, 2: q2}, self.workdir, grpc_port=bmv2switch.free_port(),
                                    thrift_port=bmv2switch.free_port())
         where = {"tx_if": tx_if, "rx_if": rx_if, "sw_out": (q2, None)}
@@ -409,8 +412,8 @@ def bench_switch(argv: list[str]) -> int:
     cols = ["dataplane", "kpps", "offered_kpps", "switch_socket_drops_kpps", "harness_drops", "switch_cpu",
             "kpps_per_cpu", "user_us_per_pkt", "sys_us_per_pkt", "sender_cpu", *softirq, "switch_core_other", "note"]
     kpps = [r["kpps"] for r in ref_rows]
-    r1 = lambda v: None if v is None else round(v, 1)  # noqa: E731
-    r2 = lambda v: None if v is None else round(v, 2)  # noqa: E731
+    r1 = lambda v: None if v is None else round(v, 1)
+    r2 = lambda v: None if v is None else round(v, 2)
     result = {"ref_kpps": r1(ref["kpps"]), "ref_kpps_runs": [r1(k) for k in kpps],
               "ref_kpps_min": r1(min(kpps)), "ref_kpps_max": r1(max(kpps)),
               "ref_switch_cpu": r2(ref.get("switch_cpu")), "ref_kpps_per_cpu": r1(ref.get("kpps_per_cpu")),

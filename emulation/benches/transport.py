@@ -47,9 +47,9 @@ def peer_main(args) -> int:
     me, other = (0, 1) if args.peer == "send" else (1, 0)
     cfg = TransportConfig(rank=me, ip=args.ip, data_port=args.port, control_port=args.port + 1,
                           pacing_mbps=args.pacing_mbps, reliable=args.reliable, send_impl=args.send_impl,
-                          deadline_ms=60_000, rcvbuf_bytes=32 << 20,
+                          deadline_ms=60_000, rcvbuf_bytes=32 << 20, transport=args.transport,
                           **({"sndbuf_bytes": args.sndbuf_kb << 10} if args.sndbuf_kb else {}))
-    t = make_transport(cfg, [Peer(other, args.peer_ip, args.port, args.port + 1)], args.transport)
+    t = make_transport(cfg, [Peer(other, args.peer_ip, args.port, args.port + 1)])
     try:
         if args.peer == "recv":
             r = t.recv(0, 0, PHASE_P2P, 1, timeout=args.timeout)
@@ -58,7 +58,7 @@ def peer_main(args) -> int:
             n = args.values
             g = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
             starts = np.linspace(0, n, 50, endpoint=False).astype(np.int64)
-            tags = tag_message(g, starts, np.arange(50), 50, TaggingConfig("dlcp"))
+            tags = tag_message(g, starts, np.arange(50), 50, TaggingConfig(policy="dlcp"))
             batch = packetize(g, MessageId(job_id=1, src_rank=0, iter=0, msg_id=1, phase=PHASE_P2P), tags)
             t.connect(timeout=args.timeout)
             time.sleep(0.2)  # let the receiver's side settle (its accept, our TCP handshake)

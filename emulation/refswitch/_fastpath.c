@@ -5,6 +5,8 @@
  * compiles the tables into flat arrays (set_tables) so no match semantics live here except LPM, and
  * tests/test_refswitch_fastpath.py runs both engines on the same frames and compares every byte and
  * counter. Python keeps the control plane: runtime file, counters dump, control socket, signals.
+ * Offsets, field positions, sizes and codes come from dlcp_wire.h, generated from
+ * dlcp/wire/layout.py and dlcp/network/pipeline_names.py (`make gen`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,20 +21,29 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#define MAX_PORTS 64
-#define N_QUEUES 8
-#define N_COLORS 4
-#define MAX_GROUPS 1024
-#define QUEUE_SLOTS (MAX_PORTS * N_QUEUES)
-#define COUNTER_SLOTS (QUEUE_SLOTS * N_COLORS)
-#define TOS_CLASSES 8                             /* dscp >> 3 of frames without a DLCP header */
-#define NON_DLCP_SLOTS (COUNTER_SLOTS * TOS_CLASSES)
-#define N_REASONS 8
-#define PARSER_ERROR 0
-#define NOT_IPV4 1
-#define NO_ROUTE 2
-#define TTL_EXPIRED 3
+#include "dlcp_wire.h"
+
+#define QUEUE_SLOTS REGISTER_OCCUPANCY_SIZE          /* port * N_QUEUES + qid */
+#define COUNTER_SLOTS COUNTER_ADMITTED_SIZE          /* (port * N_QUEUES + qid) * N_COLORS + color */
+#define N_REASONS COUNTER_DROPS_SIZE
+#define NON_DLCP_SLOTS (COUNTER_SLOTS * NON_DLCP_DSCP_CLASSES)  /* queue counter slot * classes + dscp >> 3 */
+#define CLASSIFY_SLOTS (1 << CLASSIFY_KEY_BITS)      /* every (dlcp_valid, prio, drop_prec, dscp) */
+#define TEL_OFF (DLCP_OFF + DLCP_HEADER_LEN)
+#define UDP_CSUM_OFF (L4_OFF + 6)
 #define VNET_LEN 10
+
+/* what this code assumes of the generated layout (it reads these fields as single bytes, the
+ * telemetry block as whole words, rr_next as 16 bits) */
+_Static_assert(QUEUE_SLOTS == MAX_PORTS * N_QUEUES, "occupancy is indexed port * N_QUEUES + qid");
+_Static_assert(COUNTER_SLOTS == QUEUE_SLOTS * N_COLORS && COUNTER_EARLY_DROPS_SIZE == COUNTER_SLOTS
+               && COUNTER_TAIL_DROPS_SIZE == COUNTER_SLOTS, "queue counters are indexed per color");
+_Static_assert(DLCP_VER_SIZE == 1 && DLCP_PRIO_SIZE == 1 && DLCP_DROP_PREC_SIZE == 1 && DLCP_FLAGS_SIZE == 1,
+               "the parser reads ver, prio, drop_prec and flags as single bytes");
+_Static_assert(DLCP_TEL_HOPS_SIZE == 1 && DLCP_TEL_MAX_ENQ_QDEPTH_SIZE == 2 && DLCP_TEL_SUM_DEQ_TIMEDELTA_US_SIZE == 4
+               && DLCP_TELEMETRY_LEN % 2 == 0, "stamp_telemetry's field widths");
+_Static_assert(REGISTER_RR_NEXT_BITS == 16, "rr_next is uint16_t");
+_Static_assert(NON_DLCP_DSCP_CLASSES == 8, "the DSCP class of a non-DLCP frame is its TOS byte >> 5");
+_Static_assert(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is the low bits of the classify index");
 #define SLOT (VNET_LEN + 65550)
 #define FINE 256
 #define COARSE (34 * 32)
@@ -81,7 +92,7 @@ typedef struct {
     /* tables */
     Lpm *lpm; int n_lpm;
     Group groups[MAX_GROUPS];
-    int16_t cls_entry[4096]; uint8_t cls_qid[4096], cls_color[4096];
+    int16_t cls_entry[CLASSIFY_SLOTS]; uint8_t cls_qid[CLASSIFY_SLOTS], cls_color[CLASSIFY_SLOTS];
     uint32_t thr[MAX_PORTS][4];
     uint64_t *lpm_hits; int n_lpm_entries;   /* [entry * 2] pkts, [entry * 2 + 1] bytes */
     uint64_t *cls_hits; int n_cls_entries;
@@ -196,43 +207,47 @@ static inline void drop(Engine *e, int reason, uint32_t n) {
 
 /* Returns 1 and fills the outputs when admitted (frame edited in place), else 0 (counted). */
 static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, int *o_color, int *o_tel) {
-    if (n < 14) { drop(e, PARSER_ERROR, n); return 0; }
-    if (f[12] != 0x08 || f[13] != 0x00) { drop(e, NOT_IPV4, n); return 0; }
-    if (n < 34) { drop(e, PARSER_ERROR, n); return 0; }
+    if (n < ETH_LEN) { drop(e, DROP_PARSER_ERROR, n); return 0; }
+    if (f[12] != 0x08 || f[13] != 0x00) { drop(e, DROP_NOT_IPV4, n); return 0; }
+    if (n < L4_OFF) { drop(e, DROP_PARSER_ERROR, n); return 0; }
     int proto = f[23], sport = 0, dport = 0, dlcp = 0, tel = -1;
     if ((f[14] & 0x0F) == 5 && !((f[20] & 0x1F) || f[21])) {
         if (proto == 17) {
-            if (n < 42) { drop(e, PARSER_ERROR, n); return 0; }
+            if (n < DLCP_OFF) { drop(e, DROP_PARSER_ERROR, n); return 0; }
             sport = (f[34] << 8) | f[35];
             dport = (f[36] << 8) | f[37];
             if (dport == e->data_port) {
-                if (n < 66 || (f[42] >> 4) != 1) { drop(e, PARSER_ERROR, n); return 0; }
+                const uint8_t *h = f + DLCP_OFF;
+                if (n < TEL_OFF || ((h[DLCP_VER_OFF] >> DLCP_VER_SHIFT) & DLCP_VER_MASK) != DLCP_VERSION) {
+                    drop(e, DROP_PARSER_ERROR, n);
+                    return 0;
+                }
                 dlcp = 1;
-                if (f[53] & 0x04) {
-                    if (n < 74) { drop(e, PARSER_ERROR, n); return 0; }
-                    tel = 66;
+                if (h[DLCP_FLAGS_OFF] & DLCP_FLAG_TELEMETRY) {
+                    if (n < TEL_OFF + DLCP_TELEMETRY_LEN) { drop(e, DROP_PARSER_ERROR, n); return 0; }
+                    tel = TEL_OFF;
                 }
             }
         } else if (proto == 6) {
-            if (n < 38) { drop(e, PARSER_ERROR, n); return 0; }
+            if (n < L4_OFF + 4) { drop(e, DROP_PARSER_ERROR, n); return 0; }
             sport = (f[34] << 8) | f[35];
             dport = (f[36] << 8) | f[37];
         }
     }
     int ttl = f[22];
-    if (ttl <= 1) { drop(e, TTL_EXPIRED, n); return 0; }
+    if (ttl <= 1) { drop(e, DROP_TTL_EXPIRED, n); return 0; }
     uint32_t dst = ((uint32_t)f[30] << 24) | ((uint32_t)f[31] << 16) | ((uint32_t)f[32] << 8) | f[33];
     Lpm *hit = NULL;
     for (int i = 0; i < e->n_lpm; i++) {  /* sorted by prefix length, longest first */
         if ((dst & e->lpm[i].mask) == e->lpm[i].prefix) { hit = &e->lpm[i]; break; }
     }
-    if (!hit || hit->group < 0) { drop(e, NO_ROUTE, n); return 0; }
+    if (!hit || hit->group < 0) { drop(e, DROP_NO_ROUTE, n); return 0; }
     e->lpm_hits[hit->entry * 2]++;
     e->lpm_hits[hit->entry * 2 + 1] += n;
     int group = hit->group, size = hit->size, member;
-    if (dlcp && e->lb_mode == 1) {
+    if (dlcp && e->lb_mode == LB_SPRAY_RANDOM) {
         member = (int)(rng_unit(e) * size);
-    } else if (dlcp && e->lb_mode == 2) {
+    } else if (dlcp && e->lb_mode == LB_SPRAY_RR) {
         uint16_t r = e->rr_next[group];
         member = r % size;
         e->rr_next[group] = (uint16_t)(r + 1);
@@ -245,12 +260,18 @@ static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, i
         member = crc16(key, 13) % size;
     }
     Group *g = &e->groups[group];
-    if (member >= g->n || g->members[member].entry < 0) { drop(e, NO_ROUTE, n); return 0; }
+    if (member >= g->n || g->members[member].entry < 0) { drop(e, DROP_NO_ROUTE, n); return 0; }
     Nhop *nh = &g->members[member];
     memmove(f + 6, f, 6);
     memcpy(f, nh->dmac, 6);
     int port = nh->port;
-    int key = (dlcp << 11) | (dlcp ? ((f[43] >> 3) & 0x1F) << 6 : 0) | (f[15] >> 2);
+    int key = (f[15] >> 2) << CLASSIFY_DSCP_SHIFT;
+    if (dlcp) {
+        const uint8_t *h = f + DLCP_OFF;
+        key |= (1 << CLASSIFY_DLCP_VALID_SHIFT)
+               | (((h[DLCP_PRIO_OFF] >> DLCP_PRIO_SHIFT) & DLCP_PRIO_MASK) << CLASSIFY_DLCP_PRIO_SHIFT)
+               | (((h[DLCP_DROP_PREC_OFF] >> DLCP_DROP_PREC_SHIFT) & DLCP_DROP_PREC_MASK) << CLASSIFY_DLCP_DROP_PREC_SHIFT);
+    }
     int ce = e->cls_entry[key], qid = e->cls_qid[key], color = e->cls_color[key];
     if (ce >= 0) {
         e->cls_hits[ce * 2]++;
@@ -259,7 +280,7 @@ static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, i
     uint32_t *th = e->thr[port];
     int oi = port * N_QUEUES + qid, ci = oi * N_COLORS + color;
     uint32_t occ = e->occupancy[oi];
-    int ni = dlcp ? -1 : ci * TOS_CLASSES + (f[15] >> 5);
+    int ni = dlcp ? -1 : ci * NON_DLCP_DSCP_CLASSES + (f[15] >> 5);
     if (occ >= th[0]) {
         e->tail[0][ci]++; e->tail[1][ci] += n; e->last_drop = -1;
         if (ni >= 0) e->non_dlcp[2][ni]++;
@@ -287,27 +308,31 @@ static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, i
 
 /* --- egress ------------------------------------------------------------------------------------ */
 
+static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+
+/* hops += 1, max_enq_qdepth = max(.., enq_qdepth), sum_deq_timedelta_us += wait (the reserved byte
+ * stays); the UDP checksum follows over the block's 16-bit words unless it is 0 or partial. */
 static void stamp_telemetry(uint8_t *f, int tel, uint32_t enq_qdepth, uint32_t wait_us, int partial) {
     uint8_t *t = f + tel;
-    uint32_t old[4], nw[4];
-    uint32_t qd = (t[2] << 8) | t[3];
-    uint32_t total = ((uint32_t)t[4] << 24) | ((uint32_t)t[5] << 16) | ((uint32_t)t[6] << 8) | t[7];
-    old[0] = (t[0] << 8) | t[1]; old[1] = qd; old[2] = total >> 16; old[3] = total & 0xFFFF;
-    t[0] = (uint8_t)(t[0] + 1);
-    uint32_t d = enq_qdepth > 0xFFFF ? 0xFFFF : enq_qdepth;
+    uint32_t old[DLCP_TELEMETRY_LEN / 2];
+    for (int i = 0; i < DLCP_TELEMETRY_LEN / 2; i++) old[i] = be16(t + 2 * i);
+    uint8_t *hops = t + DLCP_TEL_HOPS_OFF, *qdp = t + DLCP_TEL_MAX_ENQ_QDEPTH_OFF, *tot = t + DLCP_TEL_SUM_DEQ_TIMEDELTA_US_OFF;
+    uint32_t qd = be16(qdp);
+    uint32_t total = (be16(tot) << 16) | be16(tot + 2);
+    *hops = (uint8_t)(*hops + 1);
+    uint32_t d = enq_qdepth > DLCP_TEL_MAX_ENQ_QDEPTH_MASK ? DLCP_TEL_MAX_ENQ_QDEPTH_MASK : enq_qdepth;
     if (d > qd) qd = d;
     total += wait_us;
-    t[2] = (uint8_t)(qd >> 8); t[3] = (uint8_t)qd;
-    t[4] = (uint8_t)(total >> 24); t[5] = (uint8_t)(total >> 16); t[6] = (uint8_t)(total >> 8); t[7] = (uint8_t)total;
-    uint32_t csum = ((uint32_t)f[40] << 8) | f[41];
+    qdp[0] = (uint8_t)(qd >> 8); qdp[1] = (uint8_t)qd;
+    tot[0] = (uint8_t)(total >> 24); tot[1] = (uint8_t)(total >> 16); tot[2] = (uint8_t)(total >> 8); tot[3] = (uint8_t)total;
+    uint32_t csum = be16(f + UDP_CSUM_OFF);
     if (csum == 0 || partial) return;
-    nw[0] = (t[0] << 8) | t[1]; nw[1] = qd; nw[2] = total >> 16; nw[3] = total & 0xFFFF;
     uint32_t x = ~csum & 0xFFFF;
-    for (int i = 0; i < 4; i++) x += (~old[i] & 0xFFFF) + nw[i];
+    for (int i = 0; i < DLCP_TELEMETRY_LEN / 2; i++) x += (~old[i] & 0xFFFF) + be16(t + 2 * i);
     csum = ~fold(x) & 0xFFFF;
     if (!csum) csum = 0xFFFF;
-    f[40] = (uint8_t)(csum >> 8);
-    f[41] = (uint8_t)csum;
+    f[UDP_CSUM_OFF] = (uint8_t)(csum >> 8);
+    f[UDP_CSUM_OFF + 1] = (uint8_t)csum;
 }
 
 static inline void egress(Engine *e, int port, Pkt *p, uint32_t wait_us) {
@@ -458,7 +483,7 @@ static int receive(Engine *e, Port *pt, double now) {
         pt->rx_pkts++;
         pt->rx_bytes += len;
         if (pt->pcap) pcap_write(pt->pcap, f, len);
-        if (truncated) { pt->truncated++; drop(e, PARSER_ERROR, len); continue; }
+        if (truncated) { pt->truncated++; drop(e, DROP_PARSER_ERROR, len); continue; }
         int oport, qid, color, tel;
         if (ingress(e, f, len, &oport, &qid, &color, &tel)) enqueue(e, slot, f, len, oport, qid, tel, now);
     }
@@ -560,10 +585,11 @@ static void free_groups(Engine *e) {
 }
 
 /* set_tables(lpm, nhop, classify, thresholds, lb_mode, rr_next, n_lpm_entries, n_cls_entries)
- *   lpm: [(prefix, prefix_len, entry, group, size)] sorted longest first (group -1: drop action)
+ *   lpm: [(prefix, prefix_len, entry, group, size)] sorted longest first (group -1: mark_no_route)
  *   nhop: [(group, member, entry, dmac bytes, port)]
- *   classify: 4096 (entry, qid, color) indexed (dlcp_valid << 11) | (prio << 8) | (drop_prec << 6) | dscp
- *   thresholds: 64 (qmax, k1, k2, k3) */
+ *   classify: CLASSIFY_SLOTS (entry, qid, color), indexed by the classify keys concatenated
+ *             (CLASSIFY_*_SHIFT: dlcp_valid, prio, drop_prec, dscp)
+ *   thresholds: MAX_PORTS (qmax, k1, k2, k3) */
 static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
     PyObject *lpm, *nhop, *cls, *thr, *rr;
     int mode, n_lpm_entries, n_cls_entries;
@@ -609,16 +635,21 @@ static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
             g->members[member].port = port;
         }
     }
-    if (PySequence_Size(cls) != 4096) { PyErr_SetString(PyExc_ValueError, "classify: 4096 entries"); return NULL; }
-    for (int i = 0; i < 4096; i++) {
+    if (PySequence_Size(cls) != CLASSIFY_SLOTS) {
+        PyErr_Format(PyExc_ValueError, "classify: %d entries", CLASSIFY_SLOTS);
+        return NULL;
+    }
+    for (int i = 0; i < CLASSIFY_SLOTS; i++) {
         PyObject *t = PySequence_GetItem(cls, i);
         int entry, qid, color;
         int ok = t && PyArg_ParseTuple(t, "iii", &entry, &qid, &color);
         Py_XDECREF(t);
         if (!ok) return NULL;
-        e->cls_entry[i] = (int16_t)entry; e->cls_qid[i] = (uint8_t)(qid & 7); e->cls_color[i] = (uint8_t)(color & 3);
+        e->cls_entry[i] = (int16_t)entry;
+        e->cls_qid[i] = (uint8_t)(qid & (N_QUEUES - 1));
+        e->cls_color[i] = (uint8_t)(color & (N_COLORS - 1));
     }
-    if (PySequence_Size(thr) != MAX_PORTS) { PyErr_SetString(PyExc_ValueError, "thresholds: 64 entries"); return NULL; }
+    if (PySequence_Size(thr) != MAX_PORTS) { PyErr_Format(PyExc_ValueError, "thresholds: %d entries", MAX_PORTS); return NULL; }
     for (int p = 0; p < MAX_PORTS; p++) {
         PyObject *t = PySequence_GetItem(thr, p);
         unsigned int a, b, c, d;
@@ -627,7 +658,7 @@ static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
         if (!ok) return NULL;
         e->thr[p][0] = a; e->thr[p][1] = b; e->thr[p][2] = c; e->thr[p][3] = d;
     }
-    if (PySequence_Size(rr) != MAX_GROUPS) { PyErr_SetString(PyExc_ValueError, "rr_next: 1024 entries"); return NULL; }
+    if (PySequence_Size(rr) != MAX_GROUPS) { PyErr_Format(PyExc_ValueError, "rr_next: %d entries", MAX_GROUPS); return NULL; }
     for (int g = 0; g < MAX_GROUPS; g++) {
         PyObject *o = PySequence_GetItem(rr, g);
         long v = o ? PyLong_AsLong(o) : -1;
@@ -705,7 +736,9 @@ static PyObject *Engine_egress(Engine *e, PyObject *args) {
     if (!PyArg_ParseTuple(args, "w*iiiIIp", &buf, &port, &qid, &tel, &depth, &wait_us, &partial)) return NULL;
     int oi = port * N_QUEUES + qid;
     if (oi >= 0 && oi < QUEUE_SLOTS && e->occupancy[oi]) e->occupancy[oi]--;
-    if (tel >= 0 && (Py_ssize_t)tel + 8 <= buf.len && buf.len >= 42) stamp_telemetry(buf.buf, tel, depth, wait_us, partial);
+    if (tel >= 0 && (Py_ssize_t)tel + DLCP_TELEMETRY_LEN <= buf.len && buf.len >= DLCP_OFF) {
+        stamp_telemetry(buf.buf, tel, depth, wait_us, partial);
+    }
     PyBuffer_Release(&buf);
     Py_RETURN_NONE;
 }
@@ -748,7 +781,7 @@ static PyObject *Engine_sample(Engine *e, PyObject *Py_UNUSED(noargs)) {
         tot[0][port] += e->adm[0][i]; tot[1][port] += e->early[0][i]; tot[2][port] += e->tail[0][i];
     }
     for (int i = 0; i < NON_DLCP_SLOTS; i++) {
-        int port = i / (N_QUEUES * N_COLORS * TOS_CLASSES);
+        int port = i / (N_QUEUES * N_COLORS * NON_DLCP_DSCP_CLASSES);
         for (int k = 0; k < 3; k++) tot[3 + k][port] += e->non_dlcp[k][i];
     }
     return Py_BuildValue("{sNsNsNsNsNsNsNsN}", "occupancy", u64_list(occ, QUEUE_SLOTS), "peak", u64_list(peak, QUEUE_SLOTS),
@@ -790,7 +823,7 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
 
 static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"batch", "data_port", "seed", NULL};
-    int batch = 64, data_port = 9910;
+    int batch = 64, data_port = DLCP_DATA_PORT;
     unsigned long long seed = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|iiK", kwlist, &batch, &data_port, &seed)) return -1;
     if (batch < 1 || batch > 1024) { PyErr_SetString(PyExc_ValueError, "batch must be 1..1024"); return -1; }
@@ -798,7 +831,10 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     e->data_port = data_port;
     e->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
     e->last_drop = -1;
-    for (int p = 0; p < MAX_PORTS; p++) { e->thr[p][0] = 64; e->thr[p][1] = 48; e->thr[p][2] = 32; e->thr[p][3] = 16; }
+    for (int p = 0; p < MAX_PORTS; p++) {
+        e->thr[p][0] = QUEUE_THRESHOLDS_DEFAULT_QMAX; e->thr[p][1] = QUEUE_THRESHOLDS_DEFAULT_K1;
+        e->thr[p][2] = QUEUE_THRESHOLDS_DEFAULT_K2; e->thr[p][3] = QUEUE_THRESHOLDS_DEFAULT_K3;
+    }
     e->rxbuf = malloc((size_t)batch * SLOT);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));

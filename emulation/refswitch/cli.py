@@ -7,8 +7,8 @@ import os
 import sys
 import traceback
 
+from dlcp.network.runtime_file import RuntimeFileError, load_runtime
 from dlcp.wire.header import DATA_PORT
-from emulation.refswitch.runtime import RuntimeFileError, load_runtime
 from emulation.refswitch.switch import ENGINES, Options, Switch
 
 

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
 
 _FINE = 256  # 1 us buckets below this, then 32 log-spaced buckets per power of two (~3 % error)
 
@@ -78,16 +78,13 @@ def queue_rows(raw: dict) -> list[dict]:
     return rows
 
 
-TOS_CLASSES = 8
-
-
 def non_dlcp_rows(raw: dict) -> list[dict]:
     """The part of `queues` counted from frames without a DLCP header, by queue and the frame's DSCP
     class (dscp >> 3): what tells background (and the transport's TCP control) from gradients."""
     rows = []
     for index, (adm, early, tail) in sorted(raw["non_dlcp"].items()):
-        port, qid, color = P.queue_counter_key(index // TOS_CLASSES)
-        rows.append({"port": port, "qid": qid, "color": color, "dscp_class": index % TOS_CLASSES,
+        port, qid, color, dscp_class = P.non_dlcp_key(index)
+        rows.append({"port": port, "qid": qid, "color": color, "dscp_class": dscp_class,
                      "admitted_pkts": adm, "early_drop_pkts": early, "tail_drop_pkts": tail})
     return rows
 

@@ -2,20 +2,21 @@
 
 Each table keeps its entries in the order they were installed, a direct counter per entry (packets,
 bytes) and its default action. Lookups return `(entry_index, action, params)`; entry_index is -1
-for the default action, which a direct counter does not count (as in bmv2).
+for the default action, which a direct counter does not count (as in bmv2). The entries come checked
+(dlcp/network/runtime_file.py: no duplicates, values fit their keys).
 """
 
 from __future__ import annotations
 
-from dlcp.experiment import pipeline_names as P
-from emulation.refswitch.runtime import Entry
+from dlcp.network import pipeline_names as P
+from dlcp.network.runtime_file import Entry
 
 
 class Table:
     def __init__(self, name: str):
         self.name = name
-        action, params = P.TABLES[name]["default"]
-        self.default = (-1, action, dict(params))
+        spec = P.TABLES[name]
+        self.default = (-1, spec.default_action, dict(spec.default_params))
         self.entries: list[Entry] = []
         self.hits: list[list[int]] = []  # direct counter: [packets, bytes] per entry
 
@@ -47,10 +48,7 @@ class LpmTable(Table):
 
     def add(self, e: Entry) -> None:
         value, plen = e.match[self.key]
-        slot = self.by_len.setdefault(plen, {})
-        if value in slot:
-            raise ValueError(f"{self.name}: duplicate entry {e.match}")
-        slot[value] = len(self.entries)
+        self.by_len.setdefault(plen, {})[value] = len(self.entries)
         super().add(e)
         self.lengths = sorted(self.by_len, reverse=True)
 
@@ -70,10 +68,7 @@ class ExactTable(Table):
         self.index: dict[tuple, int] = {}
 
     def add(self, e: Entry) -> None:
-        k = tuple(e.match[key] for key in self.keys)
-        if k in self.index:
-            raise ValueError(f"{self.name}: duplicate entry {e.match}")
-        self.index[k] = len(self.entries)
+        self.index[tuple(e.match[key] for key in self.keys)] = len(self.entries)
         super().add(e)
 
     def lookup(self, *values: int):
@@ -89,7 +84,7 @@ class TernaryTable(Table):
 
     def __init__(self, name: str, keys: list[tuple[str, str]]):
         super().__init__(name)
-        self.keys = keys
+        self.keys = keys  # (name, match kind)
         self.order: list[int] = []
 
     def add(self, e: Entry) -> None:
@@ -116,15 +111,15 @@ class TernaryTable(Table):
 def build_tables(entries) -> dict[str, Table]:
     tables: dict[str, Table] = {}
     for name, spec in P.TABLES.items():
-        kinds = [k for _, k in spec["keys"]]
+        kinds = [k.match for k in spec.keys]
         if not kinds:
             tables[name] = Table(name)
         elif kinds == ["lpm"]:
-            tables[name] = LpmTable(name, spec["keys"][0][0])
+            tables[name] = LpmTable(name, spec.keys[0].name)
         elif set(kinds) == {"exact"}:
-            tables[name] = ExactTable(name, [k for k, _ in spec["keys"]])
+            tables[name] = ExactTable(name, [k.name for k in spec.keys])
         else:
-            tables[name] = TernaryTable(name, spec["keys"])
+            tables[name] = TernaryTable(name, [(k.name, k.match) for k in spec.keys])
     for e in entries:
         t = tables[e.table]
         if e.default:

@@ -5,8 +5,10 @@ tables, runs admission control and returns where the packet goes; `egress()` rel
 and stamps telemetry. The switch process (switch.py) and the tests drive the same object.
 
 Per-packet decisions that only depend on header fields are cached (LPM result per destination,
-class per (dlcp_valid, prio, drop_prec, dscp), crc16 per 5-tuple); the tables are fixed for the life
-of a Pipeline, so the caches never go stale.
+crc16 per 5-tuple) or computed up front (the class of every (dlcp_valid, prio, drop_prec, dscp),
+indexed as the classify keys concatenated); the tables are fixed for the life of a Pipeline, so
+nothing goes stale. Offsets, widths and sizes come from dlcp/wire/layout.py and
+dlcp/network/pipeline_names.py, as the C engine's come from the header generated from them.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import random
 import struct
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
+from dlcp.network.runtime_file import Runtime
 from dlcp.wire import header as H
+from dlcp.wire.layout import LAYOUT
 from emulation.refswitch.hashing import crc16
 from emulation.refswitch.match_tables import build_tables
-from emulation.refswitch.runtime import Runtime, RuntimeFileError
 
 PARSER_ERROR = P.DROP_REASONS["parser_error"]
 NOT_IPV4 = P.DROP_REASONS["not_ipv4"]
@@ -26,20 +29,31 @@ NO_ROUTE = P.DROP_REASONS["no_route"]
 TTL_EXPIRED = P.DROP_REASONS["ttl_expired"]
 QUEUE_SLOTS = P.MAX_PORTS * P.N_QUEUES
 COUNTER_SLOTS = QUEUE_SLOTS * P.N_COLORS
-TOS_CLASSES = 8  # dscp >> 3 of frames without a DLCP header (their non_dlcp counters)
+DROP_SLOTS = P.COUNTERS[P.DROPS].size
+PORT_SLOTS = P.N_QUEUES * P.N_COLORS  # queue counter slots per port
+DSCP_CLASSES = P.DSCP_CLASSES  # of frames without a DLCP header (their non_dlcp counters)
 
-ETH_LEN = 14
-IPV4_LEN = 20
-UDP_LEN = 8
-L4 = ETH_LEN + IPV4_LEN  # transport header offset (only parsed when IHL is 5)
-DLCP_OFF = L4 + UDP_LEN
+ETH_LEN = LAYOUT.eth_len
+L4 = ETH_LEN + LAYOUT.ipv4_len  # transport header offset (only parsed when IHL is 5)
+DLCP_OFF = L4 + LAYOUT.udp_len
 TEL_OFF = DLCP_OFF + H.HEADER_LEN
 UDP_CSUM = L4 + 6
 _CACHE_MAX = 1 << 16
 
+_VER, _PRIO, _DP, _FLAGS = (H.SLOTS[n] for n in ("ver", "prio", "drop_prec", "flags"))
+assert _VER.size == _PRIO.size == _DP.size == _FLAGS.size == 1, "the parser reads these fields as single bytes"
+_CLASSIFY = P.TABLES[P.CLASSIFY]
+_CLS_SHIFT = P.key_shifts(_CLASSIFY)
+_SH_VALID, _SH_PRIO, _SH_DP, _SH_DSCP = (_CLS_SHIFT[k] for k in ("dlcp_valid", "dlcp_prio", "dlcp_drop_prec", "dscp"))
+CLASSIFY_SLOTS = 1 << sum(k.bits for k in _CLASSIFY.keys)
+SPRAY_RANDOM, SPRAY_RR = P.LB_MODES["spray_random"], P.LB_MODES["spray_rr"]
+RR_MASK = (1 << P.REGISTERS[P.RR_NEXT].bits) - 1
+NQ, NC = P.N_QUEUES, P.N_COLORS
+
 _U16 = struct.Struct("!H")
-_TEL = struct.Struct("!BxHI")
-_TEL_QD_TOTAL = struct.Struct("!HI")
+_TEL_WORDS = struct.Struct(f"!{H.TELEMETRY_LEN // 2}H")  # the block as 16-bit words, for the UDP checksum
+_HOPS, _QDEPTH, _QTIME = (H.TEL_SLOTS[n] for n in ("hops", "max_enq_qdepth", "sum_deq_timedelta_us"))
+assert not any(s.packed for s in H.TEL_SLOTS.values()), "stamp_telemetry reads whole-word fields"
 
 
 def _fold(x: int) -> int:
@@ -52,10 +66,7 @@ class Pipeline:
     """Tables, registers and counters of one switch."""
 
     def __init__(self, runtime: Runtime, data_port: int = H.DATA_PORT, seed: int | None = None):
-        try:
-            self.tables = build_tables(runtime.entries)
-        except ValueError as e:
-            raise RuntimeFileError(f"{runtime.source}: {e}") from None
+        self.tables = build_tables(runtime.entries)
         self.data_port = data_port
         self.rng = random.Random(seed)
         lpm, nhop = self.tables[P.IPV4_LPM], self.tables[P.NHOP]
@@ -71,22 +82,22 @@ class Pipeline:
         # registers
         self.occupancy = [0] * QUEUE_SLOTS
         self.rr_next = [0] * P.MAX_GROUPS
-        for name, index, value in runtime.registers:
-            if name == P.RR_NEXT:
-                self.rr_next[index] = value
-        # counters: queue counters indexed (port * 8 + qid) * 4 + color
+        for w in runtime.registers:
+            if w.register == P.RR_NEXT:
+                self.rr_next[w.index] = w.value
+        # counters: queue counters indexed (port * N_QUEUES + qid) * N_COLORS + color
         self.admitted = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]  # [pkts, bytes]
         self.early = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.tail = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
-        self.drops = [[0] * 8, [0] * 8]
+        self.drops = [[0] * DROP_SLOTS, [0] * DROP_SLOTS]
         # the share of the packet counts above from frames without a DLCP header (background and
-        # control traffic), index counter slot * 8 + dscp class -> [admitted, early, tail]
+        # control traffic), index counter slot * DSCP_CLASSES + dscp class -> [admitted, early, tail]
         self.non_dlcp: dict[int, list[int]] = {}
         self.occ_peak = [0] * QUEUE_SLOTS  # highest occupancy since the last sample()
         self.last_drop = -1  # reason of the last dropped packet (tests, debug log)
         self._lpm_cache: dict[int, tuple] = {}
-        self._class_cache: dict[int, tuple] = {}
         self._hash_cache: dict[bytes, int] = {}
+        self.classes = [self._class_of(index) for index in range(CLASSIFY_SLOTS)]
 
     @staticmethod
     def _thresholds(hit) -> tuple[int, int, int, int]:
@@ -120,22 +131,15 @@ class Pipeline:
             self._lpm_cache[dst] = r
         return r
 
-    def _classify(self, key: int) -> tuple:
-        """classify for (dlcp_valid, prio/drop_prec byte, dscp): (entry index, qid, color)."""
-        r = self._class_cache.get(key)
-        if r is None:
-            valid, pdp, dscp = key >> 16, (key >> 8) & 0xFF, key & 0xFF
-            prio, dp = pdp >> 5, (pdp >> 3) & 3
-            i, action, params = self.classify_table.lookup(dlcp_valid=valid, dlcp_prio=prio,
-                                                           dlcp_drop_prec=dp, dscp=dscp)
-            if action == P.CLASSIFY_FROM_DLCP:
-                r = (i, prio, dp)
-            elif action == P.CLASSIFY_FROM_DSCP:
-                r = (i, dscp >> 3, (dscp >> 1) & 3)
-            else:
-                r = (i, params["qid"], params["color"])
-            self._class_cache[key] = r
-        return r
+    def _class_of(self, index: int) -> tuple:
+        """classify for one index (the keys concatenated, `P.key_shifts`): (entry index, qid, color)."""
+        keys = {k.name: (index >> _CLS_SHIFT[k.name]) & ((1 << k.bits) - 1) for k in _CLASSIFY.keys}
+        i, action, params = self.classify_table.lookup(**keys)
+        if action == P.CLASSIFY_FROM_DLCP:
+            return i, keys["dlcp_prio"], keys["dlcp_drop_prec"]
+        if action == P.CLASSIFY_FROM_DSCP:
+            return i, *H.prio_dp_of_dscp(keys["dscp"])
+        return i, params["qid"], params["color"]
 
     def _flow_hash(self, f, proto: int, sport: int, dport: int) -> int:
         key = bytes(f[26:34]) + bytes((proto, sport >> 8, sport & 0xFF, dport >> 8, dport & 0xFF))
@@ -174,10 +178,10 @@ class Pipeline:
                 sport = (f[34] << 8) | f[35]
                 dport = (f[36] << 8) | f[37]
                 if dport == self.data_port:
-                    if n < TEL_OFF or f[DLCP_OFF] >> 4 != H.VERSION:
+                    if n < TEL_OFF or (f[DLCP_OFF + _VER.offset] >> _VER.shift) & _VER.mask != H.VERSION:
                         return self._drop(PARSER_ERROR, n)
                     dlcp = 1
-                    if f[DLCP_OFF + 11] & H.FLAG_TELEMETRY:
+                    if f[DLCP_OFF + _FLAGS.offset] & H.FLAG_TELEMETRY:
                         if n < TEL_OFF + H.TELEMETRY_LEN:
                             return self._drop(PARSER_ERROR, n)
                         tel = TEL_OFF
@@ -199,12 +203,12 @@ class Pipeline:
             return self._drop(NO_ROUTE, n)
         # member choice
         mode = self.lb_mode
-        if dlcp and mode == 1:
+        if dlcp and mode == SPRAY_RANDOM:
             member = int(self.rng.random() * size)
-        elif dlcp and mode == 2:
+        elif dlcp and mode == SPRAY_RR:
             r = self.rr_next[group]
             member = r % size
-            self.rr_next[group] = (r + 1) & 0xFFFF
+            self.rr_next[group] = (r + 1) & RR_MASK
         else:
             member = self._flow_hash(f, proto, sport, dport) % size
         # nhop
@@ -214,16 +218,20 @@ class Pipeline:
         _, dmac, port = nh
         f[0:12] = dmac + f[0:6]
         # classify
-        ci, qid, color = self._classify((dlcp << 16) | ((f[DLCP_OFF + 1] & 0xF8) << 8 if dlcp else 0) | (f[15] >> 2))
+        index = (f[15] >> 2) << _SH_DSCP
+        if dlcp:
+            index |= ((1 << _SH_VALID) | (((f[DLCP_OFF + _PRIO.offset] >> _PRIO.shift) & _PRIO.mask) << _SH_PRIO)
+                      | (((f[DLCP_OFF + _DP.offset] >> _DP.shift) & _DP.mask) << _SH_DP))
+        ci, qid, color = self.classes[index]
         if ci >= 0:
             hits = self.classify_table.hits[ci]
             hits[0] += 1
             hits[1] += n
         # queue_thresholds + admission
         qmax, k1, k2, k3 = self.thresholds[port]
-        oi = port * 8 + qid
+        oi = port * NQ + qid
         occ = self.occupancy[oi]
-        ci = oi * 4 + color
+        ci = oi * NC + color
         if occ >= qmax:
             c, kind = self.tail, 2
         elif color and occ >= (k1, k2, k3)[color - 1]:
@@ -231,11 +239,10 @@ class Pipeline:
         else:
             c, kind = self.admitted, 0
         if not dlcp:
-            self.non_dlcp.setdefault(ci * TOS_CLASSES + (f[15] >> 5), [0, 0, 0])[kind] += 1
+            self.non_dlcp.setdefault(ci * DSCP_CLASSES + (f[15] >> 5), [0, 0, 0])[kind] += 1
         if kind == 0:
             self.occupancy[oi] = occ + 1
-            if occ + 1 > self.occ_peak[oi]:
-                self.occ_peak[oi] = occ + 1
+            self.occ_peak[oi] = max(self.occ_peak[oi], occ + 1)
             c[0][ci] += 1
             c[1][ci] += n
             # TTL -= 1 with the IPv4 checksum updated incrementally (RFC 1624 eqn. 3)
@@ -255,22 +262,15 @@ class Pipeline:
 
     def compiled_tables(self) -> tuple:
         """The arguments of `_fastpath.Engine.set_tables`: every table flattened so the C engine needs
-        no match logic but a longest-prefix scan (classify is precomputed over all 4096 keys)."""
+        no match logic but a longest-prefix scan (classify: the class of every index, `classes`)."""
         lpm = []
         for i, e in enumerate(self.lpm_table.entries):
             value, plen = e.match[self.lpm_table.key]
             group, size = (e.params["group"], e.params["size"]) if e.action == P.SET_NHOP_GROUP else (-1, 0)
             lpm.append((value, plen, i, group, size))
-        _, action, params = self.lpm_table.default
-        if action == P.SET_NHOP_GROUP:  # a default route: the shortest prefix of all, not counted
-            lpm.append((0, 0, -1, params["group"], params["size"]))
-        lpm.sort(key=lambda t: -t[1])
+        lpm.sort(key=lambda t: -t[1])  # a default route is a /0 entry (the miss action is const)
         nhop = [(g, m, i, dmac, port) for (g, m), (i, dmac, port) in self.nhop.items()]
-        classify = []
-        for key in range(4096):
-            valid, prio, dp, dscp = key >> 11, (key >> 8) & 7, (key >> 6) & 3, key & 63
-            classify.append(self._classify((valid << 16) | (((prio << 5) | (dp << 3)) << 8) | dscp))
-        return (lpm, nhop, classify, list(self.thresholds), self.lb_mode, list(self.rr_next),
+        return (lpm, nhop, list(self.classes), list(self.thresholds), self.lb_mode, list(self.rr_next),
                 len(self.lpm_table.entries), len(self.classify_table.entries))
 
     def counters(self) -> dict:
@@ -289,13 +289,13 @@ class Pipeline:
         """Occupancy now, its peak since the last sample (restarting from now) and per port the packet
         counts so far, all traffic and non-DLCP: `_fastpath.Engine.sample()`'s layout."""
         peak, self.occ_peak = self.occ_peak, list(self.occupancy)
-        per_port = lambda counts: [sum(counts[p * 32:(p + 1) * 32]) for p in range(P.MAX_PORTS)]  # noqa: E731
+        per_port = lambda counts: [sum(counts[p * PORT_SLOTS:(p + 1) * PORT_SLOTS]) for p in range(P.MAX_PORTS)]
         out = {"occupancy": list(self.occupancy), "peak": peak, "admitted_pkts": per_port(self.admitted[0]),
                "early_pkts": per_port(self.early[0]), "tail_pkts": per_port(self.tail[0])}
         for k, name in enumerate(("admitted", "early", "tail")):
             totals = [0] * P.MAX_PORTS
             for i, v in self.non_dlcp.items():
-                totals[i // (32 * TOS_CLASSES)] += v[k]
+                totals[i // (PORT_SLOTS * DSCP_CLASSES)] += v[k]
             out[f"non_dlcp_{name}_pkts"] = totals
         return out
 
@@ -304,7 +304,7 @@ class Pipeline:
     def egress(self, f: bytearray, port: int, qid: int, tel: int, enq_qdepth: int, deq_timedelta_us: int,
                csum_partial: bool) -> None:
         """Release the queue slot of a dequeued packet and stamp its telemetry block."""
-        oi = port * 8 + qid
+        oi = port * NQ + qid
         if self.occupancy[oi]:
             self.occupancy[oi] -= 1
         if tel >= 0:
@@ -313,20 +313,19 @@ class Pipeline:
 
 def stamp_telemetry(f: bytearray, tel: int, enq_qdepth: int, deq_timedelta_us: int, csum_partial: bool) -> None:
     """hops += 1, max_enq_qdepth = max(.., enq_qdepth), sum_deq_timedelta_us += wait; the UDP checksum
-    follows unless it is zero (none) or partial (completed later by the kernel, per the vnet header)."""
-    hops, qd, total = _TEL.unpack_from(f, tel)
-    old = (f[tel] << 8 | f[tel + 1], qd, total >> 16, total & 0xFFFF)
-    hops = (hops + 1) & 0xFF
-    qd = max(qd, min(enq_qdepth, 0xFFFF))
-    total = (total + deq_timedelta_us) & 0xFFFFFFFF
-    f[tel] = hops  # the reserved byte stays as it came (the P4 program never writes it)
-    _TEL_QD_TOTAL.pack_into(f, tel + 2, qd, total)
+    follows unless it is zero (none) or partial (completed later by the kernel, per the vnet header).
+    The reserved byte stays as it came (the P4 program never writes it)."""
+    old = _TEL_WORDS.unpack_from(f, tel)
+    w = list(H.TELEMETRY.unpack_from(f, tel))
+    w[_HOPS.word] = (w[_HOPS.word] + 1) & _HOPS.mask
+    w[_QDEPTH.word] = max(w[_QDEPTH.word], min(enq_qdepth, _QDEPTH.mask))
+    w[_QTIME.word] = (w[_QTIME.word] + deq_timedelta_us) & _QTIME.mask
+    H.TELEMETRY.pack_into(f, tel, *w)
     csum = (f[UDP_CSUM] << 8) | f[UDP_CSUM + 1]
     if csum == 0 or csum_partial:
         return
-    new = (f[tel] << 8 | f[tel + 1], qd, total >> 16, total & 0xFFFF)
     x = ~csum & 0xFFFF
-    for m, m2 in zip(old, new):
+    for m, m2 in zip(old, _TEL_WORDS.unpack_from(f, tel)):
         x += (~m & 0xFFFF) + m2
     csum = ~_fold(x) & 0xFFFF
     _U16.pack_into(f, UDP_CSUM, csum or 0xFFFF)

@@ -13,12 +13,12 @@ import select
 import sys
 import time
 
+from dlcp.network.runtime_file import PortConfig
 from emulation.refswitch.afpacket import MsgBatch, PortSocket
 from emulation.refswitch.counters import DelayHistogram
 from emulation.refswitch.pcap import PcapWriter
 from emulation.refswitch.pipeline import PARSER_ERROR, Pipeline
 from emulation.refswitch.queues import ENQ_DEPTH, FRAME, QID, T_ENQ, TEL, VNET, EgressPort
-from emulation.refswitch.runtime import PortConfig
 
 CONTROL_POLL_S = 0.05
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from dlcp.experiment import pipeline_names as P
-from emulation.refswitch.runtime import PortConfig
+from dlcp.network import pipeline_names as P
+from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, PortConfig
 
 # A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth]
 # (enq_qdepth: packets ahead of it in its own priority queue when it was enqueued)
@@ -23,7 +23,7 @@ FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH = range(6)
 class EgressPort:
     def __init__(self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002):
         self.port = cfg.port
-        self.depth = cfg.queue_depth
+        self.depth = cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS  # null: this target's default
         self.queues = [deque() for _ in range(P.N_QUEUES)]
         self.backlog = 0  # packets in all 8 queues
         self.byte_time = 8.0 / cfg.rate_bps if cfg.rate_bps else None
@@ -31,7 +31,7 @@ class EgressPort:
         self.unlimited = self.byte_time is None and self.pkt_time is None
         self.t_free = 0.0
         self.max_lag_s = max_lag_s
-        self.delay_s = cfg.delay_s
+        self.delay_s = cfg.delay_us / 1e6
         self.loss = cfg.loss
         self.rng = rng
         self.in_flight: deque = deque()  # (due time, packet) on the emulated wire

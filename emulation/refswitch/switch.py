@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import gc
-import hashlib
 import json
 import os
 import signal
@@ -20,11 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime
 from emulation.refswitch import counters as C
+from emulation.refswitch import fastpath_source
 from emulation.refswitch.afpacket import new_kernel_drops, open_port_socket
 from emulation.refswitch.pipeline import Pipeline
 from emulation.refswitch.pyengine import PyEngine
-from emulation.refswitch.runtime import Runtime
 
 ENGINES = ("auto", "c", "python")
 RUN_SLICE_S = 0.5
@@ -48,14 +48,12 @@ class Options:
 
 
 def load_fastpath():
-    """The C engine module, checked to be built from the _fastpath.c beside it (ImportError if not)."""
+    """The C engine module, checked to be built from the sources beside it (ImportError if not)."""
     from emulation.refswitch import _fastpath
-    source = Path(__file__).with_name("_fastpath.c")
-    if source.exists():
-        sha = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-        if getattr(_fastpath, "SOURCE_SHA", None) != sha:
-            raise ImportError("the built _fastpath module is stale (built from another _fastpath.c); "
-                              "rebuild with make setup")
+    if all((fastpath_source.HERE / name).exists() for name in fastpath_source.SOURCES):
+        if getattr(_fastpath, "SOURCE_SHA", None) != fastpath_source.source_sha():
+            raise ImportError("the built _fastpath module is stale (built from another _fastpath.c or "
+                              "dlcp_wire.h); rebuild with make setup")
     return _fastpath
 
 
@@ -151,7 +149,8 @@ class Switch:
                 pcap = str(Path(self.opts.pcap_dir) / f"{cfg.intf}.pcap")
             if self.engine_name == "c":
                 self.engine.add_port(cfg.port, sock.fileno(), cfg.rate_bps or 0.0, cfg.rate_pps or 0.0,
-                                     cfg.queue_depth, cfg.delay_s, cfg.loss, MAX_LAG_S, pcap)
+                                     cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS, cfg.delay_us / 1e6, cfg.loss,
+                                     MAX_LAG_S, pcap)
             else:
                 self.engine.add_port(cfg, sock, pcap)
         if self.opts.samples_path:

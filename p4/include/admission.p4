@@ -11,24 +11,25 @@
 
 /* Shared by the ingress (charge) and the egress (give back), hence declared at the top level.
  * Index: port * N_QUEUES + qid. */
-@name(".DlcpIngress.occupancy")
-register<bit<32>>(OCCUPANCY_SIZE) occupancy;
+@name(REGISTER_OCCUPANCY)
+register<bit<REGISTER_OCCUPANCY_BITS>>(REGISTER_OCCUPANCY_SIZE) occupancy;
 
 control DlcpAdmission(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
 
     /* index: (port * N_QUEUES + qid) * N_COLORS + color */
-    @name(".DlcpIngress.admitted")
-    counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) admitted;
-    @name(".DlcpIngress.early_drops")
-    counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) early_drops;
-    @name(".DlcpIngress.tail_drops")
-    counter(QUEUE_COUNTER_SIZE, CounterType.packets_and_bytes) tail_drops;
+    @name(COUNTER_ADMITTED)
+    counter(COUNTER_ADMITTED_SIZE, CounterType.packets_and_bytes) admitted;
+    @name(COUNTER_EARLY_DROPS)
+    counter(COUNTER_EARLY_DROPS_SIZE, CounterType.packets_and_bytes) early_drops;
+    @name(COUNTER_TAIL_DROPS)
+    counter(COUNTER_TAIL_DROPS_SIZE, CounterType.packets_and_bytes) tail_drops;
 
     /* Besides the thresholds, reads the queue's occupancy and picks the threshold of the packet's
      * color: all in the one action bmv2 runs anyway (each extra step would be a table). */
-    @name(".DlcpIngress.set_thresholds")
-    action set_thresholds(bit<32> qmax, bit<32> k1, bit<32> k2, bit<32> k3) {
+    @name(ACTION_SET_THRESHOLDS)
+    action set_thresholds(bit<SET_THRESHOLDS_QMAX_BITS> qmax, bit<SET_THRESHOLDS_K1_BITS> k1,
+                          bit<SET_THRESHOLDS_K2_BITS> k2, bit<SET_THRESHOLDS_K3_BITS> k3) {
         meta.qmax = qmax;
         meta.k = meta.color == 1 ? k1 : (meta.color == 2 ? k2 : (meta.color == 3 ? k3 : qmax));
         meta.occ_index = (index_t)standard_metadata.egress_spec * N_QUEUES + (index_t)meta.qid;
@@ -37,22 +38,23 @@ control DlcpAdmission(inout headers_t hdr, inout metadata_t meta,
     }
 
     /* the default action holds the switch-wide thresholds; entries override them per port */
-    @name(".DlcpIngress.queue_thresholds")
+    @name(TABLE_QUEUE_THRESHOLDS)
     table queue_thresholds {
         key = {
-            standard_metadata.egress_spec: exact @name("egress_port");
+            standard_metadata.egress_spec: exact @name(KEY_EGRESS_PORT);
         }
         actions = {
             set_thresholds;
         }
-        default_action = set_thresholds(DEFAULT_QMAX, DEFAULT_K1, DEFAULT_K2, DEFAULT_K3);
-        size = 64;
+        default_action = set_thresholds(QUEUE_THRESHOLDS_DEFAULT_QMAX, QUEUE_THRESHOLDS_DEFAULT_K1,
+                                        QUEUE_THRESHOLDS_DEFAULT_K2, QUEUE_THRESHOLDS_DEFAULT_K3);
+        size = TABLE_QUEUE_THRESHOLDS_SIZE;
     }
 
     /* charge the queue in one action: bmv2 holds the register's lock for the whole action */
     @hidden
     action admit() {
-        bit<32> occ;
+        bit<REGISTER_OCCUPANCY_BITS> occ;
         @atomic {
             occupancy.read(occ, meta.occ_index);
             occupancy.write(meta.occ_index, occ + 1);
@@ -95,10 +97,10 @@ control DlcpDeparture(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
     @hidden
     action release() {
-        bit<32> occ;
+        bit<REGISTER_OCCUPANCY_BITS> occ;
         @atomic {
             occupancy.read(occ, meta.occ_index);
-            occupancy.write(meta.occ_index, occ - (bit<32>)((bit<1>)(occ != 0)));
+            occupancy.write(meta.occ_index, occ - (bit<REGISTER_OCCUPANCY_BITS>)((bit<1>)(occ != 0)));
         }
     }
 

@@ -10,44 +10,44 @@
 control DlcpClassification(inout headers_t hdr, inout metadata_t meta,
                            inout standard_metadata_t standard_metadata) {
 
-    @name(".DlcpIngress.classify_hits")
+    @name(TABLE_CLASSIFY_COUNTER)
     direct_counter(CounterType.packets_and_bytes) classify_hits;
 
-    @name(".DlcpIngress.classify_from_dlcp")
+    @name(ACTION_CLASSIFY_FROM_DLCP)
     action classify_from_dlcp() {
         meta.qid = hdr.dlcp.prio;
         meta.color = hdr.dlcp.drop_prec;
     }
 
     /* DSCP = (prio << 3) | (drop_prec << 1) */
-    @name(".DlcpIngress.classify_from_dscp")
+    @name(ACTION_CLASSIFY_FROM_DSCP)
     action classify_from_dscp() {
-        meta.qid = hdr.ipv4.dscp[5:3];
-        meta.color = hdr.ipv4.dscp[2:1];
+        meta.qid = hdr.ipv4.dscp[DSCP_PRIO_HI:DSCP_PRIO_LO];
+        meta.color = hdr.ipv4.dscp[DSCP_DROP_PREC_HI:DSCP_DROP_PREC_LO];
     }
 
-    @name(".DlcpIngress.set_class")
-    action set_class(bit<3> qid, bit<2> color) {
+    @name(ACTION_SET_CLASS)
+    action set_class(bit<SET_CLASS_QID_BITS> qid, bit<SET_CLASS_COLOR_BITS> color) {
         meta.qid = qid;
         meta.color = color;
     }
 
-    @name(".DlcpIngress.classify")
+    @name(TABLE_CLASSIFY)
     table classify {
         key = {
-            hdr.dlcp.isValid(): exact @name("dlcp_valid");
-            hdr.dlcp.prio: ternary @name("dlcp_prio");
-            hdr.dlcp.drop_prec: ternary @name("dlcp_drop_prec");
-            hdr.ipv4.dscp: ternary @name("dscp");
+            hdr.dlcp.isValid(): exact @name(KEY_DLCP_VALID);
+            hdr.dlcp.prio: ternary @name(KEY_DLCP_PRIO);
+            hdr.dlcp.drop_prec: ternary @name(KEY_DLCP_DROP_PREC);
+            hdr.ipv4.dscp: ternary @name(KEY_DSCP);
         }
         actions = {
             classify_from_dlcp;
             classify_from_dscp;
             set_class;
         }
-        default_action = set_class(0, 0);
+        default_action = set_class(CLASSIFY_DEFAULT_QID, CLASSIFY_DEFAULT_COLOR);
         counters = classify_hits;
-        size = CLASSIFY_SIZE;
+        size = TABLE_CLASSIFY_SIZE;
     }
 
     apply {

@@ -1,5 +1,5 @@
-/* Headers and metadata. The DLCP header and its telemetry block mirror dlcp/wire/header.py FIELD_BITS and
- * TELEMETRY_FIELD_BITS field by field (a test compares them). */
+/* Headers and metadata. The DLCP header (dlcp_t) and its telemetry block (dlcp_telemetry_t) are
+ * generated from dlcp/wire/layout.py into generated/dlcp_wire.p4 (included by defines.p4). */
 #ifndef DLCP_HEADERS_P4
 #define DLCP_HEADERS_P4
 
@@ -40,33 +40,6 @@ header tcp_ports_t {
     bit<16> dst_port;
 }
 
-/* 24 bytes, big-endian: dlcp/wire/header.py */
-header dlcp_t {
-    bit<4>  ver;
-    bit<4>  type;
-    bit<3>  prio;
-    bit<2>  drop_prec;
-    bit<3>  phase;
-    bit<8>  job_id;
-    bit<8>  src_rank;
-    bit<16> iter;
-    bit<16> msg_id;
-    bit<16> layer_id;
-    bit<8>  mag_class;
-    bit<8>  flags;
-    bit<32> seq;
-    bit<32> n_pkts;
-    bit<32> offset;
-}
-
-/* 8 bytes after the DLCP header when flags.TELEMETRY is set; filled in place by every switch */
-header dlcp_telemetry_t {
-    bit<8>  hops;
-    bit<8>  reserved;
-    bit<16> max_enq_qdepth;
-    bit<32> sum_deq_timedelta_us;
-}
-
 struct headers_t {
     ethernet_t       ethernet;
     ipv4_t           ipv4;
@@ -82,16 +55,16 @@ struct metadata_t {
     bit<1>  no_route;     /* routing found no usable next hop */
     bit<1>  admitted;     /* admission charged occupancy[occ_index]; egress gives it back */
     group_t nhop_group;
-    bit<16> group_size;
-    bit<16> member;
-    bit<2>  lb_mode;
+    bit<SET_NHOP_GROUP_SIZE_BITS> group_size;
+    bit<SET_NHOP_GROUP_SIZE_BITS> member;
+    bit<SET_LB_MODE_MODE_BITS> lb_mode;
     bit<16> l4_sport;
     bit<16> l4_dport;
-    bit<3>  qid;
-    bit<2>  color;
-    bit<32> qmax;         /* admission thresholds of this packet's port */
-    bit<32> k;            /* the early-drop threshold of its color (qmax for color 0) */
-    bit<32> occ;          /* occupancy[occ_index] when it arrived */
+    bit<SET_CLASS_QID_BITS> qid;
+    bit<SET_CLASS_COLOR_BITS> color;
+    bit<SET_THRESHOLDS_QMAX_BITS> qmax;  /* admission thresholds of this packet's port */
+    bit<SET_THRESHOLDS_QMAX_BITS> k;     /* the early-drop threshold of its color (qmax for color 0) */
+    bit<REGISTER_OCCUPANCY_BITS> occ;    /* occupancy[occ_index] when it arrived */
     index_t occ_index;    /* port * N_QUEUES + qid */
     index_t queue_index;  /* occ_index * N_COLORS + color */
 }

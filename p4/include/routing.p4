@@ -11,73 +11,74 @@
 control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
                     inout standard_metadata_t standard_metadata) {
 
-    @name(".DlcpIngress.ipv4_lpm_hits")
+    @name(TABLE_IPV4_LPM_COUNTER)
     direct_counter(CounterType.packets_and_bytes) ipv4_lpm_hits;
 
-    /* next round-robin value per group; wraps at 2**16 */
-    @name(".DlcpIngress.rr_next")
-    register<bit<16>>(MAX_GROUPS) rr_next;
+    /* next round-robin value per group; wraps */
+    @name(REGISTER_RR_NEXT)
+    register<bit<REGISTER_RR_NEXT_BITS>>(REGISTER_RR_NEXT_SIZE) rr_next;
 
-    @name(".DlcpIngress.drop")
-    action drop() {
+    /* the ingress drops the packet afterwards, counting drop reason no_route */
+    @name(ACTION_MARK_NO_ROUTE)
+    action mark_no_route() {
         meta.no_route = 1;
     }
 
-    @name(".DlcpIngress.set_nhop_group")
-    action set_nhop_group(group_t group, bit<16> size) {
+    @name(ACTION_SET_NHOP_GROUP)
+    action set_nhop_group(bit<SET_NHOP_GROUP_GROUP_BITS> group, bit<SET_NHOP_GROUP_SIZE_BITS> size) {
         meta.nhop_group = group;
         meta.group_size = size;
     }
 
     /* a default route is a 0.0.0.0/0 entry, so the miss action stays fixed */
-    @name(".DlcpIngress.ipv4_lpm")
+    @name(TABLE_IPV4_LPM)
     table ipv4_lpm {
         key = {
-            hdr.ipv4.dst_addr: lpm @name("ipv4_dst");
+            hdr.ipv4.dst_addr: lpm @name(KEY_IPV4_DST);
         }
         actions = {
             set_nhop_group;
-            drop;
+            mark_no_route;
         }
-        const default_action = drop();
+        const default_action = mark_no_route();
         counters = ipv4_lpm_hits;
-        size = IPV4_LPM_SIZE;
+        size = TABLE_IPV4_LPM_SIZE;
     }
 
-    @name(".DlcpIngress.set_lb_mode")
-    action set_lb_mode(bit<2> mode) {
+    @name(ACTION_SET_LB_MODE)
+    action set_lb_mode(bit<SET_LB_MODE_MODE_BITS> mode) {
         meta.lb_mode = mode;
     }
 
     /* keyless: the control plane sets the mode as this table's default action */
-    @name(".DlcpIngress.lb_config")
+    @name(TABLE_LB_CONFIG)
     table lb_config {
         actions = {
             set_lb_mode;
         }
-        default_action = set_lb_mode(LB_PER_FLOW);
-        size = 1;
+        default_action = set_lb_mode(LB_CONFIG_DEFAULT_MODE);
+        size = TABLE_LB_CONFIG_SIZE;
     }
 
-    @name(".DlcpIngress.set_nhop")
-    action set_nhop(bit<48> dmac, port_t port) {
+    @name(ACTION_SET_NHOP)
+    action set_nhop(bit<SET_NHOP_DMAC_BITS> dmac, bit<SET_NHOP_PORT_BITS> port) {
         standard_metadata.egress_spec = port;
         hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
         hdr.ethernet.dst_addr = dmac;
     }
 
-    @name(".DlcpIngress.nhop")
+    @name(TABLE_NHOP)
     table nhop {
         key = {
-            meta.nhop_group: exact @name("nhop_group");
-            meta.member: exact @name("nhop_member");
+            meta.nhop_group: exact @name(KEY_NHOP_GROUP);
+            meta.member: exact @name(KEY_NHOP_MEMBER);
         }
         actions = {
             set_nhop;
-            drop;
+            mark_no_route;
         }
-        const default_action = drop();
-        size = NHOP_SIZE;
+        const default_action = mark_no_route();
+        size = TABLE_NHOP_SIZE;
     }
 
     @hidden
@@ -89,7 +90,7 @@ control DlcpRouting(inout headers_t hdr, inout metadata_t meta,
      * the whole action */
     @hidden
     action pick_round_robin() {
-        bit<16> rr;
+        bit<REGISTER_RR_NEXT_BITS> rr;
         @atomic {
             rr_next.read(rr, (index_t)meta.nhop_group);
             rr_next.write((index_t)meta.nhop_group, rr + 1);

@@ -19,8 +19,8 @@ from typing import Protocol
 
 from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
 
-from dlcp.experiment import pipeline_names as P
-from dlcp.experiment.switch_runtime import DEFAULT_QUEUE_DEPTH_PKTS, SwitchConfig
+from dlcp.network import pipeline_names as P
+from dlcp.network.switch_runtime import SwitchConfig
 from emulation.dataplane import RefProcess
 from emulation.netns import Lab, drain, raw_socket
 from emulation.refswitch.hashing import crc16, five_tuple_bytes
@@ -87,8 +87,9 @@ class RefSwitchSUT(_ProcessSUT):
 
 class Bmv2SUT(_ProcessSUT):
     """simple_switch_grpc running p4/dlcp.p4; the harness's runtime documents get what a bmv2
-    runtime file has beyond them (device id, P4 build, registers) and the built-in dataplane's
-    default queue depth (bmv2's own, 64 packets, would drop before admission control at qmax 64)."""
+    runtime file has beyond them (target, P4 build). A port without queue_depth_pkts gets the
+    reader's default (128 packets) on both backends, above the default qmax (bmv2's own 64 would
+    drop before admission control)."""
 
     name = "bmv2"
 
@@ -99,9 +100,7 @@ class Bmv2SUT(_ProcessSUT):
 
         workdir.mkdir(parents=True, exist_ok=True)
         cfg = SwitchConfig()
-        doc = {"device_id": 1, "target": "bmv2", "p4info": cfg.p4info, "bmv2_json": cfg.bmv2_json,
-               "registers": [], **runtime}
-        doc["ports"] = [{"queue_depth_pkts": DEFAULT_QUEUE_DEPTH_PKTS, **p} for p in runtime["ports"]]
+        doc = {**runtime, "target": "bmv2", "p4info": cfg.p4info, "bmv2_json": cfg.bmv2_json}
         rt = workdir / "runtime.json"
         rt.write_text(json.dumps(doc))
         self.process = Bmv2Process(runtime["switch"], rt, workdir, grpc_port=free_port(), thrift_port=free_port())

@@ -11,10 +11,10 @@ import pytest
 from harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame, udp_frame
 
-from dlcp.experiment import pipeline_names as P
+from dlcp.network import pipeline_names as P
+from dlcp.network.runtime_file import parse_runtime
 from emulation.netns import link_counters, sh
 from emulation.refswitch.pipeline import Pipeline
-from emulation.refswitch.runtime import parse_runtime
 
 pytestmark = pytest.mark.root
 

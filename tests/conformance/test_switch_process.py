@@ -64,10 +64,11 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 def test_bad_runtime_is_a_one_line_error(tmp_path):
     rt = tmp_path / "s1-runtime.json"
-    rt.write_text(json.dumps({"switch": "s1", "table_entries": [{"table": "DlcpIngress.ipv4_lpm",
-                                                                 "action_name": "DlcpIngress.set_nhop_group",
-                                                                 "match": {"ipv4_dst": ["10.0.0.1", 40]},
-                                                                 "action_params": {"group": 1, "size": 1}}],
+    rt.write_text(json.dumps({"switch": "s1", "device_id": 1, "registers": [],
+                              "table_entries": [{"table": "DlcpIngress.ipv4_lpm",
+                                                 "action_name": "DlcpIngress.set_nhop_group",
+                                                 "match": {"ipv4_dst": ["10.0.0.1", 40]},
+                                                 "action_params": {"group": 1, "size": 1}}],
                               "ports": []}))
     p = _run(["--runtime", str(rt)])
     assert p.returncode == 2 and p.stderr.count("\n") == 1
@@ -78,7 +79,8 @@ def test_bad_runtime_is_a_one_line_error(tmp_path):
 
 def test_missing_interface_is_a_one_line_error(tmp_path):
     rt = tmp_path / "s1-runtime.json"
-    rt.write_text(json.dumps({"switch": "s1", "ports": [{"port": 1, "intf": "rsnosuch0"}]}))
+    rt.write_text(json.dumps({"switch": "s1", "device_id": 1, "table_entries": [], "registers": [],
+                              "ports": [{"port": 1, "intf": "rsnosuch0"}]}))
     p = _run(["--runtime", str(rt)])
     assert p.returncode == 1 and p.stderr.count("\n") == 1
     assert p.stderr.startswith("refswitch s1: port 1: interface rsnosuch0: no interface with this name")

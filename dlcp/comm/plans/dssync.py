@@ -46,7 +46,7 @@ from dlcp.comm.plans.paths import PlanError, Router, locality_order, rank_hosts
 from dlcp.comm.plans.ring import ring_steps
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.topology import TopologySpec
 
 
 def prime_factors(n: int) -> list[int]:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from dlcp.comm.plans.paths import PlanError, Router, links_of, rank_hosts
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.topology import TopologySpec
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import pairwise
 
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.topology import TopologySpec
 
 Link = tuple[str, str]  # directed: (from node, to node)
 

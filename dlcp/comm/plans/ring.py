@@ -11,7 +11,7 @@ from __future__ import annotations
 from dlcp.comm.plans.paths import Router, rank_hosts
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.topology import TopologySpec
 
 
 def ring_steps(members: list[int]) -> list[list[tuple[int, int, int, str]]]:

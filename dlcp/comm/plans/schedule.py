@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlcp.comm.plans.paths import Link, PlanError, Router, links_of
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network.topology import TopologySpec
 
 OPS = ("reduce", "copy")
 

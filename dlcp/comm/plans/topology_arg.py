@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 from dlcp.comm.plans.paths import PlanError
-from dlcp.experiment import topology as topospec
-from dlcp.experiment.topology import TopologySpec
+from dlcp.network import topology as topospec
+from dlcp.network.topology import TopologySpec
 
 SHAPES = {"torus": 2, "mesh": 2, "star": 1, "leaf_spine": 3, "dumbbell": 2}
 

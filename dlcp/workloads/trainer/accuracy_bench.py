@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from dlcp.bench_output import emit
+from dlcp.workloads.settings import FILLS, WorkloadConfig
 from dlcp.workloads.trainer.data import load_dataset
 from dlcp.workloads.trainer.exchange import LOSS_MODES, InMemoryAllReduce, PacketLoss
-from dlcp.workloads.trainer.fill import FILLS
 from dlcp.workloads.trainer.loop import train_allreduce
-from dlcp.workloads.trainer.torch_workload import TorchWorkload, WorkloadConfig
+from dlcp.workloads.trainer.torch_workload import TorchWorkload
 
 
 def _floats(text: str) -> list[float]:
@@ -79,11 +79,11 @@ def bench_accuracy(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
     try:
-        data = load_dataset(args.dataset)
         seeds = list(range(1, args.seeds + 1))
         configs = {s: WorkloadConfig(model=args.model, dataset=args.dataset, iterations=args.iterations,
                                      batch_size=args.batch_size, lr=args.lr, seed=s, eval_every=0,
                                      bucket_values=args.bucket_values) for s in seeds}
+        data = load_dataset(args.dataset)
     except ValueError as e:
         raise SystemExit(f"dlcp bench accuracy: {e}")
     lossy = [r for r in args.losses if r > 0]

@@ -32,14 +32,7 @@ import numpy as np
 import torch
 
 from dlcp.workloads.contract import Aggregate
-
-FILLS = ("zero", "rescale", "stale", "local")
-
-
-def check_fill(name: str) -> str:
-    if name not in FILLS:
-        raise ValueError(f"dlcp.fill: unknown fill policy {name!r} (one of {', '.join(FILLS)})")
-    return name
+from dlcp.workloads.settings import check_fill
 
 
 def _tensor(values, dtype=None) -> torch.Tensor:

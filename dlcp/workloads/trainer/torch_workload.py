@@ -20,7 +20,6 @@ iterations ((it + 1) % eval_every == 0, and the last iteration) also `test_loss`
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, fields
 from typing import Iterator
 
 import numpy as np
@@ -28,48 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.settings import WorkloadConfig, check_fill
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
-from dlcp.workloads.trainer.fill import check_fill
 from dlcp.workloads.trainer.flat import FlatModel
 from dlcp.workloads.trainer.models import build_model
-
-
-@dataclass(frozen=True)
-class WorkloadConfig:
-    """The `workload` section of an agent configuration (docs/runs.md). `batch_size` is per worker:
-    the global batch of an iteration is batch_size * world."""
-    model: str = "cnn"
-    dataset: str = "digits"
-    iterations: int = 20
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    seed: int = 1
-    eval_every: int = 5  # 0: evaluate at the last iteration only
-    bucket_values: int = 0  # 0: one message per layer
-
-    def __post_init__(self):
-        for key in ("iterations", "batch_size"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ValueError(f"workload.{key}: must be an integer >= 1, got {getattr(self, key)!r}")
-        for key in ("eval_every", "bucket_values", "seed"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 0:
-                raise ValueError(f"workload.{key}: must be an integer >= 0, got {getattr(self, key)!r}")
-        if not self.lr > 0:
-            raise ValueError(f"workload.lr: must be > 0, got {self.lr!r}")
-        if not (0 <= self.momentum < 1 and self.weight_decay >= 0):
-            raise ValueError("workload.momentum must lie in [0, 1) and workload.weight_decay be >= 0")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "WorkloadConfig":
-        """Known keys only; other keys of the section belong to other consumers and are ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def is_eval_iteration(self, iteration: int) -> bool:
-        last = iteration == self.iterations - 1
-        return last or (self.eval_every > 0 and (iteration + 1) % self.eval_every == 0)
 
 
 def _optimizer(model, config: WorkloadConfig) -> torch.optim.Optimizer:
@@ -149,11 +110,6 @@ class TorchWorkload:
         for p in self.model.parameters():
             p.register_post_accumulate_grad_hook(self._on_gradient)
 
-    @classmethod
-    def from_config(cls, workload: dict, rank: int, world: int, fill: str = "rescale",
-                    **kwargs) -> "TorchWorkload":
-        return cls(WorkloadConfig.from_dict(workload), rank, world, fill, **kwargs)
-
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
 
@@ -229,10 +185,6 @@ class TorchServerWorkload:
         self.n_layers = self.flat.n_layers
         self.optimizer = _optimizer(self.model, config)
         self.lost_values = 0
-
-    @classmethod
-    def from_config(cls, workload: dict, fill: str = "rescale") -> "TorchServerWorkload":
-        return cls(WorkloadConfig.from_dict(workload), fill)
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()

@@ -16,8 +16,10 @@ members are those ports in the given order; the next hop's MAC is the peer MAC o
 `switch_topos()` derives the routes of every switch from hosts and links (shortest paths, all
 equal-cost next hops) for topologies that do not want to list them by hand.
 
-Knobs (`SwitchConfig`): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
+Knobs (`SwitchConfig`, a settings model the experiment's `dlcp` section composes): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
 tail drop only), load-balancing mode, admission thresholds (switch-wide and per port).
+
+Every runtime made here is checked by the same reader the switches use (`runtime_file.parse_runtime`).
 """
 
 from __future__ import annotations
@@ -26,20 +28,33 @@ import ipaddress
 import json
 import re
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping
 
-from dlcp.experiment import pipeline_names as pn
+from pydantic import Field, model_validator
+
+from dlcp.network import pipeline_names as pn
+from dlcp.network.runtime_file import (
+    DEFAULT_BMV2_JSON,
+    DEFAULT_P4INFO,
+    DEFAULT_QUEUE_DEPTH_PKTS,
+    TARGETS,
+    PortConfig,
+    RuntimeFileError,
+    parse_runtime,
+)
+from dlcp.settings import BadValue, IntKey, Settings
 from dlcp.wire.header import HEADER_LEN, MAX_PAYLOAD_BYTES
-from dlcp.wire.tagging import POLICIES
+from dlcp.wire.layout import LAYOUT
+from dlcp.wire.tagging import Policy
 
 # The frame size queue rates in Mbit/s are converted with for bmv2 (it only knows packets/s): a
-# full DLCP data frame (Ethernet 14 + IPv4 20 + UDP 8 + DLCP header + payload).
-DATA_FRAME_BYTES = 14 + 20 + 8 + HEADER_LEN + MAX_PAYLOAD_BYTES
+# full DLCP data frame (Ethernet + IPv4 + UDP + DLCP header + payload).
+DATA_FRAME_BYTES = LAYOUT.eth_len + LAYOUT.ipv4_len + LAYOUT.udp_len + HEADER_LEN + MAX_PAYLOAD_BYTES
 
-DEFAULT_QUEUE_DEPTH_PKTS = 128
-TARGETS = ("bmv2", "ref")
+LbMode = Literal[tuple(pn.LB_MODES)]
+Target = Literal[TARGETS]
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
@@ -57,7 +72,7 @@ class Port:
     peer: str  # node on the other end ("h1", "s2")
     peer_mac: str  # MAC of the peer's interface: the next-hop MAC for routes out of this port
     rate_mbps: float | None = None  # egress drain rate; None = line rate (no shaping)
-    rate_pps: int | None = None  # alternatively in packets/s (bmv2's unit); wins over rate_mbps
+    rate_pps: int | None = None  # alternatively in packets/s (bmv2's unit); not both
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; above qmax
     delay_us: int = 0  # built-in dataplane only (bmv2 has no delay)
     loss: float = 0.0  # built-in dataplane only
@@ -77,27 +92,41 @@ class SwitchTopo:
     routes: tuple[Route, ...]
 
 
-@dataclass(frozen=True)
-class Thresholds:
+_DEFAULT_THRESHOLDS = pn.DEFAULT_THRESHOLDS  # the P4 program's
+
+
+class Thresholds(Settings):
     """Admission thresholds in packets: drop_prec 0 only at qmax, drop_prec c early at k_c."""
-    qmax: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["qmax"]
-    k1: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["k1"]
-    k2: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["k2"]
-    k3: int = pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["k3"]
+    section: ClassVar[str] = "dlcp"
+    qmax: int = Field(_DEFAULT_THRESHOLDS["qmax"], ge=1, description="tail-drop threshold (packets) per port and priority")
+    k1: int = Field(_DEFAULT_THRESHOLDS["k1"], ge=0, description="early-drop threshold of drop precedence 1")
+    k2: int = Field(_DEFAULT_THRESHOLDS["k2"], ge=0, description="early-drop threshold of drop precedence 2")
+    k3: int = Field(_DEFAULT_THRESHOLDS["k3"], ge=0, description="early-drop threshold of drop precedence 3")
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if not self.k3 <= self.k2 <= self.k1 <= self.qmax:
+            raise BadValue("k1", f"thresholds must satisfy k3 <= k2 <= k1 <= qmax, got "
+                                 f"k3={self.k3} k2={self.k2} k1={self.k1} qmax={self.qmax}")
+        return self
 
     def params(self) -> dict[str, int]:
         return {"qmax": self.qmax, "k1": self.k1, "k2": self.k2, "k3": self.k3}
 
 
-@dataclass(frozen=True)
-class SwitchConfig:
-    policy: str = "dlcp"  # dlcp/wire/tagging.py POLICIES
-    lb_mode: str = "spray_random"  # p4names.LB_MODES
-    thresholds: Thresholds = Thresholds()
-    port_thresholds: Mapping[int, Thresholds] = field(default_factory=dict)
-    target: str = "bmv2"
-    p4info: str = "build/p4/dlcp.p4info.txtpb"
-    bmv2_json: str = "build/p4/dlcp.json"
+class SwitchSettings(Thresholds):
+    """What an experiment sets about its switches besides the policy (keys of its `dlcp` section)."""
+    load_balancing: LbMode = Field("spray_random", description="member choice for DLCP packets")
+
+
+class SwitchConfig(SwitchSettings):
+    """Everything the runtime entries of a switch depend on besides its topology (the switch-wide
+    thresholds are its qmax, k1, k2, k3)."""
+    policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
+    port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}
+    target: Target = "bmv2"
+    p4info: str = DEFAULT_P4INFO
+    bmv2_json: str = DEFAULT_BMV2_JSON
 
 
 @dataclass(frozen=True)
@@ -127,11 +156,10 @@ def switch_port_mac(device_id: int, port: int) -> str:
 
 def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
     """The runtime dict (docs/pipeline.md) of one switch."""
-    _check_config(sw.name, cfg)
     ports = _check_ports(sw)
     entries: list[dict[str, Any]] = [
-        _default(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[cfg.lb_mode]}),
-        _default(pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS, cfg.thresholds.params()),
+        _default(pn.LB_CONFIG, pn.SET_LB_MODE, {"mode": pn.LB_MODES[cfg.load_balancing]}),
+        _default(pn.QUEUE_THRESHOLDS, pn.SET_THRESHOLDS, cfg.params()),
     ]
     for port in sorted(cfg.port_thresholds):
         if port not in ports:
@@ -178,15 +206,16 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
                    "delay_us": p.delay_us, "loss": p.loss} for p in sorted(sw.ports, key=lambda p: p.port)],
         "registers": [],
     }
-    check_runtime(runtime, sw.name)
+    try:
+        parse_runtime(runtime, sw.name)
+    except RuntimeFileError as e:
+        raise RuntimeSpecError(str(e)) from None
     return runtime
 
 
-def classify_entries(policy: str) -> list[dict[str, Any]]:
+def classify_entries(policy: Policy) -> list[dict[str, Any]]:
     """`fifo`: none (default set_class(0, 0): one FIFO queue, tail drop only). Every other policy:
     DLCP packets by their header, everything else by DSCP."""
-    if policy not in POLICIES:
-        raise RuntimeSpecError(f"dlcp.policy: unknown tagging policy {policy!r} (one of {', '.join(POLICIES)})")
     if policy == "fifo":
         return []
     return [
@@ -285,120 +314,18 @@ def _network(switch: str, prefix: str) -> ipaddress.IPv4Network:
         raise RuntimeSpecError(f"{switch}: route prefix {prefix!r}: {e}") from None
 
 
-def _check_config(switch: str, cfg: SwitchConfig) -> None:
-    if cfg.lb_mode not in pn.LB_MODES:
-        raise RuntimeSpecError(f"dlcp.lb_mode: unknown load-balancing mode {cfg.lb_mode!r} "
-                            f"(one of {', '.join(pn.LB_MODES)})")
-    if cfg.target not in TARGETS:
-        raise RuntimeSpecError(f"{switch}: unknown target {cfg.target!r} (one of {', '.join(TARGETS)})")
-    for port, th in [(None, cfg.thresholds), *cfg.port_thresholds.items()]:
-        _check_thresholds(th, "dlcp.thresholds" if port is None else f"dlcp.thresholds (port {port})")
-
-
-def _check_thresholds(th: Thresholds, where: str) -> None:
-    if not 0 <= th.k3 <= th.k2 <= th.k1 <= th.qmax or th.qmax < 1:
-        raise RuntimeSpecError(f"{where}: need 0 <= k3 <= k2 <= k1 <= qmax and qmax >= 1, got "
-                            f"qmax={th.qmax} k1={th.k1} k2={th.k2} k3={th.k3}")
-
-
 def _check_ports(sw: SwitchTopo) -> dict[int, Port]:
-    if not 0 <= sw.device_id < 2**16:
-        raise RuntimeSpecError(f"{sw.name}: device_id {sw.device_id} outside 0..65535")
-    ports: dict[int, Port] = {}
+    """What the runtime file cannot show any more (the rest: runtime_file.parse_runtime)."""
     for p in sw.ports:
-        if not 0 < p.port < pn.MAX_PORTS:
-            raise RuntimeSpecError(f"{sw.name}: port {p.port} ({p.intf}) outside 1..{pn.MAX_PORTS - 1}")
-        if p.port in ports:
-            raise RuntimeSpecError(f"{sw.name}: port {p.port} listed twice")
         if not _MAC.match(p.peer_mac):
             raise RuntimeSpecError(f"{sw.name}: port {p.port}: peer MAC {p.peer_mac!r} is not aa:bb:cc:dd:ee:ff")
-        for key in ("rate_mbps", "rate_pps"):
-            v = getattr(p, key)
-            if v is not None and not v > 0:
-                raise RuntimeSpecError(f"{sw.name}: port {p.port}: {key} must be > 0, got {v}")
-        if p.queue_depth_pkts is not None and p.queue_depth_pkts < 1:
-            raise RuntimeSpecError(f"{sw.name}: port {p.port}: queue_depth_pkts must be >= 1")
-        if not 0.0 <= p.loss < 1.0:
-            raise RuntimeSpecError(f"{sw.name}: port {p.port}: loss {p.loss} outside [0, 1)")
-        ports[p.port] = p
-    return ports
+    return {p.port: p for p in sw.ports}
 
 
-def queue_rate_pps(port: Mapping[str, Any]) -> int | None:
-    """The drain rate of a runtime `ports` row in packets/s (bmv2's unit), or None for line rate."""
-    if port.get("rate_pps"):
-        return int(port["rate_pps"])
-    if port.get("rate_mbps"):
-        return max(1, round(port["rate_mbps"] * 1e6 / (8 * DATA_FRAME_BYTES)))
+def queue_rate_pps(port: PortConfig) -> int | None:
+    """The drain rate of a port in packets/s (bmv2's unit), or None for line rate."""
+    if port.rate_pps:
+        return int(port.rate_pps)
+    if port.rate_mbps:
+        return max(1, round(port.rate_mbps * 1e6 / (8 * DATA_FRAME_BYTES)))
     return None
-
-
-def check_runtime(rt: Mapping[str, Any], source: str = "runtime") -> None:
-    """Validate a runtime dict read from a file; raises RuntimeSpecError naming the first problem."""
-    for key, typ in (("switch", str), ("device_id", int), ("table_entries", list), ("ports", list),
-                     ("registers", list)):
-        if not isinstance(rt.get(key), typ):
-            raise RuntimeSpecError(f"{source}: key {key!r} missing or not a {typ.__name__}")
-    depth_floor = {}
-    for i, e in enumerate(rt["table_entries"]):
-        where = f"{source}: table_entries[{i}]"
-        table, action = e.get("table"), e.get("action_name")
-        if table not in pn.TABLES:
-            raise RuntimeSpecError(f"{where}: unknown table {table!r}")
-        if action not in pn.TABLES[table]["actions"]:
-            raise RuntimeSpecError(f"{where}: action {action!r} is not an action of {table}")
-        params = e.get("action_params", {})
-        expected = [n for n, _ in pn.ACTION_PARAMS[action]]
-        if sorted(params) != sorted(expected):
-            raise RuntimeSpecError(f"{where}: {action} takes parameters {expected}, got {sorted(params)}")
-        for n, bits in pn.ACTION_PARAMS[action]:
-            _check_value(params[n], bits, f"{where}: {action}.{n}")
-        keys = dict(pn.TABLES[table]["keys"])
-        if e.get("default_action"):
-            if e.get("match"):
-                raise RuntimeSpecError(f"{where}: a default action has no match")
-        else:
-            match = e.get("match")
-            if not isinstance(match, dict) or not match or set(match) - set(keys):
-                raise RuntimeSpecError(f"{where}: match keys {sorted(match or {})} not among {table} keys "
-                                    f"{sorted(keys)}")
-            if "ternary" in keys.values() and not isinstance(e.get("priority"), int):
-                raise RuntimeSpecError(f"{where}: entries of {table} need an integer priority")
-        if action == pn.SET_THRESHOLDS:
-            port = None if e.get("default_action") else e["match"]["egress_port"]
-            depth_floor[port] = params["qmax"]
-    for i, p in enumerate(rt["ports"]):
-        where = f"{source}: ports[{i}]"
-        if not isinstance(p.get("port"), int) or not 0 < p["port"] < pn.MAX_PORTS:
-            raise RuntimeSpecError(f"{where}: port missing or outside 1..{pn.MAX_PORTS - 1}")
-        qmax = depth_floor.get(p["port"], depth_floor.get(None, pn.TABLES[pn.QUEUE_THRESHOLDS]["default"][1]["qmax"]))
-        depth = p.get("queue_depth_pkts")
-        if depth is not None and depth <= qmax:
-            # the switch's own queue would drop before admission control does, and bmv2's
-            # occupancy register would never get those packets back
-            raise RuntimeSpecError(f"{where}: queue_depth_pkts {depth} must exceed qmax {qmax}")
-    for i, r in enumerate(rt["registers"]):
-        if r.get("register") not in pn.REGISTERS or not isinstance(r.get("index"), int) \
-                or not 0 <= r["index"] < pn.REGISTERS[r["register"]] or not isinstance(r.get("value"), int):
-            raise RuntimeSpecError(f"{source}: registers[{i}]: need a known register, an index in range and "
-                                f"an integer value, got {r}")
-
-
-def _check_value(v: Any, bits: int, where: str) -> None:
-    if isinstance(v, str) and (_MAC.match(v) or v.count(".") == 3):
-        return
-    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**bits:
-        raise RuntimeSpecError(f"{where}: {v!r} does not fit {bits} bits")
-
-
-def load_runtime(path: str | Path) -> dict[str, Any]:
-    """Read and validate `sN-runtime.json`."""
-    path = Path(path)
-    try:
-        rt = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise RuntimeSpecError(f"{path}: cannot read runtime file: {e}") from None
-    if not isinstance(rt, dict):
-        raise RuntimeSpecError(f"{path}: a runtime file holds one JSON object")
-    check_runtime(rt, str(path))
-    return rt

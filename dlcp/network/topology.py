@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from dlcp.experiment import switch_runtime as rt
-from dlcp.experiment.config import ConfigError
+from dlcp.network import switch_runtime as rt
+from dlcp.settings import ConfigError
 
 
 @dataclass
@@ -123,8 +123,7 @@ class TopologySpec:
         hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
         links = [rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
                  for a, pa, b, pb, rate in self.links()]
-        switch_cfg = rt.SwitchConfig(policy=d["policy"], lb_mode=d["load_balancing"],
-                                     thresholds=rt.Thresholds(d["qmax"], d["k1"], d["k2"], d["k3"]),
+        switch_cfg = rt.SwitchConfig(**{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"],
                                      target="ref" if cfg["backend"] == "ref" else "bmv2")
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):

@@ -1,4 +1,4 @@
-"""Runtime-entry generation (dlcp/experiment/switch_runtime.py): topology in, sN-runtime.json out, no switch needed."""
+"""Runtime-entry generation (dlcp/network/switch_runtime.py): topology in, sN-runtime.json out, no switch needed."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from dlcp.experiment import pipeline_names as pn
-from dlcp.experiment.switch_runtime import (
+from dlcp.network import pipeline_names as pn
+from dlcp.network.runtime_file import PortConfig, load_runtime
+from dlcp.network.switch_runtime import (
     DATA_FRAME_BYTES,
     Host,
     Link,
@@ -17,14 +18,13 @@ from dlcp.experiment.switch_runtime import (
     SwitchConfig,
     SwitchTopo,
     Thresholds,
-    check_runtime,
-    load_runtime,
     queue_rate_pps,
     runtime_for,
     switch_port_mac,
     switch_topos,
     write_runtime,
 )
+from dlcp.settings import ConfigError
 
 
 def leaf_spine():
@@ -63,8 +63,8 @@ def test_groups_are_shared_by_routes_with_the_same_ports():
 
 def test_policy_lb_mode_and_thresholds():
     sw = SwitchTopo("s1", 1, (Port(1, "s1-eth1", "h1", "00:00:00:00:00:01"),), (Route("10.0.0.1/32", (1,)),))
-    rt = runtime_for(sw, SwitchConfig(policy="layer", lb_mode="per_flow", thresholds=Thresholds(20, 15, 10, 5),
-                                      port_thresholds={1: Thresholds(30, 3, 2, 1)}))
+    rt = runtime_for(sw, SwitchConfig(policy="layer", load_balancing="per_flow", qmax=20, k1=15, k2=10, k3=5,
+                                      port_thresholds={1: Thresholds(qmax=30, k1=3, k2=2, k3=1)}))
     by_table = {}
     for e in rt["table_entries"]:
         by_table.setdefault(e["table"], []).append(e)
@@ -85,25 +85,38 @@ def test_written_file_is_readable_and_replays(tmp_path):
     text = path.read_text()
     assert json.loads(text) == rt
     assert text.count("\n") > len(rt["table_entries"])  # one entry per line, not one long line
-    assert load_runtime(path) == rt
+    back = load_runtime(path)
+    assert back.switch == "s4" and len(back.entries) == len(rt["table_entries"])
+    assert [p.port for p in back.ports] == [p["port"] for p in rt["ports"]]
 
 
 def test_rates_in_packets_per_second():
-    assert queue_rate_pps({"rate_pps": 1000, "rate_mbps": 1.0}) == 1000
-    assert queue_rate_pps({"rate_pps": None, "rate_mbps": 50.0}) == round(50e6 / 8 / DATA_FRAME_BYTES)
-    assert queue_rate_pps({"rate_pps": None, "rate_mbps": None}) is None
+    assert queue_rate_pps(PortConfig(1, "x", rate_pps=1000)) == 1000
+    assert queue_rate_pps(PortConfig(1, "x", rate_mbps=50.0)) == round(50e6 / 8 / DATA_FRAME_BYTES)
+    assert queue_rate_pps(PortConfig(1, "x")) is None
     assert DATA_FRAME_BYTES == 1466
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"load_balancing": "ecmp"}, "dlcp.load_balancing: 'ecmp' is not one of per_flow, spray_random, spray_rr"),
+    ({"policy": "strict"}, "dlcp.policy: 'strict' is not one of fifo, layer, magnitude, dlcp"),
+    ({"qmax": 10, "k1": 20, "k2": 5, "k3": 1}, "dlcp.k1: thresholds must satisfy k3 <= k2 <= k1 <= qmax"),
+    ({"port_thresholds": {3: {"qmax": 0}}}, "dlcp.port_thresholds.3.qmax: 0 is below the minimum 1"),
+])
+def test_bad_switch_config_is_one_line_error(settings, message):
+    with pytest.raises(ConfigError) as e:
+        SwitchConfig(**settings)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("mutate, message", [
-    (lambda s, c: (s, SwitchConfig(lb_mode="ecmp")), "dlcp.lb_mode: unknown load-balancing mode 'ecmp'"),
-    (lambda s, c: (s, SwitchConfig(policy="strict")), "dlcp.policy: unknown tagging policy 'strict'"),
-    (lambda s, c: (s, SwitchConfig(thresholds=Thresholds(10, 20, 5, 1))), "dlcp.thresholds: need 0 <= k3"),
     (lambda s, c: (SwitchTopo("s1", 1, s.ports, (Route("10.0.0.9/32", (7,)),)), c),
      "s1: route 10.0.0.9/32 leaves through port 7"),
     (lambda s, c: (SwitchTopo("s1", 1, s.ports, (Route("10.0.0.300/32", (1,)),)), c), "s1: route prefix"),
     (lambda s, c: (SwitchTopo("s1", 1, (Port(64, "s1-eth64", "h1", "00:00:00:00:00:01"),), ()), c),
-     "s1: port 64 (s1-eth64) outside 1..63"),
+     "s1: ports[0]: port must be an integer 1..63, got 64"),
+    (lambda s, c: (SwitchTopo("s1", 1, (Port(1, "s1-eth1", "h1", "00:00:00:00:00:01", rate_mbps=1.0, rate_pps=10),),
+                              ()), c), "rate_mbps and rate_pps are alternatives"),
     (lambda s, c: (SwitchTopo("s1", 1, (Port(1, "s1-eth1", "h1", "00-00-00-00-00-01"),), ()), c),
      "peer MAC '00-00-00-00-00-01'"),
     (lambda s, c: (SwitchTopo("s1", 1, (Port(1, "s1-eth1", "h1", "00:00:00:00:00:01", queue_depth_pkts=64),), ()),
@@ -114,27 +127,4 @@ def test_bad_topology_or_config_is_one_line_error(mutate, message):
     sw, cfg = mutate(sw, SwitchConfig())
     with pytest.raises(RuntimeSpecError) as e:
         runtime_for(sw, cfg)
-    assert message in str(e.value) and "\n" not in str(e.value)
-
-
-@pytest.mark.parametrize("mutate, message", [
-    (lambda rt: rt.pop("device_id"), "key 'device_id' missing"),
-    (lambda rt: rt["table_entries"].append({"table": pn.NHOP, "match": {"nhop_group": 1, "nhop_member": 0},
-                                            "action_name": pn.SET_LB_MODE, "action_params": {"mode": 1}}),
-     "action 'DlcpIngress.set_lb_mode' is not an action of DlcpIngress.nhop"),
-    (lambda rt: rt["table_entries"].append({"table": pn.CLASSIFY, "match": {"dlcp_valid": 1},
-                                            "action_name": pn.SET_CLASS, "action_params": {"qid": 8, "color": 0}}),
-     "DlcpIngress.set_class.qid: 8 does not fit 3 bits"),
-    (lambda rt: rt["table_entries"].append({"table": pn.CLASSIFY, "match": {"dlcp_valid": 1},
-                                            "action_name": pn.CLASSIFY_FROM_DLCP, "action_params": {}}),
-     "need an integer priority"),
-    (lambda rt: rt["registers"].append({"register": pn.RR_NEXT, "index": pn.MAX_GROUPS, "value": 0}),
-     "registers[0]"),
-])
-def test_bad_runtime_file_is_one_line_error(mutate, message):
-    sw = SwitchTopo("s1", 1, (Port(1, "s1-eth1", "h1", "00:00:00:00:00:01"),), (Route("10.0.0.1/32", (1,)),))
-    rt = runtime_for(sw, SwitchConfig())
-    mutate(rt)
-    with pytest.raises(RuntimeSpecError) as e:
-        check_runtime(rt, "s1-runtime.json")
     assert message in str(e.value) and "\n" not in str(e.value)

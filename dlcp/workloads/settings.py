@@ -1,0 +1,59 @@
+"""What a workload is configured with: the keys of the `workload` section (an experiment's adds
+`mode` and `workers`, an agent's the run's `seed`) and the fill policies of `dlcp.fill`."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal, get_args
+
+from pydantic import Field, model_validator
+
+from dlcp.settings import BadValue, Settings, check_argument
+from dlcp.wire.header import FIELD_BITS
+
+ModelName = Literal["mlp", "cnn", "resnet", "synthetic"]
+Dataset = Literal["digits", "synthetic"]
+Fill = Literal["zero", "rescale", "stale", "local"]
+FILLS = get_args(Fill)
+# LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
+DEFAULT_LAYERS = (156, 2416, 30840, 10164, 850)
+MAX_LAYERS = 1 << dict(FIELD_BITS)["layer_id"]  # layer ids travel in 16 bits
+SYNTHETIC_LR_LIMIT = 0.4  # the synthetic problem's largest curvature is 5: SGD diverges from lr 2/5 on
+
+
+def check_fill(name: str) -> str:
+    """`name` if it is a fill policy (for callers that take one as an argument: fill_average, the DDP hook)."""
+    return check_argument("fill", Fill, name, "dlcp")
+
+
+class TrainingSettings(Settings):
+    """What is trained and how (keys of the `workload` section)."""
+    section: ClassVar[str] = "workload"
+    model: ModelName = Field("cnn", description="model registry name")
+    dataset: Dataset = Field("digits", description="scikit-learn digits, or a synthetic task")
+    iterations: int = Field(20, ge=1, description="training iterations per worker")
+    batch_size: int = Field(32, ge=1, description="per-worker batch")
+    lr: float = Field(0.05, gt=0, description=f"SGD learning rate (synthetic model: below {SYNTHETIC_LR_LIMIT:g})")
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum (torch models)")
+    weight_decay: float = Field(0.0, ge=0, description="SGD weight decay (torch models)")
+    eval_every: int = Field(5, ge=0, description="0 = evaluate only at the end")
+    bucket_values: int = Field(0, ge=0, description="0 = one message per layer")
+    layers: list[Annotated[int, Field(ge=1)]] = Field(
+        list(DEFAULT_LAYERS), min_length=1, max_length=MAX_LAYERS,
+        description="synthetic model: layer sizes in values (default: LeNet-5's)")
+    compute_ms: float = Field(0.0, ge=0, description="synthetic model: compute time per iteration")
+
+    @model_validator(mode="after")
+    def _synthetic_lr(self):
+        if self.model == "synthetic" and self.lr >= SYNTHETIC_LR_LIMIT:
+            raise BadValue("lr", f"{self.lr:g} is not below {SYNTHETIC_LR_LIMIT:g}, where SGD on the synthetic "
+                                 "problem diverges (its largest curvature is 5)")
+        return self
+
+    def is_eval_iteration(self, iteration: int) -> bool:
+        last = iteration == self.iterations - 1
+        return last or (self.eval_every > 0 and (iteration + 1) % self.eval_every == 0)
+
+
+class WorkloadConfig(TrainingSettings):
+    """What a worker or the PS trains: the experiment's workload keys and the run's seed."""
+    seed: int = Field(1, ge=0, description="seeds data order, model init, losses")
