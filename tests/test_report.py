@@ -314,6 +314,7 @@ def test_compare_two_runs_with_known_ratios(tmp_path):
     check_html_self_contained(html_path, at_least=7)
     bg_admitted, bg_dropped = BACKGROUND
     assert fifo["background_drop_pkts"] == dlcp["background_drop_pkts"] == bg_dropped
+    assert fifo["control_drop_pkts"] == dlcp["control_drop_pkts"] == 0  # control packets are admitted
     md = (out / "compare.md").read_text()
     assert f"| fifo | background | {bg_admitted:,} | 0 | {bg_dropped} |" in md
     assert "| MCT p99 (us) |" in (out / "compare.md").read_text()
@@ -328,7 +329,7 @@ def test_compare_cli_prints_table_and_honours_out(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "MCT p99 (us)" in p.stdout and "3×" in p.stdout and "y/run ÷ x/run" in p.stdout
     # drops side by side: per queue and run, gradient / other packets (background sits in queue 0)
-    assert "switch drops of background packets" in p.stdout
+    assert "switch drops of background packets" in p.stdout and "switch drops of transport control packets" in p.stdout
     queue0 = next(line for line in p.stdout.splitlines() if line.startswith("0 "))
     assert queue0.split()[-1] == f"{BACKGROUND[1]:,}" and "7 (served first)" in p.stdout
     assert json.loads((out / "compare.json").read_text())["baseline"] == "x/run"

@@ -51,13 +51,15 @@ METRICS = (
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
     Metric("gradient_drop_pkts", "switch drops of gradient packets", "lower",
            ("switch", "traffic", "by_traffic", "gradient", "drop_pkts")),
+    Metric("control_drop_pkts", "switch drops of transport control packets", "lower",
+           ("switch", "traffic", "by_traffic", "control", "drop_pkts")),
     Metric("background_drop_pkts", "switch drops of background packets", "lower",
            ("switch", "traffic", "by_traffic", "background", "drop_pkts")),
 )
 # What the terminal shows: the headline, compactly.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
                     "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "forced", "protected_lost",
-                    "gradient_drop_pkts", "background_drop_pkts")
+                    "gradient_drop_pkts", "control_drop_pkts", "background_drop_pkts")
 
 
 def _get(summary: dict, path: tuple):

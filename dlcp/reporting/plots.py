@@ -279,7 +279,9 @@ def compare_drops(names: list[str], traffic: list[dict]):
     _style(left, "Switch drops by traffic", "", "packets dropped")
     left.set_ylim(0, left.get_ylim()[1] * 1.35)  # room for the legend above the bars
     left.legend(fontsize=7, ncol=len(names), loc="upper center")
-    queues = sorted({int(q) for t in traffic for q in t.get("by_prio", {})}, reverse=True)
+    used = {int(q) for t in traffic for q in t.get("by_prio", {})}
+    # every queue from 7 down once a priority policy used more than one, so no queue looks missing
+    queues = sorted(used, reverse=True) if len(used) <= 1 else list(range(max(used), -1, -1))
     xq = np.arange(len(queues))
     for i, (n, t) in enumerate(zip(names, traffic)):
         pos = xq + (i - (len(names) - 1) / 2) * width
@@ -348,7 +350,8 @@ def queue_timelines(timelines: dict[str, object]):
         _style(depth, f"{label}: queue depth at {tl.switch} port {tl.port} (highest per {bin_s:.2g} s)", "",
                "packets queued")
         depth.set_ylim(bottom=0)
-        depth.legend(fontsize=7, ncol=8, loc="upper right")
+        # legends right of the axes: the queues reach their limit, so no corner inside is clear
+        depth.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
         _style(drops, "", "time since the first iteration started (s)", f"drops per {bin_s:.2g} s")
-        drops.legend(fontsize=7, loc="upper right")
+        drops.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     return fig

@@ -112,9 +112,9 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
     strict = run.policy != "fifo"
     doc.image(_plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)},
-                                  "CDF of MCT, all messages and by priority class " + (
-                                      "(strict priority: the highest class is served first)" if strict else
-                                      "(fifo: one queue, priorities not used by the switch)"), marks),
+                                  "CDF of MCT: all messages and by priority class " + (
+                                      "(highest served first)" if strict else
+                                      "(fifo: one queue, priority unused)"), marks),
                     "mct_cdf", "CDF of MCT"))
     doc.h("By priority class (" + ("7 served first" if strict else "fifo: one queue, served in arrival order") + ")", 3)
     doc.table(["prio"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_prio"].items()])
