@@ -91,9 +91,11 @@ class Sampler:
     def due_in(self) -> float:
         return max(0.0, self.next_t - time.monotonic())
 
-    def take(self, engine) -> None:
+    def take(self, engine, force: bool = False) -> None:
+        """A sample when one is due (or `force`: the last one, at stop, so the samples end with the
+        final counts)."""
         now = time.monotonic()
-        if now < self.next_t:
+        if now < self.next_t and not force:
             return
         raw = engine.sample()
         ports = {}
@@ -174,6 +176,8 @@ class Switch:
             self.control.setblocking(False)
 
     def close(self) -> None:
+        if self.sampler:  # what arrived since the last periodic sample
+            self.sampler.take(self.engine, force=True)
         if isinstance(self.engine, PyEngine):
             self.engine.close()
         for s in self.socks.values():
