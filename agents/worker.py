@@ -1,11 +1,14 @@
-"""Worker agent: trains its Workload and exchanges gradients with the PS or the ring.
+"""Worker agent: trains its Workload and exchanges gradients with the PS or through the comm layer.
 
     python -m agents.worker --config <run>/agents/hN-<role>.json
 
-Per iteration (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or submitted to the
-ring at once; then parameters are pulled (PS) or aggregates awaited and applied (all-reduce). Every
-`dlcp.resync_every` iterations of all-reduce, rank 0's parameters replace the others' and the drift
-is recorded (records/hN-resync.csv). Records and progress: docs/runs.md.
+Per iteration (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or handed
+to the comm layer at once (all-reduce: `[comm] scheduler` decides what runs when over `[comm]
+collective`, dlcp/comm/engine.py); then parameters are pulled (PS) or aggregates awaited and
+applied. DS-Sync with `average = "parameters"` takes a local SGD step with the worker's own
+gradient and then averages parameters inside its group of the iteration. Every
+`dlcp.resync_every` iterations of ring or MultiTree all-reduce, rank 0's parameters replace the
+others' and the drift is recorded (records/hN-resync.csv). Records and progress: docs/runs.md.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import time
 import numpy as np
 
 from agents.common import Agent, open_transport, run_agent
-from dlcp.comm.collectives import PSClient, RingAllReduce
+from dlcp.comm.collectives import PSClient, TransportEngine
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
-from dlcp.workloads.contract import ParamChunk
+from dlcp.workloads.contract import Aggregate, ParamChunk
 from dlcp.workloads.registry import make_workload
 
 log = logging.getLogger("agent")
@@ -52,7 +55,7 @@ def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dic
     return t, int(sum(int(c.lost.sum()) for c in chunks.values()))
 
 
-def iteration_ring(agent: Agent, workload, ring: RingAllReduce, it: int) -> tuple[dict, int]:
+def iteration_allreduce(agent: Agent, workload, ring: TransportEngine, it: int) -> tuple[dict, int]:
     t = compute_and_send(workload, it, ring.submit)
     aggs = ring.wait(it)
     t["comm_end_us"] = now_us()
@@ -62,7 +65,33 @@ def iteration_ring(agent: Agent, workload, ring: RingAllReduce, it: int) -> tupl
     return t, int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
 
 
-def resync(agent: Agent, workload, ring: RingAllReduce, it: int) -> None:
+def iteration_dssync(agent: Agent, workload, engine: TransportEngine, it: int) -> tuple[dict, int]:
+    """DS-Sync, parameters: local SGD step with this worker's own gradient, then the group's mean
+    parameters (docs/collectives.md)."""
+    own = []
+    t = compute_and_send(workload, it, lambda it, msg: own.append(msg))
+    c0 = time.perf_counter()
+    workload.apply_gradients(it, {m.msg_id: Aggregate(m.msg_id, m.values, np.ones(m.values.size, np.uint16), 1)
+                                  for m in own})
+    params = {lay.msg_id: workload.parameters(lay.msg_id) for lay in workload.layouts()}
+    t["compute_s"] += time.perf_counter() - c0
+    t["first_send_us"] = now_us()
+    chunks = engine.average(it, params)
+    t["comm_end_us"] = now_us()
+    c0 = time.perf_counter()
+    for msg_id, chunk in chunks.items():
+        workload.apply_parameters(it, msg_id, chunk)
+    t["compute_s"] += time.perf_counter() - c0
+    return t, int(sum(int(c.lost.sum()) for c in chunks.values()))
+
+
+def planning_backward_ms(workload_cfg) -> float:
+    """The backward time the planners assume (dlcp/comm/policy.py): the synthetic model's
+    compute_ms; 0 for real torch compute, which is not known before it runs."""
+    return workload_cfg.compute_ms if workload_cfg.model == "synthetic" else 0.0
+
+
+def resync(agent: Agent, workload, ring: TransportEngine, it: int) -> None:
     if not hasattr(workload, "parameters"):
         log.warning("re-sync skipped: the workload has no parameters(msg_id)")
         return
@@ -87,10 +116,16 @@ def run(agent: Agent) -> None:
         coll = PSClient(transport, comm, layouts, workload.n_layers)
         step = iteration_ps
     else:
-        transport.connect([(rank + 1) % world] if world > 1 else [])
-        coll = RingAllReduce(transport, comm, layouts, workload.n_layers)
-        step = iteration_ring
-    resync_every = cfg.dlcp.resync_every
+        transport.connect()  # trees, groups and rank 0's order announcements reach any rank
+        coll = TransportEngine(transport, comm, cfg.comm, layouts, workload.n_layers, host_mbps=cfg.links.host_mbps,
+                               fabric_mbps=cfg.links.fabric_mbps, spec=cfg.topology_spec(),
+                               backward_ms=planning_backward_ms(cfg.workload))
+        params_average = cfg.comm.collective == "dssync" and cfg.comm.dssync.average == "parameters"
+        step = iteration_dssync if params_average else iteration_allreduce
+        log.info("comm: scheduler %s over %s, %d operations per iteration", cfg.comm.scheduler, cfg.comm.collective,
+                 coll.sched.ops_per_iteration())
+    # DS-Sync reaches consensus by shuffling its groups: no re-sync to rank 0
+    resync_every = cfg.dlcp.resync_every if cfg.comm.collective != "dssync" else 0
     try:
         for it in range(agent.iterations):
             agent.check_time()
@@ -110,7 +145,7 @@ def run(agent: Agent) -> None:
             agent.done = it + 1
             agent.progress()
     finally:
-        if isinstance(coll, RingAllReduce):
+        if isinstance(coll, TransportEngine):
             coll.close()
 
 

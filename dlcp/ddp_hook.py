@@ -15,7 +15,8 @@ TransportAllToAll.for_process_group(TransportConfig(loss_budget=0.01, r_max=3)))
 
 For each bucket, `dlcp_hook` tags the bucket's packets (layer priority from the parameters in the
 bucket, drop precedence from gradient magnitude: dlcp/wire/tagging.py), hands the flat bucket to the
-transport (`HookTransport.exchange`, dlcp/comm/alltoall.py) on a helper thread, and returns a
+transport (a `Collective`'s `all_reduce`, dlcp/comm/alltoall.py; the bucket index is the operation's
+slot and wire msg_id) on a helper thread, and returns a
 Future that completes with the averaged bucket once the transport returns. The default transport,
 `TransportAllToAll`, sends the bucket to every other rank as one message of the bounded-loss DLCP
 transport (dlcp/transport/bounded_loss.py): lost packets are retransmitted until the message is within its loss
@@ -38,9 +39,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dlcp.comm.alltoall import TransportAllToAll
+from dlcp.comm.alltoall import TransportAllToAll, bucket_op
 from dlcp.settings import Fraction, check_argument
 from dlcp.wire.tagging import TaggingConfig, tag_message
+from dlcp.workloads.contract import Aggregate
 from dlcp.workloads.settings import check_fill
 from dlcp.workloads.trainer.fill import fill_average
 from dlcp.workloads.trainer.models import parameter_layers
@@ -110,7 +112,8 @@ class DlcpHookState:
         values = buffer.detach().reshape(-1).numpy()
         vpp = self.transport.values_per_pkt
         tags = tag_message(values, starts, ids, self.n_layers, self.tagging, vpp)
-        agg = self.transport.exchange(iteration, index, values, tags)
+        res = self.transport.all_reduce(bucket_op(iteration, index, values, tags)).wait()
+        agg = Aggregate(index, res.total, res.count, res.world)
         previous = self._previous.get(index)
         previous = previous[1] if previous is not None and previous[0] == signature else None
         avg = fill_average(agg, self.fill, previous=previous, own=values)

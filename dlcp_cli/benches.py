@@ -3,7 +3,7 @@ or Mininet are imported only when run, so `dlcp bench tagging` works anywhere.""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _tagging(argv):
@@ -22,8 +22,50 @@ def _transport(argv):
 
 
 def _accuracy(argv):
-    from dlcp.workloads.trainer.accuracy_bench import bench_accuracy
+    from dlcp.comm.accuracy_bench import bench_accuracy
     return bench_accuracy(argv)
+
+
+def _schedulers(argv):
+    import json
+    import os
+    import time
+    from pathlib import Path
+
+    from dlcp.comm.bench import parser, print_timeline, timeline_result
+    from dlcp.tables import format_table
+    ap = parser()
+    ap.add_argument("--emulated-repeats", type=int, default=0, metavar="N",
+                    help="also run the schedulers through Mininet N times each (root; hold the netns lock)")
+    ap.add_argument("--emulated-config", default="experiments/schedulers-allreduce.toml")
+    ap.add_argument("--emulated-schedulers", default="wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear")
+    ap.add_argument("--emulated-iterations", type=int, default=20)
+    ap.add_argument("--emulated-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a key of the emulated experiment (repeatable)")
+    ap.add_argument("--out", default="results/bench-schedulers", help="where the emulated runs go")
+    args = ap.parse_args(argv)
+    if args.emulated_repeats and os.geteuid() != 0:
+        raise SystemExit("dlcp bench schedulers: --emulated-repeats needs root (Mininet)")
+    t0 = time.perf_counter()
+    try:
+        result = timeline_result(args.profiles, args.workers, args.rate_gbps, args.latency_s, args.collective_profile,
+                                 args.topologies, args.fabric_gbps, args.kary, args.group)
+    except ValueError as e:
+        raise SystemExit(f"dlcp bench schedulers: {e}")
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    print_timeline(result)
+    if args.emulated_repeats:
+        from emulation.benches.schedulers import emulated
+        em = emulated(args.emulated_config, [s.strip() for s in args.emulated_schedulers.split(",") if s.strip()],
+                      args.emulated_repeats, args.emulated_iterations,
+                      Path(args.out) / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), overrides=args.emulated_set)
+        result["emulated"] = em
+        print(f"\nemulated: {em['config']}, {em['repeats']} repeats x {em['iterations']} iterations; median over "
+              f"repeats of each run's median iteration (slowest worker); ratio to {em['baseline']} with a 95 % interval")
+        print(format_table([{k: v for k, v in r.items() if k != "per_repeat_ms"} for r in em["rows"]]))
+    if args.json:
+        print(json.dumps(result))
+    return 0
 
 
 def _bmv2(argv):
@@ -38,6 +80,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
+    "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
 }
 
 

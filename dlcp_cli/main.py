@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | build | gen | report | compare | clean | bench.
+"""The `dlcp` command: run | build | gen | report | compare | clean | bench | schedule.
 
 The CLI sits above both `dlcp/` and `emulation/`. Commands that need root, Mininet or bmv2 import
 `emulation` only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging` work anywhere.
@@ -25,6 +25,11 @@ def _clean(args: argparse.Namespace) -> int:
     return clean.main(args)
 
 
+def _schedule(argv: list[str]) -> int:
+    from dlcp_cli.schedule_cmd import main as schedule_main
+    return schedule_main(argv)
+
+
 def _build(args: argparse.Namespace) -> int:
     from emulation.bmv2 import build
     return build.main(args)
@@ -47,10 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)")
     r.add_argument("--policies", metavar="P1,P2",
-                   help="run one variant per tagging policy, back to back on the same topology and seed")
+                   help="run one variant per tagging policy, back to back on the same topology and seed "
+                        "(= --vary dlcp.policy=P1,P2)")
+    r.add_argument("--vary", action="append", metavar="KEY=V1,V2",
+                   help="run one variant per value of any config key, e.g. --vary comm.scheduler=wfbp,dear "
+                        "(repeatable: every combination)")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
     r.add_argument("--name", help="name of the run directory (default: the keys of --set, e.g. "
-                                  "load_balancing=per_flow, else the policy); with --policies: <policy>+NAME")
+                                  "load_balancing=per_flow, else the policy); with --policies/--vary: <variant>+NAME")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.set_defaults(func=_run)
 
@@ -76,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark (--help)")
     b.set_defaults(func=lambda a: run_bench(a.name, a.bench_args))
 
+    sc = sub.add_parser("schedule", help="a scheduler's or a collective's plan (--json: last line)",
+                        description="The plan of a communication scheduler on a profile, or of a collective on a "
+                                    "topology: dlcp schedule --help")
+    sc.add_argument("schedule_args", nargs=argparse.REMAINDER, help="options (dlcp schedule --help)")
+    sc.set_defaults(func=lambda a: _schedule(a.schedule_args))
+
     r = sub.add_parser("report", help="summarise a run: summary.json, report.md, report.html, plots/",
                        description="Tail-latency report of one run directory (docs/reports.md).")
     r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
@@ -93,9 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # `dlcp bench NAME --json` must reach the benchmark's own parser untouched
+    # `dlcp bench NAME --json` and `dlcp schedule ...` must reach their own parsers untouched
     if len(argv) >= 2 and argv[0] == "bench" and not argv[1].startswith("-"):
         return run_bench(argv[1], argv[2:])
+    if argv[:1] == ["schedule"]:
+        return _schedule(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0

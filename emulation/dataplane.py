@@ -139,7 +139,7 @@ class DataplaneProcess:
             log.flush()
             self.proc = subprocess.Popen(self.cmdline, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=procs.die_with_parent)
+                                         preexec_fn=procs.die_with_parent)  # noqa: PLW1509 (prctl only; main thread)
         procs.record(self.proc.pid, "switch", self.name, self.cmdline)
         try:
             self._wait_ready()

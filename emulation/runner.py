@@ -4,8 +4,8 @@
     -> progress until every worker is done (or the wall-clock limit) -> counters, records, logs
     -> everything stopped, always: on success, on error, on SIGINT/SIGTERM.
 
-Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--policies` share
-the topology and seed and are compared at the end.
+Results go to results/<UTC time>-<name>/<variant>/ (docs/runs.md); variants of `--vary key=a,b`
+(and `--policies`, which varies dlcp.policy) share the topology and seed and are compared at the end.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ class Experiment:
                   for s in self.spec.switches}
         try:
             self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
-                                     self.cfg["links"]["host_queue_pkts"])
+                                     self.cfg["links"]["host_queue_pkts"], self.cfg["links"]["host_fair_queueing"])
         except Exception as e:  # Mininet raises bare Exceptions; the cause is in the message
             hint = " (a killed run may have left it behind: sudo dlcp clean)" if "File exists" in str(e) else ""
             raise RunFailed(f"network set-up failed: {e}{hint}") from e
@@ -417,14 +417,14 @@ def set_label(overrides: list[str]) -> str:
     return SET_LABEL_CHARS.sub("_", ",".join(parts)).strip("_")[:80]
 
 
-def variant_names(policies: list[str] | None, policy: str, overrides: list[str], name: str | None) -> list[str]:
-    """Run directory names: one per policy of --policies (else one), each naming what is varied:
-    `--name`, else the keys of --set, else the policy. With --policies: "<policy>" or
-    "<policy>+<name or set label>"."""
-    label = name or set_label(overrides)
-    if policies:
-        return [f"{p}+{label}" if label else p for p in policies]
-    return [label or policy]
+def variant_names(varied: list[str] | None, policy: str, overrides: list[str], name: str | None) -> list[str]:
+    """Run directory names: one per variant of --policies / --vary (`varied`: their names from
+    config.variants, None when nothing is varied). A single run is named `--name`, else by the keys
+    of --set, else by its policy (never "run"); variants keep their names, "<variant>+<name>" with
+    `--name` (--set applies to all of them alike, and meta.json records it)."""
+    if varied:
+        return [f"{v}+{name}" if name else v for v in varied]
+    return [name or set_label(overrides) or policy]
 
 
 def check_name(name: str | None) -> None:
@@ -439,7 +439,7 @@ def write_partial_report(run_dir: Path, progress: Progress) -> Path | None:
     progress.done()
     try:
         report_variant(run_dir)
-    except Exception as e:  # a report of a half-written run must not hide the interruption
+    except Exception as e:  # noqa: BLE001 (a report of a half-written run must not hide the interruption)
         print(f"dlcp run: the partial report could not be written: {e}", file=sys.stderr)
         return None
     return run_dir / "report.html"
@@ -471,15 +471,16 @@ def iterations_done(run_dir: Path) -> str:
 
 
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, name: str | None = None) -> Path:
-    """Run an experiment (one variant per policy); returns the results directory."""
+        with_report: bool = True, vary: list[str] = (), name: str | None = None) -> Path:
+    """Run an experiment, one variant per combination of `--vary` values (`--policies P1,P2` is
+    `--vary dlcp.policy=P1,P2`); returns the results directory."""
     check_name(name)
-    base = configmod.load(config_path, overrides)
-    names = variant_names(policies, base["dlcp"]["policy"], overrides, name)
-    variants = []
-    for variant, policy in zip(names, policies or [None]):
-        cfg = configmod.validate(dict(base, dlcp=dict(base["dlcp"], policy=policy))) if policy else base
-        variants.append((variant, cfg))
+    raw = configmod.load_raw(config_path, overrides)
+    base = configmod.validate(raw)
+    varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
+    variants = configmod.variants(raw, varies)
+    names = variant_names([n for n, _ in variants] if varies else None, base["dlcp"]["policy"], overrides, name)
+    variants = [(n, cfg) for n, (_, cfg) in zip(names, variants)]
     # roles and background placement, and the backend's tools, are checked before anything starts
     for _, cfg in variants:
         topospec.from_config(cfg)
@@ -545,7 +546,7 @@ def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      name=args.name)
+                      vary=args.vary or [], name=args.name)
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2

@@ -41,7 +41,7 @@ def free_port_pair(ip: str = "127.0.0.1") -> tuple[int, int]:
 
 def agent_configs(run_dir: Path, mode: str, world: int, worker_ips: list[str], ps_ip: str | None,
                   ports: tuple[int, int], workload: dict | None = None, dlcp: dict | None = None,
-                  timeout_s: float = 60, per_packet: bool = False) -> list[tuple[str, str, dict]]:
+                  timeout_s: float = 60, per_packet: bool = False, comm: dict | None = None) -> list[tuple[str, str, dict]]:
     """(host, role, config as written) per agent, written into run_dir/agents by the runner's own
     code (dlcp.experiment.agent_config) from an experiment on a star: workers h1..hN, the PS
     h{N+1}, at the given addresses instead of the topology's."""
@@ -50,7 +50,7 @@ def agent_configs(run_dir: Path, mode: str, world: int, worker_ips: list[str], p
            "workload": {"mode": mode, "workers": world, "model": "synthetic", "dataset": "synthetic",
                         "iterations": 6, "batch_size": 32, "lr": 0.1, "eval_every": 3, **(workload or {})},
            "dlcp": {"data_port": ports[0], "control_port": ports[1], **(dlcp or {})},
-           "output": {"per_packet": per_packet}}
+           "comm": comm or {}, "output": {"per_packet": per_packet}}
     cfg = config.validate(raw)
     spec = topology.from_config(cfg)
     addresses = {f"h{r + 1}": ip for r, ip in enumerate(worker_ips)} | ({f"h{world + 1}": ps_ip} if ps_ip else {})

@@ -64,6 +64,29 @@ def test_allreduce_agents_with_loss_and_resync(tmp_path):
     assert list(pk[0]) == list(R.PACKET_COLUMNS) and {p["side"] for p in pk} == {"sender", "receiver"}
 
 
+@pytest.mark.parametrize("comm", [
+    {"scheduler": "dear", "dear": {"threshold_bytes": 50000}},
+    {"scheduler": "bytescheduler", "bytescheduler": {"partition_bytes": 20000, "credit_bytes": 40000}},
+    {"scheduler": "mgwfbp", "collective": "multitree"},
+], ids=["dear", "bytescheduler", "mgwfbp-multitree"])
+def test_scheduler_and_collective_agents(tmp_path, comm):
+    """`[comm]` reaches the agents: the worker runs the scheduler over the collective, and trains."""
+    cfgs, codes = run(tmp_path, "allreduce", 3, comm=comm, dlcp={"policy": "dlcp"})
+    check_run(tmp_path, cfgs, codes, 6)
+    assert "comm: scheduler " + comm["scheduler"] in (tmp_path / "logs" / "h1-worker.log").read_text()
+    rows = read_csv(tmp_path / "records" / "h1-messages.csv")
+    assert {r["phase"] for r in rows} >= {"reduce_scatter", "all_gather"}
+
+
+def test_dssync_agents_average_parameters_in_shuffled_groups(tmp_path):
+    cfgs, codes = run(tmp_path, "allreduce", 4, comm={"collective": "dssync", "dssync": {"group": 2}})
+    check_run(tmp_path, cfgs, codes, 6)
+    peers = {(r["iter"], r["peer"]) for r in read_csv(tmp_path / "records" / "h1-messages.csv") if r["side"] == "sender"}
+    # rank 0 pairs with rank 1 in even iterations and with rank 2 in odd ones (groups of 2 of 4)
+    assert {p for it, p in peers if int(it) % 2 == 0} == {"1"} and {p for it, p in peers if int(it) % 2} == {"2"}
+    assert not (tmp_path / "records" / "h1-resync.csv").exists()
+
+
 def test_tcp_baseline_agents(tmp_path):
     cfgs, codes = run(tmp_path, "ps", 2, dlcp={"transport": "tcp"})
     check_run(tmp_path, cfgs, codes, 6)

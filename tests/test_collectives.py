@@ -14,7 +14,9 @@ import threading
 import numpy as np
 import pytest
 
-from dlcp.comm.collectives import CommConfig, PSClient, PSServer, RingAllReduce, sub_layers
+from dlcp.comm.collectives import PSClient, PSServer, RingAllReduce
+from dlcp.comm.packets import sub_layers
+from dlcp.comm.settings import CommConfig
 from dlcp.transport.api import Peer, TransportConfig
 from dlcp.transport.bounded_loss import Transport
 from dlcp.wire.control_frames import PS_RANK

@@ -113,3 +113,45 @@ def test_any_value_anywhere_resolves_or_fails_in_one_line_naming_a_key(assignmen
         text = str(e)
         assert "\n" not in text and ": " in text, text
         assert not any(w in text for w in ("Input should", "pydantic", "validation error")), text
+
+
+def test_vary_gives_one_validated_variant_per_combination():
+    raw = {"name": "v", "workload": {"mode": "allreduce", "workers": 4}}
+    got = config.variants(raw, ["comm.scheduler=wfbp,dear", "dlcp.policy=fifo,dlcp"])
+    assert [n for n, _ in got] == ["wfbp-fifo", "wfbp-dlcp", "dear-fifo", "dear-dlcp"]
+    assert [(c["comm"]["scheduler"], c["dlcp"]["policy"]) for _, c in got] == [
+        ("wfbp", "fifo"), ("wfbp", "dlcp"), ("dear", "fifo"), ("dear", "dlcp")]
+    assert raw == {"name": "v", "workload": {"mode": "allreduce", "workers": 4}}  # untouched
+    assert [n for n, _ in config.variants(raw, [])] == ["run"]
+    assert [c["comm"]["dear"]["threshold_bytes"] for _, c in
+            config.variants(raw, ["comm.dear.threshold_bytes=0,1000"])] == [0, 1000]
+
+
+@pytest.mark.parametrize("vary,msg", [
+    (["comm.scheduler"], "--vary comm.scheduler: expected key=value1,value2"),
+    (["comm.scheduler=wfbp", "comm.scheduler=dear"], "--vary: key comm.scheduler given twice"),
+    (["comm.scheduler=wfbp,fifo"], "variant fifo: comm.scheduler: 'fifo' is not one of"),
+    (["comm.scheduler=dear", "comm.collective=dssync"], "variant dear-dssync: comm.scheduler: 'dear' schedules"),
+    (["workload.mode=ps", "comm.scheduler=mgwfbp"], "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces"),
+])
+def test_bad_vary_is_one_line(vary, msg):
+    with pytest.raises(config.ConfigError, match=msg):
+        config.variants({"name": "v", "workload": {"mode": "allreduce"}}, vary)
+
+
+def test_torus_and_mesh_experiments():
+    cfg = config.validate({"name": "t", "topology": {"kind": "torus", "dims": [4, 4]},
+                           "workload": {"mode": "allreduce", "workers": 16},
+                           "comm": {"collective": "multitree", "multitree": {"kary": 5}}})
+    from dlcp.network import topology as topospec
+    spec = topospec.from_config(cfg)
+    assert spec.kind == "torus" and len(spec.switches) == 16 and [h.rank for h in spec.by_role("worker")] == list(range(16))
+    with pytest.raises(config.ConfigError, match=r"topology.dims: 20x20 needs 2..254 switches"):
+        config.validate({"name": "t", "topology": {"kind": "mesh", "dims": [20, 20]}})
+    with pytest.raises(config.ConfigError, match=r"topology.hosts: not a setting of kind 'torus'"):
+        config.validate({"name": "t", "topology": {"kind": "torus", "hosts": 4}})
+    with pytest.raises(config.ConfigError, match="workload.workers: 17 workers need 17 hosts, topology.torus has 16"):
+        config.validate({"name": "t", "topology": {"kind": "torus"}, "workload": {"mode": "allreduce", "workers": 17}})
+    with pytest.raises(config.ConfigError, match=r"comm.dssync.group: 3 does not divide workload.workers = 4"):
+        config.validate({"name": "t", "workload": {"mode": "allreduce"}, "comm": {"collective": "dssync",
+                                                                                 "dssync": {"group": 3}}})

@@ -37,3 +37,34 @@ def test_torus_4x4_forwards_between_hosts(tmp_path, monkeypatch):
     finally:
         net.stop()
     assert procs.recorded() == []
+
+
+def test_host_fair_queueing_gives_each_destination_its_class(tmp_path, monkeypatch):
+    """links.host_fair_queueing: one HTB leaf per other host; traffic to h2 and h3 is counted in
+    their own classes (so the NIC serves them round-robin), everything else in the default leaf."""
+    from emulation.network import build_network
+    from emulation.switches import switch_class
+
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
+    cfg = config.validate({"name": "grid", "links": {"host_mbps": 20, "fabric_mbps": 5, "host_fair_queueing": True}})
+    spec = topospec.mesh((2, 2), 20, 5)
+    for runtime in spec.runtimes(cfg).values():
+        write_runtime(runtime, tmp_path / "runtime")
+    params = {s: {"runtime_json": str(tmp_path / "runtime" / f"{s}-runtime.json"), "run_dir": str(tmp_path)}
+              for s in spec.switches}
+    net = build_network(spec, switch_class("ref"), params, cfg["links"]["host_queue_pkts"], True)
+    try:
+        h1 = net.get("h1")
+        for dst, count in ((2, 3), (3, 5)):
+            out = h1.cmd(f"ping -c {count} -i 0.2 -W 3 10.0.0.{dst}")
+            assert " 0% packet loss" in out, out
+        classes = h1.cmd("tc -s class show dev h1-eth0")
+        sent = {}
+        for block in classes.split("class htb ")[1:]:
+            cls = block.split()[0]
+            sent[cls] = int(block.split(" Sent ")[1].split()[2])  # "Sent B bytes N pkt"
+        # leaves 1:2 (default), 1:3 .. 1:5 for h2, h3, h4 in host order
+        assert sent["1:4"] >= 5 and sent["1:3"] >= 3 and sent["1:5"] == 0, classes
+    finally:
+        net.stop()
+    assert procs.recorded() == []

@@ -114,5 +114,5 @@ def test_bad_set_up_is_a_clear_error(closing):
     group = make_group(2)
     closing(group)
     values = np.ones(10, np.float32)
-    with pytest.raises(ValueError, match="msg_id 65536"):
+    with pytest.raises(ValueError, match="DDP buckets: slot 65536 outside 0..65535"):
         group[0].exchange(0, 65536, values, tags_of(values))

@@ -24,7 +24,8 @@ DLCP_ALLOWED = {
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
     "dlcp.network": {"dlcp.wire", "dlcp.settings"},
-    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.settings", "dlcp.network"},
+    "dlcp.comm": {"dlcp.wire", "dlcp.transport", "dlcp.workloads", "dlcp.settings", "dlcp.network",
+                  "dlcp.bench_output", "dlcp.tables"},
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
     "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings",

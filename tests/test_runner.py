@@ -225,7 +225,7 @@ def test_sigkilled_run_leaves_no_process_and_clean_removes_links(tmp_path):
     assert any(r.startswith("agent-sink") for r in roles)
     proc.kill()
     proc.wait()
-    gone, still = psutil.wait_procs(alive, timeout=5)
+    _, still = psutil.wait_procs(alive, timeout=5)
     assert not still, f"alive 5 s after the run was SIGKILLed: {[(p.pid, p.cmdline()) for p in still]}"
     p = subprocess.run(DLCP + ["clean"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "dlcp clean: stopped 0 recorded processes" in p.stdout, p.stdout

@@ -3,6 +3,7 @@ start-up failure that reports the switch's own error and command line."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -83,7 +84,7 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
     assert sum(r["admitted_pkts"] for r in c["non_dlcp"]) == sum(q["admitted_pkts"] for q in c["queues"])
     # queue samples every 0.1 s; the last one has the final per-port counts
     samples = [json.loads(line) for line in (tmp_path / "counters" / f"{sw.name}-samples.jsonl").open()]
-    assert len(samples) >= 5 and all(b["t"] > a["t"] for a, b in zip(samples, samples[1:]))
+    assert len(samples) >= 5 and all(b["t"] > a["t"] for a, b in itertools.pairwise(samples))
     last = samples[-1]["ports"]
     assert set(last) == {"1", "2"} and len(last["1"]["occ"]) == 8
     by_port = {p: sum(q["admitted_pkts"] for q in c["queues"] if q["port"] == p) for p in (1, 2)}

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from dlcp.workloads.contract import Aggregate, ParamChunk
 from dlcp.workloads.settings import Dataset, ModelName, WorkloadConfig
 from dlcp.workloads.trainer.data import DATASETS, BatchSchedule, load_dataset
-from dlcp.workloads.trainer.exchange import InMemoryAllReduce, InMemoryPS, PacketLoss
+from dlcp.comm.inmemory import InMemoryPS, PacketLoss, memory_engines
 from dlcp.workloads.trainer.flat import plan_messages
 from dlcp.workloads.trainer.loop import train_allreduce, train_ps
 from dlcp.workloads.trainer.models import MODELS, build_model, parameter_layers
@@ -47,8 +47,7 @@ def reference_parameters(cfg: WorkloadConfig, data, world: int, iterations: int)
 # submit / wait shape over dlcp.collectives) can be added to this table.
 
 def memory_allreduce(workloads, loss=None):
-    ex = InMemoryAllReduce(len(workloads), workloads[0].layouts(), workloads[0].n_layers, loss)
-    return [ex.endpoint(r) for r in range(len(workloads))], ex.abort
+    return memory_engines(len(workloads), workloads[0].layouts(), workloads[0].n_layers, loss=loss)
 
 
 ALLREDUCE_EXCHANGES = {"memory": memory_allreduce}
@@ -122,6 +121,34 @@ def test_allreduce_equals_single_process_on_the_concatenated_batch(digits, excha
     ref = reference_parameters(cfg, digits, WORLD, iterations)
     init = build_model(model, digits.in_shape, 10, cfg.seed)
     assert not torch.allclose(ref, torch.cat([p.detach().reshape(-1) for p in init.parameters()]))
+    for w in workloads:
+        diff = (w.parameter_vector() - ref).abs().max().item()
+        assert diff < 1e-5, f"rank {w.rank}: max |difference| {diff}"
+
+
+# options that make each policy merge, partition, reorder or split on the digits models' messages
+SCHEDULER_POLICIES = {
+    "wfbp": {}, "mgwfbp": {"alpha_s": 0.05, "beta_s_per_byte": 1e-7}, "oasr": {"alpha_s": 0.05, "beta_s_per_byte": 1e-7},
+    "bytescheduler": {"bytescheduler": {"partition_bytes": 2000, "credit_bytes": 6000}},
+    "usbyte": {"alpha_s": 0.001, "beta_s_per_byte": 1e-6, "usbyte": {"unit_elems": 500}},
+    "dear": {"dear": {"threshold_bytes": 20000}},
+}
+
+
+@pytest.mark.parametrize("scheduler", sorted(SCHEDULER_POLICIES))
+@pytest.mark.parametrize("model,bucket_values,threaded", [("cnn", 0, True), ("mlp", 0, False)])
+def test_every_scheduler_trains_like_single_process(digits, scheduler, model, bucket_values, threaded):
+    """The comm layer with each policy (merged, partitioned, reordered, split into reduce-scatter
+    and all-gather) still gives every worker the plain sum: the same parameters as one process."""
+    from dlcp.comm.settings import CommPolicy
+    iterations = 6
+    cfg = WorkloadConfig(model=model, batch_size=16, lr=0.05, bucket_values=bucket_values, seed=5)
+    workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits) for r in range(WORLD)]
+    policy = CommPolicy(scheduler=scheduler, **SCHEDULER_POLICIES[scheduler])
+    endpoints, abort = memory_engines(WORLD, workloads[0].layouts(), workloads[0].n_layers, policy, backward_ms=20.0)
+    assert len(endpoints[0].units) != len(workloads[0].layouts()) or scheduler in ("wfbp", "usbyte", "dear")
+    train_allreduce(workloads, endpoints, iterations, threaded=threaded, abort=abort)
+    ref = reference_parameters(cfg, digits, WORLD, iterations)
     for w in workloads:
         diff = (w.parameter_vector() - ref).abs().max().item()
         assert diff < 1e-5, f"rank {w.rank}: max |difference| {diff}"

@@ -1,8 +1,10 @@
 """What the DDP communication hook (dlcp/ddp_hook.py) needs from a transport, and two of them.
 
-The interface (`HookTransport`) is one blocking call per bucket:
+Both are `Collective`s (dlcp/comm/api.py): `all_reduce(OpData)` returns a Handle of a `Reduced`;
+the op's `slot` is the bucket index, its wire msg_id `WireIds.message(slot)` (P2P phase), and its
+`tags` the packets' tags the hook computed. `HookTransport` adds one blocking call per bucket:
 
-    exchange(iteration, msg_id, values, tags) -> Aggregate
+    exchange(iteration, msg_id, values, tags) -> Aggregate      (= all_reduce(...).wait())
 
 - `values`: this rank's flat float32 gradient of the bucket (a numpy view of DDP's bucket buffer;
   read it, never write it; it stays valid until `exchange` returns);
@@ -33,18 +35,23 @@ import collections
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from dlcp.comm.api import Collective, Handle, OpData, Reduced, completed
+from dlcp.comm.wire_ids import MSG_ID_SPACE, WireIds
 from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
 from dlcp.transport.bounded_loss import Transport
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, TYPE_DATA, VALUES_PER_PKT
 from dlcp.wire.tagging import Tags
-from dlcp.workloads.contract import Aggregate
+from dlcp.workloads.contract import Aggregate, MessageLayout
+
+BUCKET_IDS = WireIds(MSG_ID_SPACE, what="DDP buckets")  # bucket index = slot = wire msg_id
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +60,27 @@ class HookTransport(Protocol):
     world: int
     values_per_pkt: int
 
+    def all_reduce(self, op: OpData) -> Handle: ...
+
     def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate: ...
 
     def close(self) -> None: ...
+
+
+def bucket_op(iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> OpData:
+    """The OpData of one bucket exchange (layer segments are in `tags`, the layout is a label)."""
+    BUCKET_IDS.message(msg_id)
+    first = int(tags.layer_id.min()) if len(tags) else 0
+    return OpData(iteration, msg_id, np.asarray(values, dtype=np.float32).reshape(-1),
+                  MessageLayout(msg_id, int(np.size(values)), (0,), (first,)), first + 1, tags=tags)
+
+
+class _Exchange(Collective):
+    """`exchange` as a blocking all-reduce, for both hook transports."""
+
+    def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate:
+        res = self.all_reduce(bucket_op(iteration, msg_id, values, tags)).wait()
+        return Aggregate(msg_id, res.total, res.count, res.world)
 
 
 @dataclass
@@ -86,7 +111,7 @@ def _local_address() -> str:
         return s.getsockname()[0]
 
 
-class TransportAllToAll:
+class TransportAllToAll(_Exchange):
     """All-to-all of every bucket over the bounded-loss transport (see the module docstring).
 
     `endpoint` is this rank's `Transport` (wire rank = process-group rank) with every other rank
@@ -111,7 +136,7 @@ class TransportAllToAll:
 
     @classmethod
     def for_process_group(cls, config: TransportConfig | None = None, group=None, host: str | None = None,
-                          data_port: int = 0, control_port: int = 0, **kwargs) -> "TransportAllToAll":
+                          data_port: int = 0, control_port: int = 0, **kwargs) -> TransportAllToAll:
         """Open this rank's endpoint on `host` (default: the address towards MASTER_ADDR, or
         127.0.0.1 without it; pass it where that guess is wrong) and the given ports (0: any free
         port), learn every rank's addresses through the (already initialised) torch.distributed
@@ -141,10 +166,21 @@ class TransportAllToAll:
             endpoint.close()
             raise
 
-    def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate:
-        if not 0 <= msg_id <= 0xFFFF:
-            raise ValueError(f"msg_id {msg_id} does not fit the 16-bit wire msg_id")
-        values = np.asarray(values, dtype=np.float32).reshape(-1)
+    def all_reduce(self, op: OpData) -> Handle:
+        """The bucket to every other rank, every rank's bucket summed; runs in a thread of its own."""
+        h = Handle(f"bucket {op.slot} of iteration {op.iteration}")
+
+        def run():
+            try:
+                h.set_result(self._all_to_all(op.iteration, op.slot, op.values, op.tags))
+            except BaseException as e:  # the waiter re-raises it
+                h.set_error(e)
+
+        threading.Thread(target=run, name=f"alltoall-{self.rank}-{op.slot}", daemon=True).start()
+        return h
+
+    def _all_to_all(self, iteration: int, slot: int, values: np.ndarray, tags: Tags) -> Reduced:
+        msg_id = BUCKET_IDS.message(slot)
         it16 = iteration & 0xFFFF
         t = self.endpoint
         t.advance(it16)
@@ -179,13 +215,13 @@ class TransportAllToAll:
         self.stats.exchanges += 1
         self.stats.sent_pkts += len(batch) * len(handles)
         self.message_rows.extend(t.take_message_rows())
-        return Aggregate(msg_id, total, count, self.world)
+        return Reduced(total, count, self.world)
 
     def close(self) -> None:
         self.endpoint.close()
 
 
-class GlooAllReduce:
+class GlooAllReduce(_Exchange):
     """Reference HookTransport: all-reduce of (values, counts) over a dedicated gloo group.
     Collective constructor: every rank calls it. `drop_rate` drops whole packets of this rank's
     contribution (emulated loss, nothing recovers it) before the all-reduce."""
@@ -201,9 +237,11 @@ class GlooAllReduce:
         self._rng = np.random.default_rng([seed, dist.get_rank(self.group)])
         self.stats = ExchangeStats()
 
-    def exchange(self, iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Aggregate:
+    def all_reduce(self, op: OpData) -> Handle:
+        """Blocking (gloo's all-reduce is collective): the handle is done when it returns."""
         import torch
-        total = torch.from_numpy(np.array(values, dtype=np.float32, copy=True).reshape(-1))
+        tags = op.tags
+        total = torch.from_numpy(np.array(op.values, dtype=np.float32, copy=True).reshape(-1))
         count = torch.ones(total.numel(), dtype=torch.int32)
         if self.drop_rate > 0:
             lost_pkts = self._rng.random(len(tags)) < self.drop_rate
@@ -216,7 +254,7 @@ class GlooAllReduce:
         self._dist.all_reduce(count, group=self.group)
         self.stats.exchanges += 1
         self.stats.sent_pkts += len(tags)
-        return Aggregate(msg_id, total.numpy(), count.numpy().astype(np.uint16), self.world)
+        return completed(op.what, Reduced(total.numpy(), count.numpy().astype(np.uint16), self.world))
 
     def close(self) -> None:
         pass

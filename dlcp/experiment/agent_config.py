@@ -4,8 +4,9 @@ and read back by the agents with the same classes (`load_agent_config`), which c
 a file edited by hand or written by an older version fails with one line naming the key.
 
 A worker or the PS gets the experiment's `workload` keys (TrainingSettings) and the run's seed,
-and the `dlcp` keys the hosts use (HostDlcp: tagging, transport, collectives, fill), not the
-switches'. The transport, collective and tagging settings objects are derived from it
+the `dlcp` keys the hosts use (HostDlcp: tagging, transport, collectives, fill), not the
+switches', the `[comm]` section, and the topology and links (a worker plans its collective's
+steps and groups on them: `topology_spec`). The transport, collective and tagging settings objects are derived from it
 (`transport_config`, `comm_config`), so nothing is read from an unchecked dict.
 """
 
@@ -18,8 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.comm.collectives import CommConfig, Mode, World
-from dlcp.experiment.config import Background, Experiment, HostDlcp
+from dlcp.comm.settings import CommConfig, CommPolicy, Mode, World
+from dlcp.experiment.config import Background, Experiment, HostDlcp, Links, Topology
+from dlcp.network import topology as topospec
 from dlcp.network.topology import TopologySpec
 from dlcp.settings import BadValue, ConfigError, IPv4, Port, Settings
 from dlcp.transport.api import Peer, TransportConfig, WireByte
@@ -65,6 +67,9 @@ class WorkloadAgentConfig(Settings):
     ports: Ports
     workload: WorkloadConfig
     dlcp: HostDlcp
+    comm: CommPolicy = CommPolicy()
+    topology: Topology  # the experiment's: collectives plan their steps and groups on it
+    links: Links
     records: Records = Records()
     timeout_s: float = Field(gt=0)
 
@@ -101,6 +106,17 @@ class WorkloadAgentConfig(Settings):
     def comm_config(self) -> CommConfig:
         return self.dlcp.project(CommConfig, rank=self.wire_rank, world=self.world, job_id=self.job_id,
                                  tagging=self.dlcp.project(TaggingConfig), timeout_s=self.timeout_s)
+
+    def topology_spec(self) -> TopologySpec:
+        """The experiment's topology with the roles the runner placed (rank r on the same host)."""
+        spec = topospec.from_config({"topology": self.topology.model_dump(), "links": self.links.model_dump(),
+                                     "workload": {"workers": self.world, "mode": self.mode}, "background": []})
+        placed = {h.rank: h.name for h in spec.by_role("worker")}
+        for w in self.workers:
+            if placed.get(w.rank) != w.host:
+                raise BadValue("workers", f"rank {w.rank} is on {w.host}, but topology.{self.topology.kind} places it "
+                                          f"on {placed.get(w.rank)}")
+        return spec
 
     def peers(self) -> list[Peer]:
         """Every other rank this agent talks to."""
@@ -149,6 +165,7 @@ def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[st
         ports=Ports(data=exp.dlcp.data_port, control=exp.dlcp.control_port),
         workload=exp.workload.project(WorkloadConfig, seed=exp.seed),
         dlcp=exp.dlcp.project(HostDlcp),
+        comm=exp.comm, topology=exp.topology, links=exp.links,
         records=Records(per_packet=exp.output.per_packet),
         timeout_s=exp.timeout_s)
     out: list[tuple[str, str, AgentConfig]] = [

@@ -2,9 +2,10 @@
 
 The model is composed from the layers' own settings (dlcp/settings.py): the `dlcp` section is
 TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
-(comm/collectives.py) + the fill policy (workloads/settings.py) + SwitchSettings
-(experiment/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
-(workloads/settings.py) + mode and workers; the other sections are declared here. Everything is
+(comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
+(network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
+(workloads/settings.py) + mode and workers; `comm` is CommPolicy (comm/settings.py: scheduler,
+collective and their parameters); the other sections are declared here. Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
 with one line naming the key (`dlcp.loss_budget: 1.5 is not a fraction in 0..1`). The resolved
 config is a plain nested dict with every default filled in (`validate`), written back as TOML
@@ -24,7 +25,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dlcp.comm.collectives import CommSettings, Mode
+from dlcp.comm.settings import CommPolicy, CommSettings, Mode
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
@@ -39,8 +40,10 @@ __all__ = [
     "dumps",
     "load",
     "parse_value",
+    "parse_vary",
     "schema_markdown",
     "validate",
+    "variants",
 ]
 
 
@@ -79,8 +82,30 @@ class LeafSpine(Settings):
         return self.leaves * self.hosts_per_leaf
 
 
-TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSpine)}
-Topology = Annotated[Star | Dumbbell | LeafSpine, Field(discriminator="kind")]
+class _Grid(Settings):
+    dims: list[Annotated[int, Field(ge=1, le=254)]] = Field(
+        [4, 4], min_length=2, max_length=2, description="rows, cols: one switch (and host) per grid point")
+
+    def n_hosts(self) -> int:
+        return self.dims[0] * self.dims[1]
+
+    @model_validator(mode="after")
+    def _size(self):
+        if not 2 <= self.n_hosts() <= 254:
+            raise BadValue("dims", f"{self.dims[0]}x{self.dims[1]} needs 2..254 switches (host addresses 10.0.0.1..254)")
+        return self
+
+
+class Torus(_Grid):
+    kind: Literal["torus"] = "torus"
+
+
+class Mesh(_Grid):
+    kind: Literal["mesh"] = "mesh"
+
+
+TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSpine, Torus, Mesh)}
+Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discriminator="kind")]
 
 
 class Links(Settings):
@@ -90,6 +115,8 @@ class Links(Settings):
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
     loss: Fraction = Field(0.0, description="random loss per switch egress")
     host_queue_pkts: int = Field(256, ge=2, le=100000, description="host NIC queue (tc) in packets")
+    host_fair_queueing: bool = Field(False, description="host NIC serves destinations round-robin (a multi-port "
+                                                        "NI feeding several router ports at once), not one FIFO")
 
 
 class Placement(Settings):
@@ -154,10 +181,12 @@ class Experiment(Settings):
     backend: Literal["ref", "bmv2"] = Field("ref", description="switch backend")
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
-    topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, or leaves under spines")
+    topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, leaves under "
+                                                                 "spines, or a 2-D torus / mesh of switches")
     links: Links = Field(default_factory=Links)
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
+    comm: CommPolicy = Field(default_factory=CommPolicy)
     background: list[Background] = Field([])
     output: Output = Field(default_factory=Output)
 
@@ -183,6 +212,13 @@ class Experiment(Settings):
         if d.qmax >= links.queue_pkts:
             raise BadValue("dlcp.qmax", f"{d.qmax} must be below links.queue_pkts {links.queue_pkts} (admission "
                                         "control must act before the queue is full)")
+        c = self.comm
+        if w.mode == "ps" and (c.scheduler != "wfbp" or c.collective != "ring"):
+            key, val = ("scheduler", c.scheduler) if c.scheduler != "wfbp" else ("collective", c.collective)
+            raise BadValue(f"comm.{key}", f"{val!r} runs all-reduces: it needs workload.mode = 'allreduce' "
+                                          "(the parameter server pushes and pulls one message per layer)")
+        if c.collective == "dssync" and w.workers % c.dssync.group:
+            raise BadValue("comm.dssync.group", f"{c.dssync.group} does not divide workload.workers = {w.workers}")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")
@@ -242,8 +278,50 @@ def apply_override(raw: dict, assignment: str) -> None:
         node[last] = parse_value(text)
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> dict:
-    """Read, override and validate an experiment config file."""
+def parse_vary(text: str) -> tuple[str, list]:
+    """`key=v1,v2,...` of `--vary`: the key and its values (TOML literals or bare words; no lists)."""
+    if "=" not in text:
+        raise ConfigError(f"--vary {text}: expected key=value1,value2,...")
+    key, values = text.split("=", 1)
+    key = key.strip()
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not key or not items:
+        raise ConfigError(f"--vary {text}: expected key=value1,value2,...")
+    return key, items
+
+
+def _variant_name(values: list[str]) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(values))
+
+
+def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
+    """(name, validated config) per combination of the `--vary key=v1,v2` values (cartesian product,
+    first key slowest); the name is the combination's values joined by '-'. No varies: one variant
+    named "run"."""
+    import copy
+    import itertools
+    parsed = [parse_vary(v) for v in varies]
+    keys = [k for k, _ in parsed]
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"--vary: key {next(k for k in keys if keys.count(k) > 1)} given twice")
+    out, names = [], set()
+    for combo in itertools.product(*(values for _, values in parsed)):
+        cfg = copy.deepcopy(raw)
+        for key, value in zip(keys, combo):
+            apply_override(cfg, f"{key}={value}")
+        name = _variant_name(list(combo)) if combo else "run"
+        if name in names:
+            raise ConfigError(f"--vary: two variants would both be named {name!r}")
+        names.add(name)
+        try:
+            out.append((name, validate(cfg)))
+        except ConfigError as e:
+            raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+    return out
+
+
+def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
+    """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
         raw = tomllib.loads(p.read_text())
@@ -253,7 +331,12 @@ def load(path: str | Path, overrides: list[str] = ()) -> dict:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for o in overrides:
         apply_override(raw, o)
-    return validate(raw)
+    return raw
+
+
+def load(path: str | Path, overrides: list[str] = ()) -> dict:
+    """Read, override and validate an experiment config file."""
+    return validate(load_raw(path, overrides))
 
 
 # --- writing TOML (tomllib only reads) ------------------------------------------------------------

@@ -219,6 +219,8 @@ def from_config(cfg: dict) -> TopologySpec:
         spec = star(t["hosts"], links["host_mbps"])
     elif t["kind"] == "dumbbell":
         spec = dumbbell(t["hosts_left"], t["hosts_right"], links["host_mbps"], links["fabric_mbps"])
+    elif t["kind"] in ("torus", "mesh"):
+        spec = _grid(t["kind"], tuple(t["dims"]), t["kind"] == "torus", links["host_mbps"], links["fabric_mbps"])
     else:
         spec = leaf_spine(t["spines"], t["leaves"], t["hosts_per_leaf"], links["host_mbps"], links["fabric_mbps"])
     assign_roles(spec, cfg["workload"]["workers"], cfg["workload"]["mode"] == "ps", cfg["background"])

@@ -117,10 +117,21 @@ class SendHandle:
     def __init__(self, key):
         self.key = key
         self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list = []
         self.result: SendResult | None = None
 
     def done(self) -> bool:
         return self._event.is_set()
+
+    def add_done_callback(self, fn) -> None:
+        """Run fn(handle) once the send is finished: at once if it is, else in the transport's
+        thread that finishes it (so fn must not block)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
 
     def wait(self, timeout: float | None = None) -> SendResult:
         if not self._event.wait(timeout):
@@ -128,8 +139,12 @@ class SendHandle:
         return self.result
 
     def _finish(self, result: SendResult) -> None:
-        self.result = result
-        self._event.set()
+        with self._lock:
+            self.result = result
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
 
 
 @dataclass

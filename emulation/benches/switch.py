@@ -36,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 
@@ -140,7 +141,7 @@ class NetDev:
     """Interface counters of a namespace, read from /proc/<pid>/net/dev of a process parked in it:
     no subprocess per read, so the sender's and the receiver's counters are read microseconds apart."""
 
-    FIELDS = {"rx_packets": 1, "rx_dropped": 3, "tx_packets": 9, "tx_dropped": 11}
+    FIELDS: ClassVar[dict[str, int]] = {"rx_packets": 1, "rx_dropped": 3, "tx_packets": 9, "tx_dropped": 11}
 
     def __init__(self, ns: str):
         self.proc = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "infinity"], stdin=subprocess.DEVNULL)
@@ -215,7 +216,7 @@ class Bench:
             before = self._counters(tx_if, rx_if, sw_out, control, pids)
             time.sleep(seconds)
             after = self._counters(tx_if, rx_if, sw_out, control, pids)
-            out, err = sender.communicate(timeout=30)
+            _, err = sender.communicate(timeout=30)
         finally:
             if sender.poll() is None:
                 sender.kill()

@@ -83,7 +83,7 @@ class Sampler:
     part of them without a DLCP header}}}. Counts are cumulative; a reader takes differences."""
 
     def __init__(self, path: str, period_s: float, ports: list[int]):
-        self.file = open(path, "a", buffering=1 << 16)
+        self.file = open(path, "a", buffering=1 << 16)  # noqa: SIM115 (open for the switch's lifetime)
         self.period_s, self.ports = period_s, ports
         self.next_t = time.monotonic()
         self.last_flush = self.next_t

@@ -10,7 +10,9 @@ and it answers with the operations to start now:
     on_forward(iteration, tensor, now)  the forward of `iteration` has reached `tensor` (it still
                                         waits until the tensor's parameters are final)
 
-Each returns a list of `Op`s the driver must start, in that order. `now` is in seconds of the
+Each returns a list of `Op`s the driver must start, in that order. `units()` lists the data every
+operation of an iteration carries (a group, a tensor, a partition), fixed by the plan: ranks name
+operations by their unit (wire ids, dlcp/comm/wire_ids.py), so every op's segments are one unit. `now` is in seconds of the
 driver's clock; schedulers use it only for bookkeeping, never to read time themselves.
 
 An operation's data is final (the parameters of those elements can be updated) when an op of a
@@ -80,6 +82,10 @@ class Scheduler(ABC):
     `describe()` returns the plan as plain data (groups, partitions, ...) for `plan_json`.
     """
     name = "scheduler"
+    # Whether the order of released operations can depend on timing (which gradients happen to be
+    # ready when an operation completes). The ranks of a job must run operations in one order, so
+    # such a policy decides on one rank and the others follow (dlcp/comm/engine.py).
+    timing_dependent_order = False
 
     def __init__(self, sizes):
         self.sizes = [int(s) for s in sizes]
@@ -105,3 +111,13 @@ class Scheduler(ABC):
 
     def describe(self) -> dict:
         return {}
+
+    def units(self) -> list[tuple[Segment, ...]]:
+        """The segments of every operation an iteration can have, each list once. Policies that
+        run on a network (through dlcp/comm/engine.py) must say; the timeline does not need it."""
+        raise NotImplementedError(f"scheduler {self.name!r} does not list its units: it can run on the "
+                                  "timeline only")
+
+    def ops_per_iteration(self) -> int:
+        """Operations one iteration releases (one per unit unless the policy splits primitives)."""
+        return len(self.units())

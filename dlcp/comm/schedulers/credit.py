@@ -22,6 +22,7 @@ from dlcp.workloads.profile import BYTES_PER_ELEMENT
 class CreditExecutor(Scheduler):
     """blocks[t]: list of (key, Segment) of tensor t; key: tuple, smaller = sent first."""
     name = "credit"
+    timing_dependent_order = True  # what is released at a completion depends on what is ready then
 
     def __init__(self, sizes, blocks, credit_bytes: int | None):
         super().__init__(sizes)
@@ -68,3 +69,6 @@ class CreditExecutor(Scheduler):
 
     def priority_of(self, key, seg: Segment) -> int:
         return seg.tensor
+
+    def units(self):
+        return [(seg,) for bl in self.blocks for _, seg in bl]

@@ -112,3 +112,9 @@ class DeAR(Scheduler):
 
     def describe(self) -> dict:
         return {"groups": [list(g) for g in self.groups], "threshold_bytes": self.threshold_bytes}
+
+    def units(self):
+        return [tuple(self.whole(t) for t in g) for g in self.groups]
+
+    def ops_per_iteration(self) -> int:
+        return 2 * len(self.groups)  # a reduce-scatter and an all-gather per group

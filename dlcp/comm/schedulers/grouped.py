@@ -43,3 +43,6 @@ class GroupedAllReduce(Scheduler):
 
     def describe(self) -> dict:
         return {"groups": [list(g) for g in self.groups]}
+
+    def units(self):
+        return [tuple(self.whole(t) for t in g) for g in self.groups]

@@ -1,12 +1,13 @@
-"""In-process collectives with the shapes of dlcp/workloads/contract.py, plus emulated packet loss.
+"""In-process collectives, plus emulated packet loss: the trainer's tests and `dlcp bench accuracy`
+run through them without a network.
 
-`InMemoryAllReduce` is an exact all-reduce: each worker's endpoint has `submit(it, msg)` and
-`wait(it) -> {msg_id: Aggregate}`; the aggregate is the sum of every worker's message, always added
-in rank order (so results do not depend on thread timing). `InMemoryPS` is the parameter-server
-pair: clients `push(it, msg)` / `pull(it) -> {msg_id: ParamChunk}`, the server `gather(it)` /
-`scatter(it, params)`. Both block with a timeout and can be aborted, so workers may run in threads.
-They exist to test the trainer and to run `dlcp bench accuracy` without a network; the real
-collectives over the transport have the same methods.
+`InMemoryGroup` is an exact all-reduce among N ranks behind the `Collective` interface
+(dlcp/comm/api.py): a worker drives it through the same `CommEngine` (and so the same scheduler)
+as the transport's collectives (`memory_endpoints`), and the sum is always added in rank order (so
+results do not depend on thread timing). `InMemoryPS` is the parameter-server pair: clients
+`push(it, msg)` / `pull(it) -> {msg_id: ParamChunk}`, the server `gather(it)` /
+`scatter(it, params)`, with the methods of PSClient / PSServer. Both block with a timeout and can
+be aborted, so workers may run in threads.
 
 `PacketLoss` emulates what the network does to one contribution (one worker's copy of a message):
 the message is cut into packets of 350 values (dlcp.chunking's size) and whole packets are lost
@@ -23,11 +24,13 @@ reproducible whatever the order of calls.
 
 from __future__ import annotations
 
+import queue
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from dlcp.comm.api import Collective, Handle, OpData, Reduced
 from dlcp.wire.header import VALUES_PER_PKT
 from dlcp.wire.tagging import TaggingConfig, n_packets, tag_message
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
@@ -115,64 +118,98 @@ def _sum_contributions(layouts, contributions, world) -> dict[int, Aggregate]:
     return out
 
 
-class InMemoryAllReduce:
-    """Exact in-memory all-reduce over `world` endpoints (see the module docstring)."""
+class InMemoryGroup:
+    """An exact in-process all-reduce among `world` ranks: `collective(rank)` is rank `rank`'s
+    `Collective` (dlcp/comm/api.py). An operation (iteration, slot) completes once every rank of
+    its group has contributed; the sum is taken in rank order, so every rank gets the same bits.
+    `groups(iteration)` gives the groups of an iteration (DS-Sync); default: one group of all.
+    Completions are handed to the callbacks on one dispatcher thread, so a rank's callback never
+    runs inside another rank's call (and chains of operations do not nest)."""
 
-    def __init__(self, world: int, layouts: list[MessageLayout], n_layers: int,
-                 loss: PacketLoss | None = None, timeout_s: float = 120.0):
-        self.world, self.n_layers, self.loss = world, n_layers, loss
-        self.layouts = {l.msg_id: l for l in layouts}
-        self._sizes = {l.msg_id: l.n_values for l in layouts}
-        self._rv = _Rendezvous(timeout_s)
-        self._contrib: dict[int, dict[int, dict]] = {}  # it -> msg_id -> rank -> (values, lost)
-        self._result: dict[int, dict[int, Aggregate]] = {}
-        self._fetched: dict[int, int] = {}
+    def __init__(self, world: int, loss: PacketLoss | None = None, groups=None, timeout_s: float = 120.0):
+        self.world, self.loss, self.timeout_s = world, loss, timeout_s
+        self.groups = groups or (lambda iteration: [list(range(world))])
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[int, int, tuple], dict[int, tuple]] = {}
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._dispatcher = threading.Thread(target=self._dispatch, name="inmemory-callbacks", daemon=True)
+        self._dispatcher.start()
 
-    def endpoint(self, rank: int) -> "AllReduceEndpoint":
-        return AllReduceEndpoint(self, rank)
+    def collective(self, rank: int) -> MemberCollective:
+        if not 0 <= rank < self.world:
+            raise ValueError(f"rank {rank} outside 0..{self.world - 1}")
+        return MemberCollective(self, rank)
+
+    def group_of(self, iteration: int, rank: int) -> tuple[int, ...]:
+        return next(tuple(sorted(g)) for g in self.groups(iteration) if rank in g)
 
     def abort(self, error: BaseException) -> None:
-        self._rv.abort(error)
+        with self._lock:
+            self._error = error
+            pending, self._pending = self._pending, {}
+        for contributions in pending.values():
+            for _, _, handle in contributions.values():
+                self._done.put((handle, None, ExchangeAborted(f"in-memory exchange aborted: {error}")))
 
-    def _submit(self, rank: int, it: int, msg: GradMessage) -> None:
-        if msg.msg_id not in self._sizes or msg.values.size != self._sizes[msg.msg_id]:
-            raise ValueError(f"rank {rank} iteration {it}: message {msg.msg_id} of {msg.values.size} values "
-                             f"does not match the layouts")
+    def _contribute(self, rank: int, op: OpData) -> Handle:
+        h = Handle(f"in-memory {op.what}")
         lost = None
         if self.loss is not None and self.loss.rate > 0:
-            lost = self.loss.lost_values(msg.values, msg.layout, self.n_layers, PUSH, it, rank)
-        with self._rv.cond:
-            self._contrib.setdefault(it, {}).setdefault(msg.msg_id, {})[rank] = (msg.values, lost)
-            self._rv.cond.notify_all()
+            lost = self.loss.lost_values(op.values, op.layout, op.n_layers, PUSH, op.iteration, rank)
+        group = self.group_of(op.iteration, rank)
+        key = (op.iteration, op.slot, group)
+        with self._lock:
+            if self._error is not None:
+                raise ExchangeAborted(f"in-memory exchange aborted: {self._error}")
+            got = self._pending.setdefault(key, {})
+            if rank in got:
+                raise ValueError(f"rank {rank}: {op.what} contributed twice")
+            got[rank] = (np.array(op.values, dtype=np.float32).reshape(-1), lost, h)
+            if len(got) < len(group):
+                return h
+            del self._pending[key]
+        sizes = {v.size for v, _, _ in got.values()}
+        if len(sizes) != 1:
+            error = ValueError(f"{op.what}: ranks contributed different sizes {sorted(sizes)}")
+            for _, _, handle in got.values():
+                self._done.put((handle, None, error))
+            return h
+        n = sizes.pop()
+        total = np.zeros(n, np.float32)
+        count = np.zeros(n, np.uint16)
+        for r in group:  # rank order: every rank gets the same bits
+            values, lost_r, _ = got[r]
+            if lost_r is None:
+                total += values
+                count += 1
+            else:
+                total += np.where(lost_r, np.float32(0), values)
+                count += ~lost_r
+        for _, _, handle in got.values():
+            self._done.put((handle, Reduced(total.copy(), count.copy(), len(group)), None))
+        return h
 
-    def _complete(self, it: int) -> bool:
-        msgs = self._contrib.get(it, {})
-        return len(msgs) == len(self._sizes) and all(len(r) == self.world for r in msgs.values())
-
-    def _wait(self, rank: int, it: int) -> dict[int, Aggregate]:
-        with self._rv.cond:
-            self._rv.wait_for(lambda: it in self._result or self._complete(it),
-                              f"every rank's messages of iteration {it}")
-            if it not in self._result:
-                # summed once, before any worker returns (and may overwrite its send buffer)
-                self._result[it] = _sum_contributions(self._sizes, self._contrib.pop(it), self.world)
-            result = self._result[it]
-            self._fetched[it] = self._fetched.get(it, 0) + 1
-            if self._fetched[it] == self.world:
-                del self._result[it], self._fetched[it]
-            return result
+    def _dispatch(self) -> None:
+        while True:
+            handle, result, error = self._done.get()
+            if error is not None:
+                handle.set_error(error)
+            else:
+                handle.set_result(result)
 
 
-@dataclass
-class AllReduceEndpoint:
-    exchange: InMemoryAllReduce
-    rank: int
+class MemberCollective(Collective):
+    """One rank of an InMemoryGroup."""
 
-    def submit(self, iteration: int, msg: GradMessage) -> None:
-        self.exchange._submit(self.rank, iteration, msg)
+    def __init__(self, group: InMemoryGroup, rank: int):
+        self.group, self.rank, self.world = group, rank, group.world
 
-    def wait(self, iteration: int) -> dict[int, Aggregate]:
-        return self.exchange._wait(self.rank, iteration)
+    def all_reduce(self, op: OpData) -> Handle:
+        return self.group._contribute(self.rank, op)
+
+    def group_size(self, iteration: int) -> int:
+        return len(self.group.group_of(iteration, self.rank))
 
 
 class InMemoryPS:
@@ -190,10 +227,10 @@ class InMemoryPS:
         self._params: dict[int, dict[int, np.ndarray]] = {}
         self._pulled: dict[int, int] = {}
 
-    def client(self, rank: int) -> "PSClient":
+    def client(self, rank: int) -> PSClient:
         return PSClient(self, rank)
 
-    def server(self) -> "PSServer":
+    def server(self) -> PSServer:
         return PSServer(self)
 
     def abort(self, error: BaseException) -> None:
@@ -260,3 +297,25 @@ class PSServer:
 
     def scatter(self, iteration: int, params: dict[int, np.ndarray]) -> None:
         self.ps._scatter(iteration, params)
+
+
+def memory_engines(world: int, layouts: list[MessageLayout], n_layers: int, policy=None,
+                   loss: PacketLoss | None = None, backward_ms: float = 0.0, timeout_s: float = 120.0):
+    """One CommEngine per rank over one InMemoryGroup, for the `[comm]` settings `policy`
+    (default: WFBP): the same scheduler and order rules as over the transport (the collective's
+    algorithm does not change an exact in-process sum; DS-Sync's groups do). Returns (engines,
+    abort): `abort(error)` wakes every waiting rank."""
+    from dlcp.comm.engine import CommEngine, forward_order
+    from dlcp.comm.order import MemoryOrder
+    from dlcp.comm.policy import build_scheduler, cost_model, planning_profile, step_plan
+    from dlcp.comm.settings import CommPolicy
+    policy = policy or CommPolicy()
+    plan = step_plan(policy, world)
+    groups = plan.plan.groups if policy.collective == "dssync" else None
+    group = InMemoryGroup(world, loss, groups, timeout_s)
+    profile = planning_profile(forward_order(layouts), backward_ms)
+    cost = cost_model(policy, world, 50.0)
+    order = MemoryOrder()
+    engines = [CommEngine(build_scheduler(policy, profile, world, cost), group.collective(r), layouts, n_layers,
+                          order=order, timeout_s=timeout_s) for r in range(world)]
+    return engines, group.abort

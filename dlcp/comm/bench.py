@@ -1,0 +1,127 @@
+"""`dlcp bench schedulers`, the parts that need no network: iteration times from the alpha-beta
+timeline (dlcp/comm/timeline.py) per scheduler x profile x worker count, and the collectives'
+rows (ring, MultiTree, DS-Sync on a torus, a mesh and a leaf-spine).
+
+Timeline rows: each scheduler at its defaults, a ring all-reduce over links of `rate_gbps` with
+`latency_s` per step (CostModel.from_link), as docs/schedulers.md's sweep. Collective rows: the
+collective's own step schedule on the topology priced with contention (alpha_beta_cost with the
+topology: a step lasts latency + the busiest link's bytes / its rate), for the profile's whole
+gradient (`allreduce_ms`), and the iteration time of WFBP, MG-WFBP and DeAR planning and running
+with that collective's (alpha, beta) (`collective_cost`). DS-Sync's row is one iteration's group
+all-reduce (mean over its period) and `rounds` to the exact global average; with its parameter
+averaging nothing overlaps the backward, so its iteration is compute + allreduce_ms.
+Deterministic: one run gives the figures (no spread to report).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from dlcp.comm.costmodel import CostModel
+from dlcp.comm.plan import predict, sweep
+from dlcp.comm.plans.dssync import topology_plan
+from dlcp.comm.plans.schedule import alpha_beta_cost
+from dlcp.comm.plans.topology_arg import parse_topology
+from dlcp.comm.policy import collective_cost
+from dlcp.comm.schedulers import SCHEDULERS
+from dlcp.comm.stepped import DsSyncRounds, multitree_plan, ring_plan
+from dlcp.workloads.profile import BYTES_PER_ELEMENT, load_profile
+
+WORKERS = (4, 8, 16, 32, 64, 128)
+TOPOLOGIES = ("torus:4x4", "mesh:4x4", "leaf_spine:2x4x4", "torus:8x8")
+COLLECTIVE_SCHEDULERS = ("wfbp", "mgwfbp", "dear")
+
+
+def timeline_rows(profiles, workers, rate_gbps: float, latency_s: float) -> list[dict]:
+    """One row per profile x workers: compute and every scheduler's predicted iteration (ms)."""
+    rows = sweep(profiles, workers, lambda p: CostModel.from_link(rate_gbps * 1e9, latency_s, p))
+    out: dict = {}
+    for r in rows:
+        row = out.setdefault((r["profile"], r["workers"]), {"profile": r["profile"], "workers": r["workers"],
+                                                            "compute_ms": round(r["compute_s"] * 1e3, 2)})
+        row[r["scheduler"]] = round(r["iteration_s"] * 1e3, 2)
+    return list(out.values())
+
+
+def _plans(topology: str, spec, kary: int, group: int):
+    P = len(spec.hosts)
+    yield "ring", ring_plan(P, spec)
+    yield f"multitree k{kary}", multitree_plan(P, spec, kary)
+    yield f"dssync g{group}", DsSyncRounds(topology_plan(spec, group), spec)
+
+
+def collective_rows(profile, topologies, fabric_gbps: float, latency_s: float, kary: int = 5,
+                    group: int = 4) -> list[dict]:
+    """One row per topology x collective (see the module docstring)."""
+    nbytes = BYTES_PER_ELEMENT * profile.parameters
+    link_beta = 8.0 / (fabric_gbps * 1e9)
+    rows = []
+    for topology in topologies:
+        spec = parse_topology(topology, fabric_mbps=fabric_gbps * 1e3)
+        for name, plan in _plans(topology, spec, kary, group):
+            scheds = [plan.schedule(k) for k in range(plan.period)]
+            allreduce = statistics.fmean(alpha_beta_cost(s, nbytes, latency_s, link_beta, spec) for s in scheds)
+            costs = [collective_cost(s, spec, latency_s, fabric_gbps * 1e3) for s in scheds]
+            cost = CostModel(alpha=statistics.fmean(c.alpha for c in costs), beta=statistics.fmean(c.beta for c in costs),
+                             workers=plan.workers)
+            row = {"topology": topology, "collective": name, "workers": plan.workers,
+                   "steps_per_phase": max(s.steps_per_phase for s in scheds),
+                   "rounds": plan.period, "allreduce_ms": round(allreduce * 1e3, 2)}
+            for s in COLLECTIVE_SCHEDULERS:
+                row[s] = round(predict(s, profile, plan.workers, cost)[1].iteration_s * 1e3, 2)
+            rows.append(row)
+    return rows
+
+
+def timeline_result(profiles: list[str], workers, rate_gbps: float, latency_s: float, collective_profile: str,
+                    topologies, fabric_gbps: float, kary: int, group: int) -> dict:
+    loaded = [load_profile(p) for p in profiles]
+    return {"timeline": {"rate_gbps": rate_gbps, "latency_s": latency_s, "schedulers": list(SCHEDULERS),
+                         "rows": timeline_rows(loaded, workers, rate_gbps, latency_s)},
+            "collectives": {"profile": collective_profile, "fabric_gbps": fabric_gbps, "latency_s": latency_s,
+                            "kary": kary, "group": group,
+                            "rows": collective_rows(load_profile(collective_profile), topologies, fabric_gbps,
+                                                    latency_s, kary, group)}}
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    import argparse
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"worker counts must be >= 1: {text!r}")
+    return values
+
+
+def _names(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def parser():
+    import argparse
+    ap = argparse.ArgumentParser(prog="dlcp bench schedulers", description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", type=_names, default=["resnet50", "vgg16"])
+    ap.add_argument("--workers", type=_ints, default=WORKERS, help="comma-separated worker counts")
+    ap.add_argument("--rate-gbps", type=float, default=10.0, help="link rate of the timeline's ring")
+    ap.add_argument("--latency-s", type=float, default=30e-6, help="per collective step")
+    ap.add_argument("--collective-profile", default="resnet50", help="the profile of the collectives' rows")
+    ap.add_argument("--topologies", type=_names, default=list(TOPOLOGIES))
+    ap.add_argument("--fabric-gbps", type=float, default=10.0, help="switch-to-switch rate of the collectives' rows")
+    ap.add_argument("--kary", type=int, default=5, help="MultiTree kary")
+    ap.add_argument("--group", type=int, default=4, help="DS-Sync group size")
+    ap.add_argument("--json", action="store_true")
+    return ap
+
+
+def print_timeline(result: dict) -> None:
+    from dlcp.tables import format_table
+    t, c = result["timeline"], result["collectives"]
+    print(f"timeline: predicted iteration time (ms) per scheduler, ring all-reduce at {t['rate_gbps']:g} Gb/s, "
+          f"{t['latency_s'] * 1e6:g} us per step")
+    print(format_table(t["rows"]))
+    print(f"\ncollectives: {c['profile']} gradient over each collective's schedule, fabric {c['fabric_gbps']:g} Gb/s "
+          f"(torus/mesh host links at degree x fabric), {c['latency_s'] * 1e6:g} us per step, with contention; "
+          f"iteration ms of three schedulers planning with that collective")
+    print(format_table(c["rows"]))

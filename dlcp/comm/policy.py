@@ -1,0 +1,85 @@
+"""From an experiment's `[comm]` settings to the objects one worker runs: the planning profile, the
+cost model the planners use, the scheduler, the collective's step plan and the wire ids.
+
+Every rank builds the same plan from the same inputs (the config and the workload's message
+sizes), so the ranks agree on units, slots and ids without talking (dlcp/comm/wire_ids.py).
+
+**Planning profile** [D]. The planners (MG-WFBP, OASR-WFBP, US-Byte) need each tensor's backward
+time. The tensors are the workload's messages in forward order; their times come from
+`backward_ms` spread equally over them (the synthetic workload sleeps `compute_ms` that way), or
+from a profile when the workload computes from one. Real torch compute is not known before it
+runs and differs per rank, so it plans with zero compute times (every gradient ready at once)
+rather than with measurements the ranks would not share.
+
+**Cost model.** `[comm] alpha_s` / `beta_s_per_byte` when given; otherwise a ring all-reduce over
+the host links (`CostModel.from_link`: rate `host_mbps`, `step_latency_s` per step), or the
+collective's own schedule on the experiment's topology (`collective_cost`).
+"""
+
+from __future__ import annotations
+
+from dlcp.comm.costmodel import CostModel
+from dlcp.comm.plans.dssync import topology_plan
+from dlcp.comm.plans.paths import rank_hosts
+from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
+from dlcp.comm.schedulers import Scheduler, make_scheduler
+from dlcp.comm.settings import CommPolicy
+from dlcp.comm.stepped import DsSyncRounds, StepPlan, multitree_plan, ring_plan
+from dlcp.comm.wire_ids import WireIds
+from dlcp.network import topology as topospec
+from dlcp.network.topology import TopologySpec
+from dlcp.workloads.contract import MessageLayout
+from dlcp.workloads.profile import Profile
+
+
+def planning_profile(tensors: list[MessageLayout], backward_ms: float = 0.0, forward_ms: float = 0.0,
+                     name: str = "workload") -> Profile:
+    """The scheduler's view of the workload: one tensor per message (forward order), times spread
+    equally (see the module docstring)."""
+    n = len(tensors)
+    return Profile(name=name, names=tuple(f"msg{t.msg_id}" for t in tensors), sizes=tuple(t.n_values for t in tensors),
+                   forward_s=(forward_ms / 1e3 / n,) * n, backward_s=(backward_ms / 1e3 / n,) * n,
+                   note=f"{n} workload messages, {backward_ms:g} ms backward and {forward_ms:g} ms forward spread equally")
+
+
+def collective_cost(sched: Schedule, spec: TopologySpec | None, step_latency_s: float, fabric_mbps: float) -> CostModel:
+    """An all-reduce over `sched` as (alpha, beta): alpha_beta_cost is affine in the message size
+    (steps x latency + bytes x the busiest link's share per step x s/byte), so two sizes give it."""
+    link_beta = 8.0 / (fabric_mbps * 1e6)
+    a = alpha_beta_cost(sched, 0.0, step_latency_s, link_beta, spec)
+    b = (alpha_beta_cost(sched, 1e6, step_latency_s, link_beta, spec) - a) / 1e6
+    return CostModel(alpha=a, beta=b, workers=sched.ranks)
+
+
+def cost_model(policy: CommPolicy, workers: int, host_mbps: float, plan: StepPlan | None = None,
+               spec: TopologySpec | None = None, fabric_mbps: float | None = None) -> CostModel:
+    """The planners' cost model (see the module docstring)."""
+    if policy.alpha_s or policy.beta_s_per_byte:
+        return CostModel(alpha=policy.alpha_s, beta=policy.beta_s_per_byte, workers=workers)
+    if plan is not None and plan.collective != "ring" and workers > 1:
+        return collective_cost(plan.schedule(0), spec, policy.step_latency_s, fabric_mbps or host_mbps)
+    return CostModel.from_link(host_mbps * 1e6, policy.step_latency_s, workers)
+
+
+def build_scheduler(policy: CommPolicy, profile: Profile, workers: int, cost: CostModel) -> Scheduler:
+    return make_scheduler(policy.scheduler, profile, cost, workers, **policy.scheduler_options())
+
+
+def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None) -> StepPlan:
+    """The collective's schedule(s) for `workers` ranks on `spec` (None: a star; paths do not
+    matter to the transport, the switches route by destination)."""
+    if policy.collective == "multitree":
+        return multitree_plan(workers, spec, policy.multitree.kary, policy.multitree.paths)
+    if policy.collective == "dssync":
+        spec = spec if spec is not None else topospec.star(workers, 50.0)
+        return DsSyncRounds(topology_plan(spec, policy.dssync.group, rank_hosts(spec)[:workers]), spec)
+    return ring_plan(workers, spec)
+
+
+def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
+    return WireIds(len(scheduler.units()), plan.stride, scheduler.ops_per_iteration(), messages,
+                   what=f"{scheduler.name} over {plan.collective} ({plan.workers} ranks)")
+
+
+def steps_per_phase(plan: StepPlan) -> int:
+    return max(plan.schedule(k).steps_per_phase for k in range(plan.period))

@@ -1,0 +1,261 @@
+"""Collectives that run a step schedule (dlcp/comm/plans/) over the transport: ring, MultiTree and
+DS-Sync's group rings, with the same transport, tagging and budgets for all three.
+
+An operation's buffer is cut into the schedule's chunks (np.linspace bounds, the ring's cut). At
+each step this rank sends every transfer it is the source of (one transport message each: phase
+RS for `reduce`, AG for `copy`; wire ids from dlcp/comm/wire_ids.py), then receives every transfer
+it is the destination of, in the schedule's order: a reduce adds what arrived, a copy replaces.
+
+**Lockstep.** A step ends at this rank when its receives are complete and, with `lockstep` (the
+default), its own sends of the step are complete too (the receiver's STOP). Only then does the next
+step start, so the messages of step s+1 leave a rank after its step-s traffic is over: the per-step
+barrier that stands in for MultiTree's NI scheduling (seeds-brief §6), applied to every schedule so
+that ring and MultiTree are compared under the same rule. Each send reads the buffer as the step
+began (a copy of the chunk is sent), so receives of the same step cannot change it.
+
+**Counts.** Every transfer carries one contribution count per packet (SendInfo.counts, in the
+DESCRIBE): how many ranks' values its packet holds. A reduce adds the arriving count where the
+packet arrived (lost values are zeros and add nothing), a copy takes it where it arrived and 0
+where it did not. `Reduced.count` is then exact per value, whatever was lost on the way (the ring's
+rule of collectives.py, for any tree).
+
+**Budgets** (`dlcp.ring_budget`): `protect_rs` sends reduce transfers reliably and protected (a
+lost partial sum is lost for every rank after it) and copies with the message budget; `per_step`
+gives every transfer 1 / (2 x steps per phase) of the message budget, so a value's compounded loss
+stays within it.
+
+Each operation runs in a thread of its own; the handle completes there.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from functools import cached_property
+
+import numpy as np
+
+from dlcp.comm.api import Collective, Handle, OpData, Partial, Reduced
+from dlcp.comm.packets import tagged_packets
+from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
+from dlcp.comm.plans.multitree import multitree_schedule
+from dlcp.comm.plans.paths import rank_hosts
+from dlcp.comm.plans.ring import ring_schedule
+from dlcp.comm.plans.schedule import Schedule, chunk_bounds
+from dlcp.comm.settings import CommConfig
+from dlcp.comm.wire_ids import WireIds, phase_of, transfer_ids
+from dlcp.network import topology as topospec
+from dlcp.network.topology import TopologySpec
+from dlcp.transport.api import SendInfo, TransportError
+from dlcp.wire.chunking import MessageId
+from dlcp.wire.header import PHASE_RS, TYPE_DATA
+
+RS, AG = "reduce_scatter", "all_gather"
+
+
+class StepPlan(ABC):
+    """The schedule an operation of an iteration runs; ranks 0..workers-1 are worker ranks."""
+    collective = "steps"
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    @abstractmethod
+    def schedule(self, iteration: int) -> Schedule: ...
+
+    @cached_property
+    def stride(self) -> int:
+        """Step ids per operation (wire_ids.transfer_ids), the most any iteration needs."""
+        return max(transfer_ids(self.schedule(k))[1] for k in range(self.period))
+
+    period = 1  # iterations after which the schedules repeat
+
+    def group_size(self, iteration: int, rank: int) -> int:
+        return self.workers
+
+
+def _spec_for(workers: int, spec: TopologySpec | None) -> TopologySpec:
+    """The topology whose paths a plan names (the switches route by destination anyway); without
+    one, a star of `workers` hosts."""
+    return spec if spec is not None else topospec.star(workers, 50.0)
+
+
+class FixedSchedule(StepPlan):
+    """One schedule for every iteration (ring, MultiTree)."""
+
+    def __init__(self, collective: str, sched: Schedule):
+        super().__init__(sched.ranks)
+        self.collective, self._schedule = collective, sched
+
+    def schedule(self, iteration: int) -> Schedule:
+        return self._schedule
+
+
+def ring_plan(workers: int, spec: TopologySpec | None = None) -> FixedSchedule:
+    spec = _spec_for(workers, spec)
+    return FixedSchedule("ring", ring_schedule(spec, _hosts(spec, workers)))
+
+
+def multitree_plan(workers: int, spec: TopologySpec | None = None, kary: int = 2, paths: str = "spray") -> FixedSchedule:
+    spec = _spec_for(workers, spec)
+    return FixedSchedule("multitree", multitree_schedule(spec, kary, _hosts(spec, workers), paths))
+
+
+def _hosts(spec: TopologySpec, workers: int) -> list[str]:
+    hosts = rank_hosts(spec)
+    if len(hosts) < workers:
+        raise ValueError(f"topology {spec.kind} has {len(hosts)} worker hosts, the job {workers} workers")
+    return hosts[:workers]
+
+
+class DsSyncRounds(StepPlan):
+    """DS-Sync: iteration k runs the group rings of round k mod period (plans/dssync.py)."""
+    collective = "dssync"
+
+    def __init__(self, plan: DsSyncPlan, spec: TopologySpec | None = None):
+        super().__init__(plan.workers)
+        self.plan = plan
+        self.spec = _spec_for(plan.workers, spec)
+        self.period = plan.period
+        hosts = _hosts(self.spec, plan.workers)
+        self._rounds = [round_schedule(self.spec, plan, k, hosts) for k in range(plan.period)]
+        self._group_of = [{r: len(g) for g in plan.groups(k) for r in g} for k in range(plan.period)]
+
+    def schedule(self, iteration: int) -> Schedule:
+        return self._rounds[iteration % self.period]
+
+    def group_size(self, iteration: int, rank: int) -> int:
+        return self._group_of[iteration % self.period][rank]
+
+
+class _State:
+    """One operation's buffer on this rank: values, per-chunk per-packet counts."""
+
+    def __init__(self, op: OpData, sched: Schedule, vpp: int):
+        self.op, self.sched = op, sched
+        self.buf = np.array(op.values, dtype=np.float32).reshape(-1)  # a copy: the caller's stays intact
+        chunks = {t.chunks for step in sched.steps for t in step}
+        self.chunks = chunks.pop() if len(chunks) == 1 else max(chunks, default=1)
+        self.bounds = chunk_bounds(self.buf.size, self.chunks)
+        self.vpp = vpp
+        self.cnt = {c: np.ones(self.npk(c), np.uint8) for c in range(self.chunks)}
+
+    def npk(self, c: int) -> int:
+        return max(1, -(-int(self.bounds[c + 1] - self.bounds[c]) // self.vpp))
+
+    def empty(self, c: int) -> bool:
+        return self.bounds[c + 1] == self.bounds[c]
+
+    def reduced(self, world: int) -> Reduced:
+        count = np.concatenate([np.repeat(self.cnt[c].astype(np.uint16), self.vpp)[: self.bounds[c + 1] - self.bounds[c]]
+                                for c in range(self.chunks)]) if self.buf.size else np.zeros(0, np.uint16)
+        return Reduced(self.buf, count, world)
+
+
+class SteppedCollective(Collective):
+    """One rank's side of a StepPlan over the transport (see the module docstring)."""
+
+    def __init__(self, transport, cfg: CommConfig, plan: StepPlan, ids: WireIds, lockstep: bool = True):
+        if plan.workers != cfg.world:
+            raise ValueError(f"{plan.collective}: plan for {plan.workers} ranks, job of {cfg.world}")
+        if ids.stride < plan.stride:
+            raise ValueError(f"{plan.collective}: wire ids give {ids.stride} step ids per operation, "
+                             f"the plan needs {plan.stride}")
+        self.t, self.cfg, self.plan, self.ids, self.lockstep = transport, cfg, plan, ids, lockstep
+        self.rank, self.world = cfg.rank, cfg.world
+        self.vpp = transport.vpp
+        self._local = {k: transfer_ids(plan.schedule(k))[0] for k in range(plan.period)}
+
+    def begin(self, iteration: int) -> None:
+        self.t.advance(iteration)
+
+    def group_size(self, iteration: int) -> int:
+        return self.plan.group_size(iteration, self.rank)
+
+    # --- the three primitives: each in a thread of its own ---------------------------------------
+
+    def all_reduce(self, op: OpData) -> Handle:
+        return self._start(op, lambda: self._run(self._new(op), (RS, AG)).reduced(self.group_size(op.iteration)))
+
+    def reduce_scatter(self, op: OpData) -> Handle:
+        return self._start(op, lambda: Partial(self._run(self._new(op), (RS,))))
+
+    def all_gather(self, op: OpData, partial: Partial) -> Handle:
+        st = partial.state
+        if not isinstance(st, _State) or st.op.slot != op.slot or st.op.iteration != op.iteration:
+            raise ValueError(f"{self.plan.collective}: all_gather of {op.what} needs the reduce-scatter of the same operation")
+        return self._start(op, lambda: self._run(st, (AG,)).reduced(self.group_size(op.iteration)))
+
+    def _new(self, op: OpData) -> _State:
+        return _State(op, self.plan.schedule(op.iteration), self.vpp)
+
+    def _start(self, op: OpData, body) -> Handle:
+        h = Handle(f"{self.plan.collective} {op.what}")
+
+        def run():
+            try:
+                h.set_result(body())
+            except BaseException as e:  # handed to the handle's waiters and callbacks
+                h.set_error(e)
+
+        threading.Thread(target=run, name=f"{self.plan.collective}-{self.rank}-{op.slot}", daemon=True).start()
+        return h
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def _run(self, st: _State, phases) -> _State:
+        me, sched = self.rank, st.sched
+        if self.world == 1:
+            return st
+        local = self._local[st.op.iteration % self.plan.period]
+        pending = []
+        for phase in phases:
+            a, b = sched.phases[phase]
+            for s in range(a, b):
+                step = sched.steps[s]
+                handles = [self._send(st, s, i, t, local[(s, i)]) for i, t in enumerate(step)
+                           if t.src == me and not st.empty(t.chunk)]
+                for i, t in enumerate(step):
+                    if t.dst == me and not st.empty(t.chunk):
+                        self._receive(st, t, local[(s, i)])
+                if self.lockstep:
+                    self._finish_sends(st, handles)
+                else:
+                    pending += handles
+        self._finish_sends(st, pending)
+        return st
+
+    def _send(self, st: _State, s: int, i: int, t, local: int):
+        op = st.op
+        phase = phase_of(t.op)
+        lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
+        ident = MessageId(self.cfg.job_id, self.rank, op.iteration & 0xFFFF, self.ids.step(op.slot, local), phase, TYPE_DATA)
+        protect = phase == PHASE_RS and self.cfg.ring_budget == "protect_rs"
+        # copy: the step reads the buffer as it began, and later steps may write the chunk
+        batch, lf, ll = tagged_packets(st.buf, ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp, protect=protect,
+                                 copy=True)
+        if self.cfg.ring_budget == "per_step":
+            budget = {"budget_share": 1 / (2 * max(1, st.sched.steps_per_phase))}
+        else:
+            budget = {"budget": 0.0} if protect else {}
+        info = SendInfo(rec_msg_id=op.record_id, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(),
+                        **budget)
+        return self.t.send(t.dst, batch, info)
+
+    def _receive(self, st: _State, t, local: int) -> None:
+        op = st.op
+        res = self.t.recv(t.src, op.iteration, phase_of(t.op), self.ids.step(op.slot, local), self.cfg.timeout_s)
+        lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
+        cnt_in = res.counts if res.counts is not None else np.ones(st.npk(t.chunk), np.uint8)
+        if t.op == "reduce":
+            st.buf[lo:hi] += res.values  # lost values are zeros: they add nothing
+            st.cnt[t.chunk] = (st.cnt[t.chunk] + np.where(res.received, cnt_in, 0)).astype(np.uint8)
+        else:
+            st.buf[lo:hi] = res.values
+            st.cnt[t.chunk] = np.where(res.received, cnt_in, 0).astype(np.uint8)
+
+    def _finish_sends(self, st: _State, handles) -> None:
+        for h in handles:
+            sent = h.wait(self.cfg.timeout_s)
+            if sent.error:
+                raise TransportError(f"{self.plan.collective} {st.op.what}: {sent.error}")
