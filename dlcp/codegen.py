@@ -25,7 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlcp.network.pipeline_names import PIPELINE, PipelineSpec, key_shifts
+from dlcp.network.pipeline_names import DSCP_CLASSES, PIPELINE, PipelineSpec, key_shifts
 from dlcp.wire.layout import ECN_BITS, LAYOUT, Field, WireLayout, bit_shifts, length, slots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,6 +175,7 @@ def c_header(layout: WireLayout = LAYOUT, spec: PipelineSpec = PIPELINE) -> str:
     for r in spec.registers:
         lines += [_define(f"REGISTER_{r.sym}_BITS", r.bits), _define(f"REGISTER_{r.sym}_SIZE", r.size)]
     lines += [_define(f"COUNTER_{c.sym}_SIZE", c.size) for c in spec.counters]
+    lines += [_define("NON_DLCP_DSCP_CLASSES", DSCP_CLASSES) + "  /* the built-in dataplane's non-DLCP split */"]
     lines += ["", "/* each table's keys concatenated, first key most significant: a dense index */"]
     for t in spec.tables:
         if not t.keys:

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the variants N times as interleaved pairs a1 b1 a2 b2 ... (a new seed per pair, "
                         "the same within a pair) and compare them with 95%% confidence intervals")
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
+    r.add_argument("--name", help="name of the run directory (default: the keys of --set, e.g. "
+                                  "load_balancing=per_flow, else the policy); with --policies/--vary: <variant>+NAME")
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.add_argument("--run-dir", metavar="DIR",
                    help="write the (single-variant) run exactly into DIR instead of OUT/<UTC time>-NAME/run "

@@ -11,11 +11,12 @@ import os
 import re
 import signal
 import subprocess
-from pathlib import Path
+
+import psutil
 
 from emulation import procs
 
-HOST_SHELL = re.compile(rb"mininet:(h|s)\d+$")
+HOST_SHELL = re.compile(r"mininet:(h|s)\d+$")
 OUR_LINK = re.compile(r"^s\d+-eth\d+$")
 
 
@@ -26,16 +27,10 @@ def _mininet_shells() -> list[int]:
 def _mininet_shells_with_parent() -> list[tuple[int, int]]:
     """(pid, parent pid) of every Mininet node shell on the machine."""
     out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
+    for proc in psutil.process_iter(["cmdline", "ppid"]):
+        argv = proc.info["cmdline"] or []
         if any(HOST_SHELL.match(a) for a in argv):
-            out.append((int(d.name), ppid))
+            out.append((proc.pid, proc.info["ppid"]))
     return out
 
 

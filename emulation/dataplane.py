@@ -69,6 +69,11 @@ class DataplaneProcess:
         return self.run_dir / "logs" / f"{self.name}.log"
 
     @property
+    def samples_path(self) -> Path:
+        """Periodic queue samples (built-in dataplane; emulation/refswitch/switch.py, Sampler)."""
+        return self.run_dir / "counters" / f"{self.name}-samples.jsonl"
+
+    @property
     def pcap_dir(self) -> Path:
         return self.run_dir / "pcap"
 
@@ -133,7 +138,8 @@ class DataplaneProcess:
             log.write(f"dlcp: {subprocess.list2cmdline(self.cmdline)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(self.cmdline, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=procs.die_with_parent)  # noqa: PLW1509 (prctl only; main thread)
         procs.record(self.proc.pid, "switch", self.name, self.cmdline)
         try:
             self._wait_ready()
@@ -237,6 +243,7 @@ class RefProcess(DataplaneProcess):
                 cmd += ["--pcap-port", str(port)]
         if self.debug_log:
             cmd.append("--debug-log")
+        cmd += ["--samples", str(self.samples_path)]
         return cmd + self.extra_args
 
     def is_ready(self) -> bool:

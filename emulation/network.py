@@ -22,9 +22,18 @@ from mininet.node import Host
 
 from dlcp.network.switch_runtime import switch_port_mac
 from dlcp.network.topology import TopologySpec
+from emulation import procs
 
 
-class DlcpHost(Host):
+class DiesWithRun:
+    """Mininet node mix-in: every process the node starts (its shell, and what `popen` runs in its
+    namespace) gets the parent-death signal of emulation/procs.py, so it dies with the run."""
+
+    def _popen(self, cmd, **params):
+        return super()._popen(cmd, preexec_fn=procs.die_with_parent, **params)
+
+
+class DlcpHost(DiesWithRun, Host):
     """A Mininet host configured like a quiet experiment NIC."""
 
     def configure_nic(self, rate_mbps: float, queue_pkts: int, fair_to: list[str] | None = None) -> None:

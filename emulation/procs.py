@@ -1,19 +1,52 @@
-"""Processes started by runs, recorded on disk so `dlcp clean` can stop what a killed run left.
+"""Processes started by runs: they die with the run, and are recorded on disk so `dlcp clean` can
+stop what a killed run's children left (there should be none; see `die_with_parent`).
 
-Every long-lived process an experiment starts (switch processes, agents, traffic generators) is
-recorded under STATE_DIR as one file per PID holding its command line; a clean stop forgets it.
-STATE_DIR is under /run (tmpfs, root-only), not /tmp: `mn -c` wipes /tmp/*.log and reboots wipe /run.
+Every long-lived process an experiment starts (Mininet node shells, switch processes, agents,
+traffic generators) is started with `die_with_parent` and recorded under STATE_DIR as one file per
+PID holding its command line; a clean stop forgets it. STATE_DIR is under /run (tmpfs, root-only),
+not /tmp: `mn -c` wipes /tmp/*.log and reboots wipe /run. Process facts (alive, start time, waiting
+for exits) come from psutil.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import time
 from pathlib import Path
 
+import psutil
+
 STATE_DIR = Path(os.environ.get("DLCP_STATE_DIR", "/run/dlcp/pids"))
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def die_with_parent() -> None:
+    """`preexec_fn` for subprocess.Popen: the child gets SIGKILL when the thread that started it
+    dies, however it dies (SIGKILL included), so a killed run leaves no process behind.
+
+    Why a parent-death signal and not a supervisor process: the kernel delivers it, with no extra
+    process that could itself be killed first, and it survives the `mnexec` / `ip netns exec` /
+    `exec` steps between the runner and the program (none of them forks or changes credentials,
+    which would clear it). SIGKILL and not SIGTERM: the run is already gone, nobody reads what a
+    graceful exit would write, and a process busy in native code must not outlive it. Caveat: the
+    signal follows the *thread* that forked, so runs start their processes from the main thread."""
+    parent = os.getppid()
+    if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        os._exit(127)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(127)
+
+
+def _create_time(pid: int) -> float | None:
+    """The process start time, so a recycled PID is never mistaken for ours."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
 
 
 def record(pid: int, role: str, name: str, cmdline: list[str] | str) -> None:
@@ -22,7 +55,7 @@ def record(pid: int, role: str, name: str, cmdline: list[str] | str) -> None:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     owner = os.getpid()
     info = {"pid": pid, "role": role, "name": name, "cmdline": cmdline, "started_unix": time.time(),
-            "starttime": _start_ticks(pid), "owner": owner, "owner_starttime": _start_ticks(owner)}
+            "create_time": _create_time(pid), "owner": owner, "owner_create_time": _create_time(owner)}
     (STATE_DIR / str(pid)).write_text(json.dumps(info))
 
 
@@ -42,17 +75,15 @@ def recorded() -> list[dict]:
     return out
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process start time from /proc, so a recycled PID is never mistaken for ours."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+def _same_process(pid: int | None, create_time: float | None) -> bool:
+    if pid is None or create_time is None:
+        return False
+    now = _create_time(pid)
+    return now is not None and abs(now - create_time) < 0.01
 
 
 def is_ours_and_alive(info: dict) -> bool:
-    ticks = _start_ticks(info["pid"])
-    return ticks is not None and ticks == info.get("starttime")
+    return _same_process(info["pid"], info.get("create_time"))
 
 
 def owner_alive(info: dict) -> bool:
@@ -60,28 +91,23 @@ def owner_alive(info: dict) -> bool:
     owner = info.get("owner")
     if owner is None or owner == os.getpid():
         return False
-    ticks = _start_ticks(owner)
-    return ticks is not None and ticks == info.get("owner_starttime")
+    return _same_process(owner, info.get("owner_create_time"))
 
 
 def stop_pid(pid: int, grace_s: float = 3.0) -> None:
     """SIGTERM, wait up to `grace_s`, then SIGKILL (for processes that are not our children:
     a child must be reaped with stop_child, or it lingers as a zombie for the whole grace time)."""
     try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+        p = psutil.Process(pid)
+        p.terminate()
+        p.wait(timeout=grace_s)
+    except psutil.NoSuchProcess:
         return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+    except psutil.TimeoutExpired:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def stop_child(p, grace_s: float = 3.0) -> int | None:

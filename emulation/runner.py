@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -74,7 +75,10 @@ def git_revision() -> str | None:
     try:
         rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        # --no-optional-locks: no index refresh, so git run as root (sudo) writes nothing into a
+        # user's checkout
+        dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(REPO), "status", "--porcelain",
+                                "--untracked-files=no"],
                                capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -166,6 +170,7 @@ def read_progress(run_dir: Path, host: str) -> dict:
 
 
 def progress_line(done: dict[str, int], iters: int, elapsed: float, width: int = 30) -> str:
+    """The plain-text progress line (logs, CI): bar, iterations overall and per worker, time."""
     total = iters * max(len(done), 1)
     frac = sum(done.values()) / total if total else 1.0
     bar = "#" * int(frac * width) + "." * (width - int(frac * width))
@@ -174,26 +179,57 @@ def progress_line(done: dict[str, int], iters: int, elapsed: float, width: int =
 
 
 class Progress:
-    """A progress bar on a terminal, a line every few seconds elsewhere."""
+    """Where a run is: its phase (network, switches, agents, first iteration, stopping, report) and
+    then the iterations of every worker. On a terminal a live rich progress bar; elsewhere (logs, CI)
+    a line per phase and a progress line every 5 s."""
+
+    LINE_PERIOD_S = 5.0
 
     def __init__(self, stream=sys.stderr):
         self.stream, self.tty = stream, stream.isatty()
-        self.last_text, self.last_time = "", 0.0
+        self.bar = None  # rich.progress.Progress while shown
+        self.task = None
+        self.last_phase, self.last_time = "", 0.0
+        self.t0 = time.monotonic()
 
-    def show(self, text: str) -> None:
-        now = time.monotonic()
+    def _live(self):
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+            self.bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                           console=Console(file=self.stream), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("", total=None, detail="")
+        return self.bar
+
+    def phase(self, text: str) -> None:
+        """A step without an iteration count yet (e.g. "starting the switches")."""
         if self.tty:
-            self.stream.write("\r" + text[: 160].ljust(len(self.last_text)))
-            self.stream.flush()
-        elif text != self.last_text and now - self.last_time >= 5:
-            print(text, file=self.stream, flush=True)
+            self._live().update(self.task, description=text, total=None, completed=0, detail="")
+        elif text != self.last_phase:
+            print(f"dlcp run: {text} ({time.monotonic() - self.t0:.1f} s)", file=self.stream, flush=True)
+        self.last_phase = text
+
+    def iterations(self, done: dict[str, int], per_worker: int, started: float) -> None:
+        """Training: iterations finished per worker, out of `per_worker` each."""
+        total = per_worker * max(len(done), 1)
+        if self.tty:
+            self._live().update(self.task, description="training", total=total, completed=sum(done.values()),
+                                detail=" ".join(f"{h}:{n}" for h, n in done.items()))
+            return
+        now = time.monotonic()
+        if now - self.last_time >= self.LINE_PERIOD_S:
+            print(progress_line(done, per_worker, now - started), file=self.stream, flush=True)
             self.last_time = now
-        self.last_text = text
+        self.last_phase = "training"
 
     def done(self) -> None:
-        if self.tty and self.last_text:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+        self.last_phase = ""
 
 
 # --- one run -------------------------------------------------------------------------------------------
@@ -283,7 +319,10 @@ class Experiment:
                     for h, r, _, _ in self.agents if r == "worker"}
             if self.pending_background and min(done.values()) >= 1:
                 self.start_background()
-            progress.show(progress_line(done, iters, time.monotonic() - start))
+            if sum(done.values()) == 0:
+                progress.phase("waiting for the first iteration (workers load the model and connect)")
+            else:
+                progress.iterations(done, iters, start)
             if all(p.poll() is not None for _, _, p, _ in self.workload_agents()):
                 return
             if time.monotonic() - start > limit:
@@ -337,18 +376,21 @@ class Experiment:
 
 
 def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str],
-                extra_meta: dict | None = None) -> None:
+                overrides: list[str] = (), extra_meta: dict | None = None) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
     exp = Experiment(cfg, run_dir, variant)
     exp.prepare()
     meta = {**collect_meta(cfg, variant, tools), **(extra_meta or {})}
+    meta["overrides"] = list(overrides)
     write_json(run_dir / "meta.json", meta)
     t0 = time.monotonic()
     status = "error"
     sampler = None
     try:
+        progress.phase(f"starting the network and {len(exp.spec.switches)} switch process(es)")
         exp.start_network()
         sampler = sample_switch_cpu(exp)
+        progress.phase("starting the agents")
         exp.start_agents()
         exp.wait(progress)
         status = "ok"
@@ -359,6 +401,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
         status = "terminated"
         raise
     finally:
+        progress.phase("stopping agents and switches (counters are written)")
         progress.done()
         # a second Ctrl-C must not cut the clean-up short
         old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -418,15 +461,87 @@ def run_dir_of(results: Path, variant: str, rep: int) -> Path:
     return results / variant / f"rep{rep}" if rep else results / variant
 
 
+# --- names ---------------------------------------------------------------------------------------------
+
+SET_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._=+,-]+")
+
+
+def set_label(overrides: list[str]) -> str:
+    """A directory-safe name from `--set` overrides: the last part of each key with its value,
+    e.g. ["dlcp.load_balancing=per_flow", "seed=2"] -> "load_balancing=per_flow,seed=2"."""
+    parts = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        parts.append(f"{key.strip().rsplit('.', 1)[-1]}={value.strip().strip(chr(34) + chr(39))}")
+    return SET_LABEL_CHARS.sub("_", ",".join(parts)).strip("_")[:80]
+
+
+def variant_names(varied: list[str] | None, policy: str, overrides: list[str], name: str | None) -> list[str]:
+    """Run directory names: one per variant of --policies / --vary (`varied`: their names from
+    config.variants, None when nothing is varied). A single run is named `--name`, else by the keys
+    of --set, else by its policy (never "run"); variants keep their names, "<variant>+<name>" with
+    `--name` (--set applies to all of them alike, and meta.json records it)."""
+    if varied:
+        return [f"{v}+{name}" if name else v for v in varied]
+    return [name or set_label(overrides) or policy]
+
+
+def check_name(name: str | None) -> None:
+    if name is not None and (not name or SET_LABEL_CHARS.search(name) or name.startswith(".")):
+        raise configmod.ConfigError(f"--name {name!r}: use letters, digits and . _ = + , - only")
+
+
+def write_partial_report(run_dir: Path, progress: Progress) -> Path | None:
+    """The report of a run stopped early (Ctrl-C, SIGTERM): what was recorded, marked partial
+    (meta.json status). None if even that fails; the records stay either way."""
+    progress.phase("writing the partial report")
+    progress.done()
+    try:
+        report_variant(run_dir)
+    except Exception as e:  # noqa: BLE001 (a report of a half-written run must not hide the interruption)
+        print(f"dlcp run: the partial report could not be written: {e}", file=sys.stderr)
+        return None
+    return run_dir / "report.html"
+
+
+def interrupted_message(run_dir: Path, report: Path | None, status: str) -> str:
+    what = "interrupted (Ctrl-C)" if status == "interrupted" else "terminated (SIGTERM)"
+    lines = [f"dlcp run: {what}; everything it started was stopped and cleaned up",
+             f"  partial run: {run_dir} ({iterations_done(run_dir)})"]
+    if report is not None:
+        lines.append(f"  partial report: {report}")
+    return "\n".join(lines)
+
+
+def iterations_done(run_dir: Path) -> str:
+    """"k of n iterations" from the agents' progress files (the slowest agent)."""
+    done, total = [], None
+    for path in sorted((run_dir / "progress").glob("*")):
+        try:
+            state = json.loads(path.read_text().strip().splitlines()[-1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if isinstance(state, dict) and "iter" in state:
+            done.append(int(state["iter"]))
+            total = state.get("iters", total)
+    if not done:
+        return "no iteration finished"
+    return f"{min(done)} of {total if total is not None else '?'} iterations"
+
+
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None, repeat: int = 1) -> Path:
+        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None, repeat: int = 1,
+        name: str | None = None) -> Path:
     """Run an experiment, one variant per combination of `--vary` values (`--policies P1,P2` is
     `--vary dlcp.policy=P1,P2`), `repeat` interleaved pairs; returns the results directory.
     `run_dir`: the one variant's directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
+    check_name(name)
     raw = configmod.load_raw(config_path, overrides)
     base = configmod.validate(raw)
     varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
-    runs = plan_runs(configmod.variants(raw, varies), repeat)
+    variants = configmod.variants(raw, varies)
+    names = variant_names([n for n, _ in variants] if varies else None, base["dlcp"]["policy"], overrides, name)
+    runs = plan_runs([(n, cfg) for n, (_, cfg) in zip(names, variants)], repeat)
     if run_dir and len(runs) > 1:
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
     # roles and background placement, compute and dilation, and the backend's tools, are checked
@@ -442,24 +557,57 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     results = Path(out_root or base["output"]["dir"]) / f"{utc_stamp()}-{base['name']}"
     if run_dir:
         results = Path(run_dir)
+    created = [p for p in [results, *results.parents] if not p.exists()]  # handed over under sudo
     progress = Progress()
     signal.signal(signal.SIGTERM, _raise_terminated)
     # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
     # must still stop the run cleanly
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for i, (variant, rep, cfg) in enumerate(runs):
-        vdir = Path(run_dir) if run_dir else run_dir_of(results, variant, rep)
-        label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
-        print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) -> {vdir}", file=sys.stderr)
-        run_variant(cfg, vdir, variant, progress, tools, extra_meta={"repeat": rep, "seed": cfg["seed"],
-                                                                      "dilation": dilationmod.dilation(cfg)})
-        if with_report:
-            report_variant(vdir)
-    variants = list(dict.fromkeys(v for v, _, _ in runs))
-    if with_report and len(variants) > 1:
-        from dlcp.reporting import compare_runs
-        compare_runs([results / v for v in variants], results, echo=True)
+    try:
+        for i, (variant, rep, cfg) in enumerate(runs):
+            vdir = Path(run_dir) if run_dir else run_dir_of(results, variant, rep)
+            label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
+            print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) -> {vdir}", file=sys.stderr)
+            try:
+                run_variant(cfg, vdir, variant, progress, tools, overrides,
+                            extra_meta={"repeat": rep, "seed": cfg["seed"], "dilation": dilationmod.dilation(cfg)})
+            except (KeyboardInterrupt, Terminated) as e:
+                stop_by_signal(vdir, progress, with_report, e)
+            if with_report:
+                progress.phase("writing the report")
+                progress.done()
+                report_variant(vdir)
+        ran = list(dict.fromkeys(v for v, _, _ in runs))
+        if with_report and len(ran) > 1:
+            from dlcp.reporting import compare_runs
+            compare_runs([results / v for v in ran], results, echo=True)
+    finally:
+        hand_over_to_sudo_user(results, created)
     return results
+
+
+def stop_by_signal(run_dir: Path, progress: Progress, with_report: bool, exc: BaseException) -> None:
+    """After Ctrl-C or SIGTERM stopped a variant: its partial report (when reports are on), where
+    the partial run and report are, then the same exception again."""
+    status = "terminated" if isinstance(exc, Terminated) else "interrupted"
+    signal.signal(signal.SIGTERM, _raise_terminated)  # a second signal stops the report, too
+    report = write_partial_report(run_dir, progress) if with_report else None
+    print(interrupted_message(run_dir, report, status), file=sys.stderr)
+    raise exc
+
+
+def hand_over_to_sudo_user(path: Path, created: list[Path]) -> None:
+    """Under sudo, give what the run wrote (results, reports, and the directories above them it
+    created) to the user who ran sudo, so a run started as `sudo dlcp run` (or by `make demo` as a
+    normal user) leaves nothing root-owned."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid or uid == "0" or not path.exists():
+        return
+    for p in [*created, *path.rglob("*")]:
+        try:
+            os.chown(p, int(uid), int(gid), follow_symlinks=False)
+        except OSError:
+            pass
 
 
 def main(args) -> int:
@@ -467,16 +615,17 @@ def main(args) -> int:
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
                       vary=args.vary or [], run_dir=getattr(args, "run_dir", None),
-                      repeat=getattr(args, "repeat", 1))
+                      repeat=getattr(args, "repeat", 1), name=getattr(args, "name", None))
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
     except RunFailed as e:
         print(f"dlcp run: failed: {e}", file=sys.stderr)
         return 1
-    except (KeyboardInterrupt, Terminated):
-        print("dlcp run: interrupted; everything was stopped and cleaned up", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except Terminated:
+        return 128 + signal.SIGTERM
     print(f"dlcp run: results in {results}")
     for report in sorted(results.glob("*/report.html")) + sorted(results.glob("*/rep*/report.html")) \
             + sorted(results.glob("compare.html")):

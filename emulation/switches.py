@@ -18,13 +18,15 @@ from pathlib import Path
 from mininet.node import Switch
 
 from emulation.dataplane import DataplaneProcess, RefProcess, SwitchStartError
+from emulation.network import DiesWithRun
 
 __all__ = ["DlcpSwitch", "RefSwitch", "Bmv2Switch", "SwitchStartError", "BACKENDS", "DEFAULT_BACKEND",
            "switch_class"]
 
 
-class DlcpSwitch(Switch):
-    """A Mininet switch backed by a DLCP dataplane process (one per switch, in the root namespace)."""
+class DlcpSwitch(DiesWithRun, Switch):
+    """A Mininet switch backed by a DLCP dataplane process (one per switch, in the root namespace);
+    its node shell dies with the run (DiesWithRun)."""
 
     backend = ""
     process_options: tuple[str, ...] = ()  # extra constructor keywords passed to the process

@@ -3,10 +3,14 @@
 # Re-running it is cheap: apt is skipped when every package is present, pip when the stamp is newer
 # than pyproject.toml and was made for the same extras. DLCP_EXTRAS adds optional extras, e.g.
 # DLCP_EXTRAS=sim for backend = "ns3" (the ns3 wheel: about 4 minutes and 500 MB the first time).
+# Run it as yourself: only apt runs as root (directly when you are root, else through sudo); the
+# venv is yours. Under sudo (`sudo make ...`) the venv still goes to the user who ran sudo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc)
+# python3-venv, python3-dev and gcc: the venv and the switch's C fast path (built by pip)
+APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc
+              python3-venv python3-dev gcc)
 VENV=${DLCP_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 EXTRAS="dev,bmv2${DLCP_EXTRAS:+,$DLCP_EXTRAS}"
@@ -16,14 +20,16 @@ for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "setup: Debian packages missing (${missing[*]}); run as root: sudo make setup" >&2
-        exit 1
-    fi
-    echo "setup: installing Debian packages: ${missing[*]}"
+    echo "setup: installing Debian packages (as root): ${missing[*]}"
     # --no-install-recommends keeps Open vSwitch out: our switches are our own processes.
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    scripts/as-root apt-get update -qq
+    scripts/as-root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Root through sudo: the rest (the venv) belongs to the user who ran sudo.
+if [[ $(id -u) -eq 0 && -n ${SUDO_UID:-} && ${SUDO_UID} != 0 ]]; then
+    exec sudo -u "#${SUDO_UID}" -g "#${SUDO_GID}" env DLCP_VENV="$VENV" PYTHON="$PYTHON" DLCP_EXTRAS="${DLCP_EXTRAS:-}" "$0" "$@"
 fi
 
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
@@ -48,7 +54,12 @@ pip_install() {
         exit 1
     fi
 }
-pip_install torch==2.13.0
+# The CPU build by name where one is reachable (a local wheel directory or index pip is configured
+# with): torch==2.13.0 alone lets pip take the CUDA build from PyPI, 5 GB of venv a CPU machine
+# never uses.
+if ! "$VENV/bin/pip" install -q torch==2.13.0+cpu >"$VENV/pip-install.log" 2>&1; then
+    pip_install torch==2.13.0
+fi
 pip_install -e ".[$EXTRAS]"
 "$VENV/bin/python" -c 'import torch, numpy, scapy, mininet, dlcp; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 echo "$EXTRAS" > "$stamp"

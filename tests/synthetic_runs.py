@@ -26,6 +26,9 @@ from dlcp.reporting.load import ITERATION_COLUMNS, MESSAGE_COLUMNS
 from dlcp.wire.tagging import N_DATA_CLASSES
 
 T0_US = 1_700_000_000_000_000  # 2023-11-14T22:13:20Z
+BACKGROUND = (5000, 400)  # background packets admitted / tail-dropped at the PS's port
+CONTROL_PKTS_PER_MESSAGE = 2
+SAMPLE_PERIOD_S = 0.1
 
 
 def layer_prio(layer: int, n_layers: int, policy: str) -> int:
@@ -38,13 +41,19 @@ def write_synthetic_run(path: str | pathlib.Path, *, policy: str = "dlcp", worke
                         iterations: int = 20, layers: int = 8, seed: int = 0, time_scale: int = 1,
                         tail: float = 0.05, loss_rate: float = 0.005, forced: int = 1,
                         protected_lost: int = 0, final_accuracy: float = 0.9, eval_every: int = 5,
-                        host_mbps: float = 50.0, name: str | None = None) -> pathlib.Path:
+                        host_mbps: float = 50.0, name: str | None = None,
+                        background: tuple[int, int] | None = BACKGROUND) -> pathlib.Path:
     """Write a complete synthetic run directory at `path` and return it.
 
     tail: fraction of messages that wait a retransmission round (MCT x 3..10).
     loss_rate: fraction of each message's packets lost (rounded per message).
     forced: messages finished by FORCE_STOP; protected_lost: protected packets missing in the first
     forced message (a transport that works keeps this 0).
+    background: (admitted, tail-dropped) background packets in queue 0 of the PS's port, with the
+    transport's control traffic (CONTROL_PKTS_PER_MESSAGE per message, never dropped) in queue 7
+    (queue 0 under fifo); the counter dump's `non_dlcp` rows and the queue samples
+    (counters/s1-samples.jsonl) say which packets they were, as the built-in switch does.
+    None: gradient traffic only, no `non_dlcp` rows and no samples.
     """
     path = pathlib.Path(path)
     rng = np.random.default_rng(seed)
@@ -117,10 +126,60 @@ def write_synthetic_run(path: str | pathlib.Path, *, policy: str = "dlcp", worke
             iters[h].append(row)
         t = end + 1000 * time_scale
 
+    non_dlcp = None
+    if background is not None:
+        n_messages = sum(1 for rows in msgs.values() for r in rows if r["side"] == "sender")
+        non_dlcp = _add_background(queues, ps_port=workers + 1, policy=policy, background=background,
+                                   control=CONTROL_PKTS_PER_MESSAGE * n_messages)
     _write_dir(path, name=name, policy=policy, hosts=hosts, ps_host=ps_host, msgs=msgs, iters=iters,
                queues=queues, host_mbps=host_mbps, iterations=iterations, start=T0_US, end=t,
-               workers=workers)
+               workers=workers, non_dlcp=non_dlcp)
+    if background is not None:
+        _write_samples(path / "counters" / "s1-samples.jsonl", queues, non_dlcp, T0_US / 1e6, t / 1e6)
     return path
+
+
+
+def _add_background(queues: dict, *, ps_port: int, policy: str, background: tuple[int, int],
+                    control: int) -> list[dict]:
+    """Background (DSCP 0) and control (DSCP class 7) packets into the queue counters; returns the
+    dump's `non_dlcp` rows for them."""
+    admitted, tail = background
+    control_q = 0 if policy == "fifo" else 7
+    rows = []
+    for qid, dscp_class, adm, dropped in ((0, 0, admitted, tail), (control_q, 7, control, 0)):
+        q = queues.setdefault((ps_port, qid, 0), {"admitted_pkts": 0, "early_drop_pkts": 0, "tail_drop_pkts": 0,
+                                                  "frame": 1442})
+        q["admitted_pkts"] += adm
+        q["tail_drop_pkts"] += dropped
+        rows.append({"port": ps_port, "qid": qid, "color": 0, "dscp_class": dscp_class, "admitted_pkts": adm,
+                     "early_drop_pkts": 0, "tail_drop_pkts": dropped})
+    return rows
+
+
+def _write_samples(path: pathlib.Path, queues: dict, non_dlcp: list[dict], start_s: float, end_s: float) -> None:
+    """Samples every 0.1 s from the first iteration's start to the end: cumulative counts grow
+    linearly to the dump's totals (so per-interval drops add up to them); queue peaks follow a
+    fixed pattern (queue 0: 10..16 packets, the others 3)."""
+    n = max(2, int((end_s - start_s) / SAMPLE_PERIOD_S) + 1)
+    ports = sorted({p for p, _, _ in queues})
+    total = {p: {k: sum(q[k] for (pp, _, _), q in queues.items() if pp == p)
+                 for k in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")} for p in ports}
+    other = {p: {k: sum(r[k] for r in non_dlcp if r["port"] == p)
+                 for k in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")} for p in ports}
+    with path.open("w") as f:
+        for i in range(n):
+            share = i / (n - 1)
+            row = {}
+            for p in ports:
+                peak = [10 + i % 7 if qid == 0 else (3 if any(pp == p and qq == qid for pp, qq, _ in queues) else 0)
+                        for qid in range(8)]
+                row[str(p)] = {"occ": [0] * 8, "peak": peak,
+                               **{k: int(total[p][f"{k}_pkts" if k == "admitted" else f"{k}_drop_pkts"] * share)
+                                  for k in ("admitted", "early", "tail")},
+                               **{f"non_dlcp_{k}": int(other[p][f"{k}_pkts" if k == "admitted" else f"{k}_drop_pkts"]
+                                                       * share) for k in ("admitted", "early", "tail")}}
+            f.write(json.dumps({"t": round(start_s + i * SAMPLE_PERIOD_S, 4), "ports": row}) + "\n")
 
 
 def _count_queue(queues: dict, *, port: int, prio: int, pkts: int, lost: int, retx: int, policy: str,
@@ -156,7 +215,7 @@ def _write_csv(p: pathlib.Path, columns, rows: list[dict]) -> None:
 
 
 def _write_dir(path: pathlib.Path, *, name, policy, hosts, ps_host, msgs, iters, queues, host_mbps,
-               iterations, start, end, workers) -> None:
+               iterations, start, end, workers, non_dlcp) -> None:
     for d in ("records", "counters", "agents", "progress", "logs", "runtime"):
         (path / d).mkdir(parents=True, exist_ok=True)
     for h, rows in msgs.items():
@@ -187,11 +246,13 @@ def _write_dir(path: pathlib.Path, *, name, policy, hosts, ps_host, msgs, iters,
         "ports": [{"port": k + 1, "rx_pkts": 0, "tx_pkts": 0, "rx_bytes": 0, "tx_bytes": 0}
                   for k in range(len(all_hosts))],
         "telemetry": {"max_enq_qdepth": 60 if policy == "fifo" else 40,
-                      "deq_timedelta_us": {"p50": 800, "p99": 9000, "max": 15000}}}, indent=1))
+                      "deq_timedelta_us": {"p50": 800, "p99": 9000, "max": 15000}},
+        **({} if non_dlcp is None else {"non_dlcp": non_dlcp})}, indent=1))
     (path / "config.toml").write_text(
         f'[experiment]\nname = "synthetic"\nmode = "ps"\n\n[topology]\nkind = "star"\nworkers = {workers}\n\n'
         f'[links]\nhost_mbps = {host_mbps}\n\n[workload]\nmodel = "cnn"\niterations = {iterations}\n\n'
-        f'[dlcp]\npolicy = "{policy}"\nloss_budget = 0.01\n')
+        f'[dlcp]\npolicy = "{policy}"\nloss_budget = 0.01\n'
+        + ('\n[[background]]\nkind = "udp_onoff"\ndst = "ps"\nrate_mbps = 40\n' if non_dlcp is not None else ""))
     (path / "meta.json").write_text(json.dumps({
         "variant": name, "policy": policy, "backend": "ref", "synthetic": True,
         "versions": {"dlcp": "synthetic"}, "start_utc": "2023-11-14T22:13:20Z",

@@ -50,7 +50,7 @@ def test_four_workers_through_builtin_switch_with_loss(tmp_path, mode, phases):
     p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--out", str(tmp_path / "r"),
                         "--no-report"], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-3000:]
-    [run] = [d for d in (tmp_path / "r").glob("*/run")]
+    [run] = [d for d in (tmp_path / "r").glob("*/*") if (d / "meta.json").exists()]  # named after the policy
     hosts = [h["name"] for h in json.loads((run / "topology.json").read_text())["hosts"]
              if h["role"] in ("worker", "ps")]
     rows = [r for h in hosts for r in read_csv(run / "records" / f"{h}-messages.csv")]

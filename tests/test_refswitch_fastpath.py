@@ -79,8 +79,9 @@ def test_c_engine_matches_the_model(lb_mode):
                 "ce_bytes"):
         assert list(cm[key]) == list(ce[key]), key
     assert sum(cm["early_pkts"]) and sum(cm["tail_pkts"]) and all(cm["drops_pkts"][:4])  # every path was taken
-    ce = cm["ce_pkts"]
-    assert sum(ce) > 0  # marking was exercised (its exact thresholds: test_refswitch_pipeline.py)
+    assert dict(cm["non_dlcp"]) == dict(ce["non_dlcp"]) and cm["non_dlcp"]
+    assert model.sample() == {k: list(v) for k, v in engine.sample().items()}
+    assert sum(cm["ce_pkts"]) > 0  # marking was exercised (its exact thresholds: test_refswitch_pipeline.py)
 
 
 def test_c_engine_spray_random_spreads():

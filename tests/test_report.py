@@ -14,7 +14,7 @@ import sys
 import matplotlib.image
 import numpy as np
 import pytest
-from synthetic_runs import write_synthetic_run
+from synthetic_runs import BACKGROUND, CONTROL_PKTS_PER_MESSAGE, write_synthetic_run
 
 from dlcp.reporting import compare_runs, report_run
 from dlcp.reporting.bounds import FRAME_OVERHEAD_BYTES, bottleneck_mbps
@@ -194,6 +194,60 @@ def test_bottleneck_rate_rule(config, topology, expected):
     assert rate == expected and source
 
 
+# --- switch drops by traffic -----------------------------------------------------------------------
+
+def test_switch_drops_are_split_into_gradient_control_and_background(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **SMALL)
+    s = summarise(load_run(run))
+    tr = s["switch"]["traffic"]
+    assert tr["source"] == "switch"
+    messages = sum(1 for r in rows(run, "messages") if r["side"] == "sender")
+    bg_admitted, bg_dropped = BACKGROUND
+    assert {k: tr["by_traffic"]["background"][k] for k in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")} \
+        == {"admitted_pkts": bg_admitted, "early_drop_pkts": 0, "tail_drop_pkts": bg_dropped}
+    assert tr["by_traffic"]["control"]["admitted_pkts"] == CONTROL_PKTS_PER_MESSAGE * messages
+    for k in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts"):
+        assert sum(r[k] for r in tr["by_traffic"].values()) == s["switch"]["totals"][k]
+    # the protected precedence of the queue counters holds background packets; of gradients none was dropped
+    assert s["switch"]["by_drop_prec"]["0"]["tail_drop_pkts"] == bg_dropped
+    assert tr["by_traffic_drop_prec"]["gradient"]["0"]["tail_drop_pkts"] == 0
+    assert tr["by_prio"]["0"] == {"background": tr["by_traffic"]["background"]}
+    assert set(tr["by_prio"]["7"]) == {"control"}
+
+
+def test_without_the_switch_split_queues_tell_traffic_apart_except_under_fifo(tmp_path):
+    for policy, source in (("dlcp", "queues"), ("fifo", "none")):
+        run = write_synthetic_run(tmp_path / policy, policy=policy, **SMALL)
+        dump_path = run / "counters" / "s1.json"
+        dump = json.loads(dump_path.read_text())
+        del dump["non_dlcp"]  # as bmv2 writes it
+        dump_path.write_text(json.dumps(dump))
+        tr = summarise(load_run(run))["switch"]["traffic"]
+        assert tr["source"] == source
+        if policy == "dlcp":  # queue 0: background only; queue 7: control
+            assert tr["by_traffic"]["background"]["tail_drop_pkts"] == BACKGROUND[1]
+            assert set(tr["by_prio"]["7"]) == {"control"}
+        else:
+            assert list(tr["by_traffic"]) == ["mixed"]
+
+
+def test_queue_timeline_drops_add_up_to_the_port_counters(tmp_path):
+    from dlcp.reporting.traffic import run_timeline
+    run = write_synthetic_run(tmp_path / "run", **SMALL)
+    loaded = load_run(run)
+    tl = run_timeline(loaded)
+    ps_port = SMALL["workers"] + 1
+    assert (tl.switch, tl.port) == ("s1", ps_port)
+    dump = json.loads((run / "counters" / "s1.json").read_text())
+    port_drops = sum(q["early_drop_pkts"] + q["tail_drop_pkts"] for q in dump["queues"] if q["port"] == ps_port)
+    other = sum(r["early_drop_pkts"] + r["tail_drop_pkts"] for r in dump["non_dlcp"])
+    # samples grow linearly to the totals: rounding down may lose at most one packet per count
+    assert port_drops - 2 <= tl.gradient_drops.sum() + tl.other_drops.sum() <= port_drops
+    assert other - 2 <= tl.other_drops.sum() <= other
+    assert tl.peak[:, 0].max() == 16 and tl.t[0] == pytest.approx(0.1, abs=1e-3)
+    assert tl.iterations.tolist() == list(range(SMALL["iterations"]))
+
+
 # --- written files ------------------------------------------------------------------------------
 
 class _ImgCollector(html.parser.HTMLParser):
@@ -226,7 +280,7 @@ def test_report_files_exist_and_open(tmp_path):
     summary = report_run(run)
     data = json.loads((run / "summary.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert data["headline"] == summary["headline"]
-    names = {"mct_cdf", "mct_by_layer", "iteration_time", "training", "drops_by_precedence"}
+    names = {"mct_cdf", "mct_by_layer", "iteration_time", "training", "drops_by_traffic", "queue_timeline"}
     for name in names:
         img = matplotlib.image.imread(run / "plots" / f"{name}.png")
         assert img.shape[0] > 200 and img.shape[1] > 300
@@ -287,9 +341,15 @@ def test_compare_two_runs_with_known_ratios(tmp_path):
     assert dlcp["ratios"]["final_accuracy"] == pytest.approx(0.8)
     assert dlcp["ratios"]["lost_fraction"] == pytest.approx(1.0)  # same packets lost, same seed
     assert dlcp["ratios"]["comm_p50_vs_ideal"] == pytest.approx(2.0)  # same bytes, twice the time
-    for name in ("compare_mct_cdf", "compare_training", "compare_iteration_time", "compare_mct_percentiles"):
+    for name in ("compare_mct_cdf", "compare_training", "compare_iteration_time", "compare_mct_percentiles",
+                 "compare_drops", "compare_iteration_cdf", "compare_queue_timeline"):
         assert (out / "plots" / f"{name}.png").read_bytes().startswith(PNG_SIGNATURE)
-    check_html_self_contained(html_path, at_least=4)
+    check_html_self_contained(html_path, at_least=7)
+    bg_admitted, bg_dropped = BACKGROUND
+    assert fifo["background_drop_pkts"] == dlcp["background_drop_pkts"] == bg_dropped
+    assert fifo["control_drop_pkts"] == dlcp["control_drop_pkts"] == 0  # control packets are admitted
+    md = (out / "compare.md").read_text()
+    assert f"| fifo | background | {bg_admitted:,} | 0 | {bg_dropped} |" in md
     assert "| MCT p99 (us) |" in (out / "compare.md").read_text()
 
 
@@ -301,6 +361,10 @@ def test_compare_cli_prints_table_and_honours_out(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "MCT p99 (us)" in p.stdout and "3×" in p.stdout and "y/run ÷ x/run" in p.stdout
+    # drops side by side: per queue and run, gradient / other packets (background sits in queue 0)
+    assert "switch drops of background packets" in p.stdout and "switch drops of transport control packets" in p.stdout
+    queue0 = next(line for line in p.stdout.splitlines() if line.startswith("0 "))
+    assert queue0.split()[-1] == f"{BACKGROUND[1]:,}" and "7 (served first)" in p.stdout
     assert json.loads((out / "compare.json").read_text())["baseline"] == "x/run"
     one = subprocess.run([sys.executable, "-m", "dlcp_cli", "compare", str(a)], capture_output=True, text=True)
     assert one.returncode == 2 and "at least two" in one.stderr

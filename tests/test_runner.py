@@ -14,8 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from dlcp.experiment import config as configmod
 from emulation import clean, procs
 
 pytestmark = pytest.mark.root
@@ -208,20 +210,20 @@ def test_missing_bmv2_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL, report: bool = False) -> subprocess.Popen:
     """`dlcp run` of a long experiment into tmp_path/r, in the background (stderr piped)."""
     cfg = write_config(tmp_path, iterations=500, timeout=600)
-    return subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r"), "--no-report"],
+    return subprocess.Popen(DLCP + ["run", str(cfg), "--out", str(tmp_path / "r")] + ([] if report else ["--no-report"]),
                             stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
-def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> Path:
+def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120, min_iter: int = 1) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         for prog in run_parent.glob("*/*/progress/h1"):
             try:
-                if json.loads(prog.read_text()).get("iter", 0) >= 1:
+                if json.loads(prog.read_text()).get("iter", 0) >= min_iter:
                     return prog.parents[1]
             except ValueError:
                 pass
@@ -229,14 +231,22 @@ def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120) -> 
     raise AssertionError("the run made no progress")
 
 
-def test_sigint_mid_run_cleans_up(tmp_path):
-    proc = start_long_run(tmp_path, stdout=subprocess.PIPE)
-    run = wait_for_progress(tmp_path / "r", proc)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err
-    assert json.loads((run / "meta.json").read_text())["status"] == "interrupted"
+@pytest.mark.parametrize("sig,status,code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)])
+def test_signal_mid_run_cleans_up_and_writes_a_partial_report(tmp_path, sig, status, code):
+    proc = start_long_run(tmp_path, stdout=subprocess.PIPE, report=True)
+    # past the warm-up iterations, which iteration statistics leave out (workload.warmup_iterations)
+    warmup = configmod.validate({"name": "x"})["workload"]["warmup_iterations"]
+    run = wait_for_progress(tmp_path / "r", proc, min_iter=warmup + 3)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == code, err[-2000:]
+    assert json.loads((run / "meta.json").read_text())["status"] == status
+    assert f"partial run: {run} (" in err and " of 500 iterations)" in err, err[-2000:]
+    assert f"partial report: {run / 'report.html'}" in err, err[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["run"]["partial"] and summary["run"]["status"] == status
+    assert 1 <= summary["iteration"]["count"] < 500
+    assert f"PARTIAL ({status})" in (run / "report.html").read_text()
     assert_clean()
 
 
@@ -251,16 +261,32 @@ def test_crashed_agent_fails_run_with_its_log(tmp_path):
     assert_clean()
 
 
-def test_clean_after_sigkilled_run(tmp_path):
+def run_processes(runner_pid: int) -> list[psutil.Process]:
+    """Every process `dlcp run` started that is alive now: its descendants (node shells, switch,
+    agents) and whatever it recorded (the switch runs in its own session, still its child)."""
+    tree = psutil.Process(runner_pid).children(recursive=True)
+    recorded = [psutil.Process(p["pid"]) for p in procs.recorded()
+                if p["owner"] == runner_pid and procs.is_ours_and_alive(p)]
+    return list({p.pid: p for p in tree + recorded}.values())
+
+
+def test_sigkilled_run_leaves_no_process_and_clean_removes_links(tmp_path):
     proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
+    deadline = time.monotonic() + 30  # background senders start once every worker finished an iteration
+    while not any(p["role"] == "agent-background" for p in procs.recorded()):
+        assert time.monotonic() < deadline, "background senders never started"
+        time.sleep(0.2)
+    alive = run_processes(proc.pid)
+    roles = {p["role"] for p in procs.recorded() if p["owner"] == proc.pid}
+    assert {"node-shell", "switch", "agent-ps", "agent-worker", "agent-background"} <= roles
+    assert any(r.startswith("agent-sink") for r in roles)
     proc.kill()
     proc.wait()
-    left = leftovers()
-    # a SIGKILL leaves a mess (host shells die with their pty, the rest stays)
-    assert left["links"] and left["recorded"]
+    _, still = psutil.wait_procs(alive, timeout=5)
+    assert not still, f"alive 5 s after the run was SIGKILLed: {[(p.pid, p.cmdline()) for p in still]}"
     p = subprocess.run(DLCP + ["clean"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and "stopped" in p.stdout
+    assert p.returncode == 0 and "dlcp clean: stopped 0 recorded processes" in p.stdout, p.stdout
     assert_clean()
 
 

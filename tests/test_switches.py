@@ -3,6 +3,7 @@ start-up failure that reports the switch's own error and command line."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -78,6 +79,17 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
     assert c["switch"] == sw.name and c["backend"] == "ref"
     ports = {p["port"]: p for p in c["ports"]}
     assert ports[1]["rx_pkts"] >= 3 and ports[2]["tx_pkts"] >= 3
+    # pings carry no DLCP header: every admitted packet is in the non-DLCP split, at DSCP class 0
+    assert c["non_dlcp"] and {r["dscp_class"] for r in c["non_dlcp"]} == {0}
+    assert sum(r["admitted_pkts"] for r in c["non_dlcp"]) == sum(q["admitted_pkts"] for q in c["queues"])
+    # queue samples every 0.1 s; the last one has the final per-port counts
+    samples = [json.loads(line) for line in (tmp_path / "counters" / f"{sw.name}-samples.jsonl").open()]
+    assert len(samples) >= 5 and all(b["t"] > a["t"] for a, b in itertools.pairwise(samples))
+    last = samples[-1]["ports"]
+    assert set(last) == {"1", "2"} and len(last["1"]["occ"]) == 8
+    by_port = {p: sum(q["admitted_pkts"] for q in c["queues"] if q["port"] == p) for p in (1, 2)}
+    assert [last[str(p)]["admitted"] for p in (1, 2)] == [by_port[1], by_port[2]]
+    assert last["2"]["non_dlcp_admitted"] == last["2"]["admitted"]
 
 
 def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):

@@ -32,6 +32,10 @@ THRESHOLD_BITS = 32
 DSCP_BITS = sum(f.bits for f in LAYOUT.dscp)
 QID_BITS = (N_QUEUES - 1).bit_length()
 COLOR_BITS = (N_COLORS - 1).bit_length()
+# The built-in dataplane's counters beyond the P4 program's: the part of each queue counter from
+# frames without a DLCP header, by the frame's DSCP class (dscp >> 3, the top bits of its TOS byte),
+# so reports tell background and transport control from gradients (docs/pipeline.md).
+DSCP_CLASSES = 8
 
 # every control-plane name lives under the ingress control, whichever P4 control declares it
 _I = "DlcpIngress."
@@ -284,6 +288,16 @@ def queue_counter_key(index: int) -> tuple[int, int, int]:
     port_q, color = divmod(index, N_COLORS)
     port, qid = divmod(port_q, N_QUEUES)
     return port, qid, color
+
+
+def non_dlcp_index(port: int, qid: int, color: int, dscp_class: int) -> int:
+    return queue_counter_index(port, qid, color) * DSCP_CLASSES + dscp_class
+
+
+def non_dlcp_key(index: int) -> tuple[int, int, int, int]:
+    """(port, qid, color, dscp class) of a non-DLCP counter index."""
+    slot, dscp_class = divmod(index, DSCP_CLASSES)
+    return (*queue_counter_key(slot), dscp_class)
 
 
 def occupancy_index(port: int, qid: int) -> int:

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import NotARunDirectory, RunData, load_run
+from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.repeats import compare_repeats, is_repeat_group
-from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.runreport import pct, write_outputs
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, min_samples, quantile_of, ratio
 from dlcp.reporting.steady import undilated
 from dlcp.reporting.summarise import iteration_series, steady_sender_rows, summarise, training_curves
+from dlcp.reporting.traffic import drops, run_timeline, traffic_section
 from dlcp.tables import format_table
 
 
@@ -52,11 +54,17 @@ METRICS = (
     Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
     Metric("ce_marked_pkts", "switch CE marks (pkts)", "lower", ("switch", "ce_marked", "pkts")),
+    Metric("gradient_drop_pkts", "switch drops of gradient packets", "lower",
+           ("switch", "traffic", "by_traffic", "gradient", "drop_pkts")),
+    Metric("control_drop_pkts", "switch drops of transport control packets", "lower",
+           ("switch", "traffic", "by_traffic", "control", "drop_pkts")),
+    Metric("background_drop_pkts", "switch drops of background packets", "lower",
+           ("switch", "traffic", "by_traffic", "background", "drop_pkts")),
 )
 # What the terminal shows: the headline, compactly, with what the transport and the switch did.
 TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
                     "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "retx_fraction", "forced",
-                    "protected_lost", "early_drop_pkts", "tail_drop_pkts")
+                    "protected_lost", "gradient_drop_pkts", "control_drop_pkts", "background_drop_pkts")
 
 
 def _get(summary: dict, path: tuple):
@@ -130,6 +138,23 @@ def _cell(run_entry: dict, key: str) -> str:
     return _short(run_entry[key])
 
 
+def terminal_drops_table(names: list[str], runs: list[RunData]) -> str:
+    """Switch drops per priority queue (rows, 7 first) and run (columns), as gradient / other
+    packets: what each policy dropped where."""
+    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
+    queues = sorted({int(q) for t in traffic for q in t["by_prio"]}, reverse=True)
+    rows = []
+    for q in queues:
+        row = {"switch drops, queue": f"{q}{' (served first)' if q == queues[0] else ''}"}
+        for n, t in zip(names, traffic):
+            d = t["by_prio"].get(str(q), {})
+            grad = drops(d.get("gradient"))
+            other = sum(drops(r) for k, r in d.items() if k != "gradient")
+            row[f"{n}: gradient / other"] = f"{grad:,} / {other:,}"
+        rows.append(row)
+    return format_table(rows) if rows else "(no switch counters)"
+
+
 def _short(v) -> str:
     if v is None:
         return "–"
@@ -176,6 +201,7 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.h("Training")
     doc.image(_img(plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
                    "compare_training", "overlaid loss and accuracy curves"))
+    side_by_side_sections(doc, names, runs)
     doc.h("Runs")
     doc.table(["run", "policy", "directory", "report"],
               [[n, r["policy"] or "?", r["dir"], str(pathlib.Path(r["dir"]) / "report.html")]
@@ -183,6 +209,41 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
           "count and the count it needs (n=144<1,000).")
     return doc
+
+
+def side_by_side_sections(doc: Doc, names: list[str], runs: list[RunData]) -> None:
+    """Switch drops by traffic and priority, the iteration-time CDF and the queue timelines, run
+    beside run."""
+    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
+    doc.h("Switch drops side by side")
+    sources = sorted({t["source_text"] for t in traffic})
+    doc.p("Gradient packets (DLCP header), the transport's control and background traffic, told apart by "
+          + "; ".join(sources) + ".")
+    rows = []
+    for n, t in zip(names, traffic):
+        for kind, r in t["by_traffic"].items():
+            rows.append([n, TRAFFIC_LABELS[kind], r["admitted_pkts"], r["early_drop_pkts"], r["tail_drop_pkts"],
+                         pct(r["drop_fraction"])])
+    doc.table(["run", "traffic", "admitted (pkts)", "early-dropped (pkts)", "tail-dropped (pkts)", "dropped"], rows)
+    doc.image(_img(plots.compare_drops(names, traffic), "compare_drops", "switch drops by traffic and priority"))
+    prio_rows = []
+    for q in sorted({q for t in traffic for q in t["by_prio"]}, key=int, reverse=True):
+        row = [q]
+        for t in traffic:
+            d = t["by_prio"].get(q, {})
+            row.append(", ".join(f"{TRAFFIC_LABELS[k]} {drops(r):,}" for k, r in d.items() if drops(r)) or "0")
+        prio_rows.append(row)
+    doc.table(["priority queue"] + [f"{n}: drops" for n in names], prio_rows)
+    doc.h("Iteration time distribution")
+    doc.image(_img(plots.iteration_cdf({n: iteration_series(r) for n, r in zip(names, runs)}),
+                   "compare_iteration_cdf", "CDF of iteration time per run"))
+    timelines = {n: run_timeline(r) for n, r in zip(names, runs)}
+    if any(tl is not None for tl in timelines.values()):
+        doc.h("Queue depth and drops against iterations")
+        doc.p("Per run, the port with the most drops: the highest occupancy of each priority queue and the drops in "
+              "each 0.1 s interval (the built-in switch's samples); thin lines and the numbers on top mark "
+              "iteration ends.")
+        doc.image(_img(plots.queue_timelines(timelines), "compare_queue_timeline", "queue depth and drops over time"))
 
 
 def _img(fig, name: str, alt: str) -> Image | None:
@@ -213,6 +274,7 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     if echo:
         print(f"baseline: {data['baseline']}; ratio = run / baseline")
         print(terminal_table(data))
+        print(terminal_drops_table([r["name"] for r in data["runs"]], runs))
         for r in data["runs"]:
             if r["protected_lost"]:
                 print(f"WARNING: run {r['name']}: {r['protected_lost']} protected packet(s) lost")

@@ -66,6 +66,7 @@ class RunData:
     iterations: Table = field(default_factory=Table)
     agents: dict[str, dict] = field(default_factory=dict)  # host -> records/hN-agent.json
     counters: list[dict] = field(default_factory=list)  # counters/sN.json, sorted by switch
+    samples: dict[str, list[dict]] = field(default_factory=dict)  # switch -> counters/sN-samples.jsonl
     progress: dict[str, dict] = field(default_factory=dict)  # host -> progress/hN
     problems: list[str] = field(default_factory=list)  # what is missing or damaged, one line each
     time_scale: float = 1.0  # measured times were divided by this (time dilation, dlcp/reporting/steady.py)
@@ -119,9 +120,13 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     run.iterations = _read_records(path, "iterations", ITERATION_COLUMNS, ITERATION_REQUIRED, run.problems)
     run.agents = _read_agent_totals(path, run.problems)
     run.counters = _read_counters(path, run.problems)
+    run.samples = _read_samples(path, run.problems)
     run.progress = _read_progress(path, run.problems)
     if run.meta is not None and run.meta.get("exit_status") not in (None, 0, "ok", "success"):
         run.problems.append(f"meta.json: the run ended with exit status {run.meta.get('exit_status')!r}")
+    if run.meta is not None and run.meta.get("status") not in (None, "ok"):
+        run.problems.append(f"meta.json: the run ended with status {run.meta.get('status')!r} "
+                            "(a partial run: the figures cover what was recorded until then)")
     return run
 
 
@@ -304,6 +309,35 @@ def _read_counters(run_path: pathlib.Path, problems: list[str]) -> list[dict]:
             data["queues"] = []
         dumps.append(data)
     return dumps
+
+
+def _read_samples(run_path: pathlib.Path, problems: list[str]) -> dict[str, list[dict]]:
+    """Queue samples of the built-in switches (JSON lines); a damaged line is skipped and noted,
+    a cut-off last line (a killed switch) silently dropped. No file (bmv2): no samples."""
+    out = {}
+    for p in sorted((run_path / "counters").glob("*-samples.jsonl")):
+        try:
+            lines = p.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        except OSError as e:
+            problems.append(f"counters/{p.name}: unreadable ({_one_line(e)})")
+            continue
+        if lines and not lines[-1].endswith("\n"):
+            lines = lines[:-1]
+        rows, bad = [], 0
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                bad += 1
+                continue
+            if isinstance(row, dict) and isinstance(row.get("t"), (int, float)) and isinstance(row.get("ports"), dict):
+                rows.append(row)
+            else:
+                bad += 1
+        if bad:
+            problems.append(f"counters/{p.name}: {bad} malformed line(s) skipped")
+        out[p.name[: -len("-samples.jsonl")]] = rows
+    return out
 
 
 def _read_progress(run_path: pathlib.Path, problems: list[str]) -> dict[str, dict]:

@@ -8,12 +8,12 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: reports run headless (CI, over ssh, as any user)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
 
-from dlcp.reporting.stats import ecdf  # noqa: E402
-from dlcp.reporting.summarise import IterationSeries, TrainingCurves  # noqa: E402
+from dlcp.reporting.stats import ecdf
+from dlcp.reporting.summarise import IterationSeries, TrainingCurves
 
 DPI = 110
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -189,4 +189,173 @@ def compare_bars(names: list[str], values: dict[str, list[float | None]], unit: 
     _style(ax, title, "", unit + (", log scale" if log else ""))
     ax.legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+QUEUE_COLORS = {7: COLORS[3], 6: COLORS[1], 5: COLORS[2], 4: COLORS[4], 3: COLORS[0], 2: COLORS[5], 1: COLORS[6],
+                0: "#777777"}
+TRAFFIC_COLORS = {"gradient": COLORS[0], "control": COLORS[2], "background": "#888888", "mixed": COLORS[4]}
+TRAFFIC_LABELS = {"gradient": "gradient", "control": "transport control", "background": "background",
+                  "mixed": "all traffic (not separable)"}
+
+
+def _drops(row: dict | None) -> tuple[int, int]:
+    return (0, 0) if not row else (int(row["early_drop_pkts"]), int(row["tail_drop_pkts"]))
+
+
+def drops_by_traffic(by_traffic_prec: dict[str, dict[str, dict]]):
+    """Switch drops split by traffic: gradient packets per drop precedence (0 = protected), then the
+    transport's control and the background traffic, early and tail drops with the drop fraction."""
+    if not by_traffic_prec:
+        return None
+    empty = {"admitted_pkts": 0, "early_drop_pkts": 0, "tail_drop_pkts": 0, "drop_fraction": None}
+    cats = []  # (label, row, traffic)
+    grad = by_traffic_prec.get("gradient", {})
+    for c in ("0", "1", "2", "3"):  # all four precedences always, so plots of different policies line up
+        cats.append((f"gradient\ndp {c}{' (protected)' if c == '0' else ''}", grad.get(c, empty), "gradient"))
+    for kind in ("control", "background", "mixed"):
+        rows = by_traffic_prec.get(kind)
+        if rows or kind != "mixed":
+            total = {k: sum(r[k] for r in (rows or {}).values()) for k in ("admitted_pkts", "early_drop_pkts",
+                                                                         "tail_drop_pkts")}
+            offered = sum(total.values())
+            total["drop_fraction"] = (total["early_drop_pkts"] + total["tail_drop_pkts"]) / offered if offered else None
+            cats.append((TRAFFIC_LABELS[kind].replace(" (", "\n("), total, kind))
+    early = np.array([r["early_drop_pkts"] for _, r, _ in cats])
+    tail = np.array([r["tail_drop_pkts"] for _, r, _ in cats])
+    fig, ax = plt.subplots(figsize=(8.5, 4.0))
+    x = np.arange(len(cats))
+    ax.bar(x - 0.2, early, 0.4, label="early drop", color=COLORS[1])
+    ax.bar(x + 0.2, tail, 0.4, label="tail drop", color=COLORS[3])
+    top = max(int(early.max()), int(tail.max()), 1)
+    for xi, (_, r, _), e, t in zip(x, cats, early, tail):
+        frac = r["drop_fraction"]
+        ax.annotate(f"{100 * frac:.2f}%\ndropped" if frac is not None else "none\noffered", (xi, max(e, t) + top * 0.02),
+                    ha="center", va="bottom", fontsize=8)
+    ax.axvline(3.5, color="k", lw=0.8, ls=":")
+    ax.set_ylim(0, top * 1.5)
+    ax.set_xticks(x, [c[0] for c in cats], fontsize=8)
+    _style(ax, "Switch drops by traffic (all ports): gradient packets by drop precedence, then the rest", "",
+           "packets")
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def iteration_cdf(series: dict[str, IterationSeries], title: str = "CDF of iteration time (slowest worker)"):
+    """Empirical CDF of the iteration time per run, p50 and p99 marked on each curve."""
+    series = {k: s for k, s in series.items() if np.isfinite(s.iteration_us).any()}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for i, (label, s) in enumerate(series.items()):
+        x, y = ecdf(s.iteration_us[np.isfinite(s.iteration_us)] / 1e3)
+        c = COLORS[i % len(COLORS)]
+        p50, p99 = np.percentile(x, 50), np.percentile(x, 99)
+        ax.step(x, y, where="post", lw=1.8, color=c, label=f"{label} (n={x.size}; p50 {p50:.4g}, p99 {p99:.4g} ms)")
+        ax.plot([p50, p99], [0.5, 0.99], "o", color=c, ms=5)
+    for q in (0.5, 0.99):
+        ax.axhline(q, color="grey", lw=0.6, ls="-.")
+    ax.set_ylim(0, 1.01)
+    _style(ax, title, "iteration time (ms)", "fraction of iterations ≤ x")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def compare_drops(names: list[str], traffic: list[dict]):
+    """Switch drops side by side: left, per traffic kind (early solid, tail hatched); right, per
+    priority queue, gradient packets solid and the other traffic hatched."""
+    if not any(t.get("by_traffic") for t in traffic):
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [2, 3]})
+    kinds = [k for k in TRAFFIC_LABELS if any(k in t.get("by_traffic", {}) for t in traffic)]
+    width = 0.8 / len(names)
+    x = np.arange(len(kinds))
+    for i, (n, t) in enumerate(zip(names, traffic)):
+        early, tail = zip(*(_drops(t.get("by_traffic", {}).get(k)) for k in kinds)) if kinds else ((), ())
+        pos = x + (i - (len(names) - 1) / 2) * width
+        c = COLORS[i % len(COLORS)]
+        left.bar(pos, early, width, color=c, label=f"{n}: early")
+        bars = left.bar(pos, tail, width, bottom=early, color=c, alpha=0.55, hatch="//", label=f"{n}: tail")
+        left.bar_label(bars, labels=[f"{e + tl:,}" for e, tl in zip(early, tail)], fontsize=7, padding=1)
+    left.set_xticks(x, [TRAFFIC_LABELS[k].replace(" (", "\n(") for k in kinds], fontsize=8)
+    _style(left, "Switch drops by traffic", "", "packets dropped")
+    left.set_ylim(0, left.get_ylim()[1] * 1.35)  # room for the legend above the bars
+    left.legend(fontsize=7, ncol=len(names), loc="upper center")
+    used = {int(q) for t in traffic for q in t.get("by_prio", {})}
+    # every queue from 7 down once a priority policy used more than one, so no queue looks missing
+    queues = sorted(used, reverse=True) if len(used) <= 1 else list(range(max(used), -1, -1))
+    xq = np.arange(len(queues))
+    for i, (n, t) in enumerate(zip(names, traffic)):
+        pos = xq + (i - (len(names) - 1) / 2) * width
+        grad = np.array([sum(_drops(t["by_prio"].get(str(q), {}).get("gradient"))) for q in queues])
+        other = np.array([sum(sum(_drops(r)) for k, r in t["by_prio"].get(str(q), {}).items() if k != "gradient")
+                          for q in queues])
+        c = COLORS[i % len(COLORS)]
+        right.bar(pos, grad, width, color=c, label=f"{n}: gradient")
+        bars = right.bar(pos, other, width, bottom=grad, color=c, alpha=0.4, hatch="..",
+                         label=f"{n}: background / control / mixed")
+        right.bar_label(bars, labels=[f"{g + o:,}" if g + o else "" for g, o in zip(grad, other)], fontsize=7, padding=1)
+    right.set_xticks(xq, [f"queue {q}" + (" (first)" if j == 0 else "") for j, q in enumerate(queues)], fontsize=8)
+    _style(right, "Switch drops by priority queue (strict priority: higher served first)", "", "packets dropped")
+    right.set_ylim(0, right.get_ylim()[1] * 1.35)
+    right.legend(fontsize=7, ncol=len(names), loc="upper center")
+    fig.tight_layout()
+    return fig
+
+
+MAX_TIMELINE_BINS = 300
+
+
+def _rebin(t: np.ndarray, peak: np.ndarray, grad: np.ndarray, other: np.ndarray, bins: int = MAX_TIMELINE_BINS):
+    """At most `bins` intervals: peaks take the max, drops the sum of the intervals merged."""
+    k = int(np.ceil(t.size / bins))
+    if k <= 1:
+        return t, peak, grad, other
+    n = int(np.ceil(t.size / k)) * k
+    pad = n - t.size
+    cut = lambda a, fill: np.concatenate([a, np.full((pad,) + a.shape[1:], fill)]).reshape(n // k, k, *a.shape[1:])
+    return (cut(t, t[-1]).max(axis=1), cut(peak, 0).max(axis=1), cut(grad, 0).sum(axis=1), cut(other, 0).sum(axis=1))
+
+
+def queue_timelines(timelines: dict[str, object]):
+    """Per run: the bottleneck port's queue depth (highest per interval, per priority queue) and
+    its drops per interval (gradient vs the rest), against time; iteration ends as thin lines with
+    their numbers on top."""
+    timelines = {k: tl for k, tl in timelines.items() if tl is not None and tl.t.size}
+    if not timelines:
+        return None
+    n = len(timelines)
+    fig, axes = plt.subplots(2 * n, 1, figsize=(11, 4.2 * n), squeeze=False, layout="constrained",
+                             gridspec_kw={"height_ratios": [3, 2] * n})
+    t_max = max(float(tl.t.max()) for tl in timelines.values())
+    for i, (label, tl) in enumerate(timelines.items()):
+        depth, drops = axes[2 * i, 0], axes[2 * i + 1, 0]
+        drops.sharex(depth)
+        t, peak, grad, other = _rebin(tl.t, tl.peak, tl.gradient_drops, tl.other_drops)
+        dt = np.diff(np.concatenate([[tl.t[0] - (tl.t[1] - tl.t[0] if tl.t.size > 1 else 0.1)], t]))
+        for q in range(7, -1, -1):  # one colour per queue in every run: background queue 0 always grey
+            if peak[:, q].any():
+                depth.step(t, peak[:, q], where="pre", lw=1.1, label=f"queue {q}", color=QUEUE_COLORS[q])
+        drops.bar(t - dt, grad, dt, align="edge", color=COLORS[0], label="gradient packets")
+        drops.bar(t - dt, other, dt, align="edge", bottom=grad, color="#888888", label="background + control")
+        for ax in (depth, drops):
+            for e in tl.iteration_ends:
+                ax.axvline(e, color="k", lw=0.4, alpha=0.25)
+        depth.set_xlim(min(0.0, float(tl.t.min())), t_max)
+        depth.tick_params(labelbottom=False)
+        if tl.iteration_ends.size:
+            top = depth.secondary_xaxis("top")
+            step = max(1, int(np.ceil(tl.iteration_ends.size / 12)))
+            top.set_xticks(tl.iteration_ends[::step], [str(int(k)) for k in tl.iterations[::step]], fontsize=7)
+            top.set_xlabel("iteration ended", fontsize=8)
+        bin_s = float(np.median(dt)) if dt.size else 0.1
+        _style(depth, f"{label}: queue depth at {tl.switch} port {tl.port} (highest per {bin_s:.2g} s)", "",
+               "packets queued")
+        depth.set_ylim(bottom=0)
+        # legends right of the axes: the queues reach their limit, so no corner inside is clear
+        depth.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+        _style(drops, "", "time since the first iteration started (s)", f"drops per {bin_s:.2g} s")
+        drops.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     return fig

@@ -8,6 +8,7 @@ import pathlib
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, refused_text
 from dlcp.reporting.steady import undilated
@@ -19,6 +20,7 @@ from dlcp.reporting.summarise import (
     summarise,
     training_curves,
 )
+from dlcp.reporting.traffic import run_timeline
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
 
@@ -104,7 +106,11 @@ def keepup_warning(k: dict) -> str | None:
 
 def build_doc(run: RunData, s: dict) -> Doc:
     info = s["run"]
-    doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})")
+    doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})"
+              + (f" — PARTIAL ({info['status']})" if info["partial"] else ""))
+    if info["partial"]:
+        doc.warn(f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
+                 f"covers only the {s['iteration']['count']} iteration(s) recorded until then.")
     doc.bullets(headline_lines(s))
     warning = protected_warning(s["loss"])
     if warning:
@@ -121,7 +127,7 @@ def build_doc(run: RunData, s: dict) -> Doc:
     _lower_bound_section(doc, s["lower_bound"])
     _iteration_section(doc, run, s["iteration"])
     _loss_section(doc, s["loss"])
-    _switch_section(doc, s["switch"])
+    _switch_section(doc, s["switch"], run)
     _training_section(doc, run, s["training"])
     _keepup_section(doc, s["keep_up"])
     _agents_section(doc, s["agents"])
@@ -178,15 +184,31 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     by_prio = grouped_mct(senders, "prio")
     lb = s["lower_bound"].get("message")
     marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
-    doc.image(_plot(plots.mct_cdf({"all": senders.col("mct_us"), **{f"prio {k}": v for k, v in by_prio.items()}},
-                                  "CDF of MCT (all messages and by priority class)", marks), "mct_cdf", "CDF of MCT"))
-    doc.h("By priority class (7 served first)", 3)
+    strict = run.policy != "fifo"
+    doc.image(_plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)},
+                                  "CDF of MCT: all messages and by priority class " + (
+                                      "(highest served first)" if strict else
+                                      "(fifo: one queue, priority unused)"), marks),
+                    "mct_cdf", "CDF of MCT"))
+    doc.h("By priority class (" + ("7 served first" if strict else "fifo: one queue, served in arrival order") + ")", 3)
     doc.table(["prio"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_prio"].items()])
     doc.h("By phase", 3)
     doc.table(["phase"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_phase"].items()])
     doc.h("By layer (0 = input side; a message spanning layers counts under its range)", 3)
     doc.image(_plot(plots.layer_bars(mct["by_layer"]), "mct_by_layer", "p99 MCT by layer"))
     doc.table(["layer"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_layer"].items()])
+
+
+def prio_groups(by_prio: dict[str, object], strict: bool) -> dict[str, object]:
+    """Legend labels of the per-priority MCT curves: under strict priority each says its turn
+    ("prio 6 (served 1st)"), since a higher class is always served before a lower one."""
+    ordinal = lambda n: {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+    keys = [k for k in by_prio if k != "?"]
+    out = {}
+    for k, v in by_prio.items():
+        turn = f" (served {ordinal(keys.index(k) + 1)})" if strict and k in keys else ""
+        out[f"prio {k}{turn}"] = v
+    return out
 
 
 def _lower_bound_section(doc: Doc, lb: dict) -> None:
@@ -246,29 +268,44 @@ def _loss_section(doc: Doc, loss: dict) -> None:
                for k, v in loss["by_prio"].items()])
 
 
-def _switch_section(doc: Doc, sw: dict) -> None:
+def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
     doc.h("Switch counters")
     if not sw["switches"]:
         doc.p("No switch counter dumps.")
         return
+    tr = sw["traffic"]
     doc.p(f"Switches: {', '.join(sw['switches'])}. Packets offered to a queue are admitted, dropped early "
-          "(drop precedence above its threshold) or dropped at the tail (queue full).")
+          "(drop precedence above its threshold) or dropped at the tail (queue full). Traffic kinds: gradient "
+          "(packets with a DLCP header: data, retransmissions, probes), transport control (TCP at priority 7) "
+          f"and background (the `[[background]]` flows); told apart by {tr['source_text']}.")
     cols = ["admitted_pkts", "early_drop_pkts", "tail_drop_pkts"]
     header = ["admitted (pkts)", "early-dropped (pkts)", "tail-dropped (pkts)", "dropped"]
 
     def row(label, r):
         return [label] + [r[c] for c in cols] + [pct(r["drop_fraction"])]
-    doc.table(["all queues"] + header, [row("total", sw["totals"])])
-    doc.image(_plot(plots.drops_by_precedence(sw["by_drop_prec"]), "drops_by_precedence", "drops by precedence"))
-    doc.h("By drop precedence (0 = protected)", 3)
-    doc.table(["drop precedence"] + header, [row(k, r) for k, r in sw["by_drop_prec"].items()])
-    doc.h("By priority (queue; 7 served first)", 3)
-    doc.table(["priority"] + header, [row(k, r) for k, r in sw["by_prio"].items()])
-    doc.h("By port", 3)
-    doc.table(["switch:port"] + header, [row(f"{r['switch']}:{r['port']}", r) for r in sw["by_port"]])
-    doc.h("By queue and drop precedence (non-zero counters)", 3)
-    doc.table(["switch:port", "priority", "drop precedence"] + header,
-              [[f"{r['switch']}:{r['port']}", r["prio"], r["drop_prec"]] + row("", r)[1:] for r in sw["by_queue"]])
+    doc.table(["traffic"] + header, [row(TRAFFIC_LABELS[k], r) for k, r in tr["by_traffic"].items()]
+              + [row("all traffic", sw["totals"])])
+    doc.image(_plot(plots.drops_by_traffic(tr["by_traffic_drop_prec"]), "drops_by_traffic", "drops by traffic"))
+    doc.h("Gradient packets by drop precedence (0 = protected)", 3)
+    doc.table(["drop precedence"] + header,
+              [row(k, r) for k, r in tr["by_traffic_drop_prec"].get("gradient", {}).items()])
+    doc.h("By priority queue and traffic (7 served first)", 3)
+    doc.table(["priority", "traffic"] + header,
+              [[q] + row(TRAFFIC_LABELS[k], r) for q, d in tr["by_prio"].items() for k, r in d.items()])
+    doc.h("By port and traffic", 3)
+    doc.table(["switch:port", "traffic"] + header,
+              [[p] + row(TRAFFIC_LABELS[k], r) for p, d in tr["by_port"].items() for k, r in d.items()])
+    doc.h("By queue, drop precedence and traffic (non-zero counters)", 3)
+    doc.table(["switch:port", "priority", "drop precedence", "traffic"] + header,
+              [[f"{r['switch']}:{r['port']}", r["qid"], r["color"]] + row(TRAFFIC_LABELS[r["traffic"]], r)
+               for r in tr["by_queue"]])
+    timeline = run_timeline(run)
+    if timeline is not None:
+        doc.h("Queue depth and drops over time", 3)
+        doc.p(f"{timeline.switch} port {timeline.port}, the port with the most drops: the highest occupancy of each "
+              "priority queue and the drops in each 0.1 s interval (the built-in switch's samples, "
+              f"`counters/{timeline.switch}-samples.jsonl`); thin lines mark iteration ends.")
+        doc.image(_plot(plots.queue_timelines({run.name: timeline}), "queue_timeline", "queue depth and drops"))
     drops = {s: d for s, d in sw["drops"].items() if any(v for v in d.values())}
     if drops:
         doc.h("Pipeline drops (not queue drops)", 3)

@@ -20,6 +20,7 @@ from dlcp.reporting.keepup import keepup_section
 from dlcp.reporting.load import RunData, Table
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, distribution
 from dlcp.reporting.steady import after_warmup, scale_info, undilated, warmup_iterations
+from dlcp.reporting.traffic import traffic_section
 
 SCHEMA_VERSION = 1
 PHASE_ORDER = ("push", "pull", "reduce_scatter", "all_gather", "p2p")
@@ -337,7 +338,7 @@ def summarise(run: RunData) -> dict:
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series, warmup),
         "loss": loss_section(loss_rows, run, loss_which),
-        "switch": switch_section(run.counters),
+        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config, run.policy)},
         "agents": agents_section(run.agents),
         "training": training_section(curves),
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},
@@ -359,6 +360,9 @@ def run_info(run: RunData) -> dict:
         "start_utc": meta.get("start_utc"),
         "wall_time_s": meta.get("wall_time_s"),
         "exit_status": meta.get("exit_status"),
+        "status": meta.get("status"),
+        # stopped early (Ctrl-C, SIGTERM, an error): the report covers only what was recorded
+        "partial": meta.get("status") not in (None, "ok"),
     }
 
 

@@ -26,6 +26,7 @@
 #define QUEUE_SLOTS REGISTER_OCCUPANCY_SIZE          /* port * N_QUEUES + qid */
 #define COUNTER_SLOTS COUNTER_ADMITTED_SIZE          /* (port * N_QUEUES + qid) * N_COLORS + color */
 #define N_REASONS COUNTER_DROPS_SIZE
+#define NON_DLCP_SLOTS (COUNTER_SLOTS * NON_DLCP_DSCP_CLASSES)  /* queue counter slot * classes + dscp >> 3 */
 #define CLASSIFY_SLOTS (1 << CLASSIFY_KEY_BITS)      /* every (dlcp_valid, prio, drop_prec, dscp) */
 #define TEL_OFF (DLCP_OFF + DLCP_HEADER_LEN)
 #define UDP_CSUM_OFF (L4_OFF + 6)
@@ -42,6 +43,7 @@ _Static_assert(DLCP_VER_SIZE == 1 && DLCP_PRIO_SIZE == 1 && DLCP_DROP_PREC_SIZE 
 _Static_assert(DLCP_TEL_HOPS_SIZE == 1 && DLCP_TEL_MAX_ENQ_QDEPTH_SIZE == 2 && DLCP_TEL_SUM_DEQ_TIMEDELTA_US_SIZE == 4
                && DLCP_TELEMETRY_LEN % 2 == 0, "stamp_telemetry's field widths");
 _Static_assert(REGISTER_RR_NEXT_BITS == 16, "rr_next is uint16_t");
+_Static_assert(NON_DLCP_DSCP_CLASSES == 8, "the DSCP class of a non-DLCP frame is its TOS byte >> 5");
 _Static_assert(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is the low bits of the classify index");
 #define SLOT (VNET_LEN + 65550)
 #define FINE 256
@@ -99,6 +101,10 @@ typedef struct {
     uint32_t occupancy[QUEUE_SLOTS];
     uint16_t rr_next[MAX_GROUPS];
     uint64_t adm[2][COUNTER_SLOTS], early[2][COUNTER_SLOTS], tail[2][COUNTER_SLOTS];
+    /* the share of those packet counts from frames without a DLCP header, [admitted, early, tail]
+     * indexed counter slot * 8 + dscp class: background and control traffic, told from gradients */
+    uint64_t non_dlcp[3][NON_DLCP_SLOTS];
+    uint32_t occ_peak[QUEUE_SLOTS];  /* highest occupancy since the last sample() */
     uint64_t drops[2][N_REASONS];
     int last_drop;
     /* telemetry of the queues */
@@ -311,15 +317,20 @@ static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, i
     uint32_t *th = e->thr[port];
     int oi = port * N_QUEUES + qid, ci = oi * N_COLORS + color;
     uint32_t occ = e->occupancy[oi];
+    int ni = dlcp ? -1 : ci * NON_DLCP_DSCP_CLASSES + (f[15] >> 5);
     if (occ >= th[0]) {
         e->tail[0][ci]++; e->tail[1][ci] += n; e->last_drop = -1;
+        if (ni >= 0) e->non_dlcp[2][ni]++;
         return 0;
     }
     if (color && occ >= th[color]) {
         e->early[0][ci]++; e->early[1][ci] += n; e->last_drop = -1;
+        if (ni >= 0) e->non_dlcp[1][ni]++;
         return 0;
     }
+    if (ni >= 0) e->non_dlcp[0][ni]++;
     e->occupancy[oi] = occ + 1;
+    if (occ + 1 > e->occ_peak[oi]) e->occ_peak[oi] = occ + 1;
     e->adm[0][ci]++;
     e->adm[1][ci] += n;
     ecn_mark(e, f, oi, occ, n);
@@ -779,6 +790,44 @@ static PyObject *u64_list(const uint64_t *v, int n) {
     return l;
 }
 
+/* {index: (admitted, early, tail)} of the non-zero non-DLCP slots */
+static PyObject *non_dlcp_dict(Engine *e) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int i = 0; i < NON_DLCP_SLOTS; i++) {
+        if (!(e->non_dlcp[0][i] | e->non_dlcp[1][i] | e->non_dlcp[2][i])) continue;
+        PyObject *k = PyLong_FromLong(i);
+        PyObject *v = Py_BuildValue("(KKK)", e->non_dlcp[0][i], e->non_dlcp[1][i], e->non_dlcp[2][i]);
+        if (!k || !v || PyDict_SetItem(d, k, v) < 0) { Py_XDECREF(k); Py_XDECREF(v); Py_DECREF(d); return NULL; }
+        Py_DECREF(k); Py_DECREF(v);
+    }
+    return d;
+}
+
+/* What a periodic sample needs, cheaply: occupancy now and its peak since the last sample (the peak
+ * restarts from the occupancy now), and per port the packet counts so far, all traffic and non-DLCP. */
+static PyObject *Engine_sample(Engine *e, PyObject *Py_UNUSED(noargs)) {
+    uint64_t occ[QUEUE_SLOTS], peak[QUEUE_SLOTS], tot[6][MAX_PORTS];
+    memset(tot, 0, sizeof tot);
+    for (int i = 0; i < QUEUE_SLOTS; i++) {
+        occ[i] = e->occupancy[i];
+        peak[i] = e->occ_peak[i];
+        e->occ_peak[i] = e->occupancy[i];
+    }
+    for (int i = 0; i < COUNTER_SLOTS; i++) {
+        int port = i / (N_QUEUES * N_COLORS);
+        tot[0][port] += e->adm[0][i]; tot[1][port] += e->early[0][i]; tot[2][port] += e->tail[0][i];
+    }
+    for (int i = 0; i < NON_DLCP_SLOTS; i++) {
+        int port = i / (N_QUEUES * N_COLORS * NON_DLCP_DSCP_CLASSES);
+        for (int k = 0; k < 3; k++) tot[3 + k][port] += e->non_dlcp[k][i];
+    }
+    return Py_BuildValue("{sNsNsNsNsNsNsNsN}", "occupancy", u64_list(occ, QUEUE_SLOTS), "peak", u64_list(peak, QUEUE_SLOTS),
+        "admitted_pkts", u64_list(tot[0], MAX_PORTS), "early_pkts", u64_list(tot[1], MAX_PORTS),
+        "tail_pkts", u64_list(tot[2], MAX_PORTS), "non_dlcp_admitted_pkts", u64_list(tot[3], MAX_PORTS),
+        "non_dlcp_early_pkts", u64_list(tot[4], MAX_PORTS), "non_dlcp_tail_pkts", u64_list(tot[5], MAX_PORTS));
+}
+
 static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
     uint64_t occ[QUEUE_SLOTS], rr[MAX_GROUPS];
     for (int i = 0; i < QUEUE_SLOTS; i++) occ[i] = e->occupancy[i];
@@ -795,7 +844,7 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         PyDict_SetItem(ports, key, d);
         Py_DECREF(key); Py_DECREF(d);
     }
-    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsN}",
+    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsNsN}",
         "admitted_pkts", u64_list(e->adm[0], COUNTER_SLOTS), "admitted_bytes", u64_list(e->adm[1], COUNTER_SLOTS),
         "early_pkts", u64_list(e->early[0], COUNTER_SLOTS), "early_bytes", u64_list(e->early[1], COUNTER_SLOTS),
         "tail_pkts", u64_list(e->tail[0], COUNTER_SLOTS), "tail_bytes", u64_list(e->tail[1], COUNTER_SLOTS),
@@ -805,7 +854,7 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         "ports", ports, "max_enq_qdepth", e->max_enq_qdepth,
         "delay_fine", u64_list(e->fine, FINE), "delay_coarse", u64_list(e->coarse, COARSE),
         "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
-        "last_drop", PyLong_FromLong(e->last_drop));
+        "last_drop", PyLong_FromLong(e->last_drop), "non_dlcp", non_dlcp_dict(e));
     if (!d) return NULL;
     PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
     if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
@@ -875,6 +924,7 @@ static PyMethodDef Engine_methods[] = {
     {"port_gone", (PyCFunction)Engine_port_gone, METH_VARARGS, "stop using a port whose interface vanished"},
     {"run", (PyCFunction)Engine_run, METH_VARARGS, "forward until the time is up, a wake fd is readable or a port fails"},
     {"flush", (PyCFunction)Engine_flush, METH_NOARGS, "flush pcap files"},
+    {"sample", (PyCFunction)Engine_sample, METH_NOARGS, "occupancy, its peak since the last sample, packet counts per port"},
     {"ingress", (PyCFunction)Engine_ingress, METH_VARARGS, "ingress on one frame (tests)"},
     {"egress", (PyCFunction)Engine_egress, METH_VARARGS, "egress on one frame (tests)"},
     {"counters", (PyCFunction)Engine_counters, METH_NOARGS, "counters, registers and port statistics"},

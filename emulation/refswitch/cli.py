@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch", type=int, default=64, help="frames per recvmmsg/sendmmsg (default 64)")
     ap.add_argument("--seed", type=int, help="seed of the random choices (spray_random, link loss)")
     ap.add_argument("--data-port", type=int, default=DATA_PORT, help=f"DLCP UDP port (default {DATA_PORT})")
+    ap.add_argument("--samples", metavar="PATH",
+                    help="append a queue sample (occupancy, its peak, packet counts per port) as a JSON line "
+                         "every --sample-period seconds")
+    ap.add_argument("--sample-period", type=float, default=0.1, metavar="S", help="default 0.1 s")
     ap.add_argument("--cpu", type=int, help="pin the process to this CPU")
     ap.add_argument("--engine", choices=ENGINES, default="auto",
                     help="c: the fast path; python: the reference engine; auto (default): c when built")
@@ -39,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.pcap_port and not args.pcap_dir:
         print("refswitch: --pcap-port needs --pcap-dir", file=sys.stderr)
+        return 2
+    if args.sample_period <= 0:
+        print(f"refswitch: --sample-period must be > 0, got {args.sample_period}", file=sys.stderr)
         return 2
     if not 1 <= args.batch <= 1024:
         print(f"refswitch: --batch must be 1..1024, got {args.batch}", file=sys.stderr)
@@ -52,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {args.cpu})
     opts = Options(name=args.name, counters_path=args.counters, control_path=args.control,
                    pcap_dir=args.pcap_dir, pcap_ports=tuple(args.pcap_port), debug_log=args.debug_log,
-                   batch=args.batch, seed=args.seed, data_port=args.data_port, engine=args.engine)
+                   batch=args.batch, seed=args.seed, data_port=args.data_port, engine=args.engine,
+                   samples_path=args.samples, sample_period_s=args.sample_period)
     try:
         sw = Switch(runtime, opts)
     except RuntimeFileError as e:

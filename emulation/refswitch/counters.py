@@ -84,6 +84,17 @@ def ecn_rows(pkts, nbytes) -> list[dict]:
             for i, (p, b) in enumerate(zip(pkts, nbytes)) if p]
 
 
+def non_dlcp_rows(raw: dict) -> list[dict]:
+    """The part of `queues` counted from frames without a DLCP header, by queue and the frame's DSCP
+    class (dscp >> 3): what tells background (and the transport's TCP control) from gradients."""
+    rows = []
+    for index, (adm, early, tail) in sorted(raw["non_dlcp"].items()):
+        port, qid, color, dscp_class = P.non_dlcp_key(index)
+        rows.append({"port": port, "qid": qid, "color": color, "dscp_class": dscp_class,
+                     "admitted_pkts": adm, "early_drop_pkts": early, "tail_drop_pkts": tail})
+    return rows
+
+
 def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
@@ -92,6 +103,7 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
         "switch": name, "backend": "ref", "engine": engine, "time_unix": time.time(),
         "queues": queue_rows(raw),
         "ecn_marks": ecn_rows(raw["ce_pkts"], raw["ce_bytes"]),
+        "non_dlcp": non_dlcp_rows(raw),
         "drops": {reason: raw["drops_pkts"][i] for reason, i in P.DROP_REASONS.items()},
         "ports": ports,
         "telemetry": {"max_enq_qdepth": raw["max_enq_qdepth"],

@@ -163,6 +163,7 @@
 #define COUNTER_TAIL_DROPS_SIZE              2048
 #define COUNTER_DROPS_SIZE                   8
 #define COUNTER_CE_MARKED_SIZE               512
+#define NON_DLCP_DSCP_CLASSES                8  /* the built-in dataplane's non-DLCP split */
 
 /* each table's keys concatenated, first key most significant: a dense index */
 #define IPV4_LPM_KEY_BITS                    32

@@ -30,6 +30,8 @@ TTL_EXPIRED = P.DROP_REASONS["ttl_expired"]
 QUEUE_SLOTS = P.MAX_PORTS * P.N_QUEUES
 COUNTER_SLOTS = QUEUE_SLOTS * P.N_COLORS
 DROP_SLOTS = P.COUNTERS[P.DROPS].size
+PORT_SLOTS = P.N_QUEUES * P.N_COLORS  # queue counter slots per port
+DSCP_CLASSES = P.DSCP_CLASSES  # of frames without a DLCP header (their non_dlcp counters)
 
 ETH_LEN = LAYOUT.eth_len
 L4 = ETH_LEN + LAYOUT.ipv4_len  # transport header offset (only parsed when IHL is 5)
@@ -91,6 +93,10 @@ class Pipeline:
         self.tail = [[0] * COUNTER_SLOTS, [0] * COUNTER_SLOTS]
         self.drops = [[0] * DROP_SLOTS, [0] * DROP_SLOTS]
         self.ce_marked = [[0] * QUEUE_SLOTS, [0] * QUEUE_SLOTS]  # [pkts, bytes] per port * N_QUEUES + qid
+        # the share of the packet counts above from frames without a DLCP header (background and
+        # control traffic), index counter slot * DSCP_CLASSES + dscp class -> [admitted, early, tail]
+        self.non_dlcp: dict[int, list[int]] = {}
+        self.occ_peak = [0] * QUEUE_SLOTS  # highest occupancy since the last sample()
         self.last_drop = -1  # reason of the last dropped packet (tests, debug log)
         self._lpm_cache: dict[int, tuple] = {}
         self._hash_cache: dict[bytes, int] = {}
@@ -253,12 +259,16 @@ class Pipeline:
         occ = self.occupancy[oi]
         ci = oi * NC + color
         if occ >= qmax:
-            c = self.tail
+            c, kind = self.tail, 2
         elif color and occ >= (k1, k2, k3)[color - 1]:
-            c = self.early
+            c, kind = self.early, 1
         else:
+            c, kind = self.admitted, 0
+        if not dlcp:
+            self.non_dlcp.setdefault(ci * DSCP_CLASSES + (f[15] >> 5), [0, 0, 0])[kind] += 1
+        if kind == 0:
             self.occupancy[oi] = occ + 1
-            c = self.admitted
+            self.occ_peak[oi] = max(self.occ_peak[oi], occ + 1)
             c[0][ci] += 1
             c[1][ci] += n
             self._ecn_mark(f, oi, occ, n)
@@ -300,7 +310,22 @@ class Pipeline:
                 "drops_pkts": self.drops[0], "drops_bytes": self.drops[1],
                 "lpm_hits": hits(self.lpm_table), "classify_hits": hits(self.classify_table),
                 "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop,
-                "ce_pkts": self.ce_marked[0], "ce_bytes": self.ce_marked[1]}
+                "ce_pkts": self.ce_marked[0], "ce_bytes": self.ce_marked[1],
+                "non_dlcp": {i: tuple(v) for i, v in self.non_dlcp.items()}}
+
+    def sample(self) -> dict:
+        """Occupancy now, its peak since the last sample (restarting from now) and per port the packet
+        counts so far, all traffic and non-DLCP: `_fastpath.Engine.sample()`'s layout."""
+        peak, self.occ_peak = self.occ_peak, list(self.occupancy)
+        per_port = lambda counts: [sum(counts[p * PORT_SLOTS:(p + 1) * PORT_SLOTS]) for p in range(P.MAX_PORTS)]
+        out = {"occupancy": list(self.occupancy), "peak": peak, "admitted_pkts": per_port(self.admitted[0]),
+               "early_pkts": per_port(self.early[0]), "tail_pkts": per_port(self.tail[0])}
+        for k, name in enumerate(("admitted", "early", "tail")):
+            totals = [0] * P.MAX_PORTS
+            for i, v in self.non_dlcp.items():
+                totals[i // (PORT_SLOTS * DSCP_CLASSES)] += v[k]
+            out[f"non_dlcp_{name}_pkts"] = totals
+        return out
 
     # --- egress --------------------------------------------------------------------------------
 

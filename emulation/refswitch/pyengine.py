@@ -202,6 +202,9 @@ class PyEngine:
 
     # --- counters ----------------------------------------------------------------------------
 
+    def sample(self) -> dict:
+        return self.pipeline.sample()
+
     def counters(self) -> dict:
         c = self.pipeline.counters()
         c["ports"] = {num: {"rx_pkts": p.rx_pkts, "rx_bytes": p.rx_bytes, "tx_pkts": p.tx_pkts,

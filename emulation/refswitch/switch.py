@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,8 @@ class Options:
     seed: int | None = None
     data_port: int = 9910
     engine: str = "auto"
+    samples_path: str | None = None  # periodic queue samples (JSON lines), see Sampler
+    sample_period_s: float = 0.1
 
 
 def load_fastpath():
@@ -74,6 +77,45 @@ def make_engine(pipeline: Pipeline, opts: Options):
     return PyEngine(pipeline, batch=opts.batch, debug_log=opts.debug_log, max_lag_s=MAX_LAG_S), "python"
 
 
+class Sampler:
+    """Queue samples every `period` seconds, one JSON line each, for timelines of queue depth and
+    drops: {"t": Unix time, "ports": {port: {"occ": [8 occupancies now, by qid], "peak": [8 highest
+    since the last sample], "admitted"|"early"|"tail": packets so far, "non_dlcp_admitted"|...: the
+    part of them without a DLCP header}}}. Counts are cumulative; a reader takes differences."""
+
+    def __init__(self, path: str, period_s: float, ports: list[int]):
+        self.file = open(path, "a", buffering=1 << 16)  # noqa: SIM115 (open for the switch's lifetime)
+        self.period_s, self.ports = period_s, ports
+        self.next_t = time.monotonic()
+        self.last_flush = self.next_t
+
+    def due_in(self) -> float:
+        return max(0.0, self.next_t - time.monotonic())
+
+    def take(self, engine, force: bool = False) -> None:
+        """A sample when one is due (or `force`: the last one, at stop, so the samples end with the
+        final counts)."""
+        now = time.monotonic()
+        if now < self.next_t and not force:
+            return
+        raw = engine.sample()
+        ports = {}
+        for p in self.ports:
+            row = {"occ": raw["occupancy"][p * 8:(p + 1) * 8], "peak": raw["peak"][p * 8:(p + 1) * 8]}
+            for kind in ("admitted", "early", "tail"):
+                row[kind] = raw[f"{kind}_pkts"][p]
+                row[f"non_dlcp_{kind}"] = raw[f"non_dlcp_{kind}_pkts"][p]
+            ports[str(p)] = row
+        self.file.write(json.dumps({"t": round(time.time(), 4), "ports": ports}, separators=(",", ":")) + "\n")
+        self.next_t = max(self.next_t + self.period_s, now)
+        if now - self.last_flush >= 1.0:  # a killed switch loses at most a second of samples
+            self.file.flush()
+            self.last_flush = now
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class Switch:
     def __init__(self, runtime: Runtime, opts: Options):
         self.opts = opts
@@ -88,6 +130,7 @@ class Switch:
         self.dump_requested = False
         self.control: socket.socket | None = None
         self._wake_r = self._wake_w = None
+        self.sampler: Sampler | None = None
 
     # --- set-up and tear-down ----------------------------------------------------------------
 
@@ -113,6 +156,10 @@ class Switch:
                                      MAX_LAG_S, pcap)
             else:
                 self.engine.add_port(cfg, sock, pcap)
+        if self.opts.samples_path:
+            Path(self.opts.samples_path).parent.mkdir(parents=True, exist_ok=True)
+            self.sampler = Sampler(self.opts.samples_path, self.opts.sample_period_s,
+                                   [p.port for p in self.runtime.ports])
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
@@ -130,11 +177,16 @@ class Switch:
             self.control.setblocking(False)
 
     def close(self) -> None:
+        if self.sampler:  # what arrived since the last periodic sample
+            self.sampler.take(self.engine, force=True)
         if isinstance(self.engine, PyEngine):
             self.engine.close()
         for s in self.socks.values():
             s.close()
         self.socks.clear()
+        if self.sampler:
+            self.sampler.close()
+            self.sampler = None
         if self.control:
             self.control.close()
             self.control = None
@@ -175,7 +227,10 @@ class Switch:
         print(f"refswitch {self.name} ready: {len(self.socks)} ports, {self.engine_name} engine", flush=True)
         wake = [self._wake_r.fileno()] + ([self.control.fileno()] if self.control else [])
         while not self.stopping:
-            reason, port, err = self.engine.run(RUN_SLICE_S, wake)
+            slice_s = RUN_SLICE_S if self.sampler is None else min(RUN_SLICE_S, self.sampler.due_in())
+            reason, port, err = self.engine.run(slice_s, wake)
+            if self.sampler is not None:
+                self.sampler.take(self.engine)
             if reason == 2:
                 self._port_error(port, err)
             self._drain_wakeups()
