@@ -99,11 +99,10 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
     pairs = lambda v: {"pkts": sum(v[0::2]), "bytes": sum(v[1::2])}  # noqa: E731
-    return {
+    dump = {
         "switch": name, "backend": "ref", "engine": engine, "time_unix": time.time(),
         "queues": queue_rows(raw),
         "ecn_marks": ecn_rows(raw["ce_pkts"], raw["ce_bytes"]),
-        "non_dlcp": non_dlcp_rows(raw),
         "drops": {reason: raw["drops_pkts"][i] for reason, i in P.DROP_REASONS.items()},
         "ports": ports,
         "telemetry": {"max_enq_qdepth": raw["max_enq_qdepth"],
@@ -112,6 +111,9 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
         "tables": {P.IPV4_LPM_HITS: pairs(raw["lpm_hits"]), P.CLASSIFY_HITS: pairs(raw["classify_hits"])},
         "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
     }
+    if "non_dlcp" in raw:  # the ns-3 switch does not split non-DLCP frames by DSCP class: reports fall back
+        dump["non_dlcp"] = non_dlcp_rows(raw)
+    return dump
 
 
 def write_json_atomic(path: str | Path, doc: dict) -> None:
