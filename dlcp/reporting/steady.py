@@ -27,6 +27,8 @@ TIMESTAMP_COLUMNS = ("start_us", "first_byte_us", "complete_us", "end_us")
 
 
 def dilation_factor(config: dict | None) -> float:
+    if (config or {}).get("backend") == "ns3":  # simulated time is the system's: nothing ran slower
+        return 1.0
     d = ((config or {}).get("scale") or {}).get("dilation", 1)
     return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 1 else 1.0
 

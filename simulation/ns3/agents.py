@@ -4,7 +4,8 @@ all-reduce) driven by completions of the transport core instead of blocking call
 
 The workload objects are the emulated run's (`make_workload`, `make_server_workload`: real
 gradients, fill policies, parameters, evaluation), so records have the same columns and meaning.
-What differs is time: compute takes `workload.compute_ms` of simulated time per iteration, spread
+What differs is time: compute takes `workload.compute_ms` (or, with `workload.compute =
+"profile"`, the profile's forward + backward) of simulated time per iteration, spread
 over the messages in backward order as the synthetic workload spreads it (message k of K is ready
 (k + 1) / K of the way through), however long the real computation took on this CPU; and
 communication takes what the simulated network makes it take. Python runs per message and per

@@ -84,6 +84,16 @@ def prepare(cfg: dict, run_dir: Path, variant: str) -> tuple:
     return spec, runtimes, meta
 
 
+def simulated_compute_s(cfg: dict) -> float:
+    """Compute time of one iteration in simulated seconds: the profile's forward + backward with
+    `workload.compute = "profile"` (the system's time: a simulation needs no dilation), else
+    `workload.compute_ms`."""
+    from dlcp.experiment.config import Experiment
+    from dlcp.workloads.profiled import workload_profile
+    profile = workload_profile(Experiment.parse(cfg).workload)
+    return profile.compute_s if profile is not None else cfg["workload"]["compute_ms"] / 1e3
+
+
 def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     """Build, run and record one simulation; returns the `simulation` section of meta.json."""
     from simulation.ns3 import hosts as H
@@ -102,7 +112,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     mtu = cfg["links"]["mtu"]
     net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=mtu)
     stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
-    run = SimRun(stack.clock, cfg["workload"]["iterations"], cfg["workload"]["compute_ms"] / 1e3)
+    run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg))
     agents, workers = [], []
     for host, role, acfg in agent_configs(cfg, spec, run_dir):
         if role not in ("worker", "ps"):

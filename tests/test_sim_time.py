@@ -1,0 +1,25 @@
+"""Time on the ns-3 backend is the system's: compute comes from the profile when the experiment asks
+for profile compute, and `[scale] dilation` (an emulation knob) neither slows nor rescales anything."""
+
+from dlcp.experiment import config as configmod
+from dlcp.reporting.steady import dilation_factor
+from dlcp.workloads.profile import load_profile
+from simulation.ns3.runner import simulated_compute_s
+
+BASE = {"name": "t", "backend": "ns3", "workload": {"model": "synthetic", "iterations": 4}}
+
+
+def test_profile_compute_is_the_profiles_forward_plus_backward():
+    cfg = configmod.validate({**BASE, "workload": {**BASE["workload"], "compute": "profile", "profile": "resnet50"}})
+    assert simulated_compute_s(cfg) == load_profile("resnet50").compute_s > 0
+
+
+def test_fixed_compute_is_compute_ms():
+    cfg = configmod.validate({**BASE, "workload": {**BASE["workload"], "compute_ms": 150}})
+    assert simulated_compute_s(cfg) == 0.15
+
+
+def test_dilation_does_not_rescale_simulated_reports():
+    emulated = configmod.validate({**BASE, "backend": "ref", "scale": {"dilation": 10}})
+    simulated = configmod.validate({**BASE, "scale": {"dilation": 10}})
+    assert dilation_factor(emulated) == 10 and dilation_factor(simulated) == 1
