@@ -141,6 +141,9 @@ def test_compare_of_repeat_groups_gives_ratios_with_intervals(groups, capsys):
     assert "95% CI" in out and "dlcp vs fifo, MCT p99 (ms): slower, 2× (95% CI 2–2, 5 pairs)" in out
     md = (root / "compare.md").read_text()
     assert "bootstrap over pairs" in md and "| rep5 |" in md
+    # the first pair's runs side by side, as in the comparison of single runs
+    assert "The first pair side by side (rep1)" in md and "Switch drops side by side" in md
+    assert (root / "plots" / "compare_iteration_cdf.png").stat().st_size > 0
 
 
 def test_no_significant_difference_is_said_not_left_to_a_ratio(groups):

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import NotARunDirectory, RunData, load_run
-from dlcp.reporting.plots import TRAFFIC_LABELS
-from dlcp.reporting.render import Doc, Image, fmt
+from dlcp.reporting.render import Doc, fmt
 from dlcp.reporting.repeats import compare_repeats, is_repeat_group
-from dlcp.reporting.runreport import pct, write_outputs
+from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.side_by_side import image_of, side_by_side_sections
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, min_samples, quantile_of, ratio
 from dlcp.reporting.steady import undilated
 from dlcp.reporting.summarise import iteration_series, steady_sender_rows, summarise, training_curves
-from dlcp.reporting.traffic import drops, run_timeline, traffic_section
+from dlcp.reporting.traffic import drops, traffic_section
 from dlcp.tables import format_table
 
 
@@ -188,18 +188,18 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.h("Message completion time")
     cdf = plots.mct_cdf({n: steady_sender_rows(run).col("mct_us") for n, run in zip(names, runs)},
                         "CDF of MCT per run (sender rows, after warm-up)")
-    doc.image(_img(cdf, "compare_mct_cdf", "overlaid MCT CDFs"))
+    doc.image(image_of(cdf, "compare_mct_cdf", "overlaid MCT CDFs"))
     bars = plots.compare_bars(names, {q: [None if r[k] is None else r[k] / 1e3 for r in data["runs"]]
                                       for q, k in (("p50", "mct_p50_us"), ("p99", "mct_p99_us"),
                                                    ("p99.9", "mct_p999_us"))},
                               "MCT (ms)", "MCT percentiles per run")
-    doc.image(_img(bars, "compare_mct_percentiles", "MCT percentiles per run"))
+    doc.image(image_of(bars, "compare_mct_percentiles", "MCT percentiles per run"))
     doc.h("Iteration time")
-    doc.image(_img(plots.iteration_times({n: iteration_series(run) for n, run in zip(names, runs)},
+    doc.image(image_of(plots.iteration_times({n: iteration_series(run) for n, run in zip(names, runs)},
                                          "Iteration time per run (slowest worker)"),
                    "compare_iteration_time", "iteration time per run"))
     doc.h("Training")
-    doc.image(_img(plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
+    doc.image(image_of(plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
                    "compare_training", "overlaid loss and accuracy curves"))
     side_by_side_sections(doc, names, runs)
     doc.h("Runs")
@@ -209,45 +209,6 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
           "count and the count it needs (n=144<1,000).")
     return doc
-
-
-def side_by_side_sections(doc: Doc, names: list[str], runs: list[RunData]) -> None:
-    """Switch drops by traffic and priority, the iteration-time CDF and the queue timelines, run
-    beside run."""
-    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
-    doc.h("Switch drops side by side")
-    sources = sorted({t["source_text"] for t in traffic})
-    doc.p("Gradient packets (DLCP header), the transport's control and background traffic, told apart by "
-          + "; ".join(sources) + ".")
-    rows = []
-    for n, t in zip(names, traffic):
-        for kind, r in t["by_traffic"].items():
-            rows.append([n, TRAFFIC_LABELS[kind], r["admitted_pkts"], r["early_drop_pkts"], r["tail_drop_pkts"],
-                         pct(r["drop_fraction"])])
-    doc.table(["run", "traffic", "admitted (pkts)", "early-dropped (pkts)", "tail-dropped (pkts)", "dropped"], rows)
-    doc.image(_img(plots.compare_drops(names, traffic), "compare_drops", "switch drops by traffic and priority"))
-    prio_rows = []
-    for q in sorted({q for t in traffic for q in t["by_prio"]}, key=int, reverse=True):
-        row = [q]
-        for t in traffic:
-            d = t["by_prio"].get(q, {})
-            row.append(", ".join(f"{TRAFFIC_LABELS[k]} {drops(r):,}" for k, r in d.items() if drops(r)) or "0")
-        prio_rows.append(row)
-    doc.table(["priority queue"] + [f"{n}: drops" for n in names], prio_rows)
-    doc.h("Iteration time distribution")
-    doc.image(_img(plots.iteration_cdf({n: iteration_series(r) for n, r in zip(names, runs)}),
-                   "compare_iteration_cdf", "CDF of iteration time per run"))
-    timelines = {n: run_timeline(r) for n, r in zip(names, runs)}
-    if any(tl is not None for tl in timelines.values()):
-        doc.h("Queue depth and drops against iterations")
-        doc.p("Per run, the port with the most drops: the highest occupancy of each priority queue and the drops in "
-              "each 0.1 s interval (the built-in switch's samples); thin lines and the numbers on top mark "
-              "iteration ends.")
-        doc.image(_img(plots.queue_timelines(timelines), "compare_queue_timeline", "queue depth and drops over time"))
-
-
-def _img(fig, name: str, alt: str) -> Image | None:
-    return Image(f"plots/{name}.png", alt, plots.png_bytes(fig)) if fig is not None else None
 
 
 def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path | None = None,

@@ -25,6 +25,7 @@ from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, paired_ra
 from dlcp.reporting.load import is_run_dir, load_run
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.side_by_side import side_by_side_sections
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, enough_for, min_samples
 from dlcp.reporting.steady import undilated
 from dlcp.reporting.summarise import steady_iteration_series, steady_sender_rows, summarise
@@ -294,6 +295,11 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
     cdf = plots.mct_cdf({n: np.concatenate([r.arrays["mct"] for r in samples[n]]) * 1e3 for n in names},
                         "CDF of MCT, every run of a variant pooled (after warm-up)")
     doc.image(Image("plots/compare_mct_cdf.png", "pooled MCT CDFs", plots.png_bytes(cdf)) if cdf is not None else None)
+    first = data["pairs"][0]
+    doc.h(f"The first pair side by side (rep{first})")
+    doc.p("Each variant's run of the first pair: its switch drops, iteration times and queue timeline. Every run "
+          "has its own report.html (directories below).")
+    side_by_side_sections(doc, names, [undilated(load_run(samples[n][0].path, n)) for n in names])
     doc.h("Runs")
     doc.table(["variant", "pair", "seed", "kept up", "directory"],
               [[v["name"], f"rep{r['rep']}", str(r["seed"]), "yes" if r["kept_up"] else "NO", r["dir"]]
