@@ -39,11 +39,11 @@ from dlcp.workloads.settings import WorkloadConfig, check_fill
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.flat import FlatModel
 from dlcp.workloads.trainer.models import build_model, parameter_layers
+from dlcp.workloads.trainer.sgd import SGD
 
 
-def _optimizer(model, config: WorkloadConfig) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                           weight_decay=config.weight_decay)
+def _optimizer(model, config: WorkloadConfig) -> SGD:
+    return SGD(model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
 
 
 def _test_metrics(model, data, batch: int = 512) -> dict:
@@ -113,8 +113,6 @@ class TorchWorkload:
         self.model = build_model(config.model, self.data.in_shape, self.data.n_classes, config.seed)
         self.flat = FlatModel(self.model, config.bucket_values)
         self.n_layers = self.flat.n_layers
-        # created now, although PS-mode workers never step: building the first optimizer imports
-        # torch's compiler stack (~1.4 s), which would otherwise land in iteration 0's timing
         self._optimizer = _optimizer(self.model, self.config)
         self._readiness: _Readiness | None = None
         self.train_loss: float | None = None
