@@ -3,6 +3,10 @@
 Kinds (agent config `background.kind`):
 - `udp_cbr`: UDP datagrams at a constant rate;
 - `udp_onoff`: bursts at `rate_mbps` for `on_ms`, silence for `off_ms` (microbursts into a port);
+  with `pattern = "exponential"` each burst and silence lasts an exponentially distributed time
+  with those means, drawn from the flow's seed. Strictly periodic sources phase-lock with a
+  training loop of near-commensurate period, so a run samples only a few burst alignments and
+  its tail depends on where it happened to start;
 - `tcp`: one long TCP flow, as fast as TCP lets it;
 - `sink`: the receiving end on the destination host (discards UDP, drains TCP).
 All at DSCP `dscp` (0 = background priority by default). Totals go to records/hN-background.json.
@@ -15,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import selectors
 import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from dlcp.experiment.agent_config import BackgroundAgentConfig, BackgroundFlow, Sink, load_agent_config
@@ -48,14 +54,25 @@ def _udp_socket(dscp: int) -> socket.socket:
     return s
 
 
+def onoff_periods(bg: BackgroundFlow) -> Iterator[tuple[float, float]]:
+    """(on seconds, off seconds) of each burst of a udp_onoff flow, in order, forever."""
+    on_s, off_s = bg.on_ms / 1e3, bg.off_ms / 1e3
+    if bg.pattern == "periodic":
+        while True:
+            yield on_s, off_s
+    rng = random.Random(bg.seed)
+    while True:
+        yield rng.expovariate(1 / on_s), rng.expovariate(1 / off_s)
+
+
 def send_udp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
     """Paced UDP: `rate_mbps` during on-periods (always on for udp_cbr)."""
     s = _udp_socket(bg.dscp)
     payload = bytes(bg.packet_bytes)
     dst = (bg.dst_ip, bg.port)
     gap = len(payload) * 8 / (bg.rate_mbps * 1e6)  # seconds between datagrams
-    on_s = bg.on_ms / 1e3 if bg.kind == "udp_onoff" else None
-    off_s = bg.off_ms / 1e3
+    periods = onoff_periods(bg) if bg.kind == "udp_onoff" else None
+    on_s, off_s = next(periods) if periods else (None, 0.0)
     period_start = next_send = time.monotonic()
     while stop_at is None or time.monotonic() < stop_at:
         now = time.monotonic()
@@ -63,6 +80,7 @@ def send_udp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
             period_start = now + off_s
             next_send = period_start
             time.sleep(off_s)
+            on_s, off_s = next(periods)
             continue
         if now < next_send:
             time.sleep(min(next_send - now, 0.002))

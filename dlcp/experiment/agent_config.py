@@ -133,6 +133,7 @@ class BackgroundFlow(Background):
     dst_ip: IPv4
     port: Port
     index: int = Field(ge=0)
+    seed: int = Field(0, description="seeds the on/off durations of pattern 'exponential'")
 
 
 class Sink(Settings):
@@ -184,7 +185,8 @@ def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[st
     for i, bg in enumerate(exp.background):
         src = spec.hosts[spec.background_sources[i]]
         dst = spec.host_named(bg.dst)
-        flow = bg.project(BackgroundFlow, dst_ip=dst.ip, port=BACKGROUND_PORT + i, index=i)
+        flow = bg.project(BackgroundFlow, dst_ip=dst.ip, port=BACKGROUND_PORT + i, index=i,
+                          seed=exp.seed * 1000 + i)
         out.append((src.name, "background", BackgroundAgentConfig(
             run_dir=str(run_dir), host=src.name, role="background", ip=src.ip, background=flow)))
         sinks.setdefault(dst.name, (dst, []))[1].append(BACKGROUND_PORT + i)

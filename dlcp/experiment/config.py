@@ -161,6 +161,9 @@ class Background(Settings):
     rate_mbps: float = Field(20.0, ge=0.01, description="UDP sending rate (during on-periods)")
     on_ms: float = Field(50.0, ge=1, description="udp_onoff: burst length")
     off_ms: float = Field(50.0, ge=0, description="udp_onoff: silence between bursts")
+    pattern: Literal["periodic", "exponential"] = Field(
+        "periodic", description="udp_onoff: every burst on_ms and every silence off_ms, or each drawn from an "
+        "exponential distribution with those means (from the run's seed: both runs of a pair get the same sequence)")
     start_s: float = Field(0.0, ge=0, description="start this long after every worker finished its first iteration")
     stop_s: float = Field(0.0, ge=0, description="0 = until the workload ends")
     dscp: int = Field(0, ge=0, le=63, description="0 = background priority")

@@ -107,7 +107,8 @@ def add_background(net: SimNetwork, background: list[dict]) -> None:
         else:
             on = bg["on_ms"] / 1e3 if bg["kind"] == "udp_onoff" else 0.0
             flow.app = ns.DlcpUdpSource(net.nodes[src.name], ip, port, bg["rate_mbps"] * 1e6, bg["packet_bytes"],
-                                        on, bg["off_ms"] / 1e3, tos, start, stop)
+                                        on, bg["off_ms"] / 1e3, bg.get("pattern") == "exponential", tos,
+                                        start, stop)
             flow.counter = ns.DlcpTxCounter()
             flow.counter.Attach(flow.app)
         net.background.append(flow)

@@ -81,10 +81,11 @@ inline void DlcpHostNic(Ptr<Node> host, Ptr<NetDevice> dev, uint32_t addr, uint3
     tch.Install(dev);
 }
 
-// UDP at `rateBps` during on-periods (onS = 0: always on), `payload` bytes per datagram.
+// UDP at `rateBps` during on-periods (onS = 0: always on), `payload` bytes per datagram; with
+// `exponential` each on- and off-period is drawn with means onS and offS (ns-3's RNG, seeded by the run).
 inline Ptr<Application> DlcpUdpSource(Ptr<Node> src, uint32_t dst, uint16_t port, double rateBps,
-                                      uint32_t payload, double onS, double offS, uint8_t tos,
-                                      double start, double stop)
+                                      uint32_t payload, double onS, double offS, bool exponential,
+                                      uint8_t tos, double start, double stop)
 {
     OnOffHelper h("ns3::UdpSocketFactory", InetSocketAddress(Ipv4Address(dst), port));
     h.SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps))));
@@ -93,8 +94,16 @@ inline Ptr<Application> DlcpUdpSource(Ptr<Node> src, uint32_t dst, uint16_t port
     if (onS > 0)
     {
         std::ostringstream on, off;
-        on << "ns3::ConstantRandomVariable[Constant=" << onS << "]";
-        off << "ns3::ConstantRandomVariable[Constant=" << offS << "]";
+        if (exponential)
+        {
+            on << "ns3::ExponentialRandomVariable[Mean=" << onS << "]";
+            off << "ns3::ExponentialRandomVariable[Mean=" << offS << "]";
+        }
+        else
+        {
+            on << "ns3::ConstantRandomVariable[Constant=" << onS << "]";
+            off << "ns3::ConstantRandomVariable[Constant=" << offS << "]";
+        }
         h.SetAttribute("OnTime", StringValue(on.str()));
         h.SetAttribute("OffTime", StringValue(off.str()));
     }
