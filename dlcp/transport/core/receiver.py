@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from dlcp.transport.api import RecvResult, TransportConfig, key_text
+from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import FrameSend, RecvDone
 from dlcp.transport.records import message_row, packet_chunk
 from dlcp.wire import control_frames as C
@@ -174,8 +175,7 @@ class ReceiverCore:
         self.rows: list[dict] = []
         self.packet_chunks: list[dict] = []
         self.totals = collections.Counter()
-        self.drops = collections.Counter()
-        self._logged: set = set()
+        self.drops = DropCounts()
 
     def add_peer(self, rank: int) -> None:
         self.peers.add(rank)
@@ -186,32 +186,32 @@ class ReceiverCore:
         """One UDP datagram of the data path (`mv`: a buffer; read before this returns, never kept)."""
         n = len(mv)
         if n < HEADER_LEN:
-            self._drop("length", f"{n} bytes, the DLCP header needs {HEADER_LEN}")
+            self.count_drop("length", f"{n} bytes, the DLCP header needs {HEADER_LEN}")
             return
         vt, pdp, j, src, it, msg, _layer, _mag, flags, seq, npk, off = HEADER.unpack_from(mv, 0)
         if vt & _VER_BITS != _VER_HI:
-            self._drop("ver", f"version {vt >> VER_SHIFT}")
+            self.count_drop("ver", f"version {vt >> VER_SHIFT}")
             return
         typ = vt & TYPE_MASK
         if typ > TYPE_PROBE:
-            self._drop("type", f"unknown type {typ}")
+            self.count_drop("type", f"unknown type {typ}")
             return
         phase = (pdp >> PHASE_SHIFT) & PHASE_MASK
         if phase not in PHASE_NAMES:
-            self._drop("phase", f"unknown phase {phase}")
+            self.count_drop("phase", f"unknown phase {phase}")
             return
         if j != self.cfg.job_id:
-            self._drop("job_id", f"job {j}, expected {self.cfg.job_id}")
+            self.count_drop("job_id", f"job {j}, expected {self.cfg.job_id}")
             return
         if src not in self.peers:
-            self._drop("src_rank", f"unknown sender rank {src}")
+            self.count_drop("src_rank", f"unknown sender rank {src}")
             return
         if not 0 < npk <= C.MAX_MSG_PKTS or seq >= npk:
-            self._drop("seq", f"seq {seq} of {npk} packets")
+            self.count_drop("seq", f"seq {seq} of {npk} packets")
             return
         vpp = self.vpp
         if off != seq * vpp:
-            self._drop("offset", f"{off} does not match seq {seq}")
+            self.count_drop("offset", f"{off} does not match seq {seq}")
             return
         hl = HEADER_LEN + TELEMETRY_LEN if flags & FLAG_TELEMETRY else HEADER_LEN
         key = (src, it, phase, msg)
@@ -221,7 +221,7 @@ class ReceiverCore:
         plen = n - hl
         full = vpp * VALUE_BYTES
         if plen != full and not (seq == npk - 1 and 0 < plen < full and plen % VALUE_BYTES == 0):
-            self._drop("payload", f"{plen} payload bytes in packet {seq} of {npk}")
+            self.count_drop("payload", f"{plen} payload bytes in packet {seq} of {npk}")
             return
         if queued_s > self._host_mark_s and ecn != ECN_CE:
             ecn = ECN_CE
@@ -233,7 +233,7 @@ class ReceiverCore:
             if st is None:
                 return
         elif st.n_pkts != npk:
-            self._drop("n_pkts", f"{npk}, message has {st.n_pkts}")
+            self.count_drop("n_pkts", f"{npk}, message has {st.n_pkts}")
             return
         if st.received[seq]:
             st.dups += 1
@@ -292,10 +292,10 @@ class ReceiverCore:
     def _new_rx(self, key, n_pkts, now: float) -> _Rx | None:
         """State for a message seen for the first time, or None (counted) when it is stale/late."""
         if key in self._finished:
-            self._drop("late", "packet of a finished message")
+            self.count_drop("late", "packet of a finished message")
             return None
         if self._stale(key[1]):
-            self._drop("stale_iter", f"iteration {key[1]}, current {self._current_iter}")
+            self.count_drop("stale_iter", f"iteration {key[1]}, current {self._current_iter}")
             return None
         st = _Rx(key, n_pkts, self.vpp, self.cfg.per_packet, self._wall_us(now))
         self._rx[key] = st
@@ -308,10 +308,10 @@ class ReceiverCore:
         try:
             probe = unpack_probe(mv, hl)
         except MalformedPacket as e:
-            self._drop(e.field, e.detail)
+            self.count_drop(e.field, e.detail)
             return
         if seq:
-            self._drop("probe.seq", f"PROBE with seq {seq}")
+            self.count_drop("probe.seq", f"PROBE with seq {seq}")
             return
         fin = self._finished.get(key)
         if fin is not None:  # a re-probe that crossed our STOP: the STOP again (it may be lost)
@@ -324,7 +324,7 @@ class ReceiverCore:
             if st is None:
                 return
         elif st.n_pkts != n_pkts:
-            self._drop("n_pkts", f"{n_pkts}, message has {st.n_pkts}")
+            self.count_drop("n_pkts", f"{n_pkts}, message has {st.n_pkts}")
             return
         if probe.round <= st.answered or probe.round == st.probe_round:
             self.totals["dup_probes"] += 1  # a re-probe of a round already answered or waiting
@@ -349,7 +349,7 @@ class ReceiverCore:
             if s.rcvd > s.reported and s.key is not None:
                 self._feedback(key[0], s)
         if key in self._finished:
-            self._drop("control.late", f"DESCRIBE of a finished message {key_text(key)}")
+            self.count_drop("control.late", f"DESCRIBE of a finished message {key_text(key)}")
             return
         st = self._rx.get(key)
         if st is None:
@@ -357,11 +357,11 @@ class ReceiverCore:
             if st is None:
                 return
         if st.n_pkts != msg.n_pkts:
-            self._drop("control.n_pkts", f"{msg.n_pkts}, message has {st.n_pkts}")
+            self.count_drop("control.n_pkts", f"{msg.n_pkts}, message has {st.n_pkts}")
             return
         if -(-msg.n_values // self.vpp) != msg.n_pkts or (
                 st.last_len >= 0 and (msg.n_pkts - 1) * self.vpp + st.last_len != msg.n_values):
-            self._drop("control.n_values", f"{msg.n_values} values do not fit {msg.n_pkts} packets")
+            self.count_drop("control.n_values", f"{msg.n_values} values do not fit {msg.n_pkts} packets")
             return
         st.desc, st.channel = msg, channel
         if st.probe_round:  # the PROBE came first (the DESCRIBE was delayed)
@@ -377,7 +377,7 @@ class ReceiverCore:
             return
         st = self._rx.get(key)
         if st is None or st.desc is None or st.n_pkts != msg.n_pkts:
-            self._drop("control.sequence", f"FORCE_STOP for no described message {key_text(key)}")
+            self.count_drop("control.sequence", f"FORCE_STOP for no described message {key_text(key)}")
             return
         st.rounds = max(st.rounds, msg.round)
         st.channel = channel
@@ -386,10 +386,10 @@ class ReceiverCore:
     def _control_key(self, msg: C.Control):
         """The message key of a control message addressed to this endpoint, or None (counted)."""
         if msg.dst_rank != self.cfg.rank:
-            self._drop("control.dst_rank", f"addressed to rank {msg.dst_rank}, this is {self.cfg.rank}")
+            self.count_drop("control.dst_rank", f"addressed to rank {msg.dst_rank}, this is {self.cfg.rank}")
             return None
         if msg.src_rank not in self.peers:
-            self._drop("control.src_rank", f"unknown sender rank {msg.src_rank}")
+            self.count_drop("control.src_rank", f"unknown sender rank {msg.src_rank}")
             return None
         return msg.key
 
@@ -579,11 +579,4 @@ class ReceiverCore:
 
     def count_drop(self, cause: str, detail: str = "") -> None:
         """Count (and log once per cause) something malformed or unexpected that was ignored."""
-        self._drop(cause, detail)
-
-    def _drop(self, cause: str, detail: str = "") -> None:
-        self.drops[cause] += 1
-        if cause not in self._logged:
-            self._logged.add(cause)
-            log.warning("rank %s: dropped %s%s (further drops of this kind are only counted)",
-                        self.cfg.rank, cause, f": {detail}" if detail else "")
+        self.drops.note(self.cfg.rank, cause, detail)

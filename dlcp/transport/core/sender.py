@@ -34,6 +34,7 @@ import numpy as np
 
 from dlcp.transport.api import SendInfo, SendResult, TransportConfig, TransportError, key_text
 from dlcp.transport.core.congestion import DctcpWindow, Unlimited
+from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, Round, SendDone
 from dlcp.transport.core.receiver import FEEDBACK_DELAY_S
 from dlcp.transport.records import message_row, packet_chunk
@@ -141,8 +142,7 @@ class SenderCore:
         self.rows: list[dict] = []
         self.packet_chunks: list[dict] = []
         self.totals = collections.Counter()
-        self.drops = collections.Counter()
-        self._logged: set = set()
+        self.drops = DropCounts()
 
     # --- inputs --------------------------------------------------------------------------------
 
@@ -169,7 +169,7 @@ class SenderCore:
     def on_frame(self, msg: C.Control, now: float) -> None:
         """A BITMAP, STOP or FEEDBACK addressed to this sender."""
         if msg.src_rank != self.cfg.rank:
-            self._drop("control.src_rank", f"reply about rank {msg.src_rank}'s message, this is {self.cfg.rank}")
+            self.count_drop("control.src_rank", f"reply about rank {msg.src_rank}'s message, this is {self.cfg.rank}")
             return
         if msg.type == C.FEEDBACK:
             self._on_feedback(msg, now)
@@ -180,7 +180,7 @@ class SenderCore:
             self.totals["dup_answers"] += 1  # an answer to a re-probe, or a STOP that crossed FORCE_STOP
             return
         if st is None or st.n_pkts != msg.n_pkts:
-            self._drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} for no message in flight {key_text(key)}")
+            self.count_drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} for no message in flight {key_text(key)}")
             return
         times = st.probe_times
         if st.state == "probing" and msg.round == st.rounds and msg.attempt < len(times):
@@ -190,13 +190,13 @@ class SenderCore:
             self._finish(st, msg.lost_pkts, msg.protected_lost, msg.forced, None, now)
             return
         if msg.type != C.BITMAP:
-            self._drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} sent to a sender")
+            self.count_drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} sent to a sender")
             return
         if msg.round < st.rounds or (msg.round == st.rounds and st.state != "probing"):
             self.totals["dup_answers"] += 1  # the same answer again (to a re-probe): already acted on
             return
         if msg.round != st.rounds:
-            self._drop("control.unexpected", f"BITMAP of round {msg.round} while in round {st.rounds}")
+            self.count_drop("control.unexpected", f"BITMAP of round {msg.round} while in round {st.rounds}")
             return
         st.missing, st.prot_missing = msg.missing, msg.protected_missing
         requested = np.flatnonzero(msg.requested)
@@ -470,7 +470,7 @@ class SenderCore:
         self.totals["feedback_rcvd"] += 1
         w = self._windows.get(msg.dst_rank)
         if w is None:
-            self._drop("control.unexpected", f"FEEDBACK from rank {msg.dst_rank}, never sent to")
+            self.count_drop("control.unexpected", f"FEEDBACK from rank {msg.dst_rank}, never sent to")
             return
         st = self._msgs.get((msg.dst_rank, msg.iter, msg.phase, msg.msg_id))
         rtt = None
@@ -508,11 +508,4 @@ class SenderCore:
 
     def count_drop(self, cause: str, detail: str = "") -> None:
         """Count (and log once per cause) something malformed or unexpected that was ignored."""
-        self._drop(cause, detail)
-
-    def _drop(self, cause: str, detail: str = "") -> None:
-        self.drops[cause] += 1
-        if cause not in self._logged:
-            self._logged.add(cause)
-            log.warning("rank %s: dropped %s%s (further drops of this kind are only counted)",
-                        self.cfg.rank, cause, f": {detail}" if detail else "")
+        self.drops.note(self.cfg.rank, cause, detail)
