@@ -91,6 +91,13 @@ def planning_backward_ms(workload_cfg) -> float:
     return workload_cfg.compute_ms if workload_cfg.model == "synthetic" else 0.0
 
 
+def planning_layer_times(workload):
+    """Per-layer (forward_s, backward_s) of a workload timed by a profile, as the emulation runs
+    them (dilation included): what the planners plan with; None for real compute."""
+    timer = getattr(workload, "timer", None)
+    return None if timer is None else (timer.forward_s, timer.backward_s)
+
+
 def resync(agent: Agent, workload, ring: TransportEngine, it: int) -> None:
     if not hasattr(workload, "parameters"):
         log.warning("re-sync skipped: the workload has no parameters(msg_id)")
@@ -119,7 +126,8 @@ def run(agent: Agent) -> None:
         transport.connect()  # trees, groups and rank 0's order announcements reach any rank
         coll = TransportEngine(transport, comm, cfg.comm, layouts, workload.n_layers, host_mbps=cfg.links.host_mbps,
                                fabric_mbps=cfg.links.fabric_mbps, spec=cfg.topology_spec(),
-                               backward_ms=planning_backward_ms(cfg.workload))
+                               backward_ms=planning_backward_ms(cfg.workload),
+                               layer_times=planning_layer_times(workload))
         params_average = cfg.comm.collective == "dssync" and cfg.comm.dssync.average == "parameters"
         step = iteration_dssync if params_average else iteration_allreduce
         log.info("comm: scheduler %s over %s, %d operations per iteration", cfg.comm.scheduler, cfg.comm.collective,

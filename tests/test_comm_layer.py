@@ -353,3 +353,20 @@ def test_all_policies_and_collectives_compose():
     for s, c in itertools.product(SCHEDULERS, ("ring", "multitree", "dssync")):
         extra = {"dssync": {"average": "gradients"}} if c == "dssync" else {}
         assert CommPolicy(scheduler=s, collective=c, **extra).scheduler == s
+
+
+def test_planning_profile_sums_a_workloads_per_layer_times_per_message():
+    # message 0: layers 0 and 1 (4 + 6 values); message 1: the rest of layer 1 (2 values) and layer 2
+    tensors = [MessageLayout(0, 10, (0, 4), (0, 1)), MessageLayout(1, 5, (0, 2), (1, 2))]
+    fwd, bwd = (0.001, 0.008, 0.003), (0.002, 0.016, 0.006)
+    prof = planning_profile(tensors, layer_times=(fwd, bwd))
+    # layer 1 holds 8 values: 6 in message 0 (3/4 of its time), 2 in message 1 (1/4)
+    assert prof.forward_s == pytest.approx((0.001 + 0.006, 0.002 + 0.003))
+    assert prof.backward_s == pytest.approx((0.002 + 0.012, 0.004 + 0.006))
+    assert sum(prof.backward_s) == pytest.approx(sum(bwd))  # every layer's time counted once
+    assert prof.sizes == (10, 5)
+
+
+def test_planning_profile_without_layer_times_spreads_backward_ms_equally():
+    tensors = [MessageLayout(0, 10, (0,), (0,)), MessageLayout(1, 5, (0,), (1,))]
+    assert planning_profile(tensors, backward_ms=8).backward_s == (0.004, 0.004)

@@ -247,3 +247,15 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
     bad = subprocess.run(check=False, args=[sys.executable, "-m", "dlcp_cli", "profile", "mlp", "--repeats", "0"],
                          capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "dlcp profile: profile: repeats" in bad.stderr
+
+
+def test_the_planners_get_the_profiles_times_per_message_dilated(tmp_path):
+    from agents.worker import planning_layer_times
+    from dlcp.comm.engine import forward_order
+    from dlcp.comm.policy import planning_profile
+    w = SyntheticWorkload(WorkloadConfig(model="synthetic", compute="profile", profile=tiny_profile(tmp_path),
+                                         dilation=2), 0, 2)
+    prof = planning_profile(forward_order(w.layouts()), layer_times=planning_layer_times(w))
+    assert prof.sizes == (30, 700, 50)
+    assert prof.backward_s == pytest.approx((0.004, 0.008, 0.012)) and prof.forward_s == pytest.approx((0.002, 0.004, 0.006))
+    assert planning_layer_times(SyntheticWorkload(WorkloadConfig(model="synthetic"), 0, 2)) is None

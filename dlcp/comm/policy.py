@@ -6,8 +6,9 @@ sizes), so the ranks agree on units, slots and ids without talking (dlcp/comm/wi
 
 **Planning profile** [D]. The planners (MG-WFBP, OASR-WFBP, US-Byte) need each tensor's backward
 time. The tensors are the workload's messages in forward order; their times come from
-`backward_ms` spread equally over them (the synthetic workload sleeps `compute_ms` that way), or
-from a profile when the workload computes from one. Real torch compute is not known before it
+`backward_ms` spread equally over them (the synthetic workload sleeps `compute_ms` that way), or,
+when the workload computes from a profile, its per-layer times (in the emulation's time, dilation
+included) summed per message, a layer split over messages shared by values. Real torch compute is not known before it
 runs and differs per rank, so it plans with zero compute times (every gradient ready at once)
 rather than with measurements the ranks would not share.
 
@@ -17,6 +18,8 @@ collective's own schedule on the experiment's topology (`collective_cost`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.plans.dssync import topology_plan
@@ -31,15 +34,38 @@ from dlcp.network.topology import TopologySpec
 from dlcp.workloads.contract import MessageLayout
 from dlcp.workloads.profile import Profile
 
+LayerTimes = tuple[Sequence[float], Sequence[float]]  # (forward_s, backward_s) per model layer
+
 
 def planning_profile(tensors: list[MessageLayout], backward_ms: float = 0.0, forward_ms: float = 0.0,
-                     name: str = "workload") -> Profile:
-    """The scheduler's view of the workload: one tensor per message (forward order), times spread
-    equally (see the module docstring)."""
+                     name: str = "workload", layer_times: LayerTimes | None = None) -> Profile:
+    """The scheduler's view of the workload: one tensor per message (forward order), with the
+    per-layer times of `layer_times` (forward_s, backward_s per layer) when the workload computes
+    from a profile, else `backward_ms` and `forward_ms` spread equally (see the module docstring)."""
     n = len(tensors)
-    return Profile(name=name, names=tuple(f"msg{t.msg_id}" for t in tensors), sizes=tuple(t.n_values for t in tensors),
+    names, sizes = tuple(f"msg{t.msg_id}" for t in tensors), tuple(t.n_values for t in tensors)
+    if layer_times is not None:
+        fwd, bwd = (message_times(tensors, per_layer) for per_layer in layer_times)
+        return Profile(name=name, names=names, sizes=sizes, forward_s=fwd, backward_s=bwd,
+                       note=f"{n} workload messages, times of the workload's profile summed per message")
+    return Profile(name=name, names=names, sizes=sizes,
                    forward_s=(forward_ms / 1e3 / n,) * n, backward_s=(backward_ms / 1e3 / n,) * n,
                    note=f"{n} workload messages, {backward_ms:g} ms backward and {forward_ms:g} ms forward spread equally")
+
+
+def message_times(tensors: list[MessageLayout], per_layer: Sequence[float]) -> tuple[float, ...]:
+    """Each message's share of per-layer times: the sum over its layer segments, a layer split over
+    several messages shared in proportion to the values each holds."""
+    def segments(t: MessageLayout):
+        ends = (*t.layer_starts[1:], t.n_values)
+        return [(layer, end - start) for layer, start, end in zip(t.layer_ids, t.layer_starts, ends)]
+
+    layer_values: dict[int, int] = {}
+    for t in tensors:
+        for layer, size in segments(t):
+            layer_values[layer] = layer_values.get(layer, 0) + size
+    return tuple(sum(per_layer[layer] * size / layer_values[layer] for layer, size in segments(t) if size)
+                 for t in tensors)
 
 
 def collective_cost(sched: Schedule, spec: TopologySpec | None, step_latency_s: float, fabric_mbps: float) -> CostModel:
