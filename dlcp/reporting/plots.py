@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from dlcp.reporting.stats import ecdf
+from dlcp.reporting.stats import drawable_ecdf
 from dlcp.reporting.summarise import IterationSeries, TrainingCurves
 
 DPI = 110
@@ -42,12 +42,13 @@ def mct_cdf(groups: dict[str, np.ndarray], title: str, marks: dict[str, float] |
         return None
     fig, (ax, tail) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
     for i, (label, us) in enumerate(groups.items()):
-        x, y = ecdf(np.asarray(us, float) / 1e3)
+        x, y = drawable_ecdf(np.asarray(us, float) / 1e3)
+        n = int(np.isfinite(np.asarray(us, float)).sum())
         x = np.maximum(x, 1e-3)  # log axis: clamp zero durations
-        kw = {"lw": 2.2 if i == 0 else 1.3, "color": COLORS[i % len(COLORS)], "label": f"{label} (n={x.size})"}
+        kw = {"lw": 2.2 if i == 0 else 1.3, "color": COLORS[i % len(COLORS)], "label": f"{label} (n={n})"}
         ax.step(x, y, where="post", **kw)
         # the tail panel: 1 - CDF on log-log axes shows p99..p99.9 where the plain CDF is flat
-        tail.step(x, np.maximum(1 - y + 1 / x.size, 1 / x.size), where="post", **kw)
+        tail.step(x, np.maximum(1 - y + 1 / n, 1 / n), where="post", **kw)
     for j, (label, ms) in enumerate((marks or {}).items()):
         for a in (ax, tail):
             a.axvline(ms, color="k", ls=":" if j else "--", lw=1)
@@ -249,10 +250,11 @@ def iteration_cdf(series: dict[str, IterationSeries], title: str = "CDF of itera
         return None
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for i, (label, s) in enumerate(series.items()):
-        x, y = ecdf(s.iteration_us[np.isfinite(s.iteration_us)] / 1e3)
+        ms = s.iteration_us[np.isfinite(s.iteration_us)] / 1e3
+        x, y = drawable_ecdf(ms)
         c = COLORS[i % len(COLORS)]
-        p50, p99 = np.percentile(x, 50), np.percentile(x, 99)
-        ax.step(x, y, where="post", lw=1.8, color=c, label=f"{label} (n={x.size}; p50 {p50:.4g}, p99 {p99:.4g} ms)")
+        p50, p99 = np.percentile(ms, 50), np.percentile(ms, 99)
+        ax.step(x, y, where="post", lw=1.8, color=c, label=f"{label} (n={ms.size}; p50 {p50:.4g}, p99 {p99:.4g} ms)")
         ax.plot([p50, p99], [0.5, 0.99], "o", color=c, ms=5)
     for q in (0.5, 0.99):
         ax.axhline(q, color="grey", lw=0.6, ls="-.")
