@@ -14,7 +14,8 @@ set and, on a leaf-spine, as many leaves of up to its `hosts_per_leaf` as the wo
 least 2, so the ring crosses the fabric); `--iterations` overrides its iterations when given.
 
 Per worker count it prints: simulated seconds per iteration (median over the workers' iterations
-after the first), the process's wall and CPU seconds, simulator events per CPU second, packets the
+after the first; of the only one in a one-iteration run), the simulation's wall and CPU seconds
+(and CPU seconds per iteration), simulator events per CPU second, packets the
 switches forwarded, and peak memory (RSS of the simulation process). With --json the last line is
 one JSON object.
 """
@@ -81,15 +82,18 @@ def measure(workers: int, args, workdir: Path) -> dict:
         tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
         raise SystemExit(f"dlcp bench sim: {workers} workers: {tail[0]}")
     sim = json.loads((run / "meta.json").read_text())["simulation"]
-    its = []
+    rows = []
     for f in sorted((run / "records").glob("*-iterations.csv")):
         with open(f) as fh:
-            its += [int(r["iteration_us"]) for r in csv.DictReader(fh) if int(r["iter"]) > 0]
+            rows += [(int(r["iter"]), int(r["iteration_us"])) for r in csv.DictReader(fh)]
+    later = [us for it, us in rows if it > 0]
+    its = later or [us for _, us in rows]  # a one-iteration run: its only iteration
     forwarded = 0
     for f in sorted((run / "counters").glob("*.json")):
         forwarded += sum(q["admitted_pkts"] for q in json.loads(f.read_text())["queues"])
     return {"workers": workers, "sim_s_per_iteration": statistics.median(its) / 1e6 if its else None,
-            "wall_s": sim["wall_s"], "cpu_s": sim["cpu_s"], "events": sim["events"],
+            "iterations": sim["iterations_done"], "wall_s": sim["wall_s"], "cpu_s": sim["cpu_s"],
+            "cpu_s_per_iteration": round(sim["cpu_s"] / max(1, sim["iterations_done"]), 1), "events": sim["events"],
             "events_per_cpu_s": sim["events_per_cpu_s"], "switch_pkts": forwarded,
             "payload": json.loads((run / "meta.json").read_text()).get("payload", "values"),
             "peak_rss_mb": sim["peak_rss_mb"]}
