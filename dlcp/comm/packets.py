@@ -10,7 +10,7 @@ import numpy as np
 
 from dlcp.comm.settings import CommConfig
 from dlcp.wire.chunking import MessageId, packetize
-from dlcp.wire.tagging import Tags, tag_message
+from dlcp.wire.tagging import Tags, n_packets, packet_layers, tag_message, tag_packets
 from dlcp.workloads.contract import MessageLayout
 
 
@@ -43,3 +43,22 @@ def tagged_packets(values: np.ndarray, ident: MessageId, layout: MessageLayout, 
     if protect:
         tags = Tags(tags.prio, np.zeros_like(tags.drop_prec), tags.mag_class, tags.layer_id)
     return packetize(chunk, ident, tags, vpp, cfg.telemetry), min(ids), max(ids)
+
+
+def sized_packets(ident: MessageId, layout: MessageLayout, lo: int, hi: int, n_layers: int, cfg: CommConfig,
+                  vpp: int, protect: bool = False):
+    """The packets of values [lo:hi) of a message that carries no values (`workload.payload =
+    "sizes"`): headers, lengths, priorities and layer ids as `tagged_packets` makes them, payloads of
+    zeros read from one shared zero (no buffer of the message's size). Drop precedence and magnitude
+    class rank stand-in magnitudes, one per packet, drawn from the message's identity: each message
+    gets the shares of drop precedence classes any gradient without all-zero packets gets, not the
+    packets its real magnitudes would pick. Returns (batch, layer_first, layer_last)."""
+    starts, ids = sub_layers(layout, lo, hi)
+    n = n_packets(hi - lo, vpp)
+    rng = np.random.default_rng([ident.job_id, ident.src_rank, ident.iter, ident.msg_id, ident.phase, lo])
+    mags = rng.random(n) + 1e-3  # never 0: an all-zero packet would get the highest drop precedence
+    tags = tag_packets(mags, packet_layers(starts, ids, n, vpp), n_layers, cfg.tagging)
+    if protect:
+        tags = Tags(tags.prio, np.zeros_like(tags.drop_prec), tags.mag_class, tags.layer_id)
+    zeros = np.broadcast_to(np.float32(0), (hi - lo,))  # stride 0: every payload byte reads the same zero
+    return packetize(zeros, ident, tags, vpp, cfg.telemetry), min(ids), max(ids)

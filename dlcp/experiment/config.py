@@ -134,6 +134,10 @@ class Placement(Settings):
 
 class Workload(TrainingSettings, Placement):
     """`[workload]`: what is trained (TrainingSettings) and by whom."""
+    payload: Literal["values", "sizes"] = Field(
+        "values", description="what gradient packets carry: real values (trained), or only their sizes (backend "
+                              "ns3, synthetic model timed by a profile: nothing trained, memory per worker "
+                              "independent of the model size)")
 
 
 class HostDlcp(CommSettings, TransportSettings, TaggingConfig):
@@ -241,6 +245,13 @@ class Experiment(Settings):
         if self.scale.dilation != 1 and w.model in TORCH_MODELS and w.compute == "real":
             raise BadValue("scale.dilation", f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
                                              f"torch model {w.model} (real compute cannot be slowed down)")
+        if w.payload == "sizes" and self.backend != "ns3":
+            raise BadValue("workload.payload", "'sizes' exists only on backend = 'ns3' (emulated hosts carry and "
+                                               "reduce real gradient values)")
+        if w.payload == "sizes" and (w.model != "synthetic" or w.compute != "profile"):
+            raise BadValue("workload.payload", f"'sizes' needs model = 'synthetic' with compute = 'profile' (a "
+                                               f"layer profile without a model); model {w.model!r} with compute "
+                                               f"{w.compute!r} trains on the values it carries")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
                                              "(backend = 'ref'); bmv2 has no such knob")

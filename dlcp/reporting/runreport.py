@@ -13,6 +13,7 @@ from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, refused_text
 from dlcp.reporting.steady import undilated
 from dlcp.reporting.summarise import (
+    SIZES_ONLY_TEXT,
     grouped_mct,
     iteration_series,
     json_ready,
@@ -77,7 +78,7 @@ def headline_lines(s: dict) -> list[str]:
         f"{_ms_text(mct, 'p999')} ms",
         f"Iteration p50 / p99 (n = {it_ms['count']:,} iterations): {it_text('p50')} / {it_text('p99')} ms "
         f"(communication share {pct(s['iteration']['comm_share'])})",
-        f"Final test accuracy: {fmt(h['final_accuracy'])}",
+        f"Final test accuracy: {SIZES_ONLY_TEXT if s['training'].get('payload') == 'sizes' else fmt(h['final_accuracy'])}",
         f"Lost packets: {pct(h['lost_fraction'])}; forced completions (budget violations): {fmt(h['forced'])}; "
         f"protected packets lost: {fmt(h['protected_lost'])}",
     ]
@@ -323,6 +324,9 @@ def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
 
 def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
     doc.h("Training")
+    if tr.get("payload") == "sizes":
+        doc.p(f"Accuracy and losses: {SIZES_ONLY_TEXT}.")
+        return
     if not tr["iterations"]:
         doc.p("No iteration records: no training curves.")
         return

@@ -340,11 +340,21 @@ def summarise(run: RunData) -> dict:
         "loss": loss_section(loss_rows, run, loss_which),
         "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config, run.policy)},
         "agents": agents_section(run.agents),
-        "training": training_section(curves),
+        "training": {**training_section(curves), "payload": payload_of(run)},
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},
     }
     summary["headline"] = headline(summary)
     return summary
+
+
+SIZES_ONLY_TEXT = "sizes only (workload.payload = 'sizes': packets carried no gradient values; nothing was trained)"
+
+
+def payload_of(run: RunData) -> str:
+    """What the run's gradient packets carried: "values" (trained) or "sizes" (a simulated run of a
+    layer profile: no values, so no losses or accuracy)."""
+    meta, cfg = run.meta or {}, run.config or {}
+    return meta.get("payload") or (cfg.get("workload") or {}).get("payload") or "values"
 
 
 def run_info(run: RunData) -> dict:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from dlcp.transport.api import SendInfo, TransportConfig
 from dlcp.transport.core.endpoint import Endpoint
-from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone
+from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone, data_datagrams
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     ECN_CE,
@@ -242,18 +242,8 @@ class VirtualNetwork:
             self._uplink_next(h)
 
     def _data(self, h: VirtualHost, tx: DataSend) -> None:
-        rnd = tx.round
-        if rnd.plan is None:
-            rnd.plan = rnd.header_rows()
-        rows, tos = rnd.plan
-        batch = rnd.batch
-        vpp = batch.values_per_pkt
-        tel = bytes(TELEMETRY_LEN) if batch.telemetry else b""
-        values = batch.values
-        for i in range(tx.start, tx.stop):
-            seq = int(rnd.wire[i])
-            payload = values[seq * vpp: (seq + 1) * vpp].tobytes()
-            h.uplink.append(_Pkt(rows[i].tobytes() + tel + payload, int(tos[i]), h.rank, tx.dst, 0, 0))
+        for data, tos in data_datagrams(tx):
+            h.uplink.append(_Pkt(data, tos, h.rank, tx.dst, 0, 0))
 
     def _uplink_next(self, h: VirtualHost) -> None:
         if not h.uplink:

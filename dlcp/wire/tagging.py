@@ -144,7 +144,13 @@ def tag_message(grad, layer_starts, layer_ids, n_layers: int, config: TaggingCon
     n_values = int(grad.numel()) if hasattr(grad, "numel") else int(np.asarray(grad).size)
     n = n_packets(n_values, values_per_pkt)
     layers = packet_layers(layer_starts, layer_ids, n, values_per_pkt)
-    mags = packet_magnitudes(grad, values_per_pkt)
+    return tag_packets(packet_magnitudes(grad, values_per_pkt), layers, n_layers, config)
+
+
+def tag_packets(mags: np.ndarray, layers: np.ndarray, n_layers: int, config: TaggingConfig = TaggingConfig()) -> Tags:
+    """Tags of the packets of one message from each packet's magnitude (mean |g|) and the layer of
+    its first value (`tag_message` without the values)."""
+    n = len(mags)
     mag_class = magnitude_class(mags)
     if config.policy in ("layer", "dlcp"):
         prio = layer_priority(layers, n_layers, config.layer_order)

@@ -38,6 +38,18 @@ def plan_messages(layer_sizes: list[int], bucket_values: int) -> list[list[int]]
     return groups
 
 
+def message_layouts(layer_sizes: list[int], bucket_values: int) -> list[tuple[MessageLayout, slice]]:
+    """Every message of a model with these layer sizes (`plan_messages`) and the slice of the
+    flat model (layer 0 first) it covers."""
+    offsets = np.concatenate([[0], np.cumsum(np.asarray(layer_sizes, dtype=np.int64))])
+    out = []
+    for msg_id, layers in enumerate(plan_messages(list(layer_sizes), bucket_values)):
+        lo, hi = int(offsets[layers[0]]), int(offsets[layers[-1] + 1])
+        starts = tuple(int(offsets[layer]) - lo for layer in layers)
+        out.append((MessageLayout(msg_id, hi - lo, starts, tuple(layers)), slice(lo, hi)))
+    return out
+
+
 @dataclass(frozen=True)
 class MessageLayout:
     """A message's fixed shape: the same msg_id covers the same values every iteration."""

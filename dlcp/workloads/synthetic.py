@@ -32,7 +32,7 @@ from typing import Iterator
 
 import numpy as np
 
-from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, plan_messages
+from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, message_layouts
 from dlcp.workloads.profiled import layer_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
 
@@ -70,13 +70,9 @@ class _Problem:
         layer_h = 10 ** rng.uniform(np.log10(0.5), np.log10(5.0), self.n_layers)
         self.h = (np.repeat(layer_h, sizes) * rng.uniform(0.5, 1.5, self.n_values)).astype(np.float32)
         self.w_star = rng.standard_normal(self.n_values, dtype=np.float32)
-        self.slices: dict[int, slice] = {}
-        self._layouts = []
-        for msg_id, layers in enumerate(plan_messages(sizes.tolist(), config.bucket_values)):
-            lo, hi = int(self.layer_offsets[layers[0]]), int(self.layer_offsets[layers[-1] + 1])
-            starts = tuple(int(self.layer_offsets[layer]) - lo for layer in layers)
-            self._layouts.append(MessageLayout(msg_id, hi - lo, starts, tuple(layers)))
-            self.slices[msg_id] = slice(lo, hi)
+        planned = message_layouts(sizes.tolist(), config.bucket_values)
+        self._layouts = [lay for lay, _ in planned]
+        self.slices: dict[int, slice] = {lay.msg_id: sl for lay, sl in planned}
 
     def layouts(self) -> list[MessageLayout]:
         return list(self._layouts)

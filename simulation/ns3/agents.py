@@ -10,13 +10,18 @@ over the messages in backward order as the synthetic workload spreads it (messag
 (k + 1) / K of the way through), however long the real computation took on this CPU; and
 communication takes what the simulated network makes it take. Python runs per message and per
 ring step, never per packet (hosts.py, cpp/dlcp_host.h).
+
+With `workload.payload = "sizes"` (`SimRun.sizes_only`; the workload is a SizesOnlyWorkload) the
+agents carry and reduce no values: packets come from `sized_packets` (the same headers, lengths and
+priorities), rings and the PS keep per-packet contribution counts only, and a worker's record has
+its lost values but no losses. Memory per worker is then what its messages in flight hold.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dlcp.comm.packets import tagged_packets  # the emulated collectives' tagging and packetising
+from dlcp.comm.packets import sized_packets, tagged_packets  # the emulated collectives' tagging and packetising
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_AG, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
@@ -26,10 +31,11 @@ from dlcp.workloads.contract import Aggregate, ParamChunk
 class SimRun:
     """What the agents share: the clock, the per-host records, the end condition."""
 
-    def __init__(self, clock, iterations: int, compute_s: float):
+    def __init__(self, clock, iterations: int, compute_s: float, sizes_only: bool = False):
         self.clock = clock
         self.iterations = iterations
         self.compute_s = compute_s
+        self.sizes_only = sizes_only  # workload.payload = "sizes": packets of the right lengths, no values
         self.iteration_rows: dict[str, list[dict]] = {}
         self.done_workers = 0
         self.workers = 0
@@ -67,6 +73,8 @@ class _Agent:
         self.done = 0
 
     def packets(self, values, ident, lay, lo, hi, magnitudes=None, protect=False):
+        if self.run.sizes_only:
+            return sized_packets(ident, lay, lo, hi, self.n_layers, self.comm, self.vpp, protect)
         return tagged_packets(values, ident, lay, lo, hi, self.n_layers, self.comm, self.vpp, magnitudes, protect)
 
     def info(self, **kw):
@@ -94,7 +102,8 @@ class SimWorker(_Agent):
         self.t = {"start_us": self.run.us(), "first_send_us": None, "comm_end_us": None}
         self.sends_open = 0
         self.pulls: dict[int, ParamChunk] = {}
-        self.aggregates: dict[int, Aggregate] = {}
+        self.aggregates: dict[int, Aggregate | None] = {}  # None: sizes only
+        self.ring_lost = 0  # values of this iteration's rings that lack a contribution
         msgs = list(self.workload.compute(it))  # the real gradients; their time is simulated
         per_msg = self.run.compute_s / max(1, len(msgs))
         now = self.run.clock.now()
@@ -127,7 +136,7 @@ class SimWorker(_Agent):
             lost = int(sum(int(c.lost.sum()) for c in self.pulls.values()))
         else:
             self.workload.apply_gradients(it, self.aggregates)
-            lost = int(sum(int((a.count < a.world).sum()) for a in self.aggregates.values()))
+            lost = self.ring_lost
         metrics = self.workload.evaluate(it) or {}
         end = max(self.run.us(), round(self.compute_end * 1e6))
         first = self.t["comm_end_us"] if self.t["first_send_us"] is None else self.t["first_send_us"]
@@ -149,7 +158,7 @@ class SimWorker(_Agent):
 
     def _push(self, it: int, msg) -> None:
         lay = msg.layout
-        values = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
+        values = None if self.run.sizes_only else np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
         ident = MessageId(self.comm.job_id, self.comm.rank, it, lay.msg_id, PHASE_PUSH, TYPE_DATA)
         batch, lf, ll = self.packets(values, ident, lay, 0, lay.n_values)
         self.sends_open += 1
@@ -183,9 +192,10 @@ class SimWorker(_Agent):
         self._ring = _Ring(self, it, msg)
         self._ring.advance()
 
-    def ring_done(self, it: int, agg: Aggregate) -> None:
+    def ring_done(self, it: int, msg_id: int, agg: Aggregate | None, lost: int) -> None:
         if it == self.it:
-            self.aggregates[agg.msg_id] = agg
+            self.aggregates[msg_id] = agg
+            self.ring_lost += lost
         self._ring = None
         self._next_ring()
         self._maybe_end()
@@ -198,9 +208,10 @@ class _Ring:
     def __init__(self, w: SimWorker, it: int, msg):
         self.w, self.it, self.lay = w, it, msg.layout
         P, n = w.world, msg.layout.n_values
-        self.own = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
+        self.values = not w.run.sizes_only  # sizes only: counts per packet, no value buffers
+        self.own = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1) if self.values else None
         self.bounds = np.linspace(0, n, P + 1).astype(np.int64)
-        self.partial = self.own.copy()
+        self.partial = self.own.copy() if self.values else None
         self.total = None
         self.cnt = {c: np.ones(self._npk(c), np.uint8) for c in range(P)}
         self.phase, self.s = PHASE_RS, 0
@@ -220,7 +231,9 @@ class _Ring:
     def advance(self) -> None:
         w, P = self.w, self.w.world
         if P == 1:
-            return self._finish_now(Aggregate(self.lay.msg_id, self.own.copy(), np.ones(self.lay.n_values, np.uint16), 1))
+            agg = Aggregate(self.lay.msg_id, self.own.copy(), np.ones(self.lay.n_values, np.uint16), 1) \
+                if self.values else None
+            return self._finish_now(agg, 0)
         while not self.finishing:
             cs, cr = self._chunks()
             b = self.bounds
@@ -236,18 +249,20 @@ class _Ring:
                 if res is None:
                     return  # wait for the receive of this step
                 if self.phase == PHASE_RS:
-                    self.partial[lo:hi] = res.values + self.own[lo:hi]
+                    if self.values:
+                        self.partial[lo:hi] = res.values + self.own[lo:hi]
                     cnt_in = res.counts if res.counts is not None else np.ones(self._npk(cr), np.uint8)
                     self.cnt[cr] = np.where(res.received, cnt_in + 1, 1).astype(np.uint8)
                 else:
-                    self.total[lo:hi] = res.values
+                    if self.values:
+                        self.total[lo:hi] = res.values
                     cnt_in = res.counts if res.counts is not None else np.full(self._npk(cr), P, np.uint8)
                     self.cnt[cr] = np.where(res.received, cnt_in, 0).astype(np.uint8)
             self.s += 1
             if self.s == P - 1:
                 if self.phase == PHASE_RS:
                     self.phase, self.s, self.sent_step = PHASE_AG, 0, -1
-                    self.total = self.partial.copy()
+                    self.total = self.partial.copy() if self.values else None
                 else:
                     self.finishing = True
         if not self.open_sends:
@@ -276,12 +291,22 @@ class _Ring:
 
     def _finish(self) -> None:
         P, vpp, b = self.w.world, self.w.vpp, self.bounds
-        count = np.concatenate([np.repeat(self.cnt[c].astype(np.uint16), vpp)[: b[c + 1] - b[c]] for c in range(P)])
-        self._finish_now(Aggregate(self.lay.msg_id, self.total, count, P))
+        lost = 0  # values whose packet lacks a contribution: from the per-packet counts
+        for c in range(P):
+            short = self.cnt[c] < P
+            if short.any():
+                sizes = np.minimum(vpp, (b[c + 1] - b[c]) - np.arange(len(short)) * vpp)
+                lost += int(sizes[short].sum())
+        agg = None
+        if self.values:
+            count = np.concatenate([np.repeat(self.cnt[c].astype(np.uint16), vpp)[: b[c + 1] - b[c]]
+                                    for c in range(P)])
+            agg = Aggregate(self.lay.msg_id, self.total, count, P)
+        self._finish_now(agg, lost)
 
-    def _finish_now(self, agg: Aggregate) -> None:
+    def _finish_now(self, agg: Aggregate | None, lost: int) -> None:
         self.finishing = True
-        self.w.ring_done(self.it, agg)
+        self.w.ring_done(self.it, self.lay.msg_id, agg, lost)
 
 
 class SimPS(_Agent):
@@ -312,10 +337,12 @@ class SimPS(_Agent):
         if phase != PHASE_PUSH:
             return
         got = self.got.setdefault(it, {})
-        got[(src, msg_id)] = result
+        got[(src, msg_id)] = None if self.run.sizes_only else result  # sizes only: no values to keep
         if len(got) < self.world * len(self.layouts):
             return
         del self.got[it]
+        if self.run.sizes_only:
+            return self._scatter(it, {msg_id: (None, None) for msg_id in self.layouts})
         aggregates = {}
         for msg_id, lay in self.layouts.items():
             total = np.zeros(lay.n_values, np.float32)
@@ -326,11 +353,18 @@ class SimPS(_Agent):
                 count += ~r.loss_mask()
             aggregates[msg_id] = Aggregate(msg_id, total, count, self.world)
         self.workload.update(it, aggregates)
-        for msg_id, lay in self.layouts.items():
+        params = {}
+        for msg_id in self.layouts:
             values = np.array(self.workload.parameters(msg_id), dtype=np.float32).reshape(-1)
             prev = self._previous.get(msg_id)
-            delta = np.abs(values - prev) if prev is not None else np.abs(values)
+            params[msg_id] = values, (np.abs(values - prev) if prev is not None else np.abs(values))
             self._previous[msg_id] = values
+        self._scatter(it, params)
+
+    def _scatter(self, it: int, params: dict) -> None:
+        """Send every worker each message's parameters (values, delta magnitudes; None, None: sizes only)."""
+        for msg_id, (values, delta) in params.items():
+            lay = self.layouts[msg_id]
             ident = MessageId(self.comm.job_id, self.comm.rank, it, msg_id, PHASE_PULL, TYPE_PARAM)
             batch, lf, ll = self.packets(values, ident, lay, 0, lay.n_values, magnitudes=delta)
             for rank in range(self.world):

@@ -6,10 +6,18 @@ hosts, 100 Mbit/s fabric by default), the synthetic workload with LeNet-5's 44,4
 message (one DDP bucket; `--layers` sets other layer sizes, one message per layer), `--iterations`
 iterations. One message, because a ring step is one transport message (DESCRIBE, data, PROBE,
 STOP) whose per-message Python work dominates at 128 workers: 2 x 127 steps x 128 workers per
-message per iteration. Per worker count it prints: simulated
-seconds per iteration (median over the workers' iterations after the first), the process's wall
-and CPU seconds, simulator events per CPU second, packets the switches forwarded, and peak memory
-(RSS of the simulation process). With --json the last line is one JSON object.
+message per iteration.
+
+`--experiment FILE` benches that experiment instead (e.g. experiments/allreduce-128-resnet50-ns3.toml:
+ResNet-50's profile, sizes only, 9000-byte MTU): each worker count runs it with `workload.workers`
+set and, on a leaf-spine, as many leaves of up to its `hosts_per_leaf` as the workers need (at
+least 2, so the ring crosses the fabric); `--iterations` overrides its iterations when given.
+
+Per worker count it prints: simulated seconds per iteration (median over the workers' iterations
+after the first; of the only one in a one-iteration run), the simulation's wall and CPU seconds
+(and CPU seconds per iteration), simulator events per CPU second, packets the
+switches forwarded, and peak memory (RSS of the simulation process). With --json the last line is
+one JSON object.
 """
 
 from __future__ import annotations
@@ -44,48 +52,82 @@ def config_text(workers: int, iterations: int, layers: list[int] | None, host_mb
     return "\n".join(lines) + "\n"
 
 
+def experiment_overrides(raw: dict, workers: int, iterations: int | None) -> list[str]:
+    """`--set` values that run experiment `raw` with `workers` workers."""
+    sets = [f"workload.workers={workers}"]
+    topo = raw.get("topology", {})
+    if topo.get("kind") == "leaf_spine":
+        per_leaf = int(topo.get("hosts_per_leaf", HOSTS_PER_LEAF))
+        leaves = max(2, -(-workers // per_leaf))
+        sets += [f"topology.leaves={leaves}", f"topology.hosts_per_leaf={-(-workers // leaves)}"]
+    if iterations is not None:
+        sets.append(f"workload.iterations={iterations}")
+    return sets
+
+
 def measure(workers: int, args, workdir: Path) -> dict:
-    cfg = workdir / f"w{workers}.toml"
-    cfg.write_text(config_text(workers, args.iterations, args.layers, args.host_mbps, args.fabric_mbps, args.policy))
     run = workdir / f"w{workers}"
-    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--run-dir", str(run), "--no-report"],
-                       capture_output=True, text=True)
+    if args.experiment:
+        from dlcp.experiment import config as configmod
+        cfg, sets = Path(args.experiment), experiment_overrides(configmod.load_raw(args.experiment, []), workers,
+                                                                args.iterations)
+    else:
+        cfg, sets = workdir / f"w{workers}.toml", []
+        cfg.write_text(config_text(workers, args.iterations or 2, args.layers, args.host_mbps, args.fabric_mbps,
+                                   args.policy))
+    cmd = [sys.executable, "-m", "dlcp_cli", "run", str(cfg), *[a for s in sets for a in ("--set", s)],
+           "--run-dir", str(run), "--no-report"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
         raise SystemExit(f"dlcp bench sim: {workers} workers: {tail[0]}")
     sim = json.loads((run / "meta.json").read_text())["simulation"]
-    its = []
+    rows = []
     for f in sorted((run / "records").glob("*-iterations.csv")):
         with open(f) as fh:
-            its += [int(r["iteration_us"]) for r in csv.DictReader(fh) if int(r["iter"]) > 0]
+            rows += [(int(r["iter"]), int(r["iteration_us"])) for r in csv.DictReader(fh)]
+    later = [us for it, us in rows if it > 0]
+    its = later or [us for _, us in rows]  # a one-iteration run: its only iteration
     forwarded = 0
     for f in sorted((run / "counters").glob("*.json")):
         forwarded += sum(q["admitted_pkts"] for q in json.loads(f.read_text())["queues"])
     return {"workers": workers, "sim_s_per_iteration": statistics.median(its) / 1e6 if its else None,
-            "wall_s": sim["wall_s"], "cpu_s": sim["cpu_s"], "events": sim["events"],
+            "iterations": sim["iterations_done"], "wall_s": sim["wall_s"], "cpu_s": sim["cpu_s"],
+            "cpu_s_per_iteration": round(sim["cpu_s"] / max(1, sim["iterations_done"]), 1), "events": sim["events"],
             "events_per_cpu_s": sim["events_per_cpu_s"], "switch_pkts": forwarded,
+            "payload": json.loads((run / "meta.json").read_text()).get("payload", "values"),
             "peak_rss_mb": sim["peak_rss_mb"]}
 
 
 def bench_sim(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="dlcp bench sim", description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="16,32,64,128", help="worker counts (comma-separated)")
-    ap.add_argument("--iterations", type=int, default=2, help="iterations per run (the first is not timed)")
+    ap.add_argument("--experiment", help="bench this experiment file (leaf-spine: leaves follow the workers) "
+                                         "instead of the synthetic LeNet-5 ring")
+    ap.add_argument("--iterations", type=int, help="iterations per run (the first is not timed; default 2, or the "
+                                                   "experiment's)")
     ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[LENET5_VALUES],
                     help=f"layer sizes in values, one message each (default: {LENET5_VALUES}, LeNet-5's values in one)")
     ap.add_argument("--host-mbps", type=float, default=50.0)
     ap.add_argument("--fabric-mbps", type=float, default=100.0)
     ap.add_argument("--policy", default="dlcp")
+    ap.add_argument("--keep", metavar="DIR", help="keep each run's directory under DIR (default: a temporary one)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON on the last line")
     args = ap.parse_args(argv)
     try:
         counts = [int(x) for x in args.workers.split(",")]
     except ValueError:
         raise SystemExit(f"dlcp bench sim: --workers {args.workers}: expected integers like 16,32") from None
-    if args.iterations < 2:
+    if args.iterations is not None and args.iterations < 2:
         raise SystemExit("dlcp bench sim: --iterations must be >= 2 (the first iteration is not timed)")
-    with tempfile.TemporaryDirectory(prefix="dlcp-bench-sim-") as tmp:
-        rows = [measure(w, args, Path(tmp)) for w in counts]
-    emit(f"ns-3 ring all-reduce on a leaf-spine, synthetic workload, {args.iterations} iterations, policy {args.policy}",
-         rows, {"bench": "sim", "runs": rows}, args.json)
+    if args.keep:
+        Path(args.keep).mkdir(parents=True, exist_ok=True)
+        rows = [measure(w, args, Path(args.keep)) for w in counts]
+    else:
+        with tempfile.TemporaryDirectory(prefix="dlcp-bench-sim-") as tmp:
+            rows = [measure(w, args, Path(tmp)) for w in counts]
+    what = (f"ns-3, experiment {args.experiment}" if args.experiment else
+            f"ns-3 ring all-reduce on a leaf-spine, synthetic workload, {args.iterations or 2} iterations, "
+            f"policy {args.policy}")
+    emit(what, rows, {"bench": "sim", "experiment": args.experiment, "runs": rows}, args.json)
     return 0

@@ -70,9 +70,10 @@ class Clock:
         self._next = 0
         self._dispatch = self._fire  # cppyy does not keep the callable alive: this reference does
         ns.DlcpTimers.SetDispatcher(self._dispatch)
+        self._now = ns.DlcpTimers.Now  # called several times per datagram: the cheapest way to the clock
 
     def now(self) -> float:
-        return self.ns.Simulator.Now().GetSeconds()
+        return self._now()
 
     def at(self, t: float, fn) -> int:
         self._next += 1
@@ -172,19 +173,12 @@ class SimHost:
                 self.on_received(self, out.key, out.result)
 
     def _data(self, tx) -> None:
-        rnd = tx.round
-        if rnd.plan is None:
-            rnd.plan = rnd.header_rows()
-        rows, tos = rnd.plan
-        batch = rnd.batch
-        vpp = batch.values_per_pkt
-        tel = bytes(8) if batch.telemetry else b""
-        values = batch.values
+        from dlcp.transport.core.outputs import data_datagrams  # the virtual-time driver's datagrams, byte for byte
+
         ip = self.stack.ip_of_rank[tx.dst]
         send = self.io.SendData
-        for i in range(tx.start, tx.stop):
-            seq = int(rnd.wire[i])
-            send(ip, rows[i].tobytes() + tel + values[seq * vpp: (seq + 1) * vpp].tobytes(), int(tos[i]))
+        for data, tos in data_datagrams(tx):
+            send(ip, data, tos)
 
     def _frame(self, out) -> None:
         conn = out.channel

@@ -76,7 +76,7 @@ def prepare(cfg: dict, run_dir: Path, variant: str) -> tuple:
     for doc in runtimes.values():
         write_runtime(doc, run_dir / "runtime")
     meta = {"name": cfg["name"], "variant": variant, "policy": cfg["dlcp"]["policy"], "backend": "ns3",
-            "clock": "simulated",
+            "clock": "simulated", "payload": cfg["workload"]["payload"],
             "versions": {**{p: _version(p) for p in ("dlcp", "torch", "numpy")}, **loader.versions()},
             "python": platform.python_version(), "kernel": platform.release(), "hostname": platform.node(),
             "git_revision": git_revision(), "start_utc": datetime.now(timezone.utc).isoformat()}
@@ -103,6 +103,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
     from dlcp.workloads.registry import make_server_workload, make_workload
+    from dlcp.workloads.sizes_only import SizesOnlyWorkload
     from simulation.ns3.agents import SimPS, SimRun, SimWorker
     from simulation.ns3.network import add_background, build_network
 
@@ -112,7 +113,8 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     mtu = cfg["links"]["mtu"]
     net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=mtu)
     stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
-    run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg))
+    sizes_only = cfg["workload"]["payload"] == "sizes"
+    run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg), sizes_only)
     agents, workers = [], []
     for host, role, acfg in agent_configs(cfg, spec, run_dir):
         if role not in ("worker", "ps"):
@@ -126,11 +128,11 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
         h = stack.add(host, acfg.wire_rank, tcfg, lambda _h, key, res, a=holder: a[0].on_sent(key, res),
                       lambda _h, key, res, a=holder: a[0].on_received(key, res))
         if role == "worker":
-            agent = SimWorker(run, h, acfg, make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"]),
-                              cfg["workload"]["mode"])
+            wl = SizesOnlyWorkload(wl_cfg) if sizes_only else make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"])
+            agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"])
             workers.append(agent)
         else:
-            agent = SimPS(run, h, acfg, make_server_workload(wl_cfg, d["fill"]))
+            agent = SimPS(run, h, acfg, SizesOnlyWorkload(wl_cfg) if sizes_only else make_server_workload(wl_cfg, d["fill"]))
         holder.append(agent)
         agents.append((host, role, agent, h))
     run.workers = len(workers)

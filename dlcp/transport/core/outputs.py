@@ -16,6 +16,7 @@ from dlcp.transport.api import RecvResult, SendResult
 from dlcp.wire.header import (
     ECN_ECT0,
     FLAG_PROTECTED,
+    TELEMETRY_LEN,
     TYPE_RETX,
     field_values,
     header_fields,
@@ -68,6 +69,23 @@ class DataSend:
     round: Round
     start: int
     stop: int
+
+
+def data_datagrams(tx: DataSend):
+    """Each packet of `tx` as (UDP payload, IPv4 TOS), in order: header, an empty telemetry block
+    when the batch carries one, values. Builds the round's send plan the first time (`Round.plan`).
+    For drivers that hand a datagram over as bytes (the virtual-time and ns-3 drivers)."""
+    rnd = tx.round
+    if rnd.plan is None:
+        rnd.plan = rnd.header_rows()
+    rows, tos = rnd.plan
+    batch = rnd.batch
+    vpp = batch.values_per_pkt
+    tel = bytes(TELEMETRY_LEN) if batch.telemetry else b""
+    values = batch.values
+    for i in range(tx.start, tx.stop):
+        seq = int(rnd.wire[i])
+        yield rows[i].tobytes() + tel + values[seq * vpp: (seq + 1) * vpp].tobytes(), int(tos[i])
 
 
 @dataclass(slots=True)

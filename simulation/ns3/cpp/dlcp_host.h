@@ -305,6 +305,9 @@ struct DlcpTimers
 
     static void Fire(uint64_t token) { Up()(token); }
 
+    // simulated seconds: one call from Python instead of two (Now(), GetSeconds()) and a temporary
+    static double Now() { return Simulator::Now().GetSeconds(); }
+
     // at `t` seconds, rounded up to the simulator's nanosecond: never before the deadline
     static EventId At(double t, uint64_t token)
     {
