@@ -151,3 +151,57 @@ def _ipv4_checksum_ok(header: bytes) -> bool:
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return s == 0xFFFF
+
+
+CONTROL_BOTH_ENDS = r"""
+import json
+from dlcp.experiment import config as C
+from dlcp.network import topology as T
+from simulation.ns3 import loader
+from simulation.ns3.hosts import Clock, ip_int
+from simulation.ns3.network import build_network
+cfg = C.validate({"name": "t", "topology": {"kind": "star", "hosts": 3}, "workload": {"workers": 2},
+                  "dlcp": {"policy": "dlcp"}, "links": {"host_mbps": 50}})
+spec = T.from_config(cfg)
+ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
+d = cfg["dlcp"]
+net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
+events = []
+def up(index, kind, conn, data, ecn, peer):
+    events.append((index, kind, int(conn), len(bytes(data))))
+ns.DlcpHostIo.SetDispatcher(up)
+ptrs = [ns.CreateObject["DlcpHostIo"]() for _ in range(2)]  # the Ptrs keep the objects alive
+ios = [p.__deref__() for p in ptrs]
+for i, (h, io) in enumerate(zip(("h1", "h2"), ios)):
+    io.Setup(net.nodes[h], i, d["data_port"], d["control_port"], net.host_devices[h], 100, RTO_MIN_S)
+clock = Clock(ns)
+own = []
+clock.at(0.001, lambda: own.append(int(ios[0].Connect(ip_int(spec.hosts["h2"].ip)))))
+def answer():  # h2 writes on the connection h1 opened
+    (acc,) = [c for (i, k, c, n) in events if i == 1 and k == 4]
+    ios[1].SendFrame(acc, "x" * 100)
+    own.append(acc)
+clock.at(0.05, answer)
+ns.Simulator.Stop(ns.Seconds(0.1))
+ns.Simulator.Run()
+print(json.dumps({"own": list(ios[0].ConnState(own[0])), "accepted": list(ios[1].ConnState(own[1])),
+                  "received": sum(n for (i, k, c, n) in events if i == 0 and k == 1),
+                  "queues": [[q["port"], q["qid"], q["admitted_pkts"]] for q in net.switches["s1"].counter_dump()["queues"]]}))
+"""
+
+
+@needs_ns3
+def test_control_connections_go_at_priority_seven_from_both_ends_with_the_rto_floor():
+    """h1 opens a control connection to h2 and h2 answers on it: the SYN-ACK and the answer (h2's
+    accepted end, toward h1 = port 1) as well as h1's segments (port 2) are classified into queue 7,
+    and both ends have the emulated control sockets' 10 ms RTO floor (ns-3's fork of a listening
+    socket does not carry its TOS: answers went at priority 0, behind background traffic)."""
+    from dlcp.transport.sockets import CONTROL_RTO_MIN_US
+    r = _simulate(CONTROL_BOTH_ENDS, RTO_MIN_S=CONTROL_RTO_MIN_US / 1e6)
+    assert r["received"] == 100
+    for end in ("own", "accepted"):
+        unsent, _room, is_up, tos, rto_min_us = r[end]
+        assert (unsent, is_up, tos, rto_min_us) == (0, 1, 0xE0, CONTROL_RTO_MIN_US)
+    queues = {(p, q): n for p, q, n in r["queues"]}
+    assert set(queues) == {(1, 7), (2, 7)}  # nothing in any other queue
+    assert queues[(1, 7)] == 2  # the SYN-ACK and the answer
