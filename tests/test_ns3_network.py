@@ -151,3 +151,114 @@ def _ipv4_checksum_ok(header: bytes) -> bool:
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return s == 0xFFFF
+
+
+CONTROL_BOTH_ENDS = r"""
+import json
+from dlcp.experiment import config as C
+from dlcp.network import topology as T
+from simulation.ns3 import loader
+from simulation.ns3.hosts import Clock, ip_int
+from simulation.ns3.network import build_network
+cfg = C.validate({"name": "t", "topology": {"kind": "star", "hosts": 3}, "workload": {"workers": 2},
+                  "dlcp": {"policy": "dlcp"}, "links": {"host_mbps": 50}})
+spec = T.from_config(cfg)
+ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
+d = cfg["dlcp"]
+net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
+events = []
+def up(index, kind, conn, data, ecn, peer):
+    events.append((index, kind, int(conn), len(bytes(data))))
+ns.DlcpHostIo.SetDispatcher(up)
+ptrs = [ns.CreateObject["DlcpHostIo"]() for _ in range(2)]  # the Ptrs keep the objects alive
+ios = [p.__deref__() for p in ptrs]
+for i, (h, io) in enumerate(zip(("h1", "h2"), ios)):
+    io.Setup(net.nodes[h], i, d["data_port"], d["control_port"], net.host_devices[h], 100, RTO_MIN_S)
+clock = Clock(ns)
+own = []
+clock.at(0.001, lambda: own.append(int(ios[0].Connect(ip_int(spec.hosts["h2"].ip)))))
+def answer():  # h2 writes on the connection h1 opened
+    (acc,) = [c for (i, k, c, n) in events if i == 1 and k == 4]
+    ios[1].SendFrame(acc, "x" * 100)
+    own.append(acc)
+clock.at(0.05, answer)
+ns.Simulator.Stop(ns.Seconds(0.1))
+ns.Simulator.Run()
+print(json.dumps({"own": list(ios[0].ConnState(own[0])), "accepted": list(ios[1].ConnState(own[1])),
+                  "received": sum(n for (i, k, c, n) in events if i == 0 and k == 1),
+                  "queues": [[q["port"], q["qid"], q["admitted_pkts"]] for q in net.switches["s1"].counter_dump()["queues"]]}))
+"""
+
+
+@needs_ns3
+def test_control_connections_go_at_priority_seven_from_both_ends_with_the_rto_floor():
+    """h1 opens a control connection to h2 and h2 answers on it: the SYN-ACK and the answer (h2's
+    accepted end, toward h1 = port 1) as well as h1's segments (port 2) are classified into queue 7,
+    and both ends have the emulated control sockets' 10 ms RTO floor (ns-3's fork of a listening
+    socket does not carry its TOS: answers went at priority 0, behind background traffic)."""
+    from dlcp.transport.sockets import CONTROL_RTO_MIN_US
+    r = _simulate(CONTROL_BOTH_ENDS, RTO_MIN_S=CONTROL_RTO_MIN_US / 1e6)
+    assert r["received"] == 100
+    for end in ("own", "accepted"):
+        unsent, _room, is_up, tos, rto_min_us = r[end]
+        assert (unsent, is_up, tos, rto_min_us) == (0, 1, 0xE0, CONTROL_RTO_MIN_US)
+    queues = {(p, q): n for p, q, n in r["queues"]}
+    assert set(queues) == {(1, 7), (2, 7)}  # nothing in any other queue
+    assert queues[(1, 7)] == 2  # the SYN-ACK and the answer
+
+
+ONOFF = r"""
+import json
+from dlcp.experiment import config as C
+from dlcp.network import topology as T
+from simulation.ns3 import loader
+from simulation.ns3.network import build_network, add_background
+cfg = C.validate({"name": "t", "topology": {"kind": "star", "hosts": 3}, "workload": {"workers": 1},
+                  "dlcp": {"policy": "fifo"}, "links": {"host_mbps": 500},
+                  "background": [{"kind": "udp_onoff", "src": "h1", "dst": "h3", "rate_mbps": 400,
+                                  "on_ms": 3, "off_ms": 7, "start_s": 0.05}]})
+spec = T.star(3, 500.0)
+T.assign_roles(spec, 0, False, cfg["background"])
+ns = loader.ns()
+ns.RngSeedManager.SetSeed(SEED)
+net = build_network(spec, spec.runtimes(cfg), cfg["links"], cfg["dlcp"]["data_port"])
+add_background(net, cfg["background"])
+net.background[0].counter.keepTimes = True
+ns.Simulator.Stop(ns.Seconds(0.5))
+ns.Simulator.Run()
+print(json.dumps({"times": list(net.background[0].counter.times), "flow": net.background[0].totals()}))
+"""
+
+
+def _bursts(times: list[float], gap_s: float) -> list[list[float]]:
+    out = [[times[0]]]
+    for a, b in zip(times, times[1:]):
+        (out[-1].append(b) if b - a < gap_s else out.append([b]))
+    return out
+
+
+@needs_ns3
+def test_onoff_background_offers_the_configured_bursts_from_a_seeded_phase():
+    """udp_onoff at 400 Mbit/s of 1400-byte payloads, 3 ms on, 7 ms off: datagrams 28 us apart,
+    107.14 per burst on average (3 ms / 28 us), one burst every 10 ms, 120 Mbit/s offered over
+    whole cycles; the first burst starts start_s plus a phase within one period, which the seed
+    draws (two seeds, two phases)."""
+    interval, period = 1400 * 8 / 400e6, 0.010
+    firsts = []
+    for seed in (1, 2):
+        r = _simulate(ONOFF, SEED=seed)
+        t = r["times"]
+        assert r["flow"]["sent_pkts"] == len(t)
+        bursts = _bursts(t, 1e-3)
+        whole = bursts[1:-1]  # the last may be cut by the end of the run
+        assert max(b2 - b1 for b in whole for b1, b2 in zip(b, b[1:])) < interval + 1e-9
+        assert {len(b) for b in whole} <= {107, 108}
+        assert abs(sum(len(b) for b in whole) / len(whole) - 0.003 / interval) < 0.2
+        starts = [b[0] for b in bursts]
+        # a burst's first datagram waits what is left of the interval the last burst began
+        assert all(abs(b - a - period) < interval for a, b in zip(starts, starts[1:]))
+        load_bps = sum(len(b) for b in whole) * 1400 * 8 / (len(whole) * period)
+        assert abs(load_bps - 120e6) < 0.01 * 120e6
+        assert 0.05 <= starts[0] - interval < 0.05 + period + 1e-9
+        firsts.append(starts[0])
+    assert abs(firsts[0] - firsts[1]) > 1e-6

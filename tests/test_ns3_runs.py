@@ -169,3 +169,24 @@ def test_bench_sim_prints_its_figures_per_worker_count():
     # 44,426 values over a 50 Mbit/s host link: a ring iteration moves 2 x 3/4 of them per worker
     assert row["sim_s_per_iteration"] >= 1.5 * 44426 * 4 * 8 / 50e6
     assert row["switch_pkts"] > 0 and row["peak_rss_mb"] > 0 and row["wall_s"] > 0
+
+
+def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(tmp_path):
+    """`--policies fifo,dlcp --repeat 2` on ns-3: fifo/rep1, dlcp/rep1 (seed 1), fifo/rep2, dlcp/rep2
+    (seed 2), then a comparison over the pairs, as on the emulated backends."""
+    cfg = tmp_path / "ps.toml"
+    cfg.write_text(PS.replace("iterations = 4", "iterations = 2"))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--policies", "fifo,dlcp", "--repeat", "2",
+                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    order = [ln.split("[")[1].split("]")[0] for ln in p.stderr.splitlines() if ln.startswith("dlcp run: tiny-ps [")]
+    assert order == ["fifo rep 1, seed 1", "dlcp rep 1, seed 1", "fifo rep 2, seed 2", "dlcp rep 2, seed 2"]
+    (results,) = out.iterdir()
+    for policy in ("fifo", "dlcp"):
+        for rep in (1, 2):
+            meta = json.loads((results / policy / f"rep{rep}" / "meta.json").read_text())
+            assert meta["status"] == "ok" and meta["policy"] == policy
+            assert f"seed = {rep}\n" in (results / policy / f"rep{rep}" / "config.toml").read_text()
+    compare = json.loads((results / "compare.json").read_text())
+    assert compare["pairs"] == [1, 2] and compare["seeds"] == [1, 2]

@@ -16,6 +16,8 @@ import ipaddress
 import math
 from dataclasses import fields, is_dataclass
 
+from dlcp.transport.sockets import CONTROL_RTO_MIN_US  # the emulated control sockets' RTO floor
+
 CORE_HINT = ("backend ns3 needs the transport's sans-I/O protocol core (dlcp/transport/core, issue 12), "
              "which this tree does not have yet")
 
@@ -231,7 +233,8 @@ class HostStack:
         sndbuf = getattr(cfg, "sndbuf_bytes", 128 << 10)
         io.__deref__().Setup(self.net.nodes[name], h.index, self.data_port, self.control_port,
                              self.net.host_devices[name], send_buffer_packets(sndbuf, self.host_queue_pkts,
-                                                                                     self.net.mtu))
+                                                                                     self.net.mtu),
+                             CONTROL_RTO_MIN_US / 1e6)
         self._ios.append(io)
         h.io = io.__deref__()
         self.ip_of_rank[rank] = ip_int(self.net.spec.hosts[name].ip)

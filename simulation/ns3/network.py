@@ -18,6 +18,9 @@ from simulation.ns3 import loader
 from simulation.ns3.switch import UNLIMITED_DEVICE_BPS, Ns3Switch
 
 SWITCH_DEVICE_QUEUE_PKTS = 8
+# ns-3 random stream of background source i's start phase: PHASE_STREAM + i (the switches use
+# 10 * k and 10 * k + 1 for switch k)
+PHASE_STREAM = 1_000_000
 
 
 @dataclass
@@ -85,11 +88,25 @@ def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict
     return net
 
 
+def onoff_phase(ns, index: int, period_s: float) -> float:
+    """Where in its on/off cycle background source `index` starts: uniform over one period, from
+    the run's seed. The emulated senders start at no controlled phase (each is a process that
+    starts and then sleeps `start_s`; in the ps-incast demo runs the two senders' start offsets,
+    meant to be 50 ms x 10, spread over 290-880 ms, i.e. over the whole 100 ms period, and their
+    cycles drift by up to 2 % per period), so their bursts meet at every relative phase; ns-3's
+    OnOff keeps an exact phase, and without this two sources whose start offset is a multiple of
+    the period would collide in every cycle, in every run and for every seed."""
+    rv = ns.CreateObject["UniformRandomVariable"]()
+    rv.SetStream(PHASE_STREAM + index)
+    return float(rv.GetValue(0.0, period_s))
+
+
 def add_background(net: SimNetwork, background: list[dict]) -> None:
     """Every `[[background]]` entry as an ns-3 application on its source host, with a sink on its
     destination (port BACKGROUND_PORT + i, as the emulator's agents use), starting `start_s` and
     stopping `stop_s` after now (the runner calls this once every worker finished its first
-    iteration, when the emulator starts its background agents)."""
+    iteration, when the emulator starts its background agents); an on/off source starts its first
+    burst up to one period later (`onoff_phase`)."""
     ns = loader.compile_cpp("dlcp_net")
     spec = net.spec
     for i, bg in enumerate(background):
@@ -98,6 +115,9 @@ def add_background(net: SimNetwork, background: list[dict]) -> None:
         port = BACKGROUND_PORT + i
         start = bg["start_s"]
         stop = bg["stop_s"] if bg["stop_s"] else 0.0
+        if bg["kind"] == "udp_onoff":
+            phased = start + onoff_phase(ns, i, (bg["on_ms"] + bg["off_ms"]) / 1e3)
+            start = phased if not stop or phased < stop else start  # a window shorter than the phase: none
         tos = bg["dscp"] << 2
         ip = int(ipaddress.IPv4Address(dst.ip))
         flow = BackgroundFlow(i, bg["kind"], src.name, dst.name, port)

@@ -210,17 +210,31 @@ def check_supported(cfg: dict) -> None:
         raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
 
 
+def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:
+    """(variant, repeat index, config) in the order they run, as the emulated runner plans them:
+    pairs a1 b1 a2 b2 ..., pair i with seed `seed + i - 1` for every variant; index 0 = not repeated."""
+    if repeat < 1:
+        raise configmod.ConfigError(f"--repeat: {repeat} is not a number of runs >= 1")
+    runs = []
+    for i in range(1, repeat + 1):
+        for name, cfg in variants:
+            seeded = configmod.validate(dict(cfg, seed=cfg["seed"] + i - 1)) if i > 1 else cfg
+            runs.append((name, i if repeat > 1 else 0, seeded))
+    return runs
+
+
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, run_dir: str | None = None, vary: list[str] = ()) -> Path:
-    """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`), each
-    in a process of its own (ns-3's simulator is a singleton); returns the results directory."""
+        with_report: bool = True, run_dir: str | None = None, vary: list[str] = (), repeat: int = 1) -> Path:
+    """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`) and
+    repeat (`--repeat N`: N pairs in results/<variant>/repI, a new seed per pair), each in a process
+    of its own (ns-3's simulator is a singleton); returns the results directory."""
     raw = configmod.load_raw(config_path, overrides)
     base = configmod.validate(raw)
     varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
-    variants = configmod.variants(raw, varies)
-    if run_dir and len(variants) > 1:
-        raise configmod.ConfigError("--run-dir: takes one variant, not --policies / --vary with several")
-    for _, cfg in variants:  # roles, background placement and comm settings are checked before anything starts
+    runs = plan_runs(configmod.variants(raw, varies), repeat)
+    if run_dir and len(runs) > 1:
+        raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
+    for _, _, cfg in runs:  # roles, background placement and comm settings are checked before anything starts
         topospec.from_config(cfg)
         check_supported(cfg)
     reason = loader.available()
@@ -231,29 +245,29 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     else:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         results = Path(out_root or base["output"]["dir"]) / f"{stamp}-{base['name']}"
-    if len(variants) == 1:
-        name, cfg = variants[0]
+    if len(runs) == 1:
+        name, _, cfg = runs[0]
         target = results if run_dir else results / name
         print(f"dlcp run: {base['name']} on ns-3 -> {target}", file=sys.stderr)
         run_variant(cfg, target, name, with_report)
         return results
-    run_dirs = []
-    for i, (name, cfg) in enumerate(variants):
-        target = results / name
-        print(f"dlcp run: {base['name']} [{name}] ({i + 1}/{len(variants)}) on ns-3 -> {target}", file=sys.stderr)
-        variant_config = results / f".{name}.toml"  # the variant's validated config, run as it is
-        variant_config.parent.mkdir(parents=True, exist_ok=True)
-        variant_config.write_text(configmod.dumps(cfg))
-        cmd = [sys.executable, "-m", "dlcp_cli", "run", str(variant_config), "--run-dir", str(target)]
+    for i, (name, rep, cfg) in enumerate(runs):
+        target = results / name / f"rep{rep}" if rep else results / name
+        label = f"{name} rep {rep}, seed {cfg['seed']}" if rep else name
+        print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) on ns-3 -> {target}", file=sys.stderr)
+        run_config = results / f".{name}-{rep}.toml"  # the run's validated config, run as it is
+        run_config.parent.mkdir(parents=True, exist_ok=True)
+        run_config.write_text(configmod.dumps(cfg))
+        cmd = [sys.executable, "-m", "dlcp_cli", "run", str(run_config), "--run-dir", str(target)]
         if not with_report:
             cmd.append("--no-report")
         if subprocess.run(cmd, check=False).returncode:
-            raise SimFailed(f"variant {name} failed (see above)")
-        variant_config.unlink()
-        run_dirs.append(target)
-    if with_report:
+            raise SimFailed(f"{label} failed (see above)")
+        run_config.unlink()
+    ran = list(dict.fromkeys(name for name, _, _ in runs))
+    if with_report and len(ran) > 1:
         from dlcp.reporting import compare_runs
-        compare_runs(run_dirs, results, echo=True)
+        compare_runs([results / name for name in ran], results, echo=True)
     return results
 
 
@@ -261,7 +275,8 @@ def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
         results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      run_dir=getattr(args, "run_dir", None), vary=getattr(args, "vary", None) or [])
+                      run_dir=getattr(args, "run_dir", None), vary=getattr(args, "vary", None) or [],
+                      repeat=getattr(args, "repeat", 1))
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2

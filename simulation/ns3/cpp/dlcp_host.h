@@ -7,8 +7,11 @@
 // the packets still in the host (Linux), instead of losing them in its own host; the rest of the
 // NIC queue stays free for the control connections, as on the emulated hosts.
 // Every datagram received goes up to Python at once, with its arrival time and the ECN bits of its
-// IPv4 header. Control: TCP connections on the control port at priority 7 (TOS 0xE0), as the
-// emulated transport's; bytes are handed up per TCP read and split into frames in Python.
+// IPv4 header. Control: TCP connections on the control port at priority 7 (TOS 0xE0) in both
+// directions (the connections this host opens and the ones it accepts), with the retransmission
+// timeout floor the emulated transport sets on its control sockets (dlcp/transport/sockets.py,
+// TCP_RTO_MIN_US: 10 ms, not Linux's default 200 ms), as the emulated transport's; bytes are
+// handed up per TCP read and split into frames in Python.
 //
 // Up-calls go through one static dispatcher (converting a Python callable to std::function
 // costs cppyy tens of milliseconds, so it is done once per process, not per host or packet).
@@ -58,8 +61,9 @@ class DlcpHostIo : public Object
     }
 
     void Setup(Ptr<Node> node, uint32_t index, uint16_t dataPort, uint16_t controlPort,
-               Ptr<NetDevice> nic, uint32_t sendBufPkts)
+               Ptr<NetDevice> nic, uint32_t sendBufPkts, double controlRtoMinS)
     {
+        m_controlRtoMin = Seconds(controlRtoMinS);
         m_node = node;
         m_index = index;
         m_dataPort = dataPort;
@@ -73,6 +77,7 @@ class DlcpHostIo : public Object
         m_qdisc = tc->GetRootQueueDiscOnDevice(nic);
         m_qdisc->TraceConnectWithoutContext("Dequeue", MakeCallback(&DlcpHostIo::OnNicDequeue, this));
         m_listen = Socket::CreateSocket(node, TcpSocketFactory::GetTypeId());
+        ControlOptions(m_listen);  // accepted connections are forks of it: they inherit the RTO floor
         m_listen->Bind(InetSocketAddress(Ipv4Address::GetAny(), controlPort));
         m_listen->Listen();
         m_listen->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
@@ -98,7 +103,7 @@ class DlcpHostIo : public Object
     uint64_t Connect(uint32_t dstIp)
     {
         Ptr<Socket> s = Socket::CreateSocket(m_node, TcpSocketFactory::GetTypeId());
-        s->SetIpTos(0xE0);
+        ControlOptions(s);
         s->Bind();
         uint64_t id = Register(s, dstIp);
         s->SetConnectCallback(MakeCallback(&DlcpHostIo::OnConnected, this),
@@ -118,7 +123,8 @@ class DlcpHostIo : public Object
         Flush(it->second);
     }
 
-    // bytes of connection `conn` not yet handed to TCP, and TCP's free send buffer (diagnostics)
+    // bytes of connection `conn` not yet handed to TCP, TCP's free send buffer, whether it is up,
+    // its IP TOS and its retransmission timeout floor in microseconds (diagnostics)
     std::vector<int64_t> ConnState(uint64_t conn) const
     {
         auto it = m_conns.find(conn);
@@ -126,8 +132,10 @@ class DlcpHostIo : public Object
         {
             return {};
         }
+        Ptr<TcpSocketBase> tcp = DynamicCast<TcpSocketBase>(it->second.sock);
         return {int64_t(it->second.out.size()), int64_t(it->second.sock->GetTxAvailable()),
-                it->second.up ? 1 : 0};
+                it->second.up ? 1 : 0, int64_t(it->second.sock->GetIpTos()),
+                tcp ? tcp->GetMinRto().GetMicroSeconds() : -1};
     }
 
   private:
@@ -199,8 +207,18 @@ class DlcpHostIo : public Object
         return id;
     }
 
+    // Priority 7 and the control RTO floor (rto = max(floor, srtt + max(floor, 4 rttvar)), as
+    // Linux computes it with TCP_RTO_MIN_US; see DlcpTcpLikeLinux for the 200 ms default)
+    void ControlOptions(Ptr<Socket> s)
+    {
+        s->SetIpTos(0xE0);
+        s->SetAttribute("MinRto", TimeValue(m_controlRtoMin));
+        s->SetAttribute("ClockGranularity", TimeValue(m_controlRtoMin));
+    }
+
     void OnAccept(Ptr<Socket> s, const Address& from)
     {
+        s->SetIpTos(0xE0);  // ns-3's fork does not carry the listener's TOS: answers would go at priority 0
         uint32_t peer = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();
         uint64_t id = Register(s, peer);
         m_conns[id].up = true;
@@ -283,6 +301,7 @@ class DlcpHostIo : public Object
     uint16_t m_dataPort = 9910;
     uint16_t m_controlPort = 9911;
     uint32_t m_sendBufPkts = 113;
+    Time m_controlRtoMin = MilliSeconds(200);
     Ptr<Socket> m_udp;
     Ptr<Socket> m_listen;
     Ptr<QueueDisc> m_qdisc;

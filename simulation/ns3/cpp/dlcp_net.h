@@ -25,6 +25,7 @@
 #include "ns3/traffic-control-module.h"
 
 #include <string>
+#include <vector>
 
 namespace ns3
 {
@@ -147,16 +148,23 @@ inline Ptr<PacketSink> DlcpSink(Ptr<Node> dst, uint16_t port, bool tcp)
     return DynamicCast<PacketSink>(apps.Get(0));
 }
 
-// Packets an OnOff/BulkSend source put on its socket (the OnOff "Tx" trace, counted in C++).
+// Packets an OnOff/BulkSend source put on its socket (the OnOff "Tx" trace, counted in C++), and
+// with keepTimes their times in seconds (tests: burst lengths and phases).
 struct DlcpTxCounter
 {
     uint64_t packets = 0;
     uint64_t bytes = 0;
+    bool keepTimes = false;
+    std::vector<double> times;
 
     void Tx(Ptr<const Packet> p)
     {
         packets += 1;
         bytes += p->GetSize();
+        if (keepTimes)
+        {
+            times.push_back(Simulator::Now().GetSeconds());
+        }
     }
 
     void Attach(Ptr<Application> app)
