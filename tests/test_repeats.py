@@ -276,6 +276,7 @@ def test_dilation_slows_rates_and_stretches_times(tmp_path):
     emu = emulated(system)
     assert emu["links"]["host_mbps"] == 50 and emu["links"]["delay_us"] == 200
     assert emu["dlcp"]["deadline_ms"] == 40000 and emu["dlcp"]["probe_rto_ms"] == 400
+    assert emu["dlcp"]["host_mark_ms"] == system["dlcp"]["host_mark_ms"] * 20
     assert emu["background"][0]["rate_mbps"] == 20 and emu["background"][0]["on_ms"] == 600
     assert emu["background"][0]["start_s"] == 10 and emu["background"][0]["stop_s"] == 0
     assert emu["scale"]["dilation"] == 20 and emu["links"]["queue_pkts"] == system["links"]["queue_pkts"]

@@ -157,6 +157,22 @@ def test_feedback_every_n_packets_with_ce_counts_and_a_delayed_rest():
     assert (last.rcvd_pkts, last.ce_pkts, last.last_seq) == (10, 3, 9) and rx.next_timer() == math.inf
 
 
+def test_the_cores_fixed_times_scale_with_the_dilation():
+    # at [scale] dilation D the network is D times slower: FEEDBACK batching, the loss-horizon
+    # floor and the quiet-time cap, which are the system's, stretch by D like the other timers
+    rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=4, time_scale=10), peers=[0])
+    _g, batch, _ = message(2)
+    rx.on_describe(_describe(2), "chan", 0.0)
+    for i, d in enumerate(_datagrams(batch)):
+        rx.on_datagram(memoryview(d), H.ECN_ECT0, 0.001 * i)
+    assert rx.next_timer() == pytest.approx(10 * FEEDBACK_DELAY_S)  # from the first unreported packet
+    tx = SenderCore(TransportConfig(rank=0, values_per_pkt=VPP, time_scale=10))
+    w = tx._window(1)
+    w.on_sent(1, 0.0)
+    w.on_feedback(1, 0, 1e-6, 1e-6)
+    assert w.horizon() == pytest.approx(10 * HORIZON_FLOOR_S) and w.feedback_delay_s == pytest.approx(10 * FEEDBACK_DELAY_S)
+
+
 def test_a_packet_that_waited_in_the_host_counts_as_marked():
     rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=4, host_mark_ms=1.0), peers=[0])
     _g, batch, _ = message(4)

@@ -101,7 +101,7 @@ class WorkloadAgentConfig(Settings):
         return self.dlcp.project(
             TransportConfig, rank=self.wire_rank, job_id=self.job_id, ip=self.ip, data_port=self.ports.data,
             control_port=self.ports.control, host=self.host, per_packet=self.records.per_packet,
-            inject_seed=self.workload.seed * 1000 + self.wire_rank,
+            inject_seed=self.workload.seed * 1000 + self.wire_rank, time_scale=self.workload.dilation,
             connect_timeout_s=min(CONNECT_TIMEOUT_S, self.timeout_s))
 
     def comm_config(self) -> CommConfig:

@@ -40,6 +40,7 @@ SCALED = (
     ("dlcp", "deadline_ms", "time"),
     ("dlcp", "probe_quiet_ms", "time"),
     ("dlcp", "probe_rto_ms", "time"),
+    ("dlcp", "host_mark_ms", "time"),
     ("background[]", "rate_mbps", "rate"),
     ("background[]", "on_ms", "time"),
     ("background[]", "off_ms", "time"),

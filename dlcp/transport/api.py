@@ -73,6 +73,10 @@ class TransportConfig(TransportSettings):
     values_per_pkt: int = Field(VALUES_PER_PKT, ge=1, le=MAX_VALUES_PER_PKT)  # above 350: jumbo links (ns-3)
     per_packet: bool = False  # per-packet records
     inject_seed: int = Field(0, ge=0)
+    # the experiment's [scale] dilation: the core's fixed times (FEEDBACK batching, the loss-horizon
+    # floor, the cap on the quiet time) are the system's and are multiplied by it, as the timers
+    # among the settings above are (dlcp/experiment/dilation.py)
+    time_scale: float = Field(1.0, ge=1)
     send_batch: int = Field(32, ge=1)
     rcvbuf_bytes: int = Field(16 << 20, ge=0)
     sndbuf_bytes: int = Field(128 << 10, ge=0)  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops

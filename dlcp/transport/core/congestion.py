@@ -71,7 +71,9 @@ class DctcpWindow:
     is the loss horizon before the first round-trip sample; `feedback_delay_s` is how long a receiver
     may hold a report (added to the horizon)."""
 
-    def __init__(self, init: int, first_horizon_s: float, feedback_delay_s: float):
+    def __init__(self, init: int, first_horizon_s: float, feedback_delay_s: float,
+                 horizon_floor_s: float = HORIZON_FLOOR_S):
+        self.horizon_floor_s = horizon_floor_s
         self.cwnd = float(init)
         self.ssthresh = math.inf
         self.alpha = 1.0  # as Linux starts it: the first marked window halves
@@ -107,7 +109,7 @@ class DctcpWindow:
         """How long a packet may go unreported before it is declared lost."""
         if self.srtt is None:
             return self.first_horizon_s
-        return max(HORIZON_FLOOR_S, self.srtt + 4 * self.rttvar + self.feedback_delay_s)
+        return max(self.horizon_floor_s, self.srtt + 4 * self.rttvar + self.feedback_delay_s)
 
     # --- events --------------------------------------------------------------------------------
 

@@ -278,7 +278,7 @@ class ReceiverCore:
         if s.rcvd - s.reported >= self.cfg.feedback_every:
             self._feedback(src, s)
         elif s.due == math.inf:
-            s.due = now + FEEDBACK_DELAY_S
+            s.due = now + FEEDBACK_DELAY_S * self.cfg.time_scale
             self._fb_due.add(src)
 
     def _feedback(self, src: int, s: _Source) -> None:
@@ -412,7 +412,7 @@ class ReceiverCore:
         after its round's data, so the wait only covers data of slower paths (per-packet spraying)."""
         n = st.n_orig
         gap = (st.orig_last_t - st.first_t) / (n - 1) if n > 1 else 0.0
-        quiet = min(QUIET_MAX_S, max(self._quiet_s.get(st.key[0], self._quiet_floor), 3 * gap))
+        quiet = min(QUIET_MAX_S * self.cfg.time_scale, max(self._quiet_s.get(st.key[0], self._quiet_floor), 3 * gap))
         return max(st.last_t, st.probe_t) + quiet
 
     def _late_original(self, st: _Rx) -> None:
@@ -423,7 +423,7 @@ class ReceiverCore:
         st.late += 1
         src = st.key[0]
         q = self._quiet_s.get(src, self._quiet_floor)
-        self._quiet_s[src] = min(QUIET_MAX_S, 2 * q)
+        self._quiet_s[src] = min(QUIET_MAX_S * self.cfg.time_scale, 2 * q)
         self.totals["premature_bitmaps"] += 1
 
     def _allowed_loss(self, st: _Rx, budget_ppm: int) -> int:

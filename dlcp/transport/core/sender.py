@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from dlcp.transport.api import SendInfo, SendResult, TransportConfig, TransportError, key_text
-from dlcp.transport.core.congestion import DctcpWindow, Unlimited
+from dlcp.transport.core.congestion import HORIZON_FLOOR_S, DctcpWindow, Unlimited
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, Round, SendDone
 from dlcp.transport.core.receiver import FEEDBACK_DELAY_S
@@ -462,7 +462,8 @@ class SenderCore:
         w = self._windows.get(dst)
         if w is None:
             w = Unlimited() if self.cfg.cc == "none" else \
-                DctcpWindow(self.cfg.cc_init_window, self.cfg.probe_rto_ms / 1e3, FEEDBACK_DELAY_S)
+                DctcpWindow(self.cfg.cc_init_window, self.cfg.probe_rto_ms / 1e3, FEEDBACK_DELAY_S * self.cfg.time_scale,
+                            HORIZON_FLOOR_S * self.cfg.time_scale)
             self._windows[dst] = w
         return w
 
