@@ -444,19 +444,6 @@ def preflight(cfg: dict) -> None:
         raise configmod.ConfigError(str(e)) from None
 
 
-def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:
-    """(variant, repeat index, config) in the order they run: a1 b1 a2 b2 ... Pair i runs with seed
-    `seed + i - 1`, the same for every variant of the pair; repeat index 0 = not repeated."""
-    if repeat < 1:
-        raise configmod.ConfigError(f"--repeat: {repeat} is not a number of runs >= 1")
-    runs = []
-    for i in range(1, repeat + 1):
-        for name, cfg in variants:
-            seeded = configmod.validate(dict(cfg, seed=cfg["seed"] + i - 1)) if i > 1 else cfg
-            runs.append((name, i if repeat > 1 else 0, seeded))
-    return runs
-
-
 def run_dir_of(results: Path, variant: str, rep: int) -> Path:
     return results / variant / f"rep{rep}" if rep else results / variant
 
@@ -541,7 +528,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
     variants = configmod.variants(raw, varies)
     names = variant_names([n for n, _ in variants] if varies else None, base["dlcp"]["policy"], overrides, name)
-    runs = plan_runs([(n, cfg) for n, (_, cfg) in zip(names, variants)], repeat)
+    runs = configmod.plan_runs([(n, cfg) for n, (_, cfg) in zip(names, variants)], repeat)
     if run_dir and len(runs) > 1:
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
     # roles and background placement, compute and dilation, and the backend's tools, are checked

@@ -254,7 +254,8 @@ start_s = 0.5
 
 
 def test_repeat_plan_interleaves_pairs_with_one_seed_each(tmp_path):
-    from emulation.runner import plan_runs, run_dir_of
+    from emulation.runner import run_dir_of
+    plan_runs = configmod.plan_runs
     cfg = tmp_path / "t.toml"
     cfg.write_text(BASE)
     raw = configmod.load_raw(cfg, [])

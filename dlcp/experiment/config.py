@@ -431,3 +431,17 @@ REFERENCE_MARK = "<!-- generated: python -m dlcp.experiment.config docs/experime
 if __name__ == "__main__":  # regenerate the table of docs/experiments.md after changing a settings model
     import sys
     write_reference(sys.argv[1] if len(sys.argv) > 1 else "docs/experiments.md")
+
+
+def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:
+    """(variant, repeat index, config) in the order they run: a1 b1 a2 b2 ... Pair i runs with seed
+    `seed + i - 1`, the same for every variant of the pair; repeat index 0 = not repeated. Every
+    backend plans its runs with it."""
+    if repeat < 1:
+        raise ConfigError(f"--repeat: {repeat} is not a number of runs >= 1")
+    runs = []
+    for i in range(1, repeat + 1):
+        for name, cfg in variants:
+            seeded = validate(dict(cfg, seed=cfg["seed"] + i - 1)) if i > 1 else cfg
+            runs.append((name, i if repeat > 1 else 0, seeded))
+    return runs

@@ -210,19 +210,6 @@ def check_supported(cfg: dict) -> None:
         raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
 
 
-def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:
-    """(variant, repeat index, config) in the order they run, as the emulated runner plans them:
-    pairs a1 b1 a2 b2 ..., pair i with seed `seed + i - 1` for every variant; index 0 = not repeated."""
-    if repeat < 1:
-        raise configmod.ConfigError(f"--repeat: {repeat} is not a number of runs >= 1")
-    runs = []
-    for i in range(1, repeat + 1):
-        for name, cfg in variants:
-            seeded = configmod.validate(dict(cfg, seed=cfg["seed"] + i - 1)) if i > 1 else cfg
-            runs.append((name, i if repeat > 1 else 0, seeded))
-    return runs
-
-
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
         with_report: bool = True, run_dir: str | None = None, vary: list[str] = (), repeat: int = 1) -> Path:
     """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`) and
@@ -231,7 +218,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     raw = configmod.load_raw(config_path, overrides)
     base = configmod.validate(raw)
     varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
-    runs = plan_runs(configmod.variants(raw, varies), repeat)
+    runs = configmod.plan_runs(configmod.variants(raw, varies), repeat)
     if run_dir and len(runs) > 1:
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
     for _, _, cfg in runs:  # roles, background placement and comm settings are checked before anything starts
