@@ -9,9 +9,7 @@ worker. Records and progress: docs/runs.md.
 
 from __future__ import annotations
 
-import sys
-
-from agents.common import Agent, open_transport, run_agent
+from agents.common import Agent, exit_fast, open_transport, run_agent
 from dlcp.comm.collectives import PSServer
 from dlcp.workloads.registry import make_server_workload
 
@@ -37,4 +35,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_fast(main())

@@ -14,12 +14,11 @@ others' and the drift is recorded (records/hN-resync.csv). Records and progress:
 from __future__ import annotations
 
 import logging
-import sys
 import time
 
 import numpy as np
 
-from agents.common import Agent, open_transport, run_agent
+from agents.common import Agent, exit_fast, open_transport, realtime_compute_thread, run_agent
 from dlcp.comm.collectives import PSClient, TransportEngine
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
@@ -134,6 +133,8 @@ def run(agent: Agent) -> None:
                  coll.sched.ops_per_iteration())
     # DS-Sync reaches consensus by shuffling its groups: no re-sync to rank 0
     resync_every = cfg.dlcp.resync_every if cfg.comm.collective != "dssync" else 0
+    if planning_layer_times(workload) is not None:  # after the transport's threads started: they stay CFS
+        realtime_compute_thread()
     try:
         for it in range(agent.iterations):
             agent.check_time()
@@ -165,4 +166,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_fast(main())
