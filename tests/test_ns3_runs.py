@@ -6,13 +6,14 @@ repeat with the same seed. Skipped without the sim extra or without the transpor
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from agent_runs import read_csv
+from cli_runs import run_experiment
 
 from dlcp import records as R
 from simulation.ns3.hosts import core_missing
@@ -61,17 +62,8 @@ load_balancing = "spray_rr"
 def _run(tmp_path: Path, text: str, name: str, *sets: str) -> Path:
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text(text)
-    out = tmp_path / name
-    args = [a for s in sets for a in ("--set", s)]
-    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), *args, "--run-dir", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out
+    return run_experiment(cfg, tmp_path / name, *sets)
 
-
-def _rows(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 def test_ps_run_records_like_an_emulated_run(tmp_path):
@@ -80,10 +72,10 @@ def test_ps_run_records_like_an_emulated_run(tmp_path):
     assert meta["backend"] == "ns3" and meta["clock"] == "simulated" and meta["status"] == "ok"
     assert meta["simulation"]["iterations_done"] == 4 and meta["simulation"]["events"] > 0
     for h in ("h1", "h2"):
-        its = _rows(run / "records" / f"{h}-iterations.csv")
+        its = read_csv(run / "records" / f"{h}-iterations.csv")
         assert list(its[0]) == list(R.ITERATION_COLUMNS) and [int(r["iter"]) for r in its] == [0, 1, 2, 3]
         assert all(int(r["compute_us"]) == 5000 and int(r["lost_values"]) == 0 for r in its)
-    msgs = {h: _rows(run / "records" / f"{h}-messages.csv") for h in ("h1", "h2", "h3")}
+    msgs = {h: read_csv(run / "records" / f"{h}-messages.csv") for h in ("h1", "h2", "h3")}
     assert list(msgs["h3"][0]) == list(R.MESSAGE_COLUMNS)
     n_msgs = 5  # LeNet-5's layers, one message each
     pushes = [r for r in msgs["h3"] if r["phase"] == "push"]
@@ -95,7 +87,7 @@ def test_ps_run_records_like_an_emulated_run(tmp_path):
     # values (frames are larger) at 50 Mbit/s
     values_bytes = 44426 * 4
     floor_us = 3 * values_bytes * 8 / 50e6 * 1e6
-    assert all(int(r["iteration_us"]) >= floor_us for r in _rows(run / "records" / "h1-iterations.csv"))
+    assert all(int(r["iteration_us"]) >= floor_us for r in read_csv(run / "records" / "h1-iterations.csv"))
     summary = json.loads((run / "summary.json").read_text())
     assert summary["headline"]["lost_fraction"] == 0
     s1 = json.loads((run / "counters" / "s1.json").read_text())
@@ -108,11 +100,11 @@ def test_ring_all_reduce_on_a_leaf_spine_sprays_and_converges(tmp_path):
     run = _run(tmp_path, RING, "ring")
     losses = []
     for h in ("h1", "h2", "h3", "h4"):
-        its = _rows(run / "records" / f"{h}-iterations.csv")
+        its = read_csv(run / "records" / f"{h}-iterations.csv")
         assert [int(r["iter"]) for r in its] == [0, 1, 2]
         losses.append([float(r["train_loss"]) for r in its])
     assert all(seq[-1] < seq[0] for seq in losses)  # SGD on the synthetic problem makes progress
-    steps = [r for r in _rows(run / "records" / "h1-messages.csv") if r["side"] == "sender"]
+    steps = [r for r in read_csv(run / "records" / "h1-messages.csv") if r["side"] == "sender"]
     assert {r["phase"] for r in steps} == {"reduce_scatter", "all_gather"}
     assert len(steps) == 3 * 5 * 2 * 3  # iterations x messages x phases x (workers - 1) steps
     spines = [json.loads((run / "counters" / f"s{i}.json").read_text()) for i in (1, 2)]
@@ -147,7 +139,7 @@ def test_jumbo_links_carry_the_same_ring_in_fewer_packets(tmp_path):
     big = RING.replace("iterations = 3", "iterations = 3\nlayers = [400000]")  # 100,000-value ring chunks
     std, jumbo = _run(tmp_path, big, "std"), _run(tmp_path, big, "jumbo", "links.mtu=9000")
     for run, pkts in ((std, 286), (jumbo, 45)):  # ceil(100000 / 350), ceil(100000 / 2225)
-        sends = [r for r in _rows(run / "records" / "h1-messages.csv") if r["side"] == "sender"]
+        sends = [r for r in read_csv(run / "records" / "h1-messages.csv") if r["side"] == "sender"]
         assert {int(r["pkts"]) for r in sends} == {pkts} and all(r["lost_pkts"] == "0" for r in sends)
 
     def switch_pkts(run):
@@ -156,8 +148,8 @@ def test_jumbo_links_carry_the_same_ring_in_fewer_packets(tmp_path):
 
     assert switch_pkts(jumbo) < switch_pkts(std) / 3  # PROBEs and control segments do not shrink
     for h in ("h1", "h4"):  # nothing lost: the same sums, the same training
-        assert ([r["train_loss"] for r in _rows(std / "records" / f"{h}-iterations.csv")]
-                == [r["train_loss"] for r in _rows(jumbo / "records" / f"{h}-iterations.csv")])
+        assert ([r["train_loss"] for r in read_csv(std / "records" / f"{h}-iterations.csv")]
+                == [r["train_loss"] for r in read_csv(jumbo / "records" / f"{h}-iterations.csv")])
 
 
 def test_bench_sim_prints_its_figures_per_worker_count():

@@ -6,13 +6,14 @@ about losses and the report says "sizes only". Skipped without the sim extra."""
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from agent_runs import read_csv
+from cli_runs import run_experiment
 
 from simulation.ns3.hosts import core_missing
 
@@ -53,17 +54,8 @@ def _run(tmp_path: Path, name: str, *sets: str) -> Path:
                                    "backward_s": [0.001] * len(SIZES)}))
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text(RING.format(profile=profile))
-    out = tmp_path / name
-    args = [a for s in sets for a in ("--set", s)]
-    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), *args, "--run-dir", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return out
+    return run_experiment(cfg, tmp_path / name, *sets)
 
-
-def _rows(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(f))
 
 
 MESSAGE_SHAPE = ("side", "peer", "iter", "msg_id", "phase", "step", "layer_first", "layer_last", "prio", "bytes",
@@ -74,18 +66,18 @@ def test_sizes_only_ring_sends_what_the_values_ring_sends(tmp_path):
     values, sizes = _run(tmp_path, "values"), _run(tmp_path, "sizes", 'workload.payload="sizes"')
     assert json.loads((sizes / "meta.json").read_text())["payload"] == "sizes"
     for h in range(1, WORKERS + 1):
-        shape = {run: sorted(tuple(r[k] for k in MESSAGE_SHAPE) for r in _rows(run / "records" / f"h{h}-messages.csv"))
+        shape = {run: sorted(tuple(r[k] for k in MESSAGE_SHAPE) for r in read_csv(run / "records" / f"h{h}-messages.csv"))
                  for run in (values, sizes)}
         assert shape[sizes] == shape[values] and len(shape[sizes]) == 2 * 4 * 2 * (WORKERS - 1) * 2  # both sides
-    senders = [r for h in range(1, WORKERS + 1) for r in _rows(sizes / "records" / f"h{h}-messages.csv")
+    senders = [r for h in range(1, WORKERS + 1) for r in read_csv(sizes / "records" / f"h{h}-messages.csv")
                if r["side"] == "sender"]
     for it in ("0", "1"):  # every chunk of every tensor crosses 2 (N - 1) links per iteration
         assert sum(int(r["bytes"]) for r in senders if r["iter"] == it) == 2 * (WORKERS - 1) * sum(SIZES) * 4
     assert all(r["lost_pkts"] == "0" for r in senders)
-    rows = _rows(sizes / "records" / "h1-iterations.csv")
+    rows = read_csv(sizes / "records" / "h1-iterations.csv")
     assert [r["iter"] for r in rows] == ["0", "1"] and all(r["lost_values"] == "0" for r in rows)
     assert all(r["train_loss"] == r["test_loss"] == r["test_accuracy"] == "" for r in rows)
-    assert all(r["train_loss"] != "" for r in _rows(values / "records" / "h1-iterations.csv"))
+    assert all(r["train_loss"] != "" for r in read_csv(values / "records" / "h1-iterations.csv"))
     summary = json.loads((sizes / "summary.json").read_text())
     assert summary["training"]["payload"] == "sizes" and summary["headline"]["final_accuracy"] is None
     assert "Final test accuracy: sizes only" in (sizes / "report.md").read_text()
