@@ -226,6 +226,22 @@ def test_a_run_that_did_not_keep_up_is_flagged_with_the_figure(tmp_path):
     assert "The emulation did not keep up" in (run / "report.md").read_text()
 
 
+def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    s = summarise(load_run(run))
+    mct_wall_ms = s["mct_us"]["overall"]["p50"] / 1e3  # not dilated: system and wall time are one
+    for host, p99 in (("h2", 0.05 * mct_wall_ms), ("h4", 0.3 * mct_wall_ms)):  # within the limit, over it
+        path = run / "records" / f"{host}-agent.json"
+        agent = json.loads(path.read_text())
+        agent["socket_wait"] = {"count": 5000, "p50_ms": 0.02, "p99_ms": p99, "max_ms": 2 * p99}
+        path.write_text(json.dumps(agent))
+    k = summarise(load_run(run))["keep_up"]
+    assert not k["ok"] and len(k["flags"]) == 1 and "host receive waits" in k["measured"]
+    assert "receive path of h4 fell behind" in k["flags"][0] and "30% of the median message completion" in k["flags"][0]
+    assert k["socket_wait"]["h2"]["p99_share_of_mct_p50"] == pytest.approx(0.05)
+    assert k["socket_wait"]["h4"]["p99_share_of_mct_p50"] == pytest.approx(0.3)
+
+
 # --- the run plan and the dilated config -----------------------------------------------------------------
 
 BASE = """

@@ -181,6 +181,10 @@ def test_a_packet_that_waited_in_the_host_counts_as_marked():
         rx.on_datagram(memoryview(d), H.ECN_ECT0, 0.01, [0.0, 0.0005, 0.0015, 0.003][i])
     (fb,) = [C.decode(o.data[4:]) for o in rx.take_outputs()]
     assert (fb.rcvd_pkts, fb.ce_pkts) == (4, 2) and rx.stats()["host_marked"] == 2
+    # the three known waits are kept for the keep-up check; the unknown one (0: not measured) is not
+    wait = rx.stats()["socket_wait"]
+    assert wait["count"] == 3 and wait["max_ms"] == pytest.approx(3.0)
+    assert 1.5 <= wait["p50_ms"] <= 1.5 * 2 ** 0.25
 
 
 def test_no_feedback_for_senders_without_congestion_control():

@@ -16,6 +16,12 @@ Three signs, each with its threshold (figures in wall-clock time, about the emul
 - kernel drops: frames the kernel dropped at a switch port because the switch did not read them in
   time (counters/sN.json ports `rx_kernel_drops`). Flagged when any: those losses are in none of
   the emulated queues.
+- host receive path: each host's transport records how long its data datagrams waited in the
+  socket buffer before it read them (records/hN-agent.json `socket_wait`,
+  dlcp/transport/core/waits.py). A host that stands for a machine of its own reads in
+  microseconds; flagged when a host's p99 wait exceeds RX_WAIT_SHARE_MAX of the run's median
+  message completion time (both wall clock): the hosts' CPU, not the network, is then a visible
+  part of the MCTs.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dlcp.reporting.steady import after_warmup, warmup_iterations
 
 COMPUTE_OVERRUN_MAX = 0.05
 SWITCH_BUSY_MAX = 0.9
+RX_WAIT_SHARE_MAX = 0.1
 
 
 def iteration_wall_ms(run: RunData, host: str) -> float | None:
@@ -81,17 +88,47 @@ def kernel_drop_keepup(counters: list[dict]) -> dict:
     return {"per_switch": per_switch, "flags": flags}
 
 
+def median_mct_wall_ms(run: RunData) -> float | None:
+    """Median MCT of the senders' messages after the warm-up, wall-clock milliseconds."""
+    t = after_warmup(run.messages, warmup_iterations(run.config))
+    if not len(t) or "mct_us" not in t.columns:
+        return None
+    v = t.col("mct_us")[t.col("side") == "sender"] if "side" in t.columns else t.col("mct_us")
+    v = v[np.isfinite(v)]
+    return float(np.median(v)) * run.time_scale / 1e3 if v.size else None
+
+
+def receive_keepup(run: RunData) -> dict:
+    per_host = {h: dict(a["socket_wait"]) for h, a in run.agents.items()
+                if isinstance(a.get("socket_wait"), dict) and a["socket_wait"].get("count")}
+    mct = median_mct_wall_ms(run)
+    flags = []
+    for host, w in sorted(per_host.items()):
+        p99 = w.get("p99_ms")
+        share = p99 / mct if isinstance(p99, (int, float)) and mct else None
+        w["p99_share_of_mct_p50"] = share
+        if share is not None and share > RX_WAIT_SHARE_MAX:
+            flags.append(f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
+                         f"in the socket buffer, {100 * share:.3g}% of the median message completion time "
+                         f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
+    return {"per_host": per_host, "flags": flags}
+
+
 def keepup_section(run: RunData) -> dict:
     """summary.json `keep_up`: ok, the flags (one line each) and the figures behind them."""
     compute = compute_keepup(run)
     cpu = switch_cpu_keepup(run.meta)
     drops = kernel_drop_keepup(run.counters)
-    flags = compute["flags"] + cpu["flags"] + drops["flags"]
+    rx = receive_keepup(run)
+    flags = compute["flags"] + cpu["flags"] + drops["flags"] + rx["flags"]
     measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
                                            ("switch CPU", bool(cpu["per_switch"])),
-                                           ("kernel drops", bool(drops["per_switch"]))) if present]
+                                           ("kernel drops", bool(drops["per_switch"])),
+                                           ("host receive waits", bool(rx["per_host"]))) if present]
     return {"ok": not flags, "flags": flags, "measured": measured,
             "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
-                           "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0},
+                           "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0,
+                           "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX},
             "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
+            "socket_wait": rx["per_host"],
             "machine": (run.meta or {}).get("machine")}

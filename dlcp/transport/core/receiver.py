@@ -43,6 +43,7 @@ import numpy as np
 from dlcp.transport.api import RecvResult, TransportConfig, key_text
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import FrameSend, RecvDone
+from dlcp.transport.core.waits import WaitHistogram
 from dlcp.transport.records import message_row, packet_chunk
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
@@ -176,6 +177,7 @@ class ReceiverCore:
         self.packet_chunks: list[dict] = []
         self.totals = collections.Counter()
         self.drops = DropCounts()
+        self.socket_wait = WaitHistogram()  # data datagrams' wait in the socket buffer (wall clock)
 
     def add_peer(self, rank: int) -> None:
         self.peers.add(rank)
@@ -223,6 +225,8 @@ class ReceiverCore:
         if plen != full and not (seq == npk - 1 and 0 < plen < full and plen % VALUE_BYTES == 0):
             self.count_drop("payload", f"{plen} payload bytes in packet {seq} of {npk}")
             return
+        if queued_s > 0:  # 0: the driver does not know (simulated hosts read at once)
+            self.socket_wait.record(queued_s)
         if queued_s > self._host_mark_s and ecn != ECN_CE:
             ecn = ECN_CE
             self.totals["host_marked"] += 1
@@ -558,7 +562,7 @@ class ReceiverCore:
                 "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
                 "duplicate_probes": self.totals["dup_probes"], "feedback_sent": self.totals["feedback_sent"],
                 "ce_received": sum(s.ce for s in self._sources.values()), "host_marked": self.totals["host_marked"],
-                "control_sent": self.totals["ctrl_sent"]}
+                "control_sent": self.totals["ctrl_sent"], "socket_wait": self.socket_wait.as_dict()}
 
     # --- helpers -------------------------------------------------------------------------------
 
