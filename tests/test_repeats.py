@@ -9,12 +9,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from scipy.stats import t as student_t
 from synthetic_runs import write_synthetic_run
 
 from dlcp.experiment import config as configmod
 from dlcp.experiment.dilation import emulated
 from dlcp.reporting import compare_runs
-from dlcp.reporting.bootstrap import MIN_PAIRS, paired_ratio, verdict
+from dlcp.reporting.bootstrap import MIN_PAIRS, geometric_mean_ratio, paired_ratio, verdict
 from dlcp.reporting.load import load_run
 from dlcp.reporting.summarise import summarise
 
@@ -89,6 +90,20 @@ def test_the_pairing_is_what_is_resampled():
     assert ci.ci95[1] < 1.0
     ci_again = paired_ratio(a, b, pooled_p99)
     assert ci_again == ci  # seeded: the same runs give the same interval
+
+
+def test_per_pair_geometric_mean_weighs_every_pair_the_same():
+    ratios = [0.5, 0.5, 0.5, 0.5, 2.0, None, 0.0]  # the None and the zero are no ratio: left out
+    g = geometric_mean_ratio(ratios)
+    assert g.n_pairs == 5 and g.point == pytest.approx(2 ** (-3 / 5))
+    lo, hi = g.ci95
+    logs = np.log([0.5] * 4 + [2.0])
+    half = student_t.ppf(0.975, 4) * logs.std(ddof=1) / np.sqrt(5)
+    assert (lo, hi) == (pytest.approx(g.point * np.exp(-half)), pytest.approx(g.point * np.exp(half)))
+    same = geometric_mean_ratio([0.8] * 6)
+    assert same.point == pytest.approx(0.8) and same.ci95 == (pytest.approx(0.8), pytest.approx(0.8))
+    assert geometric_mean_ratio([0.8, 0.9, 1.0, 1.1]).ci95 is None  # 4 pairs: no interval
+    assert geometric_mean_ratio([None, 0.0]).point is None
 
 
 def test_too_few_pairs_or_no_baseline_give_no_interval():

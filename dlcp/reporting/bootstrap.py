@@ -90,6 +90,24 @@ def paired_ratio(a_runs: Sequence, b_runs: Sequence, stat: Callable[[list], floa
     return RatioCI(point, (point * math.exp(-half), point * math.exp(half)), n, len(good))
 
 
+def geometric_mean_ratio(ratios: Sequence[float | None], confidence: float = CONFIDENCE,
+                         min_pairs: int = MIN_PAIRS) -> RatioCI:
+    """The other estimator: each pair's own ratio, combined as a geometric mean, with a Student-t
+    interval on the log ratios (n - 1 degrees of freedom). Pooling (`paired_ratio`) lets the pairs
+    with the longest tails set a percentile; here every pair weighs the same, which is what a
+    comparison between backends whose runs differ by seed (ns-3's exact background phase) needs.
+    Pairs without a positive ratio are left out; no interval below `min_pairs` of them."""
+    logs = np.log([r for r in ratios if r is not None and math.isfinite(r) and r > 0])
+    n = len(logs)
+    if n == 0:
+        return RatioCI(None, None, 0, 0)
+    point = float(math.exp(logs.mean()))
+    if n < min_pairs:
+        return RatioCI(point, None, n, 0)
+    half = float(student_t.ppf(1 - (1 - confidence) / 2, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
+    return RatioCI(point, (point * math.exp(-half), point * math.exp(half)), n, 0)
+
+
 def verdict(ci: RatioCI, kind: str) -> str:
     """"faster" / "slower" for times (kind "time"), "lower" / "higher" for anything else, when the
     interval lies wholly below / above 1; otherwise "no significant difference"."""

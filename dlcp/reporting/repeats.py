@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dlcp.reporting import plots
-from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, paired_ratio, verdict
+from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, geometric_mean_ratio, paired_ratio, verdict
 from dlcp.reporting.load import is_run_dir, load_run
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import write_outputs
@@ -179,7 +179,10 @@ def ratio_entry(m: PooledMetric, base: list[RunSample], runs: list[RunSample]) -
     for a, b in zip(base, runs):
         va, vb = variant_values(m, [a])["value"], variant_values(m, [b])["value"]
         per_pair.append(vb / va if va and vb is not None else None)
-    return {**ci.as_dict(), "verdict": verdict(ci, m.kind), "per_pair": per_pair}
+    geo = geometric_mean_ratio(per_pair)
+    return {**ci.as_dict(), "verdict": verdict(ci, m.kind), "per_pair": per_pair,
+            "per_pair_geomean": {"point": geo.point, "ci95": list(geo.ci95) if geo.ci95 else None,
+                                 "n_pairs": geo.n_pairs}}
 
 
 def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]]) -> tuple[list[int], list[str]]:
@@ -259,6 +262,10 @@ def verdict_lines(data: dict) -> list[str]:
             else:
                 out.append(f"{what}: {r['verdict']}, {r['point']:.3g}× (95% CI {r['ci95'][0]:.3g}–"
                            f"{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)")
+            geo = r.get("per_pair_geomean") or {}
+            if geo.get("ci95"):
+                out[-1] += (f"; per-pair geometric mean {geo['point']:.3g}× ({geo['ci95'][0]:.3g}–"
+                            f"{geo['ci95'][1]:.3g})")
     return out
 
 
