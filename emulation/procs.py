@@ -94,6 +94,28 @@ def owner_alive(info: dict) -> bool:
     return _same_process(owner, info.get("owner_create_time"))
 
 
+def catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has installed a SIGTERM handler (/proc/PID/status SigCgt): an agent
+    that has not yet would die at SIGTERM without writing its records. False when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def wait_until_catching_sigterm(p, timeout_s: float) -> bool:
+    """Wait (at most `timeout_s`) until child `p` catches SIGTERM or has exited."""
+    deadline = time.monotonic() + timeout_s
+    while p.poll() is None and not catches_sigterm(p.pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def stop_pid(pid: int, grace_s: float = 3.0) -> None:
     """SIGTERM, wait up to `grace_s`, then SIGKILL (for processes that are not our children:
     a child must be reaped with stop_child, or it lingers as a zombie for the whole grace time)."""

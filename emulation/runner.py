@@ -36,6 +36,7 @@ from emulation.clean import clean
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS_PERIOD_S = 0.5
+AGENT_READY_S = 10.0  # the longest stop waits for a just-started background agent to take SIGTERM
 NET_STOP_TIMEOUT_S = 60
 
 
@@ -331,6 +332,11 @@ class Experiment:
             time.sleep(PROGRESS_PERIOD_S)
 
     def stop_agents(self) -> None:
+        # a background agent started near the end may still be importing: SIGTERM would kill it
+        # before it writes its record (how much it sent), so wait until it can take the signal
+        for _, role, p, _ in self.agents:
+            if role == "background":
+                procs.wait_until_catching_sigterm(p, AGENT_READY_S)
         for _, _, p, _ in self.agents:
             if p.poll() is None:
                 p.terminate()  # all at once: they exit in parallel
