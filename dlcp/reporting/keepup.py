@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlcp.reporting.load import RunData
+from dlcp.reporting.load import RunData, Table
 from dlcp.reporting.steady import after_warmup, warmup_iterations
 
 COMPUTE_OVERRUN_MAX = 0.05
@@ -88,20 +88,17 @@ def kernel_drop_keepup(counters: list[dict]) -> dict:
     return {"per_switch": per_switch, "flags": flags}
 
 
-def median_mct_wall_ms(run: RunData) -> float | None:
-    """Median MCT of the senders' messages after the warm-up, wall-clock milliseconds."""
-    t = after_warmup(run.messages, warmup_iterations(run.config))
-    if not len(t) or "mct_us" not in t.columns:
-        return None
-    v = t.col("mct_us")[t.col("side") == "sender"] if "side" in t.columns else t.col("mct_us")
+def median_mct_wall_ms(senders: Table, time_scale: float) -> float | None:
+    """Median MCT of `senders` (the steady sender rows the summary uses), wall-clock milliseconds."""
+    v = senders.col("mct_us") if len(senders) else np.empty(0)
     v = v[np.isfinite(v)]
-    return float(np.median(v)) * run.time_scale / 1e3 if v.size else None
+    return float(np.median(v)) * time_scale / 1e3 if v.size else None
 
 
-def receive_keepup(run: RunData) -> dict:
+def receive_keepup(run: RunData, senders: Table) -> dict:
     per_host = {h: dict(a["socket_wait"]) for h, a in run.agents.items()
                 if isinstance(a.get("socket_wait"), dict) and a["socket_wait"].get("count")}
-    mct = median_mct_wall_ms(run)
+    mct = median_mct_wall_ms(senders, run.time_scale)
     flags = []
     for host, w in sorted(per_host.items()):
         p99 = w.get("p99_ms")
@@ -114,12 +111,13 @@ def receive_keepup(run: RunData) -> dict:
     return {"per_host": per_host, "flags": flags}
 
 
-def keepup_section(run: RunData) -> dict:
-    """summary.json `keep_up`: ok, the flags (one line each) and the figures behind them."""
+def keepup_section(run: RunData, senders: Table) -> dict:
+    """summary.json `keep_up`: ok, the flags (one line each) and the figures behind them.
+    `senders`: the steady sender rows (after the warm-up) whose MCTs the summary reports."""
     compute = compute_keepup(run)
     cpu = switch_cpu_keepup(run.meta)
     drops = kernel_drop_keepup(run.counters)
-    rx = receive_keepup(run)
+    rx = receive_keepup(run, senders)
     flags = compute["flags"] + cpu["flags"] + drops["flags"] + rx["flags"]
     measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
                                            ("switch CPU", bool(cpu["per_switch"])),

@@ -334,7 +334,7 @@ def summarise(run: RunData) -> dict:
         "problems": list(run.problems),
         "scale": {**scale_info(run), "warmup_iterations_left_out": int((all_iters < warmup).sum()),
                   "warmup_messages_left_out": len(all_senders) - len(senders)},
-        "keep_up": keepup_section(run),
+        "keep_up": keepup_section(run, senders),
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series, warmup),
         "loss": loss_section(loss_rows, run, loss_which),
