@@ -428,10 +428,6 @@ def write_reference(path: str | Path) -> None:
 
 REFERENCE_MARK = "<!-- generated: python -m dlcp.experiment.config docs/experiments.md -->"
 
-if __name__ == "__main__":  # regenerate the table of docs/experiments.md after changing a settings model
-    import sys
-    write_reference(sys.argv[1] if len(sys.argv) > 1 else "docs/experiments.md")
-
 
 def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:
     """(variant, repeat index, config) in the order they run: a1 b1 a2 b2 ... Pair i runs with seed
@@ -445,3 +441,8 @@ def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, 
             seeded = validate(dict(cfg, seed=cfg["seed"] + i - 1)) if i > 1 else cfg
             runs.append((name, i if repeat > 1 else 0, seeded))
     return runs
+
+
+if __name__ == "__main__":  # regenerate the table of docs/experiments.md after changing a settings model
+    import sys
+    write_reference(sys.argv[1] if len(sys.argv) > 1 else "docs/experiments.md")
