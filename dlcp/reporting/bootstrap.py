@@ -86,8 +86,13 @@ def paired_ratio(a_runs: Sequence, b_runs: Sequence, stat: Callable[[list], floa
     if len(good) < resamples / 2 or point <= 0:  # undefined on most resamples: no honest interval
         return RatioCI(point, None, n, len(good))
     se = float(np.std(np.log(good))) * math.sqrt(n / (n - 1))
+    return RatioCI(point, _log_t_interval(point, se, n, confidence), n, len(good))
+
+
+def _log_t_interval(point: float, se: float, n: int, confidence: float) -> tuple[float, float]:
+    """point x exp(-+ t(n - 1) x se): an interval symmetric in log ratio, `se` the log ratio's."""
     half = float(student_t.ppf(1 - (1 - confidence) / 2, n - 1)) * se
-    return RatioCI(point, (point * math.exp(-half), point * math.exp(half)), n, len(good))
+    return point * math.exp(-half), point * math.exp(half)
 
 
 def geometric_mean_ratio(ratios: Sequence[float | None], confidence: float = CONFIDENCE,
@@ -104,8 +109,7 @@ def geometric_mean_ratio(ratios: Sequence[float | None], confidence: float = CON
     point = float(math.exp(logs.mean()))
     if n < min_pairs:
         return RatioCI(point, None, n, 0)
-    half = float(student_t.ppf(1 - (1 - confidence) / 2, n - 1)) * float(logs.std(ddof=1)) / math.sqrt(n)
-    return RatioCI(point, (point * math.exp(-half), point * math.exp(half)), n, 0)
+    return RatioCI(point, _log_t_interval(point, float(logs.std(ddof=1)) / math.sqrt(n), n, confidence), n, 0)
 
 
 def verdict(ci: RatioCI, kind: str) -> str:
