@@ -56,8 +56,20 @@ class Terminated(BaseException):
     """SIGTERM: unwind like Ctrl-C so every `finally` runs."""
 
 
+# The exception a signal handler raises is lost when the signal lands while Python runs a callback
+# that cannot raise (an at-fork handler while the runner starts an agent: "Exception ignored in
+# _releaseLock"); the handlers also note it here, and the wait loop raises it again.
+_pending_signal: list[type[BaseException]] = []
+
+
 def _raise_terminated(signum, frame):
+    _pending_signal.append(Terminated)
     raise Terminated()
+
+
+def _raise_interrupted(signum, frame):
+    _pending_signal.append(KeyboardInterrupt)
+    raise KeyboardInterrupt()
 
 
 # --- run directory ---------------------------------------------------------------------------------
@@ -326,6 +338,8 @@ class Experiment:
                 progress.iterations(done, iters, start)
             if all(p.poll() is not None for _, _, p, _ in self.workload_agents()):
                 return
+            if _pending_signal:  # a signal whose exception was swallowed (above)
+                raise _pending_signal[-1]()
             if time.monotonic() - start > limit:
                 raise RunFailed(f"the run exceeded timeout_s = {limit:g} s "
                                 f"(progress: {sum(done.values())}/{iters * len(done)} iterations)")
@@ -555,7 +569,8 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     signal.signal(signal.SIGTERM, _raise_terminated)
     # a shell starting us in the background may have set SIGINT to "ignore": Ctrl-C / kill -INT
     # must still stop the run cleanly
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    _pending_signal.clear()
     try:
         for i, (variant, rep, cfg) in enumerate(runs):
             vdir = Path(run_dir) if run_dir else run_dir_of(results, variant, rep)
@@ -565,6 +580,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
                 run_variant(cfg, vdir, variant, progress, tools, overrides,
                             extra_meta={"repeat": rep, "seed": cfg["seed"], "dilation": dilationmod.dilation(cfg)})
             except (KeyboardInterrupt, Terminated) as e:
+                _pending_signal.clear()  # handled: it stops the series here
                 stop_by_signal(vdir, progress, with_report, e)
             if with_report:
                 progress.phase("writing the report")
