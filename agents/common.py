@@ -20,6 +20,7 @@ from dlcp.experiment.agent_config import WorkloadAgentConfig, load_agent_config
 from dlcp.settings import ConfigError
 from dlcp.transport.api import TransportError
 from dlcp.transport.factory import make_transport
+from dlcp.transport.threadtime import thread_times
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -84,6 +85,9 @@ class Agent:
                   "wall_s": end - self.start_unix}
         if t is not None:
             totals.update(t.stats())
+        main = thread_times()  # write_records runs on the agent's main thread
+        if main is not None:
+            totals["threads"] = {**totals.get("threads", {}), "main": main}
         totals.update(self.extra_totals)
         R.write_json(rec / f"{self.host}-agent.json", totals)
 

@@ -249,10 +249,13 @@ def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct
         path = run / "records" / f"{host}-agent.json"
         agent = json.loads(path.read_text())
         agent["socket_wait"] = {"count": 5000, "p50_ms": 0.02, "p99_ms": p99, "max_ms": 2 * p99}
+        agent["threads"] = {"rx": {"cpu_s": 1.5, "runqueue_s": 2.0, "runs": 1000}}
         path.write_text(json.dumps(agent))
     k = summarise(load_run(run))["keep_up"]
     assert not k["ok"] and len(k["flags"]) == 1 and "host receive waits" in k["measured"]
     assert "receive path of h4 fell behind" in k["flags"][0] and "30% of the median message completion" in k["flags"][0]
+    assert "used 1.5 s of CPU and waited 2 s for one (2 ms per wake-up)" in k["flags"][0]
+    assert k["socket_wait"]["h4"]["rx_thread"]["runqueue_ms_per_run"] == 2.0
     assert k["socket_wait"]["h2"]["p99_share_of_mct_p50"] == pytest.approx(0.05)
     assert k["socket_wait"]["h4"]["p99_share_of_mct_p50"] == pytest.approx(0.3)
 

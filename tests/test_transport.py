@@ -77,6 +77,18 @@ def test_lossless_message_arrives_whole(make_pair):
     assert all(row["mct_us"] == row["complete_us"] - row["start_us"] >= 0 for row in rows)
 
 
+def test_thread_times_reported_while_running_and_after_close(make_pair):
+    a, b, _ = make_pair()
+    _, batch, _ = message()
+    exchange(a, b, batch)
+    live = b.stats()["threads"]
+    assert set(live) == {"rx", "tx"}
+    assert live["rx"]["cpu_s"] > 0 and live["rx"]["runs"] > 0 and live["rx"]["runqueue_s"] >= 0
+    b.close()
+    final = b.stats()["threads"]  # the threads are gone: their last reading
+    assert set(final) == {"rx", "tx"} and final["rx"]["runs"] >= live["rx"]["runs"]
+
+
 def test_budget_honoured_exactly_and_lowest_drop_precedence_recovered(make_pair):
     g, batch, tags = message()
     unprot = np.flatnonzero(tags.drop_prec > 0)

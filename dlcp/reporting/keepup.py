@@ -95,6 +95,16 @@ def median_mct_wall_ms(senders: Table, time_scale: float) -> float | None:
     return float(np.median(v)) * time_scale / 1e3 if v.size else None
 
 
+def receive_thread_cpu(agent: dict) -> dict | None:
+    """The receive thread's CPU time and run-queue wait (agent record `threads.rx`), with the mean
+    wait per time it was put on a CPU: large when the thread was runnable but the CPUs were taken."""
+    t = (agent.get("threads") or {}).get("rx") if isinstance(agent.get("threads"), dict) else None
+    if not isinstance(t, dict) or not t.get("runs"):
+        return None
+    return {"cpu_s": t.get("cpu_s"), "runqueue_s": t.get("runqueue_s"),
+            "runqueue_ms_per_run": round(1e3 * t.get("runqueue_s", 0) / t["runs"], 4)}
+
+
 def receive_keepup(run: RunData, senders: Table) -> dict:
     per_host = {h: dict(a["socket_wait"]) for h, a in run.agents.items()
                 if isinstance(a.get("socket_wait"), dict) and a["socket_wait"].get("count")}
@@ -104,10 +114,16 @@ def receive_keepup(run: RunData, senders: Table) -> dict:
         p99 = w.get("p99_ms")
         share = p99 / mct if isinstance(p99, (int, float)) and mct else None
         w["p99_share_of_mct_p50"] = share
+        cpu = receive_thread_cpu(run.agents[host])
+        if cpu is not None:
+            w["rx_thread"] = cpu
         if share is not None and share > RX_WAIT_SHARE_MAX:
+            why = "" if cpu is None else (f"; its receive thread used {cpu['cpu_s']:.3g} s of CPU and waited "
+                                          f"{cpu['runqueue_s']:.3g} s for one ({cpu['runqueue_ms_per_run']:.3g} ms "
+                                          f"per wake-up)")
             flags.append(f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
                          f"in the socket buffer, {100 * share:.3g}% of the median message completion time "
-                         f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
+                         f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock){why}")
     return {"per_host": per_host, "flags": flags}
 
 

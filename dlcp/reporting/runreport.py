@@ -168,10 +168,14 @@ def _keepup_section(doc: Doc, k: dict) -> None:
         doc.table(["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())])
     if k.get("socket_wait"):
         doc.p("Host receive path: how long data datagrams waited in each host's socket buffer before its "
-              "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md).")
-        doc.table(["host", "datagrams", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT"],
+              "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "
+              "receive thread's CPU time and its wait for a CPU (run queue), per wake-up.")
+        rx = (lambda w, key: (w.get("rx_thread") or {}).get(key))
+        doc.table(["host", "datagrams", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT",
+                   "rx thread CPU (s)", "run-queue wait (ms/wake-up)"],
                   [[h, w.get("count"), w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms"),
-                    pct(w.get("p99_share_of_mct_p50"))] for h, w in sorted(k["socket_wait"].items())])
+                    pct(w.get("p99_share_of_mct_p50")), rx(w, "cpu_s"), rx(w, "runqueue_ms_per_run")]
+                   for h, w in sorted(k["socket_wait"].items())])
 
 
 def _plot(fig, name: str, alt: str) -> Image | None:

@@ -35,6 +35,7 @@ from dlcp.transport.core.receiver import ReceiverCore
 from dlcp.transport.core.sender import SenderCore
 from dlcp.transport.sockets import connect_retrying, control_socket_options, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
+from dlcp.transport.threadtime import ThreadClock
 from dlcp.transport.udpio import RECV_SLOT, BatchReceiver, BatchSender, plan_for, sockaddr_in
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import ECN_MASK, PRIO_CONTROL, MalformedPacket, tos_of
@@ -110,6 +111,7 @@ class UdpTransport:
         self._pending_reg: list = []
         self._closing = False
         self._control_received = 0
+        self._clock = ThreadClock()
         self._open_sockets()
         self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{config.rank}", daemon=True)
         self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{config.rank}", daemon=True)
@@ -236,7 +238,7 @@ class UdpTransport:
             r, r_drops = self.receiver.stats(), dict(self.receiver.drops)
         out = merged_stats(s, r, s_drops, r_drops)
         out.update(send_errors=dict(self.batch_sender.error_codes), send_impl=self.batch_sender.impl,
-                   control_received=self._control_received)
+                   control_received=self._control_received, threads=self._clock.times())
         return out
 
     def close(self) -> None:
@@ -266,6 +268,13 @@ class UdpTransport:
     # --- send thread ---------------------------------------------------------------------------
 
     def _tx_loop(self) -> None:
+        self._clock.started("tx")
+        try:
+            self._tx_work()
+        finally:
+            self._clock.ending("tx")
+
+    def _tx_work(self) -> None:
         try:
             while True:
                 with self._tx:
@@ -367,6 +376,13 @@ class UdpTransport:
     # --- receive thread ------------------------------------------------------------------------
 
     def _rx_loop(self) -> None:
+        self._clock.started("rx")
+        try:
+            self._rx_work()
+        finally:
+            self._clock.ending("rx")
+
+    def _rx_work(self) -> None:
         try:
             while not self._closing:
                 wait = IDLE_S
