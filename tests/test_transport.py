@@ -545,5 +545,13 @@ def test_batch_receiver_reads_tos_and_how_long_a_datagram_waited():
     assert all(0.045 < time.time() - t < 1.0 and t <= sent + 0.001 for t in br.arrived)
     assert bytes(br.view[2 * 2048: 2 * 2048 + 102]) == bytes([2]) * 102
     assert br.recv() == 0
+    # the next call reads its own control messages (the kernel overwrote the headers' lengths)
+    # and marks a datagram longer than a slot
+    for size, tos in ((3000, H.tos_of(1, 0)), (64, H.tos_of(5, 2) | H.ECN_CE)):
+        tx.sendmsg([bytes(size)], [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", tos))], 0, rx.getsockname())
+    time.sleep(0.02)
+    assert br.recv() == 2
+    assert br.truncated == [True, False] and br.tos == [H.tos_of(1, 0), H.tos_of(5, 2) | 3]
+    assert br.lengths[1] == 64 and all(0 < time.time() - t < 1.0 for t in br.arrived)
     tx.close()
     rx.close()
