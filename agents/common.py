@@ -20,7 +20,7 @@ from dlcp.experiment.agent_config import WorkloadAgentConfig, load_agent_config
 from dlcp.settings import ConfigError
 from dlcp.transport.api import TransportError
 from dlcp.transport.factory import make_transport
-from dlcp.transport.threadtime import thread_times
+from dlcp.transport.threadtime import set_realtime, thread_times
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -141,23 +141,20 @@ def run_agent(role: str, body, argv: list[str] | None = None) -> int:
     return code
 
 
-COMPUTE_RT_PRIORITY = 5  # SCHED_RR, below the switches' 10 (emulation/dataplane.py): they stand for hardware
+# SCHED_RR priorities. A host stands for a machine of its own, but here it shares 2 cores with the
+# switch, the other hosts and the background; a normal (CFS) wake-up waits behind whatever runs.
+# The switches (emulation/dataplane.py, 10) stand for hardware and come first; then each host's
+# network stack, its transport's threads; then the host's own work (the worker's profile compute,
+# the PS's aggregation), which sleeps or blocks most of the time.
+TRANSPORT_RT_PRIORITY = 6
+WORK_RT_PRIORITY = 5
 
 
-def realtime_compute_thread() -> bool:
-    """Put the calling thread (and the threads it starts later, e.g. backward) under SCHED_RR.
-
-    Profile compute sleeps until deadlines; a worker stands for a machine of its own, but here it
-    shares 2 cores with the switch, the PS and the other workers, and a CFS wake-up waits behind
-    whatever runs (measured: 20-40 % of deadlines missed by over 1 ms in the demo). The compute
-    thread sleeps most of the time, so it takes little from the others. False (and a log line)
-    when the system refuses (not root)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(COMPUTE_RT_PRIORITY))
-    except OSError as e:
-        logging.getLogger("agent").info("compute thread stays at normal priority: %s", e)
-        return False
-    return True
+def realtime_work_thread() -> bool:
+    """Put the calling thread (and the threads it starts later, e.g. backward) under SCHED_RR at
+    WORK_RT_PRIORITY. Measured in the demo at CFS: 20-40 % of profile-compute deadlines missed by
+    over 1 ms. False (and a log line) when the system refuses (not root)."""
+    return set_realtime(WORK_RT_PRIORITY, "work thread")
 
 
 def exit_fast(code: int) -> None:
@@ -171,5 +168,8 @@ def exit_fast(code: int) -> None:
 
 
 def open_transport(agent: Agent):
-    agent.transport = make_transport(agent.cfg.transport_config(), agent.cfg.peers())
+    """The agent's transport, its threads at TRANSPORT_RT_PRIORITY: with them at CFS the demo's
+    hosts read datagrams up to 28 ms after they arrived (p99 socket wait; docs/experiments.md)."""
+    cfg = agent.cfg.transport_config().model_copy(update={"thread_rt_priority": TRANSPORT_RT_PRIORITY})
+    agent.transport = make_transport(cfg, agent.cfg.peers())
     return agent.transport

@@ -9,7 +9,7 @@ worker. Records and progress: docs/runs.md.
 
 from __future__ import annotations
 
-from agents.common import Agent, exit_fast, open_transport, run_agent
+from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
 from dlcp.comm.collectives import PSServer
 from dlcp.workloads.registry import make_server_workload
 
@@ -20,6 +20,9 @@ def run(agent: Agent) -> None:
     transport = open_transport(agent)
     transport.connect()  # every worker listening: pulls will find their sockets bound
     server = PSServer(transport, cfg.comm_config(), workload.layouts(), workload.n_layers)
+    # aggregation at CFS held the interpreter lock while preempted, and the receive thread waited
+    # for it (p99 socket waits of 2.4-3.4 ms with the transport's threads already real-time)
+    realtime_work_thread()
     for it in range(agent.iterations):
         agent.check_time()
         server.begin(it)

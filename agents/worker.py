@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from agents.common import Agent, exit_fast, open_transport, realtime_compute_thread, run_agent
+from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
 from dlcp.comm.collectives import PSClient, TransportEngine
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
@@ -133,8 +133,8 @@ def run(agent: Agent) -> None:
                  coll.sched.ops_per_iteration())
     # DS-Sync reaches consensus by shuffling its groups: no re-sync to rank 0
     resync_every = cfg.dlcp.resync_every if cfg.comm.collective != "dssync" else 0
-    if planning_layer_times(workload) is not None:  # after the transport's threads started: they stay CFS
-        realtime_compute_thread()
+    if planning_layer_times(workload) is not None:  # profile compute sleeps until deadlines; real compute stays CFS
+        realtime_work_thread()
     try:
         for it in range(agent.iterations):
             agent.check_time()

@@ -81,6 +81,9 @@ class TransportConfig(TransportSettings):
     rcvbuf_bytes: int = Field(16 << 20, ge=0)
     sndbuf_bytes: int = Field(128 << 10, ge=0)  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
     connect_timeout_s: float = Field(15.0, gt=0)
+    # SCHED_RR priority the driver's threads take when they start (0: normal scheduling); agents
+    # set it (agents/common.py), tests and tools leave it
+    thread_rt_priority: int = Field(0, ge=0, le=99)
 
     def budget_for(self, layer_first: int, layer_last: int) -> float:
         """The loss budget of a message covering layers layer_first..layer_last."""

@@ -24,6 +24,7 @@ from dlcp.transport.api import Peer, RecvResult, SendInfo, SendResult, Transport
 from dlcp.transport.records import message_row
 from dlcp.transport.sockets import connect_retrying, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
+from dlcp.transport.threadtime import set_realtime
 from dlcp.wire.control_frames import MAX_MSG_PKTS, PS_RANK
 from dlcp.wire.header import PHASE_NAMES, VALUE_BYTES, field_values, header_fields, tos_of
 from dlcp.wire.tagging import n_packets
@@ -82,9 +83,15 @@ class TcpTransport:
         self._spawn(self._send_loop, "tcp-send")
 
     def _spawn(self, fn, name, *args) -> None:
-        t = threading.Thread(target=fn, args=args, name=name, daemon=True)
+        t = threading.Thread(target=self._run_thread, args=(fn, name, *args), name=name, daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _run_thread(self, fn, name, *args) -> None:
+        """A thread of this transport: at the configured priority, as the bounded-loss driver's."""
+        if self.cfg.thread_rt_priority:
+            set_realtime(self.cfg.thread_rt_priority, f"rank {self.cfg.rank}: {name} thread")
+        fn(*args)
 
     # --- API (as Transport) -----------------------------------------------------------------------
 

@@ -1,10 +1,24 @@
 """CPU time and run-queue wait of one OS thread, from Linux's schedstat: whether a transport thread
 that fell behind lacked a CPU (it was runnable, waiting on the run queue) or had one and used it
-(its own work, or waiting for the interpreter lock, which counts as neither)."""
+(its own work, or waiting for the interpreter lock, which counts as neither). And the real-time
+scheduling a thread may ask for."""
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+
+
+def set_realtime(priority: int, what: str, tid: int = 0) -> bool:
+    """Put thread `tid` (0: the calling one; threads it starts later inherit it) under SCHED_RR at
+    `priority`. False, with a log line naming `what`, when the system refuses (not root)."""
+    try:
+        os.sched_setscheduler(tid, os.SCHED_RR, os.sched_param(priority))
+    except (OSError, AttributeError) as e:
+        logging.getLogger("dlcp.transport").info("%s stays at normal priority: %s", what, e)
+        return False
+    return True
 
 
 def thread_times(tid: int | None = None) -> dict | None:

@@ -35,7 +35,7 @@ from dlcp.transport.core.receiver import ReceiverCore
 from dlcp.transport.core.sender import SenderCore
 from dlcp.transport.sockets import connect_retrying, control_socket_options, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
-from dlcp.transport.threadtime import ThreadClock
+from dlcp.transport.threadtime import ThreadClock, set_realtime
 from dlcp.transport.udpio import RECV_SLOT, BatchReceiver, BatchSender, plan_for, sockaddr_in
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import ECN_MASK, PRIO_CONTROL, MalformedPacket, tos_of
@@ -265,10 +265,15 @@ class UdpTransport:
     def __exit__(self, *exc):
         self.close()
 
+    def _take_priority(self, what: str) -> None:
+        if self.cfg.thread_rt_priority:
+            set_realtime(self.cfg.thread_rt_priority, f"rank {self.cfg.rank}: {what}")
+
     # --- send thread ---------------------------------------------------------------------------
 
     def _tx_loop(self) -> None:
         self._clock.started("tx")
+        self._take_priority("send thread")
         try:
             self._tx_work()
         finally:
@@ -377,6 +382,7 @@ class UdpTransport:
 
     def _rx_loop(self) -> None:
         self._clock.started("rx")
+        self._take_priority("receive thread")
         try:
             self._rx_work()
         finally:
