@@ -143,11 +143,14 @@ def run_agent(role: str, body, argv: list[str] | None = None) -> int:
 
 # SCHED_RR priorities. A host stands for a machine of its own, but here it shares 2 cores with the
 # switch, the other hosts and the background; a normal (CFS) wake-up waits behind whatever runs.
-# The switches (emulation/dataplane.py, 10) stand for hardware and come first; then each host's
-# network stack, its transport's threads; then the host's own work (the worker's profile compute,
-# the PS's aggregation), which sleeps or blocks most of the time.
+# The switches (emulation/dataplane.py, 10) stand for hardware and come first. Then each host's own
+# work (the worker's profile compute, which stands for a GPU, and the PS's aggregation), then its
+# transport's threads (the network stack): measured in `make demo`, with the transport above the
+# work, compute overran its profile by 18-56 % and more in dlcp runs than in fifo runs (a bias in
+# the comparison); with it below, by 1-5 %, and the hosts' p99 socket waits were 1.2-16 ms instead
+# of 3.4-28 ms with the transport at CFS (docs/experiments.md, "Keeping up").
+WORK_RT_PRIORITY = 7
 TRANSPORT_RT_PRIORITY = 6
-WORK_RT_PRIORITY = 5
 
 
 def realtime_work_thread() -> bool:

@@ -21,7 +21,7 @@ def run(agent: Agent) -> None:
     transport.connect()  # every worker listening: pulls will find their sockets bound
     server = PSServer(transport, cfg.comm_config(), workload.layouts(), workload.n_layers)
     # aggregation at CFS held the interpreter lock while preempted, and the receive thread waited
-    # for it (p99 socket waits of 2.4-3.4 ms with the transport's threads already real-time)
+    # for it (p99 socket waits of 2.4-3.4 ms with only the transport's threads real-time)
     realtime_work_thread()
     for it in range(agent.iterations):
         agent.check_time()
