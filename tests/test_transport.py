@@ -506,7 +506,9 @@ def test_retransmissions_are_protected_on_the_wire():
 def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
     # a sender by hand: DESCRIBE asking for FEEDBACK on a control connection, then 20 data packets,
     # every fourth one CE-marked (the TOS byte a switch would have rewritten)
-    a, b, _ = make_pair(recv_cfg={"feedback_every": 5, "host_mark_ms": 0})  # switch marks only
+    # switch marks only; time_scale 100 stretches the delayed FEEDBACK (0.5 ms) to 50 ms, so a
+    # loaded machine's pauses between the hand-sent packets do not flush a report early
+    a, b, _ = make_pair(recv_cfg={"feedback_every": 5, "host_mark_ms": 0, "time_scale": 100})
     g, batch, _ = message(n_pkts=20)
     ctl = socket.create_connection(("127.0.0.1", b.control_port))
     ctl.sendall(C.encode(C.Control(C.DESCRIBE, 1, 0, 1, H.PHASE_PUSH, 0, 7, 20, n_values=20 * VPP,

@@ -113,8 +113,10 @@ class UdpTransport:
         self._control_received = 0
         self._clock = ThreadClock()
         self._open_sockets()
-        self._rx_thread = threading.Thread(target=self._rx_loop, name=f"dlcp-rx-{config.rank}", daemon=True)
-        self._tx_thread = threading.Thread(target=self._tx_loop, name=f"dlcp-tx-{config.rank}", daemon=True)
+        self._rx_thread = threading.Thread(target=self._thread_main, args=("rx", "receive thread", self._rx_loop),
+                                           name=f"dlcp-rx-{config.rank}", daemon=True)
+        self._tx_thread = threading.Thread(target=self._thread_main, args=("tx", "send thread", self._tx_loop),
+                                           name=f"dlcp-tx-{config.rank}", daemon=True)
         self._rx_thread.start()
         self._tx_thread.start()
 
@@ -265,21 +267,19 @@ class UdpTransport:
     def __exit__(self, *exc):
         self.close()
 
-    def _take_priority(self, what: str) -> None:
+    def _thread_main(self, name: str, what: str, work) -> None:
+        """Body of each of the two threads: its priority, and its times kept after it ends."""
+        self._clock.started(name)
         if self.cfg.thread_rt_priority:
             set_realtime(self.cfg.thread_rt_priority, f"rank {self.cfg.rank}: {what}")
+        try:
+            work()
+        finally:
+            self._clock.ending(name)
 
     # --- send thread ---------------------------------------------------------------------------
 
     def _tx_loop(self) -> None:
-        self._clock.started("tx")
-        self._take_priority("send thread")
-        try:
-            self._tx_work()
-        finally:
-            self._clock.ending("tx")
-
-    def _tx_work(self) -> None:
         try:
             while True:
                 with self._tx:
@@ -381,14 +381,6 @@ class UdpTransport:
     # --- receive thread ------------------------------------------------------------------------
 
     def _rx_loop(self) -> None:
-        self._clock.started("rx")
-        self._take_priority("receive thread")
-        try:
-            self._rx_work()
-        finally:
-            self._clock.ending("rx")
-
-    def _rx_work(self) -> None:
         try:
             while not self._closing:
                 wait = IDLE_S
