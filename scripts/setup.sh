@@ -22,9 +22,7 @@ done
 if ((${#missing[@]})); then
     echo "setup: installing Debian packages (as root): ${missing[*]}"
     # --no-install-recommends keeps Open vSwitch out: our switches are our own processes.
-    scripts/as-root apt-get update -qq
-    scripts/as-root env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    scripts/apt-install "${missing[@]}"
 fi
 
 # Root through sudo: the rest (the venv) belongs to the user who ran sudo.
