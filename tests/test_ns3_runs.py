@@ -107,9 +107,22 @@ def test_ring_all_reduce_on_a_leaf_spine_sprays_and_converges(tmp_path):
     steps = [r for r in read_csv(run / "records" / "h1-messages.csv") if r["side"] == "sender"]
     assert {r["phase"] for r in steps} == {"reduce_scatter", "all_gather"}
     assert len(steps) == 3 * 5 * 2 * 3  # iterations x messages x phases x (workers - 1) steps
+    for h in ("h1", "h2", "h3", "h4"):  # comm.lockstep (the default), as the emulated ring runs it
+        sends = [r for r in read_csv(run / "records" / f"{h}-messages.csv") if r["side"] == "sender"]
+        assert_steps_in_lockstep(sends)
     spines = [json.loads((run / "counters" / f"s{i}.json").read_text()) for i in (1, 2)]
     carried = [sum(q["admitted_pkts"] for q in s["queues"]) for s in spines]
     assert min(carried) > 0.3 * sum(carried)  # sprayed over both spines
+
+
+def assert_steps_in_lockstep(sends: list[dict]) -> None:
+    """Each ring step's send starts once this rank's send of the previous step completed."""
+    by_msg: dict = {}
+    for r in sends:
+        by_msg.setdefault((r["iter"], r["msg_id"]), {})[int(r["step"])] = r
+    for key, steps in by_msg.items():
+        for s in sorted(steps)[1:]:
+            assert int(steps[s]["start_us"]) >= int(steps[s - 1]["complete_us"]), (key, s)
 
 
 def test_same_seed_same_run(tmp_path):

@@ -203,7 +203,10 @@ class SimWorker(_Agent):
 
 class _Ring:
     """One message's ring all-reduce on one rank, step by step as its receives arrive; the same
-    chunks, wire message ids, budgets and contribution counts as RingAllReduce._ring."""
+    chunks, wire message ids, budgets and contribution counts as the emulated ring
+    (dlcp/comm/stepped.py). With `comm.lockstep` (the default), as there, a step's send also waits
+    until this rank's send of the previous step is done; without it sends of successive steps
+    overlap and are all awaited at the end."""
 
     def __init__(self, w: SimWorker, it: int, msg):
         self.w, self.it, self.lay = w, it, msg.layout
@@ -217,6 +220,7 @@ class _Ring:
         self.phase, self.s = PHASE_RS, 0
         self.sent_step = -1  # the step (of self.phase) whose send went out
         self.open_sends: set = set()
+        self.lockstep = w.acfg.comm.lockstep
         self.finishing = False
 
     def _npk(self, c: int) -> int:
@@ -238,6 +242,8 @@ class _Ring:
             cs, cr = self._chunks()
             b = self.bounds
             if self.sent_step != self.s:
+                if self.lockstep and self.open_sends:
+                    return  # sent() comes back here once the previous step's send is done
                 self.sent_step = self.s
                 if b[cs + 1] > b[cs]:
                     src = self.partial if self.phase == PHASE_RS else self.total
@@ -286,8 +292,11 @@ class _Ring:
 
     def sent(self, key) -> None:
         self.open_sends.discard(key)
-        if self.finishing and not self.open_sends:
-            self._finish()
+        if self.finishing:
+            if not self.open_sends:
+                self._finish()
+        elif self.lockstep and not self.open_sends:
+            self.advance()
 
     def _finish(self) -> None:
         P, vpp, b = self.w.world, self.w.vpp, self.bounds
