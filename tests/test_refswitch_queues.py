@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from dlcp.network.runtime_file import PortConfig
 from emulation.refswitch.queues import FRAME, EgressPort
 
@@ -56,11 +58,11 @@ def test_depth_loss_and_delay():
     assert port.overflow_pkts == 2 and port.enqueue(pkt(3), 3)  # depth is per queue
     lossy = EgressPort(PortConfig(1, "x", loss=0.25), random.Random(1))
     out: list = []
-    lossy.link([pkt(1) for _ in range(4000)], 0.0, out)
+    lossy.link([pkt(1) for _ in range(4000)], [0.0] * 4000, 0.0, out)
     assert 850 < lossy.lost_pkts < 1150 and len(out) + lossy.lost_pkts == 4000
     slow = EgressPort(PortConfig(1, "x", delay_us=10_000), random.Random(0))
     out = []
-    slow.link([pkt(1)], 1.0, out)
+    slow.link([pkt(1)], [1.0], 1.0, out)
     assert out == [] and slow.next_arrival() == 1.01
     slow.arrived(1.005, out)
     assert out == []
@@ -77,3 +79,30 @@ def test_delay_histogram_percentiles():
     assert abs(h.percentile(0.99) - 5000) <= 5000 * 0.04  # log buckets: within ~3 %
     rebuilt = DelayHistogram.from_counts(h.fine, h.counts, h.n, h.max)
     assert rebuilt.percentile(0.5) == h.percentile(0.5) and DelayHistogram().percentile(0.5) == 0
+
+
+def test_a_packet_arrives_when_its_transmission_ends():
+    """Store-and-forward: on an idle 8 Mbit/s port a 1000-byte frame starts at once and reaches the
+    next hop 1 ms later (plus the propagation delay); the next one follows 1 ms after it."""
+    for delay_us, delay_s in [(0, 0.0), (500, 0.0005)]:
+        port = EgressPort(PortConfig(1, "x", rate_mbps=8.0, delay_us=delay_us), random.Random(0))
+        port.enqueue(pkt(1, tag="a"), 1)
+        port.enqueue(pkt(1, tag="b"), 1)
+        started: list = []
+        ends = port.dequeue_due(3.0, started, 10)
+        assert [p[6] for p in started] == ["a"] and ends == [pytest.approx(3.001)]
+        out: list = []
+        port.link(started, ends, 3.0, out)
+        assert out == [] and port.next_arrival() == pytest.approx(3.001 + delay_s)
+        port.arrived(3.0009 + delay_s, out)
+        assert out == []
+        port.arrived(3.001 + delay_s, out)
+        assert [p[6] for p in out] == ["a"]
+        started = []
+        ends = port.dequeue_due(3.001, started, 10)
+        assert [p[6] for p in started] == ["b"] and ends == [pytest.approx(3.002)]
+    unlimited = EgressPort(PortConfig(1, "x"), random.Random(0))  # no rate: no transmission time
+    unlimited.enqueue(pkt(1, tag="c"), 1)
+    started, out = [], []
+    unlimited.link(started, unlimited.dequeue_due(5.0, started, 10), 5.0, out)
+    assert [p[6] for p in out] == ["c"]

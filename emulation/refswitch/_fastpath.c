@@ -413,16 +413,20 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
         if (!pt->unlimited && pt->t_free < now - pt->max_lag) pt->t_free = now;
         for (int k = 0; k < e->batch && pt->backlog && (pt->unlimited || pt->t_free <= now); k++) {
             Pkt *p = pop_highest(pt);
-            if (!pt->unlimited) pt->t_free += pt->byte_time > 0 ? p->len * pt->byte_time : pt->pkt_time;
+            /* store-and-forward: on a rate-limited port the packet reaches the wire's far end when its
+               transmission ends (queues.py) */
+            double end = now;
+            if (!pt->unlimited) end = pt->t_free += pt->byte_time > 0 ? p->len * pt->byte_time : pt->pkt_time;
             double w = (now - p->t_enq) * 1e6;
             uint32_t wait_us = w > 0 ? (uint32_t)w : 0;
             if (p->enq_depth > e->max_enq_qdepth) e->max_enq_qdepth = p->enq_depth;
             record_delay(e, wait_us);
             egress(e, port, p, wait_us);
             if (pt->loss > 0 && rng_unit(e) < pt->loss) { pt->lost++; free(p); continue; }
-            if (pt->delay > 0) {
+            double due = end + pt->delay;
+            if (due > now || pt->flight.count) {
                 if (pt->flight.count == pt->flight.cap && ring_grow(&pt->flight, &pt->due) < 0) { pt->tx_errors++; free(p); continue; }
-                pt->due[(pt->flight.head + pt->flight.count) % pt->flight.cap] = now + pt->delay;
+                pt->due[(pt->flight.head + pt->flight.count) % pt->flight.cap] = due;
                 ring_push(&pt->flight, p);
             } else {
                 if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) { pt->tx_errors++; free(p); continue; }

@@ -139,7 +139,7 @@ class PyEngine:
         ep = p.egress
         if ep.backlog and not p.txq:
             due: list = []
-            ep.dequeue_due(now, due, self.batch)
+            ends = ep.dequeue_due(now, due, self.batch)
             egress = self.pipeline.egress
             for pkt in due:
                 wait_us = max(0, int((now - pkt[T_ENQ]) * 1e6))
@@ -149,7 +149,7 @@ class PyEngine:
                 self.delays.add(wait_us)
                 v = pkt[VNET]
                 egress(pkt[FRAME], p.num, pkt[QID], pkt[TEL], depth, wait_us, v is not None and bool(v[0] & 1))
-            ep.link(due, now, p.txq)
+            ep.link(due, ends, now, p.txq)
         if ep.in_flight:
             ep.arrived(now, p.txq)
         if not p.txq:

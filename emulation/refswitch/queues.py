@@ -1,10 +1,12 @@
 """Egress queues of one port: 8 strict-priority FIFOs drained at the port rate, then the link
 (optional propagation delay and random loss).
 
-Time is virtual: the port is busy until `t_free`; a packet leaves when `t_free <= now` and pushes
+Time is virtual: the port is busy until `t_free`; a packet starts when `t_free <= now` and pushes
 `t_free` on by its transmission time (frame bits / rate, or 1 / packet rate). A port that idled or
 fell behind gets at most `max_lag_s` of catch-up, so a late wake-up never becomes a long burst.
-The serialisation delay of the packet itself is not added (it leaves at the start of its slot).
+On a rate-limited port a packet reaches the next hop at the end of its slot (then the propagation
+delay), as on a store-and-forward link: each hop adds the packet's own transmission time, which
+ns-3's point-to-point links add too and which sets the latency of short messages on an idle path.
 """
 
 from __future__ import annotations
@@ -54,34 +56,42 @@ class EgressPort:
                 return q.popleft()
         return None
 
-    def dequeue_due(self, now: float, out: list, limit: int) -> None:
-        """Move up to `limit` packets whose departure time has come to `out`, highest queue first."""
+    def dequeue_due(self, now: float, out: list, limit: int) -> list[float]:
+        """Move up to `limit` packets whose slot has begun to `out`, highest queue first; returns
+        when each one's transmission ends (`now` on an unlimited port)."""
+        ends: list[float] = []
         if self.unlimited:
             while self.backlog and limit:
                 out.append(self._pop())
+                ends.append(now)
                 limit -= 1
-            return
+            return ends
         if self.t_free < now - self.max_lag_s:
             self.t_free = now
         while self.backlog and limit and self.t_free <= now:
             pkt = self._pop()
             self.t_free += self.pkt_time if self.byte_time is None else len(pkt[FRAME]) * self.byte_time
             out.append(pkt)
+            ends.append(self.t_free)
             limit -= 1
+        return ends
 
     def next_departure(self) -> float | None:
         if not self.backlog:
             return None
         return 0.0 if self.unlimited else self.t_free
 
-    def link(self, pkts: list, now: float, out: list) -> None:
-        """Put dequeued packets on the link: random loss, then the delay line (or `out` at once)."""
-        for pkt in pkts:
+    def link(self, pkts: list, ends: list[float], now: float, out: list) -> None:
+        """Put dequeued packets on the link: random loss, then each reaches `out` at the end of its
+        transmission (`ends`) plus the propagation delay, through the delay line unless that time
+        has come and nothing is ahead of it."""
+        for pkt, end in zip(pkts, ends):
             if self.loss and self.rng.random() < self.loss:
                 self.lost_pkts += 1
                 continue
-            if self.delay_s:
-                self.in_flight.append((now + self.delay_s, pkt))
+            due = end + self.delay_s
+            if due > now or self.in_flight:
+                self.in_flight.append((due, pkt))
             else:
                 out.append(pkt)
 
