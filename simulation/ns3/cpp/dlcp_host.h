@@ -89,7 +89,14 @@ class DlcpHostIo : public Object
     void SendData(uint32_t dstIp, const std::string& datagram, uint8_t tos)
     {
         m_pending.push_back({dstIp, tos, datagram});
-        Pump();
+        // ns-3's TCP sends what SendFrame wrote from an event one time step later; data go one
+        // time step later too, so the NIC takes frames and datagrams in the order they were
+        // written, as Linux's send calls do (else a BITMAP written just before the next ring
+        // step's data waited behind all of it in the NIC's FIFO)
+        if (!m_pumpEvent.IsPending())
+        {
+            m_pumpEvent = Simulator::Schedule(TimeStep(1), &DlcpHostIo::Pump, this);
+        }
     }
 
     uint64_t PendingData() const { return m_pending.size(); }
@@ -139,6 +146,8 @@ class DlcpHostIo : public Object
     }
 
   private:
+    EventId m_pumpEvent;
+
     struct Datagram
     {
         uint32_t dst;
