@@ -11,7 +11,7 @@ from emulation.refswitch.queues import FRAME, EgressPort
 
 
 def pkt(qid: int, size: int = 1000, tag=None) -> list:
-    return [bytearray(size), None, qid, -1, 0.0, 0, tag]
+    return [bytearray(size), None, qid, -1, 0.0, 0, 0.0, tag]
 
 
 def drain(port: EgressPort, t: float) -> list:
@@ -24,7 +24,7 @@ def test_strict_priority_highest_first():
     port = EgressPort(PortConfig(1, "x", rate_pps=1000), random.Random(0))
     for i, q in enumerate([1, 1, 6, 0, 7, 6]):
         port.enqueue(pkt(q, tag=i), q)
-    order = [p[6] for t in range(6) for p in drain(port, 1.0 + t * 0.001)]
+    order = [p[7] for t in range(6) for p in drain(port, 1.0 + t * 0.001)]
     assert order == [4, 2, 5, 0, 1, 3]
 
 
@@ -90,19 +90,40 @@ def test_a_packet_arrives_when_its_transmission_ends():
         port.enqueue(pkt(1, tag="b"), 1)
         started: list = []
         ends = port.dequeue_due(3.0, started, 10)
-        assert [p[6] for p in started] == ["a"] and ends == [pytest.approx(3.001)]
+        assert [p[7] for p in started] == ["a"] and ends == [pytest.approx(3.001)]
         out: list = []
         port.link(started, ends, 3.0, out)
         assert out == [] and port.next_arrival() == pytest.approx(3.001 + delay_s)
         port.arrived(3.0009 + delay_s, out)
         assert out == []
         port.arrived(3.001 + delay_s, out)
-        assert [p[6] for p in out] == ["a"]
+        assert [p[7] for p in out] == ["a"]
         started = []
         ends = port.dequeue_due(3.001, started, 10)
-        assert [p[6] for p in started] == ["b"] and ends == [pytest.approx(3.002)]
+        assert [p[7] for p in started] == ["b"] and ends == [pytest.approx(3.002)]
     unlimited = EgressPort(PortConfig(1, "x"), random.Random(0))  # no rate: no transmission time
     unlimited.enqueue(pkt(1, tag="c"), 1)
     started, out = [], []
     unlimited.link(started, unlimited.dequeue_due(5.0, started, 10), 5.0, out)
-    assert [p[6] for p in out] == ["c"]
+    assert [p[7] for p in out] == ["c"]
+
+
+def test_a_frame_from_a_host_also_takes_its_host_links_time():
+    """host_nic: the host's shaper let the frame go at the start of its slot, so the frame reaches
+    the next hop one more transmission time later, at the host link's rate (this port's)."""
+    port = EgressPort(PortConfig(1, "x", rate_mbps=8.0, host_nic=True), random.Random(0))
+    assert port.ingress_byte_time == pytest.approx(1e-6)  # 8 Mbit/s: 1 us per byte
+    assert EgressPort(PortConfig(1, "x", rate_mbps=8.0), random.Random(0)).ingress_byte_time == 0.0
+    from_host = pkt(1, tag="h")
+    from_host[6] = 1000 * port.ingress_byte_time  # what the engine stores on arrival
+    port.enqueue(from_host, 1)
+    port.enqueue(pkt(1, tag="s"), 1)  # from a switch: no host link
+    started, out = [], []
+    port.link(started, port.dequeue_due(3.0, started, 10), 3.0, out)
+    assert out == [] and port.next_arrival() == pytest.approx(3.002)
+    started = []
+    port.link(started, port.dequeue_due(3.001, started, 10), 3.001, out)
+    port.arrived(3.00199, out)
+    assert out == []  # the second frame is done at 3.002 too, but a wire keeps its order
+    port.arrived(3.002, out)
+    assert [p[7] for p in out] == ["h", "s"]

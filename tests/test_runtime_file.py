@@ -35,13 +35,15 @@ def test_values_come_out_typed_and_normalised():
 
 def test_port_fields_and_defaults():
     doc = runtime_doc(port_cfg={1: {"rate_mbps": 50.0, "queue_depth_pkts": 100, "delay_us": 250, "loss": 0.01,
-                                    "peer": "h1"},
+                                    "peer": "h1", "host_nic": True},
                                 2: {"rate_pps": 500, "queue_depth_pkts": None}})
     p1, p2, p3 = parse_runtime(doc).ports[:3]
-    assert p1 == PortConfig(1, "sw-eth1", "h1", rate_mbps=50.0, queue_depth_pkts=100, delay_us=250, loss=0.01)
+    assert p1 == PortConfig(1, "sw-eth1", "h1", rate_mbps=50.0, queue_depth_pkts=100, delay_us=250, loss=0.01,
+                            host_nic=True)
     assert p1.rate_bps == 50e6
     assert (p2.rate_mbps, p2.rate_pps, p2.queue_depth_pkts) == (None, 500, None)  # null: the target's default
-    assert (p3.rate_bps, p3.rate_pps, p3.queue_depth_pkts, p3.delay_us, p3.loss) == (None, None, 128, 0, 0.0)
+    assert (p3.rate_bps, p3.rate_pps, p3.queue_depth_pkts, p3.delay_us, p3.loss, p3.host_nic) == \
+        (None, None, 128, 0, 0.0, False)
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -92,6 +94,7 @@ def test_port_fields_and_defaults():
     (lambda d: d["ports"][0].update(intf="a-very-long-interface"), "intf must be an interface name"),
     (lambda d: d["ports"][0].update(rate_mbps=-1), "rate_mbps must be a number > 0"),
     (lambda d: d["ports"][0].update(rate_mbps=10, rate_pps=100), "rate_mbps and rate_pps are alternatives"),
+    (lambda d: d["ports"][0].update(host_nic="yes"), "host_nic must be true or false, got 'yes'"),
     (lambda d: d["ports"][0].update(loss=2), "loss must be a number"),
     (lambda d: d.update(target="bmv2") or d["ports"][0].update(queue_depth_pkts=64),
      "ports[0]: queue_depth_pkts 64 must exceed qmax 64"),

@@ -88,6 +88,8 @@ def test_written_file_is_readable_and_replays(tmp_path):
     back = load_runtime(path)
     assert back.switch == "s4" and len(back.entries) == len(rt["table_entries"])
     assert [p.port for p in back.ports] == [p["port"] for p in rt["ports"]]
+    # a leaf's ports toward its hosts model their NICs' links, its ports toward the spines do not
+    assert {p.peer: p.host_nic for p in back.ports} == {"s1": False, "s2": False, "h3": True, "h4": True}
 
 
 def test_rates_in_packets_per_second():

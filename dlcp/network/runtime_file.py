@@ -47,6 +47,9 @@ class PortConfig:
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; None: the target's
     delay_us: float = 0.0  # one-way propagation delay after the queue (built-in dataplane only)
     loss: float = 0.0  # probability that a dequeued packet is lost on the link (built-in dataplane only)
+    # the peer is a host whose NIC shaper lets a frame go when its slot starts: the built-in dataplane
+    # adds the frame's transmission time at this port's rate, as the host's link would (store and forward)
+    host_nic: bool = False
 
     @property
     def rate_bps(self) -> float | None:
@@ -255,11 +258,15 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     if mbps is not None and pps is not None:
         raise RuntimeFileError(f"{where}: rate_mbps and rate_pps are alternatives: give one")
     depth = _number(raw, "queue_depth_pkts", where, DEFAULT_QUEUE_DEPTH_PKTS, 1)
+    host_nic = raw.get("host_nic", False)
+    if not isinstance(host_nic, bool):
+        raise RuntimeFileError(f"{where}: host_nic must be true or false, got {host_nic!r}")
     if depth is not None and int(depth) != depth:
         raise RuntimeFileError(f"{where}: queue_depth_pkts must be an integer, got {depth!r}")
     return PortConfig(port=port, intf=intf, peer=peer, rate_mbps=mbps, rate_pps=pps,
                       queue_depth_pkts=None if depth is None else int(depth),
-                      delay_us=_number(raw, "delay_us", where, 0, 0), loss=_number(raw, "loss", where, 0.0, 0.0, 1.0))
+                      delay_us=_number(raw, "delay_us", where, 0, 0), loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),
+                      host_nic=host_nic)
 
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:

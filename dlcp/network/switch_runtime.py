@@ -77,6 +77,7 @@ class Port:
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; above qmax
     delay_us: int = 0  # built-in dataplane only (bmv2 has no delay)
     loss: float = 0.0  # built-in dataplane only
+    host_nic: bool = False  # the peer is a host (built-in dataplane: its NIC's transmission time on arrival)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,8 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
         "table_entries": entries,
         "ports": [{"port": p.port, "intf": p.intf, "peer": p.peer, "rate_mbps": p.rate_mbps,
                    "rate_pps": p.rate_pps, "queue_depth_pkts": p.queue_depth_pkts,
-                   "delay_us": p.delay_us, "loss": p.loss} for p in sorted(sw.ports, key=lambda p: p.port)],
+                   "delay_us": p.delay_us, "loss": p.loss, "host_nic": p.host_nic}
+                  for p in sorted(sw.ports, key=lambda p: p.port)],
         "registers": [],
     }
     try:
@@ -280,7 +282,7 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
     dist = {h: _hop_distances(h, adjacency, hosts) for h in hosts}
     for sw, device_id in switches.items():
         ports = tuple(Port(port=pa, intf=f"{sw}-eth{pa}", peer=b, peer_mac=mac_of(b, pb),
-                           rate_mbps=ln.rate_mbps, queue_depth_pkts=ln.queue_depth_pkts)
+                           rate_mbps=ln.rate_mbps, queue_depth_pkts=ln.queue_depth_pkts, host_nic=b in hosts)
                       for pa, b, pb, ln in sorted(adjacency[sw], key=lambda t: t[0]))
         routes = []
         for h in sorted(hosts, key=_natural):

@@ -55,6 +55,7 @@ _Static_assert(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is
 
 typedef struct Pkt {
     double t_enq;
+    double in_tx;     /* transmission time on the host link it came in on (queues.py IN_TX) */
     uint32_t len;
     uint32_t enq_depth;
     int16_t tel;
@@ -75,6 +76,7 @@ typedef struct {
     Ring q[N_QUEUES];
     uint32_t backlog;
     double byte_time, pkt_time, t_free, max_lag, delay, loss;
+    double in_byte_time;  /* host_nic: the host link's time per byte of an arriving frame, else 0 */
     int unlimited;
     Ring flight;      /* packets on the emulated wire */
     double *due;      /* due time of flight items, same indexing */
@@ -423,7 +425,7 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
             record_delay(e, wait_us);
             egress(e, port, p, wait_us);
             if (pt->loss > 0 && rng_unit(e) < pt->loss) { pt->lost++; free(p); continue; }
-            double due = end + pt->delay;
+            double due = end + pt->delay + p->in_tx;  /* the flight ring stays in order, as a wire does */
             if (due > now || pt->flight.count) {
                 if (pt->flight.count == pt->flight.cap && ring_grow(&pt->flight, &pt->due) < 0) { pt->tx_errors++; free(p); continue; }
                 pt->due[(pt->flight.head + pt->flight.count) % pt->flight.cap] = due;
@@ -484,7 +486,8 @@ static int transmit(Engine *e, Port *pt) {
 
 /* --- receive ----------------------------------------------------------------------------------- */
 
-static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int port, int qid, int tel, double now) {
+static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int port, int qid, int tel, double now,
+                    double in_tx) {
     Port *pt = &e->ports[port];
     Ring *q = &pt->q[qid];
     if (!pt->used || q->count >= pt->depth) {
@@ -495,6 +498,7 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int 
     Pkt *p = malloc(sizeof(Pkt) + n);
     if (!p) { pt->overflow++; e->occupancy[port * N_QUEUES + qid]--; return; }
     p->t_enq = now;
+    p->in_tx = in_tx;
     p->len = n;
     p->enq_depth = q->count;  /* enq_qdepth: this packet's own priority queue, as bmv2 counts */
     p->tel = (int16_t)tel;
@@ -527,7 +531,7 @@ static int receive(Engine *e, Port *pt, double now) {
         if (pt->pcap) pcap_write(pt->pcap, f, len);
         if (truncated) { pt->truncated++; drop(e, DROP_PARSER_ERROR, len); continue; }
         int oport, qid, color, tel;
-        if (ingress(e, f, len, &oport, &qid, &color, &tel)) enqueue(e, slot, f, len, oport, qid, tel, now);
+        if (ingress(e, f, len, &oport, &qid, &color, &tel)) enqueue(e, slot, f, len, oport, qid, tel, now, len * pt->in_byte_time);
     }
     return n;
 }
@@ -716,12 +720,14 @@ static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* add_port(port, fd, rate_bps, rate_pps, depth, delay_s, loss, max_lag_s, pcap_path or None) */
+/* add_port(port, fd, rate_bps, rate_pps, depth, delay_s, loss, max_lag_s, pcap_path or None, host_nic) */
 static PyObject *Engine_add_port(Engine *e, PyObject *args) {
     int port, fd, depth;
     double bps, pps, delay, loss, lag;
     const char *pcap = NULL;
-    if (!PyArg_ParseTuple(args, "iiddiddd|z", &port, &fd, &bps, &pps, &depth, &delay, &loss, &lag, &pcap)) return NULL;
+    int host_nic = 0;
+    if (!PyArg_ParseTuple(args, "iiddiddd|zp", &port, &fd, &bps, &pps, &depth, &delay, &loss, &lag, &pcap, &host_nic))
+        return NULL;
     if (port < 0 || port >= MAX_PORTS || e->ports[port].used || depth < 1) {
         PyErr_Format(PyExc_ValueError, "bad or duplicate port %d", port);
         return NULL;
@@ -736,6 +742,7 @@ static PyObject *Engine_add_port(Engine *e, PyObject *args) {
     pt->pkt_time = (bps <= 0 && pps > 0) ? 1.0 / pps : 0;
     pt->unlimited = bps <= 0 && pps <= 0;
     pt->delay = delay; pt->loss = loss; pt->max_lag = lag;
+    pt->in_byte_time = host_nic ? pt->byte_time : 0;  /* bit rate only, as queues.py */
     if (pcap) {
         pt->pcap = fopen(pcap, "wb");
         if (!pt->pcap) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, pcap);

@@ -131,7 +131,7 @@ class PyEngine:
             depth = len(ep.queues[qid])  # enq_qdepth: this packet's own priority queue, as bmv2 counts
             if self.debug:
                 print(f"port {p.num} len {ln} -> port {eport} q{qid} c{color} depth {depth}", file=sys.stderr)
-            if not ep.enqueue([f, vnet, qid, tel, now, depth], qid):
+            if not ep.enqueue([f, vnet, qid, tel, now, depth, ln * p.egress.ingress_byte_time], qid):
                 pipe.occupancy[eport * 8 + qid] -= 1  # admitted, but it never got a slot
         return n
 

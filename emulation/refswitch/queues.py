@@ -7,6 +7,10 @@ fell behind gets at most `max_lag_s` of catch-up, so a late wake-up never become
 On a rate-limited port a packet reaches the next hop at the end of its slot (then the propagation
 delay), as on a store-and-forward link: each hop adds the packet's own transmission time, which
 ns-3's point-to-point links add too and which sets the latency of short messages on an idle path.
+The host's own link is the host's NIC shaper (HTB), which lets a frame go when its slot starts: a
+frame that came in on a `host_nic` port carries that link's transmission time too, added to its
+arrival at the next hop (on an idle path exactly the host link's store-and-forward delay; in a
+paced burst too, as the shaper spaces the frames by that time).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from collections import deque
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, PortConfig
 
-# A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth]
-# (enq_qdepth: packets ahead of it in its own priority queue when it was enqueued)
-FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH = range(6)
+# A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth,
+# in_tx] (enq_qdepth: packets ahead of it in its own priority queue when it was enqueued; in_tx: its
+# transmission time on the host link it came in on, 0 from a switch, PortConfig.host_nic)
+FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH, IN_TX = range(7)
 
 
 class EgressPort:
@@ -30,6 +35,7 @@ class EgressPort:
         self.backlog = 0  # packets in all 8 queues
         self.byte_time = 8.0 / cfg.rate_bps if cfg.rate_bps else None
         self.pkt_time = 1.0 / cfg.rate_pps if cfg.rate_pps else None
+        self.ingress_byte_time = (self.byte_time or 0.0) if cfg.host_nic else 0.0  # bit rate only
         self.unlimited = self.byte_time is None and self.pkt_time is None
         self.t_free = 0.0
         self.max_lag_s = max_lag_s
@@ -89,7 +95,7 @@ class EgressPort:
             if self.loss and self.rng.random() < self.loss:
                 self.lost_pkts += 1
                 continue
-            due = end + self.delay_s
+            due = end + self.delay_s + pkt[IN_TX]  # the delay line stays in order, as a wire does
             if due > now or self.in_flight:
                 self.in_flight.append((due, pkt))
             else:

@@ -153,7 +153,7 @@ class Switch:
             if self.engine_name == "c":
                 self.engine.add_port(cfg.port, sock.fileno(), cfg.rate_bps or 0.0, cfg.rate_pps or 0.0,
                                      cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS, cfg.delay_us / 1e6, cfg.loss,
-                                     MAX_LAG_S, pcap)
+                                     MAX_LAG_S, pcap, cfg.host_nic)
             else:
                 self.engine.add_port(cfg, sock, pcap)
         if self.opts.samples_path:
