@@ -258,11 +258,11 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     if mbps is not None and pps is not None:
         raise RuntimeFileError(f"{where}: rate_mbps and rate_pps are alternatives: give one")
     depth = _number(raw, "queue_depth_pkts", where, DEFAULT_QUEUE_DEPTH_PKTS, 1)
+    if depth is not None and int(depth) != depth:
+        raise RuntimeFileError(f"{where}: queue_depth_pkts must be an integer, got {depth!r}")
     host_nic = raw.get("host_nic", False)
     if not isinstance(host_nic, bool):
         raise RuntimeFileError(f"{where}: host_nic must be true or false, got {host_nic!r}")
-    if depth is not None and int(depth) != depth:
-        raise RuntimeFileError(f"{where}: queue_depth_pkts must be an integer, got {depth!r}")
     return PortConfig(port=port, intf=intf, peer=peer, rate_mbps=mbps, rate_pps=pps,
                       queue_depth_pkts=None if depth is None else int(depth),
                       delay_us=_number(raw, "delay_us", where, 0, 0), loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),

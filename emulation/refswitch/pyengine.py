@@ -110,6 +110,7 @@ class PyEngine:
         pipe = self.pipeline
         ingress = pipe.ingress
         ports = self.ports
+        in_byte_time = p.egress.ingress_byte_time  # the host link's, on a host_nic port
         for i in range(n):
             f, vnet, truncated = sock.frame(i)
             ln = len(f)
@@ -131,7 +132,7 @@ class PyEngine:
             depth = len(ep.queues[qid])  # enq_qdepth: this packet's own priority queue, as bmv2 counts
             if self.debug:
                 print(f"port {p.num} len {ln} -> port {eport} q{qid} c{color} depth {depth}", file=sys.stderr)
-            if not ep.enqueue([f, vnet, qid, tel, now, depth, ln * p.egress.ingress_byte_time], qid):
+            if not ep.enqueue([f, vnet, qid, tel, now, depth, ln * in_byte_time], qid):
                 pipe.occupancy[eport * 8 + qid] -= 1  # admitted, but it never got a slot
         return n
 
