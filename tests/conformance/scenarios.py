@@ -96,11 +96,13 @@ SCENARIOS = [
     },
     {
         "name": "tail_drop_fifo",
-        "runtime": {"classify": False, "port_cfg": {2: {"rate_pps": 200}}},
+        # 100 pps: what the port sends while the burst is still going in comes on top of qmax + 1;
+        # at 200 pps bmv2 once let 68 out (1 of 5 CI runs, not reproduced alone or under load)
+        "runtime": {"classify": False, "port_cfg": {2: {"rate_pps": 100}}},
         "send": [{"port": 1, "n": 90, "frame": {"kind": "dlcp", "dst": DST, "prio": 5, "drop_prec": 3}}],
         # fifo: no classify entries, so everything is queue 0, color 0: only qmax (64) drops
         "expect": {"out": {2: 65}, "tol": 2, "queues": {"2,0,0": {"admitted_pkts": 65, "tail_drop_pkts": 25}}},
-        "settle_s": 0.5,
+        "settle_s": 0.9,  # 65 frames at 100 pps, and some margin
     },
     {
         "name": "spray_round_robin",
