@@ -127,10 +127,17 @@ def build_parser() -> argparse.ArgumentParser:
     profile_cmd.add_parser(sub)
 
     c = sub.add_parser("compare", help="compare runs against the first (baseline): compare.md/.html/.json",
-                       description="Side-by-side metrics of runs with ratios against the first run.")
-    c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the baseline")
+                       description="Side-by-side metrics of runs with ratios against the first run; or, given "
+                                   "results directories of `dlcp run --repeat` (one or several, pooled), their "
+                                   "variants over all their pairs with 95%% confidence intervals.")
+    c.add_argument("run_dirs", nargs="+", metavar="DIR",
+                   help="run directories (the first is the baseline), repeat groups (results/T-NAME/VARIANT), "
+                        "or results directories of repeated runs (results/T-NAME) to pool")
     c.add_argument("--out", help="output directory (default: the runs' common parent directory if they "
-                                 "share one, else the current directory)")
+                                 "share one, else the current directory; several pooled results directories: "
+                                 "pooled-FIRST+N beside them)")
+    c.add_argument("--baseline", metavar="VARIANT",
+                   help="with results directories: the baseline variant (default: the one their compare.json names)")
     c.set_defaults(func=report_cmds.cmd_compare)
     return ap
 

@@ -36,12 +36,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    if len(args.run_dirs) < 2:
-        print("dlcp compare: give at least two run directories (the first is the baseline)", file=sys.stderr)
-        return 2
     try:
-        path = compare_runs(args.run_dirs, args.out, echo=True)
-    except NotARunDirectory as e:
+        path = compare_runs(args.run_dirs, args.out, echo=True, baseline=args.baseline)
+    except ValueError as e:  # NotARunDirectory too
         print(f"dlcp compare: {e}", file=sys.stderr)
         return 2
     except OSError as e:

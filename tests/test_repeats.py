@@ -180,6 +180,66 @@ def test_repeat_groups_and_single_runs_do_not_mix(groups, tmp_path):
         compare_runs([fifo, single], tmp_path)
 
 
+# --- several series pooled -------------------------------------------------------------------------------
+
+def write_series(root: pathlib.Path, reps: int, recorded: bool = True) -> pathlib.Path:
+    """What `dlcp run --policies fifo,dlcp --repeat N` leaves: both groups, and its compare.json."""
+    write_group(root, "dlcp", reps, time_scale=2)
+    write_group(root, "fifo", reps)
+    if recorded:
+        compare_runs([root / "fifo", root / "dlcp"], root)
+    return root
+
+
+def test_series_pool_into_one_comparison_over_all_their_pairs(tmp_path, capsys):
+    a, b = write_series(tmp_path / "s1", 3), write_series(tmp_path / "s2", 2)
+    own = (a / "compare.json").read_text()
+    html = compare_runs([a, b], echo=True)
+    out = tmp_path / "pooled-s1+1"
+    assert html == out / "compare.html" and (a / "compare.json").read_text() == own  # a series' own is kept
+    data = json.loads((out / "compare.json").read_text())
+    # the baseline comes from the series' own comparison, though "dlcp" sorts first
+    assert data["baseline"] == "fifo" and [v["name"] for v in data["variants"]] == ["fifo", "dlcp"]
+    assert data["n_pairs"] == 5 and data["series"] == ["s1", "s2"]
+    assert data["pair_labels"] == ["s1/rep1", "s1/rep2", "s1/rep3", "s2/rep1", "s2/rep2"]
+    r = data["ratios"]["mct_p99"]
+    assert r["n_pairs"] == 5 and r["point"] == pytest.approx(2.0) and r["verdict"] == "slower"
+    assert "5 pairs from 2 series" in capsys.readouterr().out
+    md = (out / "compare.md").read_text()
+    assert "over 2 series pooled here" in md and "| s2/rep2 |" in md
+    # fewer than 5 pairs in each series alone: no interval there, one when pooled
+    assert json.loads(own)["ratios"]["mct_p99"]["ci95"] is None
+
+
+def test_one_series_compares_its_variants_in_place(tmp_path):
+    a = write_series(tmp_path / "s1", 5)
+    assert compare_runs([a], baseline="dlcp") == a / "compare.html"
+    data = json.loads((a / "compare.json").read_text())
+    assert data["baseline"] == "dlcp" and data["pair_labels"][0] == "rep1"
+    assert data["ratios"]["mct_p99"]["point"] == pytest.approx(0.5)
+
+
+def test_pooling_says_what_it_cannot_do(tmp_path):
+    bare = write_series(tmp_path / "bare", 3, recorded=False)
+    with pytest.raises(ValueError, match="give --baseline \\(one of dlcp, fifo\\)"):
+        compare_runs([bare])
+    with pytest.raises(ValueError, match="--baseline pfabric: not a variant of every series"):
+        compare_runs([bare], baseline="pfabric")
+    with pytest.raises(ValueError, match="fifo: not a results directory of repeated runs .* like the others"):
+        compare_runs([bare, bare / "fifo"])
+    with pytest.raises(ValueError, match="--baseline picks a variant"):
+        compare_runs([bare / "fifo", bare / "dlcp"], baseline="fifo")
+
+
+def test_pairs_of_one_seed_on_a_deterministic_backend_are_not_counted_twice(tmp_path):
+    a, b = write_series(tmp_path / "a", 3), write_series(tmp_path / "b", 3)
+    for meta in tmp_path.glob("*/*/rep*/meta.json"):
+        m = json.loads(meta.read_text())
+        meta.write_text(json.dumps({**m, "backend": "ns3", "seed": int(meta.parent.name[3:])}))
+    with pytest.raises(ValueError, match="a/rep1 and b/rep1 both ran seed 1 on ns3"):
+        compare_runs([a, b])
+
+
 # --- dilation, warm-up and keep-up in reports ----------------------------------------------------------
 
 def _set_config(run: pathlib.Path, extra: str) -> None:

@@ -13,6 +13,7 @@ from dlcp.reporting.load import NotARunDirectory, RunData, load_run
 from dlcp.reporting.render import Doc, fmt
 from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.runreport import write_outputs
+from dlcp.reporting.series import compare_series, is_series
 from dlcp.reporting.side_by_side import image_of, side_by_side_sections
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, min_samples, quantile_of, ratio
 from dlcp.reporting.steady import undilated
@@ -212,13 +213,24 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
 
 
 def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path | None = None,
-                 echo: bool = False) -> pathlib.Path:
+                 echo: bool = False, baseline: str | None = None) -> pathlib.Path:
     """Compare runs (the first is the baseline); write compare.json, compare.md, compare.html and
     plots/compare_*.png into out_dir (default: see `default_out_dir`) and return compare.html's path.
-    With echo, print the compact table to stdout. Run directories are only read."""
+    With echo, print the compact table to stdout. Run directories are only read.
+
+    Results directories of `dlcp run --repeat` (series) are compared variant against variant over
+    the pairs of all of them (dlcp/reporting/series.py); `baseline` names the baseline variant."""
     paths = [pathlib.Path(p) for p in run_dirs]
     if not paths:
         raise ValueError("compare: no run directories given")
+    if any(is_series(p) for p in paths):
+        return compare_series(paths, pathlib.Path(out_dir) if out_dir is not None else None, baseline, echo)
+    if baseline is not None:
+        raise ValueError("--baseline picks a variant of results directories of repeated runs; among run "
+                         "directories the first is the baseline")
+    if len(paths) < 2:
+        raise ValueError("give at least two run directories (the first is the baseline), or results "
+                         "directories of repeated runs")
     groups = [is_repeat_group(p) for p in paths]
     if any(groups):
         if not all(groups):

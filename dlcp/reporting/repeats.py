@@ -63,22 +63,28 @@ class RunSample:
     kept_up: bool
     flags: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    series: str = ""  # the results directory (series) the run belongs to
+    backend: str | None = None
+
+    def pair_label(self, pooled: bool) -> str:
+        return f"{self.series}/rep{self.rep}" if pooled else f"rep{self.rep}"
 
 
-def sample_of(rep: int, path: pathlib.Path) -> RunSample:
+def sample_of(rep: int, path: pathlib.Path, series: str = "") -> RunSample:
     run = undilated(load_run(path))
     s = summarise(run)
-    series = steady_iteration_series(run)
+    steady = steady_iteration_series(run)
     loss, sw = s["loss"], s["switch"]["totals"]
     return RunSample(
         rep=rep, path=path, seed=(run.meta or {}).get("seed", (run.config or {}).get("seed")),
-        arrays={"mct": steady_sender_rows(run).col("mct_us") / 1e3, "iteration": series.iteration_us / 1e3,
-                "comm": series.comm_us / 1e3},
+        arrays={"mct": steady_sender_rows(run).col("mct_us") / 1e3, "iteration": steady.iteration_us / 1e3,
+                "comm": steady.comm_us / 1e3},
         scalars={"pkts": loss["pkts"], "lost_pkts": loss["lost_pkts"], "retx_pkts": loss["retx_pkts"],
                  "forced": loss["forced"], "protected_lost": loss["protected_lost"],
                  "early_drop_pkts": sw["early_drop_pkts"], "tail_drop_pkts": sw["tail_drop_pkts"],
                  "final_accuracy": s["training"]["final_accuracy"], "training_wall_s": s["training"]["wall_time_s"]},
-        kept_up=s["keep_up"]["ok"], flags=s["keep_up"]["flags"], problems=s["problems"])
+        kept_up=s["keep_up"]["ok"], flags=s["keep_up"]["flags"], problems=s["problems"], series=series,
+        backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")))
 
 
 # --- metrics over sets of runs -------------------------------------------------------------------
@@ -185,21 +191,25 @@ def ratio_entry(m: PooledMetric, base: list[RunSample], runs: list[RunSample]) -
                                  "n_pairs": geo.n_pairs}}
 
 
-def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]]) -> tuple[list[int], list[str]]:
+def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]], series: str = "") -> tuple[list[int], list[str]]:
     """Repeat indices present in every variant, and a note for each left out."""
     sets = {name: {i for i, _ in reps} for name, reps in groups.items()}
     common = sorted(set.intersection(*sets.values()))
-    notes = [f"{name}: rep{i} has no partner in every variant (left out)"
+    where = f"{series}/" if series else ""
+    notes = [f"{where}{name}: rep{i} has no partner in every variant (left out)"
              for name, s in sets.items() for i in sorted(s - set(common))]
     return common, notes
 
 
 def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: list[str]) -> dict:
     base = samples[names[0]]
+    series = list(dict.fromkeys(r.series for r in base))
+    pooled = len(series) > 1
     variants = []
     for name in names:
         runs = samples[name]
-        entry = {"name": name, "runs": [{"rep": r.rep, "seed": r.seed, "dir": str(r.path), "kept_up": r.kept_up,
+        entry = {"name": name, "runs": [{"rep": r.rep, "series": r.series, "pair": r.pair_label(pooled),
+                                         "seed": r.seed, "dir": str(r.path), "kept_up": r.kept_up,
                                          "keep_up_flags": r.flags, "protected_lost": r.scalars["protected_lost"],
                                          "problems": r.problems} for r in runs],
                  "values": {m.key: variant_values(m, runs) for m in METRICS}}
@@ -207,7 +217,8 @@ def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: l
             entry["ratios"] = {m.key: ratio_entry(m, base, runs) for m in METRICS}
         variants.append(entry)
     return {"kind": "repeats", "baseline": names[0], "n_pairs": len(base), "pairs": [r.rep for r in base],
-            "seeds": [r.seed for r in base], "method": METHOD_TEXT, "confidence": CONFIDENCE,
+            "series": series, "pair_series": [r.series for r in base],
+            "pair_labels": [r.pair_label(pooled) for r in base], "seeds": [r.seed for r in base], "method": METHOD_TEXT, "confidence": CONFIDENCE,
             "resamples": RESAMPLES, "min_pairs": MIN_PAIRS, "percentile_method": PERCENTILE_METHOD_TEXT,
             "min_samples_rule": MIN_SAMPLES_RULE, "notes": notes,
             "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "better": m.better} for m in METRICS],
@@ -277,13 +288,20 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
         bad = [r for r in v["runs"] if not r["kept_up"]]
         if bad:
             doc.warn(f"{v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up: "
-                     + " | ".join(f"rep{r['rep']}: " + "; ".join(r["keep_up_flags"]) for r in bad))
+                     + " | ".join(f"{r['pair']}: " + "; ".join(r["keep_up_flags"]) for r in bad))
         lost = [r for r in v["runs"] if r["protected_lost"]]
         if lost:
             doc.warn(f"{v['name']}: protected packets lost in {len(lost)} run(s) (must be 0): "
-                     + ", ".join(f"rep{r['rep']}: {r['protected_lost']}" for r in lost))
-    doc.p(f"Each variant ran {data['n_pairs']} times, in pairs with the baseline (pair i: seed {data['seeds'][0]} + i - 1, "
-          "the same for every variant, runs interleaved a1 b1 a2 b2 ...). Values pool every run of a variant: "
+                     + ", ".join(f"{r['pair']}: {r['protected_lost']}" for r in lost))
+    if len(data["series"]) > 1:
+        runs_text = (f"Each variant ran {data['n_pairs']} times, in pairs with the baseline, over {len(data['series'])} "
+                     "series pooled here (each a `dlcp run --repeat`: rep i of a series is one pair, its runs "
+                     "interleaved with the same seed; pairs of different series are different pairs even where their "
+                     "seeds are the same). ")
+    else:
+        runs_text = (f"Each variant ran {data['n_pairs']} times, in pairs with the baseline (pair i: seed "
+                     f"{data['seeds'][0]} + i - 1, the same for every variant, runs interleaved a1 b1 a2 b2 ...). ")
+    doc.p(runs_text + "Values pool every run of a variant: "
           "percentiles over all their samples after warm-up (n = samples), fractions as sums, counts and accuracy "
           f"as means per run. Confidence interval: {data['method']} Verdict: faster / slower (lower / higher) when "
           "the interval lies wholly below / above 1, otherwise no significant difference.")
@@ -296,20 +314,19 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
         doc.p(f"{v['name']} ÷ {data['baseline']} in each pair (a run's own percentile only where it has enough "
               "samples on its own).")
         doc.table(["pair", "seed"] + [labels[k] for k in keys],
-                  [[f"rep{rep}", str(seed)] + ["–" if (pp := v["ratios"][k]["per_pair"]) is None or pp[i] is None
-                                               else f"{pp[i]:.3g}×" for k in keys]
-                   for i, (rep, seed) in enumerate(zip(data["pairs"], data["seeds"]))])
+                  [[label, str(seed)] + ["–" if (pp := v["ratios"][k]["per_pair"]) is None or pp[i] is None
+                                         else f"{pp[i]:.3g}×" for k in keys]
+                   for i, (label, seed) in enumerate(zip(data["pair_labels"], data["seeds"]))])
     cdf = plots.mct_cdf({n: np.concatenate([r.arrays["mct"] for r in samples[n]]) * 1e3 for n in names},
                         "CDF of MCT, every run of a variant pooled (after warm-up)")
     doc.image(Image("plots/compare_mct_cdf.png", "pooled MCT CDFs", plots.png_bytes(cdf)) if cdf is not None else None)
-    first = data["pairs"][0]
-    doc.h(f"The first pair side by side (rep{first})")
+    doc.h(f"The first pair side by side ({data['pair_labels'][0]})")
     doc.p("Each variant's run of the first pair: its switch drops, iteration times and queue timeline. Every run "
           "has its own report.html (directories below).")
     side_by_side_sections(doc, names, [undilated(load_run(samples[n][0].path, n)) for n in names])
     doc.h("Runs")
     doc.table(["variant", "pair", "seed", "kept up", "directory"],
-              [[v["name"], f"rep{r['rep']}", str(r["seed"]), "yes" if r["kept_up"] else "NO", r["dir"]]
+              [[v["name"], r["pair"], str(r["seed"]), "yes" if r["kept_up"] else "NO", r["dir"]]
                for v in data["variants"] for r in v["runs"]])
     if data["notes"]:
         doc.bullets(data["notes"])
@@ -317,22 +334,32 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
     return doc
 
 
-def load_groups(paths: list[pathlib.Path], names: list[str]) -> tuple[dict[str, list[RunSample]], list[str]]:
+def load_groups(paths: list[pathlib.Path], names: list[str], series: str = "") \
+        -> tuple[dict[str, list[RunSample]], list[str]]:
+    """The paired runs of repeat groups (one per variant, in `names` order) and notes on what was left out."""
     groups = {name: repeat_dirs(p) for name, p in zip(names, paths)}
-    common, notes = pair_runs(groups)
-    samples = {name: [sample_of(i, p) for i, p in reps if i in common] for name, reps in groups.items()}
+    common, notes = pair_runs(groups, series)
+    samples = {name: [sample_of(i, p, series) for i, p in reps if i in common] for name, reps in groups.items()}
     return samples, notes
 
 
 def compare_repeats(paths: list[pathlib.Path], names: list[str], out: pathlib.Path, echo: bool = False) -> pathlib.Path:
     """Compare repeat groups (the first is the baseline); write compare.json/.md/.html into `out`."""
-    samples, notes = load_groups(paths, names)
+    series = {p.resolve().parent.name for p in paths}
+    samples, notes = load_groups(paths, names, series.pop() if len(series) == 1 else "")
+    return write_comparison(names, samples, notes, out, echo)
+
+
+def write_comparison(names: list[str], samples: dict[str, list[RunSample]], notes: list[str], out: pathlib.Path,
+                     echo: bool = False) -> pathlib.Path:
+    """compare.json/.md/.html of paired runs into `out` (and the terminal table with echo); compare.html's path."""
     if not samples[names[0]]:
-        raise ValueError("compare: the repeat groups have no repeat index in common")
+        raise ValueError("the repeat groups have no repeat index in common")
     data = compare_data(names, samples, notes)
     written = write_outputs(out, build_doc(data, samples), data, json_name="compare.json", stem="compare")
     if echo:
-        print(f"baseline: {data['baseline']}; {data['n_pairs']} pairs; ratio = variant / baseline, 95% CI by "
+        over = f" from {len(data['series'])} series" if len(data["series"]) > 1 else ""
+        print(f"baseline: {data['baseline']}; {data['n_pairs']} pairs{over}; ratio = variant / baseline, 95% CI by "
               "bootstrap over pairs")
         header, rows = table_rows(data, TERMINAL_METRICS)
         print(format_table([dict(zip(header, r)) for r in rows]))
