@@ -1,4 +1,8 @@
-"""`dlcp report` and `dlcp compare`: arguments in, dlcp.reporting called, one-line errors out."""
+"""`dlcp report` and `dlcp compare`: arguments in, dlcp.reporting called, one-line errors out.
+
+dlcp.reporting (matplotlib, scipy: ~2 s) is imported when one of them runs, not with the `dlcp`
+command: every `dlcp run` and each simulated run of a series would pay for it.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,10 @@ import argparse
 import pathlib
 import sys
 
-from dlcp.reporting.compare import compare_runs
-from dlcp.reporting.load import NotARunDirectory
-from dlcp.reporting.runreport import headline_lines, protected_warning, report_run
-
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from dlcp.reporting.load import NotARunDirectory
+    from dlcp.reporting.runreport import headline_lines, protected_warning, report_run
     run_dir = pathlib.Path(args.run_dir)
     out = pathlib.Path(args.out) if args.out else run_dir
     try:
@@ -36,6 +38,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from dlcp.reporting.compare import compare_runs
     try:
         path = compare_runs(args.run_dirs, args.out, echo=True, baseline=args.baseline)
     except ValueError as e:  # NotARunDirectory too

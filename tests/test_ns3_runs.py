@@ -65,9 +65,34 @@ def _run(tmp_path: Path, text: str, name: str, *sets: str) -> Path:
     return run_experiment(cfg, tmp_path / name, *sets)
 
 
+def _series(tmp_path: Path, text: str, *args: str) -> tuple[Path, str]:
+    """`dlcp run CFG ARGS --out OUT` (several runs, each forked from one process); the results
+    directory and the command's stderr."""
+    cfg = tmp_path / "series.toml"
+    cfg.write_text(text)
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), *args, "--out", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (results,) = out.iterdir()
+    return results, p.stderr
 
-def test_ps_run_records_like_an_emulated_run(tmp_path):
-    run = _run(tmp_path, PS, "ps")
+
+# Simulated runs that several tests read (each run pays a process and ns-3's load)
+@pytest.fixture(scope="module")
+def ps_run(tmp_path_factory) -> Path:
+    """PS, policy dlcp, seed 1, in a process of its own."""
+    return _run(tmp_path_factory.mktemp("ps"), PS, "ps")
+
+
+@pytest.fixture(scope="module")
+def ps_pairs(tmp_path_factory) -> tuple[Path, str]:
+    """PS as `--policies fifo,dlcp --repeat 2`: four runs forked from one process."""
+    return _series(tmp_path_factory.mktemp("pairs"), PS, "--policies", "fifo,dlcp", "--repeat", "2")
+
+
+def test_ps_run_records_like_an_emulated_run(ps_run):
+    run = ps_run
     meta = json.loads((run / "meta.json").read_text())
     assert meta["backend"] == "ns3" and meta["clock"] == "simulated" and meta["status"] == "ok"
     assert meta["simulation"]["iterations_done"] == 4 and meta["simulation"]["events"] > 0
@@ -125,10 +150,12 @@ def assert_steps_in_lockstep(sends: list[dict]) -> None:
             assert int(steps[s]["start_us"]) >= int(steps[s - 1]["complete_us"]), (key, s)
 
 
-def test_same_seed_same_run(tmp_path):
-    a, b = _run(tmp_path, PS, "a"), _run(tmp_path, PS, "b")
+def test_same_seed_same_run(ps_run, ps_pairs):
+    """A run of its own and the same run forked from a series' process (dlcp, seed 1) are the same
+    run: a fork starts from the state a fresh process reaches."""
+    results, _ = ps_pairs
     for f in ("h1-iterations.csv", "h3-messages.csv"):
-        assert (a / "records" / f).read_text() == (b / "records" / f).read_text()
+        assert (ps_run / "records" / f).read_text() == (results / "dlcp" / "rep1" / "records" / f).read_text()
 
 
 def test_sweep_runs_points_in_parallel_into_fixed_directories(tmp_path):
@@ -150,7 +177,8 @@ def test_jumbo_links_carry_the_same_ring_in_fewer_packets(tmp_path):
     """links.mtu = 9000: data packets carry 2225 values instead of 350, so the same ring all-reduce
     crosses the switches in far fewer packets and trains exactly the same way."""
     big = RING.replace("iterations = 3", "iterations = 3\nlayers = [400000]")  # 100,000-value ring chunks
-    std, jumbo = _run(tmp_path, big, "std"), _run(tmp_path, big, "jumbo", "links.mtu=9000")
+    results, _ = _series(tmp_path, big, "--vary", "links.mtu=1500,9000")
+    std, jumbo = results / "1500", results / "9000"
     for run, pkts in ((std, 286), (jumbo, 45)):  # ceil(100000 / 350), ceil(100000 / 2225)
         sends = [r for r in read_csv(run / "records" / "h1-messages.csv") if r["side"] == "sender"]
         assert {int(r["pkts"]) for r in sends} == {pkts} and all(r["lost_pkts"] == "0" for r in sends)
@@ -176,18 +204,12 @@ def test_bench_sim_prints_its_figures_per_worker_count():
     assert row["switch_pkts"] > 0 and row["peak_rss_mb"] > 0 and row["wall_s"] > 0
 
 
-def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(tmp_path):
+def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(ps_pairs):
     """`--policies fifo,dlcp --repeat 2` on ns-3: fifo/rep1, dlcp/rep1 (seed 1), fifo/rep2, dlcp/rep2
     (seed 2), then a comparison over the pairs, as on the emulated backends."""
-    cfg = tmp_path / "ps.toml"
-    cfg.write_text(PS.replace("iterations = 4", "iterations = 2"))
-    out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--policies", "fifo,dlcp", "--repeat", "2",
-                        "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    order = [ln.split("[")[1].split("]")[0] for ln in p.stderr.splitlines() if ln.startswith("dlcp run: tiny-ps [")]
+    results, stderr = ps_pairs
+    order = [ln.split("[")[1].split("]")[0] for ln in stderr.splitlines() if ln.startswith("dlcp run: tiny-ps [")]
     assert order == ["fifo rep 1, seed 1", "dlcp rep 1, seed 1", "fifo rep 2, seed 2", "dlcp rep 2, seed 2"]
-    (results,) = out.iterdir()
     for policy in ("fifo", "dlcp"):
         for rep in (1, 2):
             meta = json.loads((results / policy / f"rep{rep}" / "meta.json").read_text())
