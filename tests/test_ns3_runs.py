@@ -7,8 +7,10 @@ repeat with the same seed. Skipped without the sim extra or without the transpor
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -217,3 +219,31 @@ def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(ps_pairs):
             assert f"seed = {rep}\n" in (results / policy / f"rep{rep}" / "config.toml").read_text()
     compare = json.loads((results / "compare.json").read_text())
     assert compare["pairs"] == [1, 2] and compare["seeds"] == [1, 2]
+
+
+def test_a_killed_series_stops_its_running_child_and_records_it(tmp_path):
+    """SIGTERM to `dlcp run --policies` (its runs are forked children): the running child is
+    interrupted, writes its meta.json as an error and is reaped; the series stops there."""
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(RING.replace("iterations = 3", "iterations = 100000").replace("timeout_s = 20", "timeout_s = 10000"))
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--policies", "fifo,dlcp", "--out",
+                          str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(out.glob("*/fifo/config.toml")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert p.poll() is None, p.communicate()[1][-3000:]
+        children = [int(c) for c in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+        assert len(children) == 1
+        time.sleep(2)  # into the simulation
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err[-3000:]
+    assert not Path(f"/proc/{children[0]}").exists()
+    (results,) = out.iterdir()
+    assert json.loads((results / "fifo" / "meta.json").read_text())["status"] == "error"
+    assert not (results / "dlcp").exists()

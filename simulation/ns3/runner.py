@@ -243,12 +243,17 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
         run_variant(cfg, target, name, with_report)
         return results
     load_once(with_report)
-    for i, (name, rep, cfg) in enumerate(runs):
-        target = results / name / f"rep{rep}" if rep else results / name
-        label = f"{name} rep {rep}, seed {cfg['seed']}" if rep else name
-        print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) on ns-3 -> {target}", file=sys.stderr)
-        if run_forked(cfg, target, name, with_report):
-            raise SimFailed(f"{label} failed (see above)")
+    # `kill` stops a series as Ctrl-C does: the running child is interrupted and reaped, not orphaned
+    previous = signal.signal(signal.SIGTERM, _interrupt_once)
+    try:
+        for i, (name, rep, cfg) in enumerate(runs):
+            target = results / name / f"rep{rep}" if rep else results / name
+            label = f"{name} rep {rep}, seed {cfg['seed']}" if rep else name
+            print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) on ns-3 -> {target}", file=sys.stderr)
+            if run_forked(cfg, target, name, with_report):
+                raise SimFailed(f"{label} failed (see above)")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     ran = list(dict.fromkeys(name for name, _, _ in runs))
     if with_report and len(ran) > 1:
         from dlcp.reporting import compare_runs
@@ -266,12 +271,14 @@ def load_once(with_report: bool) -> None:
 
 def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool) -> int:
     """`run_variant` in a forked child (ns-3's simulator is a singleton); the child's exit code.
-    Ctrl-C reaches the child too (one process group): wait for it to write its meta.json, then
-    stop it if it has not, and raise."""
+    The parent alone decides when to stop: the child ignores Ctrl-C (which the terminal sends to
+    both) and takes the parent's one SIGTERM as its interrupt, so it writes its meta.json once."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _interrupt_once)
         code = 1
         try:
             run_variant(cfg, run_dir, variant, with_report)
@@ -294,7 +301,14 @@ def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool) -> int
     return os.waitstatus_to_exitcode(status)
 
 
-def stop_child(pid: int, grace_s: float = 5.0) -> None:
+def _interrupt_once(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def stop_child(pid: int, grace_s: float = 10.0) -> None:
+    """Interrupt the child, give it `grace_s` to write what it has, then kill it."""
+    os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if os.waitpid(pid, os.WNOHANG)[0]:
