@@ -275,12 +275,15 @@ def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool) -> int
     both) and takes the parent's one SIGTERM as its interrupt, so it writes its meta.json once."""
     sys.stdout.flush()
     sys.stderr.flush()
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # none may land between the fork and the child's handlers
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, _interrupt_once)
         code = 1
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
             run_variant(cfg, run_dir, variant, with_report)
             code = 0
         except SimFailed as e:
@@ -294,6 +297,7 @@ def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool) -> int
             sys.stderr.flush()
             os._exit(code)
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
         _, status = os.waitpid(pid, 0)
     except BaseException:
         stop_child(pid)
