@@ -137,9 +137,8 @@ class DataplaneProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"dlcp: {subprocess.list2cmdline(self.cmdline)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.cmdline, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=procs.die_with_parent)  # noqa: PLW1509 (prctl only; main thread)
+            self.proc = subprocess.Popen(procs.dying_with_parent(self.cmdline), cwd=ROOT, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.record(self.proc.pid, "switch", self.name, self.cmdline)
         try:
             self._wait_ready()

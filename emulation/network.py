@@ -30,7 +30,7 @@ class DiesWithRun:
     namespace) gets the parent-death signal of emulation/procs.py, so it dies with the run."""
 
     def _popen(self, cmd, **params):
-        return super()._popen(cmd, preexec_fn=procs.die_with_parent, **params)
+        return super()._popen(procs.dying_with_parent(list(cmd)), **params)
 
 
 class DlcpHost(DiesWithRun, Host):

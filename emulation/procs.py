@@ -1,8 +1,8 @@
 """Processes started by runs: they die with the run, and are recorded on disk so `dlcp clean` can
-stop what a killed run's children left (there should be none; see `die_with_parent`).
+stop what a killed run's children left (there should be none; see `dying_with_parent`).
 
 Every long-lived process an experiment starts (Mininet node shells, switch processes, agents,
-traffic generators) is started with `die_with_parent` and recorded under STATE_DIR as one file per
+traffic generators) is started through `dying_with_parent` and recorded under STATE_DIR as one file per
 PID holding its command line; a clean stop forgets it. STATE_DIR is under /run (tmpfs, root-only),
 not /tmp: `mn -c` wipes /tmp/*.log and reboots wipe /run. Process facts (alive, start time, waiting
 for exits) come from psutil.
@@ -10,7 +10,6 @@ for exits) come from psutil.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -20,25 +19,30 @@ from pathlib import Path
 import psutil
 
 STATE_DIR = Path(os.environ.get("DLCP_STATE_DIR", "/run/dlcp/pids"))
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
-def die_with_parent() -> None:
-    """`preexec_fn` for subprocess.Popen: the child gets SIGKILL when the thread that started it
-    dies, however it dies (SIGKILL included), so a killed run leaves no process behind.
+# Prefix for a command line: the kernel sends the process SIGKILL when the thread that started it
+# dies (`dying_with_parent`).
+DIES_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
+
+
+def dying_with_parent(cmd: list[str]) -> list[str]:
+    """`cmd` run so that it gets SIGKILL when the thread that started it dies, however it dies
+    (SIGKILL included), so a killed run leaves no process behind.
 
     Why a parent-death signal and not a supervisor process: the kernel delivers it, with no extra
     process that could itself be killed first, and it survives the `mnexec` / `ip netns exec` /
     `exec` steps between the runner and the program (none of them forks or changes credentials,
     which would clear it). SIGKILL and not SIGTERM: the run is already gone, nobody reads what a
     graceful exit would write, and a process busy in native code must not outlive it. Caveat: the
-    signal follows the *thread* that forked, so runs start their processes from the main thread."""
-    parent = os.getppid()
-    if _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        os._exit(127)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(127)
+    signal follows the *thread* that forked, so runs start their processes from the main thread.
+
+    Why util-linux's `setpriv` sets it and not a `preexec_fn`: a `preexec_fn` makes Popen fork()
+    and run Python in the child, which runs every library's at-fork handlers there. With a
+    P4Runtime session open (bmv2 runs), gRPC's threads are live, and an agent started that way
+    died of SIGABRT in gRPC's poller before reaching exec. Without one, Popen starts the child
+    with vfork() and exec at once."""
+    return [*DIES_WITH_PARENT, *cmd]
 
 
 def _create_time(pid: int) -> float | None:
