@@ -18,6 +18,7 @@ Nothing here imports the P4Runtime/gRPC stack until a switch is started.
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 from pathlib import Path
@@ -101,10 +102,28 @@ def port_busy(port: int) -> bool:
 
 
 def free_port() -> int:
-    """A TCP port nothing holds right now (for switches that must not use the default ports)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port nothing holds right now (for switches that must not use the default ports), from
+    below the kernel's ephemeral range: a port from bind(0) is an ephemeral one, which any outgoing
+    connection (a P4Runtime or Thrift client, the readiness probes) may take as its own before the
+    switch listens on it."""
+    lo, _ = ephemeral_range()
+    for port in random.sample(range(max(1024, lo - 12000), lo), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free TCP port below the ephemeral range ({lo})")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """net.ipv4.ip_local_port_range (Linux's default 32768-60999 where it cannot be read)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def _listening(port: int) -> bool:
