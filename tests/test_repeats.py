@@ -5,6 +5,8 @@ warm-up left out, keep-up flags, the run plan of --repeat."""
 
 import json
 import pathlib
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -229,6 +231,13 @@ def test_pooling_says_what_it_cannot_do(tmp_path):
         compare_runs([bare, bare / "fifo"])
     with pytest.raises(ValueError, match="--baseline picks a variant"):
         compare_runs([bare / "fifo", bare / "dlcp"], baseline="fifo")
+    # the command says it in one line, and with --baseline it compares
+    cli = [sys.executable, "-m", "dlcp_cli", "compare", str(bare)]
+    p = subprocess.run(cli, capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1])
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "give --baseline (one of dlcp, fifo)" in p.stderr
+    p = subprocess.run(cli + ["--baseline", "fifo"], capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1])
+    assert p.returncode == 0, p.stderr
+    assert "dlcp vs fifo, MCT p99 (ms)" in p.stdout and (bare / "compare.json").exists()
 
 
 def test_pairs_of_one_seed_on_a_deterministic_backend_are_not_counted_twice(tmp_path):
