@@ -555,6 +555,10 @@ class ReceiverCore:
         out, self._out = self._out, []
         return out
 
+    def outputs_pending(self) -> int:
+        """How many outputs `take_outputs` would return now."""
+        return len(self._out)
+
     def stats(self) -> dict:
         return {"packets_received": self.totals["pkts_rcvd"], "bytes_received": self.totals["bytes_rcvd"],
                 "duplicates": self.totals["dups"], "messages_received": self.totals["msgs_rcvd"],
