@@ -9,7 +9,7 @@ import pathlib
 from dataclasses import dataclass
 
 from dlcp.reporting import plots
-from dlcp.reporting.load import NotARunDirectory, RunData, load_run
+from dlcp.reporting.load import NotARunDirectory, RunData, default_out_dir, load_run
 from dlcp.reporting.render import Doc, fmt
 from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.runreport import write_outputs
@@ -80,13 +80,6 @@ def run_names(paths: list[pathlib.Path]) -> list[str]:
     """Directory names; runs that share a name get their parent's name in front."""
     names = [p.resolve().name for p in paths]
     return [f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n for p, n in zip(paths, names)]
-
-
-def default_out_dir(paths: list[pathlib.Path]) -> pathlib.Path:
-    """The runs' parent directory when they all have the same one (results/<ts>-NAME/), else the
-    current directory."""
-    parents = {p.resolve().parent for p in paths}
-    return parents.pop() if len(parents) == 1 else pathlib.Path.cwd()
 
 
 def _refused(summary: dict, path: tuple) -> int | None:

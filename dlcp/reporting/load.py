@@ -93,6 +93,13 @@ def is_run_dir(path: pathlib.Path) -> bool:
     return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
 
 
+def default_out_dir(paths: list[pathlib.Path]) -> pathlib.Path:
+    """Where a comparison of these directories goes by default: their parent directory when they
+    all have the same one (results/<ts>-NAME/), else the current directory."""
+    parents = {p.resolve().parent for p in paths}
+    return parents.pop() if len(parents) == 1 else pathlib.Path.cwd()
+
+
 def check_run_dir(path: pathlib.Path) -> None:
     """Raise NotARunDirectory with a one-line reason (and a hint when it holds runs)."""
     if not path.exists():

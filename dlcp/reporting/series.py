@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from dlcp.reporting.load import NotARunDirectory, is_run_dir
+from dlcp.reporting.load import NotARunDirectory, default_out_dir, is_run_dir
 from dlcp.reporting.repeats import RunSample, is_repeat_group, load_groups, write_comparison
 
 # Backends whose runs a seed fixes exactly: two pairs with one seed are one pair counted twice.
@@ -107,9 +107,7 @@ def default_pooled_out(paths: list[pathlib.Path]) -> pathlib.Path:
     when they have no common parent), so no series' own comparison is overwritten."""
     if len(paths) == 1:
         return paths[0]
-    parents = {p.resolve().parent for p in paths}
-    where = parents.pop() if len(parents) == 1 else pathlib.Path.cwd()
-    return where / f"pooled-{series_labels(paths)[0]}+{len(paths) - 1}"
+    return default_out_dir(paths) / f"pooled-{series_labels(paths)[0]}+{len(paths) - 1}"
 
 
 def compare_series(paths: list[pathlib.Path], out: pathlib.Path | None = None, baseline: str | None = None,
