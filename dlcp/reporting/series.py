@@ -43,9 +43,10 @@ def recorded_order(path: pathlib.Path) -> list[str]:
     return [v["name"] for v in data["variants"] if isinstance(v, dict) and isinstance(v.get("name"), str)]
 
 
-def variant_order(paths: list[pathlib.Path], baseline: str | None) -> list[str]:
-    """The variants every series has, the baseline first. Raises ValueError with a one-line reason."""
-    groups = [series_groups(p) for p in paths]
+def variant_order(paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]],
+                  baseline: str | None) -> list[str]:
+    """The variants every series has (`groups`: each series' `series_groups`), the baseline first.
+    Raises ValueError with a one-line reason."""
     common = [name for name in groups[0] if all(name in g for g in groups[1:])]
     if len(common) < 2:
         raise ValueError(f"{paths[0]}: the series have fewer than two variants in common "
@@ -68,21 +69,23 @@ def series_labels(paths: list[pathlib.Path]) -> list[str]:
     return [f"{n}#{i + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)]
 
 
-def check_series_args(paths: list[pathlib.Path]) -> None:
-    """Every path must be a series; raise NotARunDirectory naming the first that is not."""
-    for p in paths:
-        if not is_series(p):
+def groups_of_series(paths: list[pathlib.Path]) -> list[dict[str, pathlib.Path]]:
+    """Each series' `series_groups`; raise NotARunDirectory naming the first path that is no series."""
+    groups = [series_groups(p) for p in paths]
+    for p, g in zip(paths, groups):
+        if not g:
             raise NotARunDirectory(f"{p}: not a results directory of repeated runs (variant/rep1, ...) like "
                                    "the others; pool series with series")
+    return groups
 
 
-def load_pooled(paths: list[pathlib.Path], names: list[str]) -> tuple[dict[str, list[RunSample]], list[str]]:
+def load_pooled(paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]], names: list[str]) \
+        -> tuple[dict[str, list[RunSample]], list[str]]:
     """The pairs of every series, series after series, and the notes on what was left out."""
     samples: dict[str, list[RunSample]] = {n: [] for n in names}
     notes: list[str] = []
-    for path, label in zip(paths, series_labels(paths)):
-        groups = series_groups(path)
-        got, left = load_groups([groups[n] for n in names], names, label)
+    for series, label in zip(groups, series_labels(paths)):
+        got, left = load_groups([series[n] for n in names], names, label)
         for n in names:
             samples[n] += got[n]
         notes += left
@@ -113,8 +116,8 @@ def default_pooled_out(paths: list[pathlib.Path]) -> pathlib.Path:
 def compare_series(paths: list[pathlib.Path], out: pathlib.Path | None = None, baseline: str | None = None,
                    echo: bool = False) -> pathlib.Path:
     """Compare the variants of one or more series over all their pairs; compare.html's path."""
-    check_series_args(paths)
-    names = variant_order(paths, baseline)
-    samples, notes = load_pooled(paths, names)
+    groups = groups_of_series(paths)
+    names = variant_order(paths, groups, baseline)
+    samples, notes = load_pooled(paths, groups, names)
     check_independent(samples)
     return write_comparison(names, samples, notes, out if out is not None else default_pooled_out(paths), echo)
