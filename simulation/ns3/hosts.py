@@ -4,9 +4,9 @@ sans-I/O sender and receiver of issue 12) in simulated time.
 Per packet, C++ (`cpp/dlcp_host.h`, `DlcpHostIo`): the UDP data socket, the host's blocking send
 queue in front of its NIC, TCP control connections. Per datagram and per control read, Python:
 the core's `on_datagram` / `on_control`, then `step()` (after a datagram only when it produced
-output or moved a timer) hands out what the core asks for (data
-slices, PROBEs, control frames, finished messages), exactly as the virtual-time driver
-(dlcp/transport/virtual.py) and the UDP driver do. The core's timers become simulator events by
+output or moved a timer) hands out what the core asks for (data slices, PROBEs, control frames,
+finished messages), exactly as the virtual-time driver (dlcp/transport/virtual.py) and the UDP
+driver do. The core's timers become simulator events by
 integer token (`DlcpTimers`). Clock: simulated seconds since the start of the run; records carry
 them as microseconds (`wall_offset_s` 0), which reports only ever subtract.
 """

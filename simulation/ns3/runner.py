@@ -38,6 +38,7 @@ from simulation.ns3 import loader
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_DIRS = ("runtime", "agents", "progress", "records", "counters", "logs")
+CPP_UNITS = ("dlcp_switch", "dlcp_net", "dlcp_host")  # simulation/ns3/cpp/*.h a simulation needs
 
 
 class SimFailed(RuntimeError):
@@ -111,7 +112,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     from simulation.ns3.agents import SimPS, SimRun, SimWorker
     from simulation.ns3.network import add_background, build_network
 
-    ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
+    ns = loader.compile_cpp(*CPP_UNITS)
     ns.RngSeedManager.SetSeed(cfg["seed"] + 1)  # ns-3 refuses seed 0
     d = cfg["dlcp"]
     mtu = cfg["links"]["mtu"]
@@ -264,7 +265,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
 def load_once(with_report: bool) -> None:
     """Load ns-3, compile the project's C++ and import the reports' modules (matplotlib, scipy)
     in this process, before any simulation: the runs forked from it inherit all three."""
-    loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
+    loader.compile_cpp(*CPP_UNITS)
     if with_report:
         import dlcp.reporting  # noqa: F401
 
