@@ -9,7 +9,15 @@ Kinds (agent config `background.kind`):
   its tail depends on where it happened to start;
 - `tcp`: one long TCP flow, as fast as TCP lets it;
 - `sink`: the receiving end on the destination host (discards UDP, drains TCP).
-All at DSCP `dscp` (0 = background priority by default). Totals go to records/hN-background.json.
+All at DSCP `dscp` (0 = background priority by default). Totals go to records/hN-background<i>.json.
+
+Senders start with the other agents but send only once the runner releases them (it writes
+progress/background-go, whose content is the Unix time it did so, once every worker finished its
+first iteration); `start_s` counts from there. Starting the process then instead would lose its
+start-up (Python and imports, seconds on a busy 2-core machine) from the measured iterations:
+started late, the background missed the first third of the demo's. The record keeps when the
+release came (`released_unix`) and when the first datagram went out (`start_unix`), so the report
+can tell a late start (dlcp/reporting/keepup.py).
 
     python -m agents.background --config <run>/agents/hN-background.json
 """
@@ -63,6 +71,35 @@ def onoff_periods(bg: BackgroundFlow) -> Iterator[tuple[float, float]]:
     rng = random.Random(bg.seed)
     while True:
         yield rng.expovariate(1 / on_s), rng.expovariate(1 / off_s)
+
+
+GO_FILE = "background-go"  # in <run_dir>/progress/
+GO_POLL_S = 0.002
+
+
+def wait_for_release(run_dir: str) -> float:
+    """Block until the runner releases the background (progress/background-go exists); the Unix
+    time it wrote there. Polled: signals stay free for stopping, and it lasts one iteration."""
+    go = Path(run_dir) / "progress" / GO_FILE
+    while True:
+        try:
+            text = go.read_text().strip()
+        except FileNotFoundError:
+            time.sleep(GO_POLL_S)
+            continue
+        try:
+            return float(text)
+        except ValueError:  # caught mid-write: the runner writes it atomically, so only by hand
+            time.sleep(GO_POLL_S)
+
+
+def release_background(run_dir: Path, now_unix: float) -> None:
+    """The runner's side: let every waiting background sender start (atomically, so a reader sees
+    the whole timestamp or no file)."""
+    progress = Path(run_dir) / "progress"
+    tmp = progress / f".{GO_FILE}.tmp"
+    tmp.write_text(repr(now_unix))
+    os.replace(tmp, progress / GO_FILE)
 
 
 def send_udp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
@@ -167,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if bg.kind == "sink":
             sink(bg, totals)
         else:
+            totals.update(start_unix=None, start_s=bg.start_s)
+            totals["released_unix"] = wait_for_release(cfg.run_dir)
             time.sleep(bg.start_s)
             stop_s = bg.stop_s
             stop_at = time.monotonic() + (stop_s - bg.start_s) if stop_s else None
@@ -179,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         totals["end_unix"] = time.time()
-        secs = max(totals["end_unix"] - totals["start_unix"], 1e-9)
-        totals["mbps"] = totals["bytes"] * 8 / secs / 1e6
+        started = totals["start_unix"]  # None: stopped before it was released
+        totals["mbps"] = totals["bytes"] * 8 / max(totals["end_unix"] - started, 1e-9) / 1e6 if started else 0.0
         records = Path(cfg.run_dir) / "records"
         records.mkdir(parents=True, exist_ok=True)
         name = f"{host}-sink{bg.port}" if bg.kind == "sink" else f"{host}-background{bg.index}"

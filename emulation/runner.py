@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from agents.background import release_background
 from dlcp.experiment import config as configmod
 from dlcp.experiment import dilation as dilationmod
 from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
@@ -36,6 +37,7 @@ from emulation.clean import clean
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS_PERIOD_S = 0.5
+RELEASE_POLL_S = 0.05
 AGENT_READY_S = 10.0  # the longest stop waits for a just-started background agent to take SIGTERM
 NET_STOP_TIMEOUT_S = 60
 
@@ -257,7 +259,7 @@ class Experiment:
         self.spec = topospec.from_config(self.cfg)
         self.net = None
         self.shell_pids: list[int] = []
-        self.pending_background: list[tuple[str, str, AgentConfig]] = []
+        self.background_held = False  # background senders up, waiting for release_background
         self.agents: list[tuple[str, str, subprocess.Popen, Path]] = []  # host, role, process, log
 
     def prepare(self) -> None:
@@ -298,22 +300,21 @@ class Experiment:
         self.agents.append((host, role, p, log))
 
     def start_agents(self) -> None:
-        """Sinks, the PS and the workers; background senders wait for start_background."""
+        """Sinks, the PS, the workers, then the background senders, which wait for
+        release_background (agents/background.py) before they send."""
         configs = agent_configs(self.cfg, self.spec, self.run_dir)
-        order = {"ps": 1, "worker": 2}  # sinks and the PS first, so senders find peers listening
-        for host, role, acfg in sorted(configs, key=lambda c: 0 if c[1].startswith("sink") else order.get(c[1], 3)):
-            if role == "background":
-                self.pending_background.append((host, role, acfg))
-            else:
-                self.start_agent(host, role, acfg)
+        order = {"ps": 1, "worker": 2, "background": 3}  # sinks and the PS first, so senders find peers listening
+        for host, role, acfg in sorted(configs, key=lambda c: 0 if c[1].startswith("sink") else order.get(c[1], 4)):
+            self.start_agent(host, role, acfg)
+        self.background_held = any(role == "background" for _, role, _ in configs)
 
-    def start_background(self) -> None:
+    def release_background(self) -> None:
         """Background traffic starts once every worker finished its first iteration: by then every
         control connection is up, so a SYN lost in a full queue (a 1 s kernel timeout) cannot
-        masquerade as a slow first iteration. `start_s` counts from here."""
-        for host, role, acfg in self.pending_background:
-            self.start_agent(host, role, acfg)
-        self.pending_background = []
+        masquerade as a slow first iteration. `start_s` counts from here. The senders' processes
+        are already up and waiting, so this costs them no start-up time."""
+        release_background(self.run_dir, time.time())
+        self.background_held = False
 
     def workload_agents(self):
         return [a for a in self.agents if a[1] in ("worker", "ps")]
@@ -330,8 +331,8 @@ class Experiment:
                     raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{procs.log_tail(log)}")
             done = {h: read_progress(self.run_dir, h).get("iter", 0)
                     for h, r, _, _ in self.agents if r == "worker"}
-            if self.pending_background and min(done.values()) >= 1:
-                self.start_background()
+            if self.background_held and min(done.values()) >= 1:
+                self.release_background()
             if sum(done.values()) == 0:
                 progress.phase("waiting for the first iteration (workers load the model and connect)")
             else:
@@ -343,11 +344,13 @@ class Experiment:
             if time.monotonic() - start > limit:
                 raise RunFailed(f"the run exceeded timeout_s = {limit:g} s "
                                 f"(progress: {sum(done.values())}/{iters * len(done)} iterations)")
-            time.sleep(PROGRESS_PERIOD_S)
+            # while the background waits, look often: its release should not lag the first iteration
+            time.sleep(RELEASE_POLL_S if self.background_held else PROGRESS_PERIOD_S)
 
     def stop_agents(self) -> None:
-        # a background agent started near the end may still be importing: SIGTERM would kill it
-        # before it writes its record (how much it sent), so wait until it can take the signal
+        # a background agent may still be importing (a run shorter than its start-up): SIGTERM
+        # would kill it before it writes its record (how much it sent), so wait until it can take
+        # the signal
         for _, role, p, _ in self.agents:
             if role == "background":
                 procs.wait_until_catching_sigterm(p, AGENT_READY_S)

@@ -329,6 +329,31 @@ def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct
     assert k["socket_wait"]["h4"]["p99_share_of_mct_p50"] == pytest.approx(0.3)
 
 
+def test_a_background_sender_that_started_late_is_flagged_with_the_iterations_it_missed(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    rows = [line.split(",") for line in (run / "records" / "h1-iterations.csv").read_text().splitlines()[1:]]
+    starts = [int(r[3]) / 1e6 for r in rows]  # start_us of h1's iterations 0..44 (one clock for all workers)
+
+    def sender(name, released, start_s, started):
+        (run / "records" / f"{name}.json").write_text(json.dumps(
+            {"host": name.split("-")[0], "kind": "udp_onoff", "pkts": 100, "released_unix": released,
+             "start_s": start_s, "start_unix": started}))
+
+    sender("h5-background0", starts[1], 0.0, starts[1] + 0.001)  # on time
+    sender("h6-background1", starts[1], 0.0, (starts[10] + starts[11]) / 2)  # iterations 1..10 without it
+    sender("h7-background2", starts[1], (starts[15] - starts[1]), starts[15] + 0.001)  # late by start_s only
+    k = summarise(load_run(run))["keep_up"]
+    assert not k["ok"] and len(k["flags"]) == 1 and "background start" in k["measured"]
+    assert "h6-background1 started" in k["flags"][0]
+    assert "10 of the 45 measured iterations began without it" in k["flags"][0]
+    # the iteration that began as it was due is within the allowance
+    assert k["background"]["h5-background0"]["measured_iterations_missed"] == 1
+    assert k["background"]["h7-background2"]["measured_iterations_missed"] == 1
+    sender("h6-background1", starts[1], 0.0, None)  # stopped before it sent anything
+    k = summarise(load_run(run))["keep_up"]
+    assert "h6-background1 never sent: 44 of the 45" in k["flags"][0]
+
+
 # --- the run plan and the dilated config -----------------------------------------------------------------
 
 BASE = """

@@ -105,7 +105,11 @@ def test_short_experiment_end_to_end(tmp_path):
     counters = json.loads((run / "counters" / "s1.json").read_text())
     assert sum(q["admitted_pkts"] for q in counters["queues"]) > 0
     assert (run / "summary.json").exists()
-    assert json.loads((run / "records" / "h4-background0.json").read_text())["pkts"] > 0
+    bg = json.loads((run / "records" / "h4-background0.json").read_text())
+    assert bg["pkts"] > 0
+    # released once both workers finished iteration 0, and its process was waiting by then
+    first_done = max(int(read_csv(run / "records" / f"{h}-iterations.csv")[0]["end_us"]) for h in ("h1", "h2"))
+    assert first_done / 1e6 <= bg["released_unix"] <= bg["start_unix"] < bg["released_unix"] + 0.1
 
 
 PROFILED = """
@@ -273,7 +277,7 @@ def run_processes(runner_pid: int) -> list[psutil.Process]:
 def test_sigkilled_run_leaves_no_process_and_clean_removes_links(tmp_path):
     proc = start_long_run(tmp_path)
     wait_for_progress(tmp_path / "r", proc)
-    deadline = time.monotonic() + 30  # background senders start once every worker finished an iteration
+    deadline = time.monotonic() + 30  # background senders start with the other agents
     while not any(p["role"] == "agent-background" for p in procs.recorded()):
         assert time.monotonic() < deadline, "background senders never started"
         time.sleep(0.2)

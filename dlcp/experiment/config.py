@@ -168,7 +168,7 @@ class Background(Settings):
     pattern: Literal["periodic", "exponential"] = Field(
         "periodic", description="udp_onoff: every burst on_ms and every silence off_ms, or each drawn from an "
         "exponential distribution with those means (from the run's seed: both runs of a pair get the same sequence)")
-    start_s: float = Field(0.0, ge=0, description="start this long after every worker finished its first iteration")
+    start_s: float = Field(0.0, ge=0, description="start this long after every worker finished its first iteration (the senders' processes start with the other agents and wait)")
     stop_s: float = Field(0.0, ge=0, description="0 = until the workload ends")
     dscp: int = Field(0, ge=0, le=63, description="0 = background priority")
     packet_bytes: int = Field(1400, ge=64, le=1472, description="UDP payload bytes")

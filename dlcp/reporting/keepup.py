@@ -22,6 +22,11 @@ Three signs, each with its threshold (figures in wall-clock time, about the emul
   microseconds; flagged when a host's p99 wait exceeds RX_WAIT_SHARE_MAX of the run's median
   message completion time (both wall clock): the hosts' CPU, not the network, is then a visible
   part of the MCTs.
+- background start: an emulated background sender records when the runner released it and when
+  its first datagram went out (records/hN-background<i>.json). Flagged when it started so late
+  that more than BACKGROUND_MISSED_MAX (2 %) of the measured iterations, and more than one, began
+  between when it was due (release + `start_s`) and when it sent: those iterations ran without
+  the congestion the experiment describes.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from __future__ import annotations
 import numpy as np
 
 from dlcp.reporting.load import RunData, Table
-from dlcp.reporting.steady import after_warmup, warmup_iterations
+from dlcp.reporting.steady import after_warmup, run_time_us, warmup_iterations
 
 COMPUTE_OVERRUN_MAX = 0.05
 SWITCH_BUSY_MAX = 0.9
 RX_WAIT_SHARE_MAX = 0.1
+BACKGROUND_MISSED_MAX = 0.02
 
 
 def iteration_wall_ms(run: RunData, host: str) -> float | None:
@@ -127,6 +133,38 @@ def receive_keepup(run: RunData, senders: Table) -> dict:
     return {"per_host": per_host, "flags": flags}
 
 
+def measured_iteration_starts_us(run: RunData) -> np.ndarray:
+    """When each measured iteration (after the warm-up) began: its earliest start over the workers,
+    on the run's timeline."""
+    t = after_warmup(run.iterations, warmup_iterations(run.config))
+    if not len(t) or "start_us" not in t.columns:
+        return np.empty(0)
+    it, start = t.col("iter"), t.col("start_us")
+    ok = np.isfinite(it) & np.isfinite(start)
+    return np.array([start[ok & (it == i)].min() for i in np.unique(it[ok])])
+
+
+def background_keepup(run: RunData) -> dict:
+    starts = measured_iteration_starts_us(run)
+    per_flow, flags = {}, []
+    for name, b in sorted(run.background.items()):
+        released = b.get("released_unix")
+        if not isinstance(released, (int, float)) or not starts.size:  # sinks, ns-3, older runs
+            continue
+        due = released + (b.get("start_s") or 0.0)
+        started = b.get("start_unix") if isinstance(b.get("start_unix"), (int, float)) else None
+        until = run_time_us(run, started) if started is not None else np.inf
+        missed = int(((starts >= run_time_us(run, due)) & (starts < until)).sum())
+        per_flow[name] = {"late_ms": None if started is None else round((started - due) * 1e3, 3),
+                          "measured_iterations_missed": missed, "measured_iterations": int(starts.size)}
+        if missed > max(1, BACKGROUND_MISSED_MAX * starts.size):  # one may begin as it is due
+            when = ("never sent" if started is None else
+                    f"started {(started - due) * 1e3:.4g} ms later than due (wall clock)")
+            flags.append(f"background sender {name} {when}: {missed} of the {starts.size} measured iterations "
+                         f"began without it (limit {100 * BACKGROUND_MISSED_MAX:g}%)")
+    return {"per_flow": per_flow, "flags": flags}
+
+
 def keepup_section(run: RunData, senders: Table) -> dict:
     """summary.json `keep_up`: ok, the flags (one line each) and the figures behind them.
     `senders`: the steady sender rows (after the warm-up) whose MCTs the summary reports."""
@@ -134,15 +172,18 @@ def keepup_section(run: RunData, senders: Table) -> dict:
     cpu = switch_cpu_keepup(run.meta)
     drops = kernel_drop_keepup(run.counters)
     rx = receive_keepup(run, senders)
-    flags = compute["flags"] + cpu["flags"] + drops["flags"] + rx["flags"]
+    bg = background_keepup(run)
+    flags = compute["flags"] + cpu["flags"] + drops["flags"] + rx["flags"] + bg["flags"]
     measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
                                            ("switch CPU", bool(cpu["per_switch"])),
                                            ("kernel drops", bool(drops["per_switch"])),
-                                           ("host receive waits", bool(rx["per_host"]))) if present]
+                                           ("host receive waits", bool(rx["per_host"])),
+                                           ("background start", bool(bg["per_flow"]))) if present]
     return {"ok": not flags, "flags": flags, "measured": measured,
             "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
                            "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0,
-                           "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX},
+                           "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+                           "background_measured_iterations_missed_share": BACKGROUND_MISSED_MAX},
             "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
-            "socket_wait": rx["per_host"],
+            "socket_wait": rx["per_host"], "background": bg["per_flow"],
             "machine": (run.meta or {}).get("machine")}

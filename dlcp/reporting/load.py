@@ -65,6 +65,7 @@ class RunData:
     messages: Table = field(default_factory=Table)
     iterations: Table = field(default_factory=Table)
     agents: dict[str, dict] = field(default_factory=dict)  # host -> records/hN-agent.json
+    background: dict[str, dict] = field(default_factory=dict)  # hN-background<i> -> its records/*.json
     counters: list[dict] = field(default_factory=list)  # counters/sN.json, sorted by switch
     samples: dict[str, list[dict]] = field(default_factory=dict)  # switch -> counters/sN-samples.jsonl
     progress: dict[str, dict] = field(default_factory=dict)  # host -> progress/hN
@@ -126,6 +127,7 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     run.messages = _read_records(path, "messages", MESSAGE_COLUMNS, MESSAGE_REQUIRED, run.problems)
     run.iterations = _read_records(path, "iterations", ITERATION_COLUMNS, ITERATION_REQUIRED, run.problems)
     run.agents = _read_agent_totals(path, run.problems)
+    run.background = _read_background_totals(path, run.problems)
     run.counters = _read_counters(path, run.problems)
     run.samples = _read_samples(path, run.problems)
     run.progress = _read_progress(path, run.problems)
@@ -296,6 +298,16 @@ def _read_agent_totals(run_path: pathlib.Path, problems: list[str]) -> dict[str,
         data = _read_json(p, problems, "agent totals")
         if data is not None:
             out[p.name[: -len("-agent.json")]] = data
+    return out
+
+
+def _read_background_totals(run_path: pathlib.Path, problems: list[str]) -> dict[str, dict]:
+    """The emulated background senders' records (hN-background<i>.json; sinks are -sink<port>)."""
+    out = {}
+    for p in sorted((run_path / "records").glob("*-background*.json")):
+        data = _read_json(p, problems, "background sender totals")
+        if isinstance(data, dict):
+            out[p.name[: -len(".json")]] = data
     return out
 
 

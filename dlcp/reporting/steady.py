@@ -44,6 +44,16 @@ def _first_timestamp(*tables: Table) -> float | None:
     return min(firsts) if firsts else None
 
 
+def run_time_us(run: RunData, unix_s: float) -> float:
+    """A wall-clock Unix time (seconds) on the timeline of `run`'s tables (microseconds; undilated
+    the way `undilated` scales them), so it can be compared with their timestamps."""
+    t = unix_s * 1e6
+    if run.time_scale == 1:
+        return t
+    t0 = _first_timestamp(run.messages, run.iterations)  # scaling keeps the first timestamp in place
+    return t if t0 is None else t0 + (t - t0) / run.time_scale
+
+
 def _scaled(table: Table, d: float, t0: float | None) -> Table:
     cols = dict(table.columns)
     for c in DURATION_COLUMNS:
