@@ -452,9 +452,9 @@ def sample_switch_cpu(exp: Experiment):
     return CpuSampler(pids).start()
 
 
-def report_variant(run_dir: Path) -> None:
+def report_variant(run_dir: Path, figures: bool = True) -> None:
     from dlcp.reporting import report_run
-    report_run(run_dir)
+    report_run(run_dir, figures=figures)
 
 
 def preflight(cfg: dict) -> None:
@@ -588,7 +588,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             if with_report:
                 progress.phase("writing the report")
                 progress.done()
-                report_variant(vdir)
+                report_variant(vdir, figures=repeat == 1)  # a series' figures are in its comparison
         ran = list(dict.fromkeys(v for v, _, _ in runs))
         if with_report and len(ran) > 1:
             from dlcp.reporting import compare_runs

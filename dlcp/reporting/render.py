@@ -19,6 +19,7 @@ class Image:
 class Doc:
     title: str
     blocks: list[tuple] = field(default_factory=list)
+    figures: bool = True  # False: figure() draws nothing (drawing is most of a report's time)
 
     def h(self, text: str, level: int = 2) -> None:
         self.blocks.append(("h", level, text))
@@ -40,6 +41,11 @@ class Doc:
     def image(self, img: Image | None) -> None:
         if img is not None:
             self.blocks.append(("img", img))
+
+    def figure(self, draw) -> None:
+        """The Image (or None) that `draw()` returns, drawn only when the document has figures."""
+        if self.figures:
+            self.image(draw())
 
     def images(self) -> list[Image]:
         return [b[1] for b in self.blocks if b[0] == "img"]

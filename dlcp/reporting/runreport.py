@@ -105,10 +105,10 @@ def keepup_warning(k: dict) -> str | None:
     return "The emulation did not keep up, so these figures partly measure the machine: " + "; ".join(k["flags"]) + "."
 
 
-def build_doc(run: RunData, s: dict) -> Doc:
+def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
     info = s["run"]
     doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})"
-              + (f" — PARTIAL ({info['status']})" if info["partial"] else ""))
+              + (f" — PARTIAL ({info['status']})" if info["partial"] else ""), figures=figures)
     if info["partial"]:
         doc.warn(f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
                  f"covers only the {s['iteration']['count']} iteration(s) recorded until then.")
@@ -123,6 +123,9 @@ def build_doc(run: RunData, s: dict) -> Doc:
         doc.warn(f"{len(s['problems'])} problem(s) with the run's data; the figures below use what was readable.")
         doc.h("Missing or damaged data")
         doc.bullets(s["problems"])
+    if not figures:
+        doc.p(f"Figures not drawn: this run is one of a repeated series, whose comparison has them. "
+              f"`dlcp report {run.path}` draws them.")
 
     _mct_section(doc, run, s)
     _lower_bound_section(doc, s["lower_bound"])
@@ -197,7 +200,7 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     lb = s["lower_bound"].get("message")
     marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
     strict = run.policy != "fifo"
-    doc.image(_plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)},
+    doc.figure(lambda: _plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)},
                                   "CDF of MCT: all messages and by priority class " + (
                                       "(highest served first)" if strict else
                                       "(fifo: one queue, priority unused)"), marks),
@@ -207,7 +210,7 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     doc.h("By phase", 3)
     doc.table(["phase"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_phase"].items()])
     doc.h("By layer (0 = input side; a message spanning layers counts under its range)", 3)
-    doc.image(_plot(plots.layer_bars(mct["by_layer"]), "mct_by_layer", "p99 MCT by layer"))
+    doc.figure(lambda: _plot(plots.layer_bars(mct["by_layer"]), "mct_by_layer", "p99 MCT by layer"))
     doc.table(["layer"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_layer"].items()])
 
 
@@ -257,7 +260,7 @@ def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
     header = ["what"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
     doc.table(header, [dist_row("iteration", it["iteration_ms"]), dist_row("communication", it["comm_ms"]),
                        dist_row("compute", it["compute_ms"])])
-    doc.image(_plot(plots.iteration_times({run.name: iteration_series(run)}), "iteration_time", "iteration time"))
+    doc.figure(lambda: _plot(plots.iteration_times({run.name: iteration_series(run)}), "iteration_time", "iteration time"))
 
 
 def _loss_section(doc: Doc, loss: dict) -> None:
@@ -297,7 +300,7 @@ def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
         return [label] + [r[c] for c in cols] + [pct(r["drop_fraction"])]
     doc.table(["traffic"] + header, [row(TRAFFIC_LABELS[k], r) for k, r in tr["by_traffic"].items()]
               + [row("all traffic", sw["totals"])])
-    doc.image(_plot(plots.drops_by_traffic(tr["by_traffic_drop_prec"]), "drops_by_traffic", "drops by traffic"))
+    doc.figure(lambda: _plot(plots.drops_by_traffic(tr["by_traffic_drop_prec"]), "drops_by_traffic", "drops by traffic"))
     doc.h("Gradient packets by drop precedence (0 = protected)", 3)
     doc.table(["drop precedence"] + header,
               [row(k, r) for k, r in tr["by_traffic_drop_prec"].get("gradient", {}).items()])
@@ -311,13 +314,13 @@ def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
     doc.table(["switch:port", "priority", "drop precedence", "traffic"] + header,
               [[f"{r['switch']}:{r['port']}", r["qid"], r["color"]] + row(TRAFFIC_LABELS[r["traffic"]], r)
                for r in tr["by_queue"]])
-    timeline = run_timeline(run)
+    timeline = run_timeline(run) if doc.figures else None
     if timeline is not None:
         doc.h("Queue depth and drops over time", 3)
         doc.p(f"{timeline.switch} port {timeline.port}, the port with the most drops: the highest occupancy of each "
               "priority queue and the drops in each 0.1 s interval (the built-in switch's samples, "
               f"`counters/{timeline.switch}-samples.jsonl`); thin lines mark iteration ends.")
-        doc.image(_plot(plots.queue_timelines({run.name: timeline}), "queue_timeline", "queue depth and drops"))
+        doc.figure(lambda: _plot(plots.queue_timelines({run.name: timeline}), "queue_timeline", "queue depth and drops"))
     drops = {s: d for s, d in sw["drops"].items() if any(v for v in d.values())}
     if drops:
         doc.h("Pipeline drops (not queue drops)", 3)
@@ -346,7 +349,7 @@ def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
         ["final test loss", tr["final_test_loss"]], ["final training loss", tr["final_train_loss"]],
         ["evaluations", tr["evaluations"]], ["wall time of the iterations (s)", tr["wall_time_s"]],
     ])
-    doc.image(_plot(plots.training({run.name: training_curves(run)}), "training", "loss and accuracy"))
+    doc.figure(lambda: _plot(plots.training({run.name: training_curves(run)}), "training", "loss and accuracy"))
 
 
 def _agents_section(doc: Doc, agents: dict) -> None:
@@ -372,11 +375,12 @@ def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str
     return paths
 
 
-def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None) -> dict:
+def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None, figures: bool = True) -> dict:
     """Write summary.json, report.md, report.html and plots/ for one run (into the run directory
-    unless out_dir is given) and return the summary."""
+    unless out_dir is given) and return the summary. `figures=False`: no plots (a run of a repeated
+    series, whose comparison draws them; drawing is most of a report's time)."""
     run = undilated(load_run(run_dir))
     summary = summarise(run)
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
-    write_outputs(out, build_doc(run, summary), summary, json_name="summary.json", stem="report")
+    write_outputs(out, build_doc(run, summary, figures), summary, json_name="summary.json", stem="report")
     return json_ready(summary)

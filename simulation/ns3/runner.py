@@ -183,7 +183,7 @@ def _write_records(run_dir: Path, run, agents, net) -> None:
         R.write_json(rec / f"{flow.src}-background.json", flow.totals())
 
 
-def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True) -> Path:
+def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True, figures: bool = True) -> Path:
     spec, runtimes, meta = prepare(cfg, run_dir, variant)
     t0 = time.monotonic()
     status = "error"
@@ -199,7 +199,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True
         write_json(run_dir / "meta.json", meta)
     if with_report:
         from dlcp.reporting import report_run
-        report_run(run_dir)
+        report_run(run_dir, figures=figures)
     return run_dir
 
 
@@ -251,7 +251,8 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             target = results / name / f"rep{rep}" if rep else results / name
             label = f"{name} rep {rep}, seed {cfg['seed']}" if rep else name
             print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) on ns-3 -> {target}", file=sys.stderr)
-            if run_forked(cfg, target, name, with_report):
+            # a repeated series' figures are in its comparison
+            if run_forked(cfg, target, name, with_report, figures=repeat == 1):
                 raise SimFailed(f"{label} failed (see above)")
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -270,7 +271,7 @@ def load_once(with_report: bool) -> None:
         import dlcp.reporting  # noqa: F401
 
 
-def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool) -> int:
+def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool, figures: bool) -> int:
     """`run_variant` in a forked child (ns-3's simulator is a singleton); the child's exit code.
     The parent alone decides when to stop: the child ignores Ctrl-C (which the terminal sends to
     both) and takes the parent's one SIGTERM as its interrupt, so it writes its meta.json once."""
@@ -285,7 +286,7 @@ def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool) -> int
         code = 1
         try:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-            run_variant(cfg, run_dir, variant, with_report)
+            run_variant(cfg, run_dir, variant, with_report, figures)
             code = 0
         except SimFailed as e:
             print(f"dlcp run: failed: {e}", file=sys.stderr)
