@@ -292,6 +292,17 @@ def test_report_files_exist_and_open(tmp_path):
     check_html_self_contained(run / "report.html", at_least=len(names))
 
 
+def test_a_report_without_figures_has_the_same_summary_and_tables(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    without = report_run(run, tmp_path / "text", figures=False)
+    assert without == report_run(run, tmp_path / "full")
+    assert not (tmp_path / "text" / "plots").exists()
+    text, full = ((tmp_path / d / "report.md").read_text() for d in ("text", "full"))
+    assert "Figures not drawn" in text and "](plots/" not in text
+    assert [line for line in full.splitlines() if line.startswith("|")] == \
+        [line for line in text.splitlines() if line.startswith("|")]
+
+
 def test_report_on_a_copied_directory_and_elsewhere(tmp_path):
     run = write_synthetic_run(tmp_path / "a" / "run", **SMALL)
     copy = tmp_path / "b" / "copied"
