@@ -39,9 +39,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from dlcp.reporting.compare import compare_runs
+    from dlcp.reporting.load import ReportInputError
     try:
         path = compare_runs(args.run_dirs, args.out, echo=True, baseline=args.baseline)
-    except ValueError as e:  # NotARunDirectory too
+    except ReportInputError as e:  # NotARunDirectory too; any other ValueError is a bug: its traceback stays
         print(f"dlcp compare: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -18,7 +18,7 @@ from dlcp.experiment import config as configmod
 from dlcp.experiment.dilation import emulated
 from dlcp.reporting import compare_runs
 from dlcp.reporting.bootstrap import MIN_PAIRS, geometric_mean_ratio, paired_ratio, verdict
-from dlcp.reporting.load import load_run
+from dlcp.reporting.load import ReportInputError, load_run
 from dlcp.reporting.summarise import summarise
 
 MID = {"iterations": 45, "layers": 8, "workers": 3}
@@ -223,13 +223,13 @@ def test_one_series_compares_its_variants_in_place(tmp_path):
 
 def test_pooling_says_what_it_cannot_do(tmp_path):
     bare = write_series(tmp_path / "bare", 3, recorded=False)
-    with pytest.raises(ValueError, match="give --baseline \\(one of dlcp, fifo\\)"):
+    with pytest.raises(ReportInputError, match="give --baseline \\(one of dlcp, fifo\\)"):
         compare_runs([bare])
-    with pytest.raises(ValueError, match="--baseline pfabric: not a variant of every series"):
+    with pytest.raises(ReportInputError, match="--baseline pfabric: not a variant of every series"):
         compare_runs([bare], baseline="pfabric")
-    with pytest.raises(ValueError, match="fifo: not a results directory of repeated runs .* like the others"):
+    with pytest.raises(ReportInputError, match="fifo: not a results directory of repeated runs .* like the others"):
         compare_runs([bare, bare / "fifo"])
-    with pytest.raises(ValueError, match="--baseline picks a variant"):
+    with pytest.raises(ReportInputError, match="--baseline picks a variant"):
         compare_runs([bare / "fifo", bare / "dlcp"], baseline="fifo")
     # the command says it in one line, and with --baseline it compares
     cli = [sys.executable, "-m", "dlcp_cli", "compare", str(bare)]
@@ -240,12 +240,28 @@ def test_pooling_says_what_it_cannot_do(tmp_path):
     assert "dlcp vs fifo, MCT p99 (ms)" in p.stdout and (bare / "compare.json").exists()
 
 
+def test_compare_prints_bad_input_in_one_line_but_keeps_a_bugs_traceback(tmp_path, monkeypatch):
+    import argparse
+
+    import dlcp.reporting.compare
+    from dlcp_cli.report_cmds import cmd_compare
+    bare = write_series(tmp_path / "bare", 3, recorded=False)
+    args = argparse.Namespace(run_dirs=[str(bare)], out=None, baseline=None)
+    assert cmd_compare(args) == 2  # no baseline recorded: the user's to fix
+
+    def bug(*a, **k):
+        raise ValueError("operands could not be broadcast together")
+    monkeypatch.setattr(dlcp.reporting.compare, "compare_series", bug)
+    with pytest.raises(ValueError, match="broadcast"):
+        cmd_compare(args)
+
+
 def test_pairs_of_one_seed_on_a_deterministic_backend_are_not_counted_twice(tmp_path):
     a, b = write_series(tmp_path / "a", 3), write_series(tmp_path / "b", 3)
     for meta in tmp_path.glob("*/*/rep*/meta.json"):
         m = json.loads(meta.read_text())
         meta.write_text(json.dumps({**m, "backend": "ns3", "seed": int(meta.parent.name[3:])}))
-    with pytest.raises(ValueError, match="a/rep1 and b/rep1 both ran seed 1 on ns3"):
+    with pytest.raises(ReportInputError, match="a/rep1 and b/rep1 both ran seed 1 on ns3"):
         compare_runs([a, b])
 
 

@@ -9,7 +9,7 @@ import pathlib
 from dataclasses import dataclass
 
 from dlcp.reporting import plots
-from dlcp.reporting.load import NotARunDirectory, RunData, default_out_dir, load_run
+from dlcp.reporting.load import NotARunDirectory, ReportInputError, RunData, default_out_dir, load_run
 from dlcp.reporting.render import Doc, fmt
 from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.runreport import write_outputs
@@ -215,14 +215,14 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     the pairs of all of them (dlcp/reporting/series.py); `baseline` names the baseline variant."""
     paths = [pathlib.Path(p) for p in run_dirs]
     if not paths:
-        raise ValueError("compare: no run directories given")
+        raise ReportInputError("compare: no run directories given")
     if any(is_series(p) for p in paths):
         return compare_series(paths, pathlib.Path(out_dir) if out_dir is not None else None, baseline, echo)
     if baseline is not None:
-        raise ValueError("--baseline picks a variant of results directories of repeated runs; among run "
+        raise ReportInputError("--baseline picks a variant of results directories of repeated runs; among run "
                          "directories the first is the baseline")
     if len(paths) < 2:
-        raise ValueError("give at least two run directories (the first is the baseline), or results "
+        raise ReportInputError("give at least two run directories (the first is the baseline), or results "
                          "directories of repeated runs")
     groups = [is_repeat_group(p) for p in paths]
     if any(groups):

@@ -83,7 +83,13 @@ class RunData:
         return None
 
 
-class NotARunDirectory(ValueError):
+class ReportInputError(ValueError):
+    """What a report or comparison was given cannot be used as asked; the message is the one-line
+    reason (`dlcp report` / `dlcp compare` print it and exit 2). Other errors are bugs and keep
+    their traceback."""
+
+
+class NotARunDirectory(ReportInputError):
     """The path is not a run directory at all (as opposed to a run with missing pieces)."""
 
 

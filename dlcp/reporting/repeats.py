@@ -22,7 +22,7 @@ import numpy as np
 
 from dlcp.reporting import plots
 from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, geometric_mean_ratio, paired_ratio, verdict
-from dlcp.reporting.load import is_run_dir, load_run
+from dlcp.reporting.load import ReportInputError, is_run_dir, load_run
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.side_by_side import side_by_side_sections
@@ -354,7 +354,7 @@ def write_comparison(names: list[str], samples: dict[str, list[RunSample]], note
                      echo: bool = False) -> pathlib.Path:
     """compare.json/.md/.html of paired runs into `out` (and the terminal table with echo); compare.html's path."""
     if not samples[names[0]]:
-        raise ValueError("the repeat groups have no repeat index in common")
+        raise ReportInputError("the repeat groups have no repeat index in common")
     data = compare_data(names, samples, notes)
     written = write_outputs(out, build_doc(data, samples), data, json_name="compare.json", stem="compare")
     if echo:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from dlcp.reporting.load import NotARunDirectory, default_out_dir, is_run_dir
+from dlcp.reporting.load import NotARunDirectory, ReportInputError, default_out_dir, is_run_dir
 from dlcp.reporting.repeats import RunSample, is_repeat_group, load_groups, write_comparison
 
 # Backends whose runs a seed fixes exactly: two pairs with one seed are one pair counted twice.
@@ -46,19 +46,19 @@ def recorded_order(path: pathlib.Path) -> list[str]:
 def variant_order(paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]],
                   baseline: str | None) -> list[str]:
     """The variants every series has (`groups`: each series' `series_groups`), the baseline first.
-    Raises ValueError with a one-line reason."""
+    Raises ReportInputError with a one-line reason."""
     common = [name for name in groups[0] if all(name in g for g in groups[1:])]
     if len(common) < 2:
-        raise ValueError(f"{paths[0]}: the series have fewer than two variants in common "
+        raise ReportInputError(f"{paths[0]}: the series have fewer than two variants in common "
                          f"({', '.join(common) or 'none'})")
     recorded = [n for n in recorded_order(paths[0]) if n in common]
     if baseline is None:
         if not recorded:
-            raise ValueError(f"{paths[0]}: no compare.json says which variant is the baseline; "
+            raise ReportInputError(f"{paths[0]}: no compare.json says which variant is the baseline; "
                              f"give --baseline (one of {', '.join(common)})")
         baseline = recorded[0]
     if baseline not in common:
-        raise ValueError(f"--baseline {baseline}: not a variant of every series (they have {', '.join(common)})")
+        raise ReportInputError(f"--baseline {baseline}: not a variant of every series (they have {', '.join(common)})")
     rest = [n for n in recorded if n != baseline] + sorted(n for n in common if n not in recorded and n != baseline)
     return [baseline] + rest
 
@@ -100,7 +100,7 @@ def check_independent(samples: dict[str, list[RunSample]]) -> None:
             continue
         other = seen.setdefault(r.seed, r.pair_label(True))
         if other != r.pair_label(True):
-            raise ValueError(f"{other} and {r.pair_label(True)} both ran seed {r.seed} on {r.backend}, where a seed "
+            raise ReportInputError(f"{other} and {r.pair_label(True)} both ran seed {r.seed} on {r.backend}, where a seed "
                              "fixes the run: they are one pair, not two; pool series run with other seeds "
                              "(--set seed=N)")
 
