@@ -1,7 +1,7 @@
 """Did the emulation keep up with what it emulates? A run whose machine fell behind measured its
 own limits, not the system's: the report flags it, with the figure that shows it.
 
-Three signs, each with its threshold (figures in wall-clock time, about the emulation machine):
+The signs, each with its threshold (figures in wall-clock time, about the emulation machine):
 
 - compute: with `workload.compute = "profile"` each worker records how late its compute steps
   ended against the profile's deadlines (records/hN-agent.json `compute`, warm-up iterations

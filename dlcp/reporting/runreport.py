@@ -200,11 +200,10 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     lb = s["lower_bound"].get("message")
     marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
     strict = run.policy != "fifo"
-    doc.figure(lambda: _plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)},
-                                  "CDF of MCT: all messages and by priority class " + (
-                                      "(highest served first)" if strict else
-                                      "(fifo: one queue, priority unused)"), marks),
-                    "mct_cdf", "CDF of MCT"))
+    title = "CDF of MCT: all messages and by priority class " + (
+        "(highest served first)" if strict else "(fifo: one queue, priority unused)")
+    doc.figure(lambda: _plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)}, title, marks),
+                             "mct_cdf", "CDF of MCT"))
     doc.h("By priority class (" + ("7 served first" if strict else "fifo: one queue, served in arrival order") + ")", 3)
     doc.table(["prio"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_prio"].items()])
     doc.h("By phase", 3)
