@@ -40,16 +40,16 @@ def _our_links() -> list[str]:
     return [n for n in names if OUR_LINK.match(n)]
 
 
-def clean(verbose: bool = True) -> dict:
-    """Stop recorded processes, orphaned Mininet node shells and our links; returns what was
-    removed.
+def clean(verbose: bool = True, keep: frozenset[int] = frozenset()) -> dict:
+    """Stop recorded processes (but those in `keep`: what a run keeps across its runs, the agents'
+    fork server), orphaned Mininet node shells and our links; returns what was removed.
 
     A node shell whose parent (the Mininet process that made it) still runs belongs to a live
     experiment, recorded here or in another checkout's state directory: it is left alone, and so
     are the processes of live owners. While any experiment runs no link is removed: links cannot
     be told apart by run."""
     running = {p["owner"] for p in procs.recorded() if procs.owner_alive(p)}
-    stopped = procs.kill_recorded()
+    stopped = procs.kill_recorded(keep)
     all_shells = _mininet_shells_with_parent()
     ours = (1, os.getpid())  # orphans, or shells of the run calling us (the runner's last resort)
     running |= {ppid for _, ppid in all_shells if ppid not in ours}

@@ -158,12 +158,13 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join("    " + line for line in text.splitlines()[-lines:]) or "    (empty)"
 
 
-def kill_recorded() -> list[dict]:
-    """Stop every recorded process that is still ours and whose owner is gone (a killed run);
-    returns what was stopped. Processes of experiments still running are left alone."""
+def kill_recorded(keep: frozenset[int] = frozenset()) -> list[dict]:
+    """Stop every recorded process that is still ours and whose owner is gone (a killed run), or
+    is the caller (a run's last resort), except the pids in `keep`; returns what was stopped.
+    Processes of experiments still running are left alone."""
     stopped = []
     for info in recorded():
-        if owner_alive(info):
+        if owner_alive(info) or info["pid"] in keep:
             continue
         if is_ours_and_alive(info):
             stop_pid(info["pid"])

@@ -34,6 +34,7 @@ from dlcp.network import topology as topospec
 from dlcp.network.switch_runtime import write_runtime
 from emulation import procs
 from emulation.clean import clean
+from emulation.forkserver import AgentProcess, ForkServer, ForkServerError
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRESS_PERIOD_S = 0.5
@@ -167,11 +168,12 @@ AGENT_NICE = -10
 
 
 def agent_command(module: str, cfg_path: Path) -> list[str]:
-    """An agent's command line. Agents run at nice -10: they stand for machines of their own, and
-    whatever else runs on the emulation host (builds, editors, other runs' reports) must not
-    stretch their compute deadlines or delay their packets; on 2 cores at load 6, a nice-0 agent
-    woke from a 4 ms compute wait ~10 ms late half the time. Not real-time (the switch is): a busy
-    agent must not starve the switch or the machine."""
+    """The command line an agent stands for (recorded for `dlcp clean`, and how to run one by hand;
+    the runner forks agents from agents/forkserver.py, which applies the same nice). Agents run at
+    nice -10: they stand for machines of their own, and whatever else runs on the emulation host
+    (builds, editors, other runs' reports) must not stretch their compute deadlines or delay their
+    packets; on 2 cores at load 6, a nice-0 agent woke from a 4 ms compute wait ~10 ms late half
+    the time. Not real-time (the switch is): a busy agent must not starve the switch or the machine."""
     return ["nice", "-n", str(AGENT_NICE), sys.executable, "-m", f"agents.{module}", "--config", str(cfg_path)]
 
 
@@ -253,14 +255,15 @@ class Experiment:
     """Everything one run starts, so it can all be stopped from one place. `cfg` is the system the
     user described; `self.cfg` what the emulation runs (rates and times dilated)."""
 
-    def __init__(self, cfg: dict, run_dir: Path, variant: str):
+    def __init__(self, cfg: dict, run_dir: Path, variant: str, forkserver: ForkServer):
         self.system_cfg = cfg
+        self.forkserver = forkserver
         self.cfg, self.run_dir, self.variant = dilationmod.emulated(cfg), run_dir, variant
         self.spec = topospec.from_config(self.cfg)
         self.net = None
         self.shell_pids: list[int] = []
         self.background_held = False  # background senders up, waiting for release_background
-        self.agents: list[tuple[str, str, subprocess.Popen, Path]] = []  # host, role, process, log
+        self.agents: list[tuple[str, str, AgentProcess, Path]] = []  # host, role, process, log
 
     def prepare(self) -> None:
         make_run_dir(self.run_dir)
@@ -292,11 +295,8 @@ class Experiment:
         module = agent_cfg.role  # worker, ps, background (senders and sinks)
         cfg_path = write_agent_config(self.run_dir, host, role, agent_cfg)
         log = self.run_dir / "logs" / f"{host}-{role}.log"
-        cmd = agent_command(module, cfg_path)
-        with open(log, "wb") as f:
-            p = self.net.get(host).popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         cwd=str(REPO))
-        procs.record(p.pid, f"agent-{role}", host, cmd)
+        p = self.forkserver.spawn(self.net.get(host).pid, module, cfg_path, log)
+        procs.record(p.pid, f"agent-{role}", host, agent_command(module, cfg_path))
         self.agents.append((host, role, p, log))
 
     def start_agents(self) -> None:
@@ -399,9 +399,9 @@ class Experiment:
 
 
 def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str],
-                overrides: list[str] = (), extra_meta: dict | None = None) -> None:
+                forkserver: ForkServer, overrides: list[str] = (), extra_meta: dict | None = None) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
-    exp = Experiment(cfg, run_dir, variant)
+    exp = Experiment(cfg, run_dir, variant, forkserver)
     exp.prepare()
     meta = {**collect_meta(cfg, variant, tools), **(extra_meta or {})}
     meta["overrides"] = list(overrides)
@@ -436,7 +436,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
             exp.stop()
             report_unprocessed(run_dir)
         finally:
-            clean(verbose=False)  # anything the orderly stop missed
+            clean(verbose=False, keep=frozenset({forkserver.pid}))  # anything the orderly stop missed
             meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=time.monotonic() - t0,
                         status=status)
             write_json(run_dir / "meta.json", meta)
@@ -574,13 +574,16 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     # must still stop the run cleanly
     signal.signal(signal.SIGINT, _raise_interrupted)
     _pending_signal.clear()
+    forkserver = None
     try:
+        progress.phase("loading the agents' modules (torch) once for every run")
+        forkserver = start_forkserver(results)
         for i, (variant, rep, cfg) in enumerate(runs):
             vdir = Path(run_dir) if run_dir else run_dir_of(results, variant, rep)
             label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
             print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) -> {vdir}", file=sys.stderr)
             try:
-                run_variant(cfg, vdir, variant, progress, tools, overrides,
+                run_variant(cfg, vdir, variant, progress, tools, forkserver, overrides,
                             extra_meta={"repeat": rep, "seed": cfg["seed"], "dilation": dilationmod.dilation(cfg)})
             except (KeyboardInterrupt, Terminated) as e:
                 _pending_signal.clear()  # handled: it stops the series here
@@ -594,8 +597,17 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             from dlcp.reporting import compare_runs
             compare_runs([results / v for v in ran], results, echo=True)
     finally:
+        if forkserver is not None:
+            forkserver.close()
         hand_over_to_sudo_user(results, created)
     return results
+
+
+def start_forkserver(results: Path) -> ForkServer:
+    try:
+        return ForkServer(results / "logs" / "forkserver.log")
+    except ForkServerError as e:
+        raise RunFailed(str(e)) from e
 
 
 def stop_by_signal(run_dir: Path, progress: Progress, with_report: bool, exc: BaseException) -> None:
