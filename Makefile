@@ -14,9 +14,9 @@ IS_ROOT := $(shell [ "$$(id -u)" -eq 0 ] && echo yes)
 setup:
 	@scripts/setup.sh
 
-# fifo vs dlcp, 6 interleaved pairs (a new seed per pair), compared with 95 % confidence intervals
+# fifo vs dlcp, 8 interleaved pairs (a new seed per pair), compared with 95 % confidence intervals
 demo: setup
-	$(AS_ROOT) $(DLCP) run experiments/ps-incast.toml --policies fifo,dlcp --repeat 6 $(DEMO_ARGS)
+	$(AS_ROOT) $(DLCP) run experiments/ps-incast.toml --policies fifo,dlcp --repeat 8 $(DEMO_ARGS)
 
 # As root: one pytest run. Otherwise the tests that need root run as root (sudo), the rest as you
 # (either half may select no test: PYTEST_ARGS can name a few files).
