@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dlcp.experiment.agent_config import BackgroundAgentConfig, BackgroundFlow, Sink, load_agent_config
+from dlcp.experiment.background_release import wait_for_release
 from dlcp.settings import ConfigError
 
 
@@ -71,35 +72,6 @@ def onoff_periods(bg: BackgroundFlow) -> Iterator[tuple[float, float]]:
     rng = random.Random(bg.seed)
     while True:
         yield rng.expovariate(1 / on_s), rng.expovariate(1 / off_s)
-
-
-GO_FILE = "background-go"  # in <run_dir>/progress/
-GO_POLL_S = 0.002
-
-
-def wait_for_release(run_dir: str) -> float:
-    """Block until the runner releases the background (progress/background-go exists); the Unix
-    time it wrote there. Polled: signals stay free for stopping, and it lasts one iteration."""
-    go = Path(run_dir) / "progress" / GO_FILE
-    while True:
-        try:
-            text = go.read_text().strip()
-        except FileNotFoundError:
-            time.sleep(GO_POLL_S)
-            continue
-        try:
-            return float(text)
-        except ValueError:  # caught mid-write: the runner writes it atomically, so only by hand
-            time.sleep(GO_POLL_S)
-
-
-def release_background(run_dir: Path, now_unix: float) -> None:
-    """The runner's side: let every waiting background sender start (atomically, so a reader sees
-    the whole timestamp or no file)."""
-    progress = Path(run_dir) / "progress"
-    tmp = progress / f".{GO_FILE}.tmp"
-    tmp.write_text(repr(now_unix))
-    os.replace(tmp, progress / GO_FILE)
 
 
 def send_udp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:

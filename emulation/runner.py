@@ -26,10 +26,10 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from agents.background import release_background
 from dlcp.experiment import config as configmod
 from dlcp.experiment import dilation as dilationmod
 from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
+from dlcp.experiment.background_release import release_background
 from dlcp.network import topology as topospec
 from dlcp.network.switch_runtime import write_runtime
 from emulation import procs
