@@ -9,13 +9,13 @@ repeated series), and an agent starts in milliseconds from a copy of this proces
     python -m agents.forkserver         (started by emulation/forkserver.py, in the root namespace)
 
 Protocol, JSON lines: requests on stdin `{"id": n, "netns_pid": P, "module": "worker", "config":
-path, "log": path}`; on stdout `{"id": n, "pid": child}` once forked (or `{"id": n, "error":
+path, "log": path, "nice": -10}`; on stdout `{"id": n, "pid": child}` once forked (or `{"id": n, "error":
 "..."}`) and `{"pid": child, "exit": code}` when the child is reaped (a negative code: killed by
 that signal, as subprocess reports it). EOF on stdin ends the server; its children get SIGKILL
 then (the parent-death signal), as they would when a run dies.
 
 In the child: the parent-death signal (SIGKILL when the server dies), the network namespace of
-process P (a Mininet host's shell; hosts share the root mount namespace), nice AGENT_NICE,
+process P (a Mininet host's shell; hosts share the root mount namespace), the nice value asked,
 stdin from /dev/null, stdout and stderr to the log, then `agents.<module>.main(["--config",
 path])` and `exit_fast`. Nothing here has started a thread, opened a socket or seeded a generator
 before the fork, so each child starts from the state a fresh `python -m agents.<module>` reaches
@@ -39,7 +39,6 @@ import agents.worker
 import dlcp.workloads.trainer.torch_workload  # noqa: F401  (torch: the import that costs seconds)
 from agents.common import exit_fast
 
-AGENT_NICE = -10  # as emulation/runner.py's agent_command: agents stand for machines of their own
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 MODULES = {"worker": agents.worker, "ps": agents.ps, "background": agents.background}
@@ -75,7 +74,7 @@ def become_agent(server_pid: int, req: dict) -> int:
     os.dup2(log, 2)
     os.close(log)
     os.close(devnull)
-    os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
+    os.setpriority(os.PRIO_PROCESS, 0, int(req.get("nice", 0)))
     enter_netns(int(req["netns_pid"]))
     try:
         return MODULES[req["module"]].main(["--config", req["config"]]) or 0

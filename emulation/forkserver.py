@@ -116,13 +116,14 @@ class ForkServer:
                                           f"(log: {self.log})")
                 self._lock.wait(min(left, 0.2))
 
-    def spawn(self, netns_pid: int, module: str, config: Path, log: Path) -> AgentProcess:
+    def spawn(self, netns_pid: int, module: str, config: Path, log: Path, nice: int = 0) -> AgentProcess:
         """Fork agent `module` (worker, ps, background) with `config`, in the network namespace of
-        process `netns_pid`, output to `log`."""
+        process `netns_pid`, at `nice`, output to `log`."""
         with self._lock:
             self._next_id += 1
             rid = self._next_id
-        req = {"id": rid, "netns_pid": netns_pid, "module": module, "config": str(config), "log": str(log)}
+        req = {"id": rid, "netns_pid": netns_pid, "module": module, "config": str(config), "log": str(log),
+               "nice": nice}
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()

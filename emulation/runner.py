@@ -169,7 +169,7 @@ AGENT_NICE = -10
 
 def agent_command(module: str, cfg_path: Path) -> list[str]:
     """The command line an agent stands for (recorded for `dlcp clean`, and how to run one by hand;
-    the runner forks agents from agents/forkserver.py, which applies the same nice). Agents run at
+    the runner forks agents from agents/forkserver.py, asking for the same nice). Agents run at
     nice -10: they stand for machines of their own, and whatever else runs on the emulation host
     (builds, editors, other runs' reports) must not stretch their compute deadlines or delay their
     packets; on 2 cores at load 6, a nice-0 agent woke from a 4 ms compute wait ~10 ms late half
@@ -295,7 +295,7 @@ class Experiment:
         module = agent_cfg.role  # worker, ps, background (senders and sinks)
         cfg_path = write_agent_config(self.run_dir, host, role, agent_cfg)
         log = self.run_dir / "logs" / f"{host}-{role}.log"
-        p = self.forkserver.spawn(self.net.get(host).pid, module, cfg_path, log)
+        p = self.forkserver.spawn(self.net.get(host).pid, module, cfg_path, log, nice=AGENT_NICE)
         procs.record(p.pid, f"agent-{role}", host, agent_command(module, cfg_path))
         self.agents.append((host, role, p, log))
 

@@ -42,7 +42,7 @@ def sink_config(tmp_path, port: int):
 
 def test_a_forked_agent_runs_in_the_namespace_with_its_nice_and_log_and_reports_its_exit(server, tmp_path):
     port = free_udp_port()
-    p = server.spawn(os.getpid(), "background", sink_config(tmp_path, port), tmp_path / "h1-sink.log")
+    p = server.spawn(os.getpid(), "background", sink_config(tmp_path, port), tmp_path / "h1-sink.log", nice=-10)
     deadline = time.monotonic() + 10
     while not procs.catches_sigterm(p.pid):  # set up: it installed its handler and bound its port
         assert p.poll() is None, (tmp_path / "h1-sink.log").read_text()
