@@ -14,10 +14,10 @@ path, "log": path, "nice": -10}`; on stdout `{"id": n, "pid": child}` once forke
 that signal, as subprocess reports it). EOF on stdin ends the server; its children get SIGKILL
 then (the parent-death signal), as they would when a run dies.
 
-In the child: the parent-death signal (SIGKILL when the server dies), the network namespace of
-process P (a Mininet host's shell; hosts share the root mount namespace), the nice value asked,
-stdin from /dev/null, stdout and stderr to the log, then `agents.<module>.main(["--config",
-path])` and `exit_fast`. Nothing here has started a thread, opened a socket or seeded a generator
+In the child: the parent-death signal (SIGKILL when the server dies), a session of its own, the
+network namespace of process P (a Mininet host's shell; hosts share the root mount namespace),
+the nice value asked, stdin from /dev/null, stdout and stderr to the log, then
+`agents.<module>.main(["--config", path])` and `exit_fast`. Nothing here has started a thread, opened a socket or seeded a generator
 before the fork, so each child starts from the state a fresh `python -m agents.<module>` reaches
 after its imports.
 """
@@ -67,6 +67,10 @@ def become_agent(server_pid: int, req: dict) -> int:
     if os.getppid() != server_pid:  # the server died before the signal was armed
         return 1
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # a session of its own, as `mnexec -d` gave each agent started as a process: with the kernel's
+    # autogroups a session is one CFS scheduling group, and in the server's session the agents
+    # shared one group's CPU share against the switch (the demo's MCT p99 ratio moved 0.53 -> 0.48)
+    os.setsid()
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

@@ -49,6 +49,7 @@ def test_a_forked_agent_runs_in_the_namespace_with_its_nice_and_log_and_reports_
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert psutil.Process(p.pid).nice() == -10
+    assert os.getsid(p.pid) == p.pid  # its own session: its own autogroup, as a started process had
     assert psutil.Process(p.pid).ppid() == server.proc.pid
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for _ in range(5):
