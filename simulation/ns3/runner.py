@@ -153,6 +153,11 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     wall, cpu = time.time() - t0, time.process_time() - c0
     sim_s = ns.Simulator.Now().GetSeconds()
     events = int(ns.Simulator.GetEventCount() - ev0)
+    stack.take_all()
+    if os.environ.get("DLCP_SIM_RX_STATS"):  # diagnostics: how many datagrams C++ took
+        taken = sum(int(h.io.Rx().Absorbed()) for h in stack.hosts)
+        got = sum(int(h.io.DataReceived()) for h in stack.hosts)
+        print(f"dlcp_rx: {taken} of {got} datagrams received taken in C++", file=sys.stderr)
     _write_records(run_dir, run, agents, net)
     finished = run.finished
     ns.Simulator.Destroy()

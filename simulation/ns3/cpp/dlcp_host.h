@@ -6,8 +6,9 @@
 // sender blocks, as the emulated hosts' blocking socket does once its send buffer is charged with
 // the packets still in the host (Linux), instead of losing them in its own host; the rest of the
 // NIC queue stays free for the control connections, as on the emulated hosts.
-// Every datagram received goes up to Python at once, with its arrival time and the ECN bits of its
-// IPv4 header. Control: TCP connections on the control port at priority 7 (TOS 0xE0) in both
+// A datagram received is either taken by the receive path in C++ (dlcp_rx.h: most data packets of
+// a message) or goes up to Python at once, with its arrival time and the ECN bits of its IPv4
+// header. Control: TCP connections on the control port at priority 7 (TOS 0xE0) in both
 // directions (the connections this host opens and the ones it accepts), with the retransmission
 // timeout floor the emulated transport sets on its control sockets (dlcp/transport/sockets.py,
 // TCP_RTO_MIN_US: 10 ms, not Linux's default 200 ms), as the emulated transport's; bytes are
@@ -16,6 +17,8 @@
 // Up-calls go through one static dispatcher (converting a Python callable to std::function
 // costs cppyy tens of milliseconds, so it is done once per process, not per host or packet).
 #pragma once
+
+#include "dlcp_rx.h"
 
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
@@ -104,6 +107,9 @@ class DlcpHostIo : public Object
     uint64_t DataSent() const { return m_sent; }
 
     uint64_t DataReceived() const { return m_received; }
+
+    // the data packets taken here instead of in Python (dlcp_rx.h)
+    DlcpRxPath& Rx() { return m_rx; }
 
     // --- control ---------------------------------------------------------------------------------
 
@@ -196,9 +202,15 @@ class DlcpHostIo : public Object
         {
             SocketIpTosTag tag;
             int ecn = p->RemovePacketTag(tag) ? (tag.GetTos() & 3) : 0;
-            std::string buf(p->GetSize(), '\0');
+            std::string& buf = m_rxBuf;
+            buf.resize(p->GetSize());
             p->CopyData(reinterpret_cast<uint8_t*>(&buf[0]), buf.size());
             m_received += 1;
+            if (m_rx.Absorb(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), ecn,
+                            Simulator::Now().GetSeconds()))
+            {
+                continue;
+            }
             uint32_t peer = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();
             Up()(m_index, DATA, 0, buf, ecn, peer);
         }
@@ -315,6 +327,8 @@ class DlcpHostIo : public Object
     Ptr<Socket> m_listen;
     Ptr<QueueDisc> m_qdisc;
     std::deque<Datagram> m_pending;
+    std::string m_rxBuf;  // the datagram being received
+    DlcpRxPath m_rx;
     uint64_t m_sent = 0, m_received = 0, m_nextConn = 0;
     std::map<uint64_t, Conn> m_conns;
     std::map<Socket*, uint64_t> m_connOf;
