@@ -126,22 +126,28 @@ class RxMirror:
         self.rx, self.path = rx, path
         self.enabled = enabled
         cfg = rx.cfg
-        path.Setup(enabled, cfg.job_id, cfg.values_per_pkt, rx.wall_offset_s)
         self.feedback_every = cfg.feedback_every
         self.opened: dict = {}  # key -> (slot, _Rx, pinned bitmap): C++ writes into these buffers
         self.key_of: dict[int, tuple] = {}  # slot -> key
         self.budget: dict[int, int] = {}  # source -> what C++ was last told, less what it took since
         self._slot = 0
-        self._rows = np.zeros(self.ROWS * 9, dtype=np.float64)
+        self.width = int(path.ROW_LEN)  # doubles per row
+        self._rows = np.zeros(self.ROWS * self.width, dtype=np.float64)  # C++ writes here (Take)
+        self._dirty = bytearray(1)  # C++ sets it when there is something to take
+        self._dirty_pin = (ctypes.c_char * 1).from_buffer(self._dirty)
+        path.Setup(enabled, cfg.job_id, cfg.values_per_pkt, rx.wall_offset_s, self._rows.ctypes.data, self.ROWS,
+                   ctypes.addressof(self._dirty_pin))
 
     def take(self) -> None:
         """Add what C++ counted to the receiver's messages, sources and totals."""
+        if not self._dirty[0]:
+            return
         rx, rows = self.rx, self._rows
         while True:
-            n = int(self.path.Take(rows, self.ROWS))
+            n = int(self.path.Take())
             if not n:
                 break
-            for r in rows[: n * 9].reshape(n, 9).tolist():
+            for r in rows[: n * self.width].reshape(n, self.width).tolist():
                 if r[0] == 0:
                     st = self.opened[self.key_of[int(r[1])]][1]
                     pkts = int(r[2])

@@ -60,12 +60,18 @@ class DlcpRxPath
                uint64_t(msg & 0xffff);
     }
 
-    void Setup(bool enabled, uint32_t jobId, uint32_t valuesPerPkt, double wallOffsetS)
+    // rows: where Take writes (cap rows of ROW_LEN doubles); dirty: a byte set to 1 whenever there
+    // is something to take, so that Python calls Take only then (a call costs microseconds)
+    void Setup(bool enabled, uint32_t jobId, uint32_t valuesPerPkt, double wallOffsetS, uint64_t rows, uint64_t cap,
+               uint64_t dirty)
     {
         m_enabled = enabled;
         m_jobId = jobId;
         m_vpp = valuesPerPkt;
         m_wallOffset = wallOffsetS;
+        m_rows = reinterpret_cast<double*>(rows);
+        m_cap = cap;
+        m_dirty = reinterpret_cast<uint8_t*>(dirty);
     }
 
     // Python's receiver holds message (src, iter, phase, msg) of nPkts packets; buf: its payload
@@ -196,13 +202,16 @@ class DlcpRxPath
             m_dirtyMsg.push_back(it->first);
         }
         m_absorbed += 1;
+        *m_dirty = 1;
         return true;
     }
 
-    // Writes up to `cap` rows of ROW_LEN doubles (messages, then sources) of what was counted here
-    // since the last call and forgets them; returns the number of rows (call again while it is cap).
-    uint64_t Take(double* out, uint64_t cap)
+    // Writes up to `cap` rows (Setup) of what was counted here since the last call, messages then
+    // sources, and forgets them; returns the number of rows (call again while it is cap).
+    uint64_t Take()
     {
+        double* out = m_rows;
+        uint64_t cap = m_cap;
         uint64_t rows = 0;
         while (rows < cap && !m_dirtyMsg.empty())
         {
@@ -245,6 +254,7 @@ class DlcpRxPath
             s.dirty = false;
             rows += 1;
         }
+        *m_dirty = Pending() ? 1 : 0;
         return rows;
     }
 
@@ -287,6 +297,9 @@ class DlcpRxPath
     bool m_enabled = false;
     uint32_t m_jobId = 0, m_vpp = 1;
     double m_wallOffset = 0;
+    double* m_rows = nullptr;
+    uint64_t m_cap = 0;
+    uint8_t* m_dirty = nullptr;
     std::unordered_map<uint64_t, Msg> m_msgs;
     Src m_src[256];
     std::vector<uint64_t> m_dirtyMsg;
