@@ -6,9 +6,10 @@ queue in front of its NIC, TCP control connections, and most data packets' recei
 (`cpp/dlcp_rx.h`, see `RxMirror`). Per other datagram and per control read, Python: the core's
 `on_datagram` / `on_control`, then `step()` (after a datagram only when it produced output or
 moved a timer) hands out what the core asks for (data slices, PROBEs, control frames, finished
-messages), exactly as the virtual-time driver (dlcp/transport/virtual.py) and the UDP driver do. The core's timers become simulator events by
-integer token (`DlcpTimers`). Clock: simulated seconds since the start of the run; records carry
-them as microseconds (`wall_offset_s` 0), which reports only ever subtract.
+messages), exactly as the virtual-time driver (dlcp/transport/virtual.py) and the UDP driver do.
+The core's timers become simulator events by integer token (`DlcpTimers`). Clock: simulated
+seconds since the start of the run; records carry them as microseconds (`wall_offset_s` 0), which
+reports only ever subtract.
 """
 
 from __future__ import annotations
