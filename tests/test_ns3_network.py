@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ns3_scripts import STAR3_NETWORK
 
 from dlcp.network.runtime_file import RuntimeFileError
 from simulation.ns3.loader import available
@@ -161,12 +162,7 @@ from simulation.ns3 import loader
 from simulation.ns3.hosts import Clock, ip_int
 from simulation.ns3.network import build_network
 from dlcp.wire.header import DlcpHeader, tos_of
-cfg = C.validate({"name": "t", "topology": {"kind": "star", "hosts": 3}, "workload": {"workers": 2},
-                  "dlcp": {"policy": "dlcp"}, "links": {"host_mbps": 50}})
-spec = T.from_config(cfg)
-ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
-d = cfg["dlcp"]
-net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
+""" + STAR3_NETWORK + r"""
 events = []
 def up(index, kind, conn, data, ecn, peer):
     events.append((index, kind, int(conn), len(bytes(data))))

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ns3_scripts import STAR3_NETWORK
 
 from simulation.ns3.hosts import core_missing
 from simulation.ns3.loader import available
@@ -41,12 +42,7 @@ from simulation.ns3.hosts import HostStack, ip_int, transport_config
 from simulation.ns3.network import build_network
 
 VPP = __VPP__
-cfg = C.validate({"name": "t", "topology": {"kind": "star", "hosts": 3}, "workload": {"workers": 2},
-                  "dlcp": {"policy": "dlcp"}, "links": {"host_mbps": 50}})
-spec = T.from_config(cfg)
-ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
-d = cfg["dlcp"]
-net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
+""" + STAR3_NETWORK + r"""
 stack = HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
 done = []
 hosts = []
