@@ -68,8 +68,8 @@ def become_agent(server_pid: int, req: dict) -> int:
         return 1
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     # a session of its own, as `mnexec -d` gave each agent started as a process: with the kernel's
-    # autogroups a session is one CFS scheduling group, and in the server's session the agents
-    # shared one group's CPU share against the switch (the demo's MCT p99 ratio moved 0.53 -> 0.48)
+    # autogroups a session is one CFS scheduling group, and in the server's session all agents
+    # would share one group's CPU share against the other processes
     os.setsid()
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
