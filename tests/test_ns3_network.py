@@ -38,7 +38,8 @@ net = build_network(spec, spec.runtimes(cfg), cfg["links"], cfg["dlcp"]["data_po
 add_background(net, cfg["background"])
 ns.Simulator.Stop(ns.Seconds(0.5))
 ns.Simulator.Run()
-print(json.dumps({"flows": [f.totals() for f in net.background], "s1": net.switches["s1"].counter_dump()}))
+print(json.dumps({"flows": [{**f.sender_record(), "received": f.sink_record()["bytes"]} for f in net.background],
+                  "s1": net.switches["s1"].counter_dump()}))
 """
 
 
@@ -60,7 +61,7 @@ def test_bottleneck_port_drains_at_the_link_rate_of_ethernet_frames():
     s1 = r["s1"]
     assert s1["backend"] == "ns3" and s1["switch"] == "s1"
     ports = {p["port"]: p for p in s1["ports"]}
-    sent = sum(f["sent_pkts"] for f in r["flows"])
+    sent = sum(f["pkts"] for f in r["flows"])
     assert ports[1]["rx_pkts"] + ports[2]["rx_pkts"] == sent - 2  # one packet per flow still on its link
     (row,) = s1["queues"]
     assert (row["port"], row["qid"], row["color"]) == (3, 0, 0)
@@ -74,7 +75,7 @@ def test_bottleneck_port_drains_at_the_link_rate_of_ethernet_frames():
     assert ports[3]["queued_pkts"] == 63
     assert row["admitted_pkts"] == ports[3]["tx_pkts"] + ports[3]["queued_pkts"]
     # the last frame the port sent is still on its way to h3
-    assert sum(f["received_bytes"] for f in r["flows"]) == 1400 * (ports[3]["tx_pkts"] - 1)
+    assert sum(f["received"] for f in r["flows"]) == 1400 * (ports[3]["tx_pkts"] - 1)
     assert s1["drops"] == {"parser_error": 0, "not_ipv4": 0, "no_route": 0, "ttl_expired": 0}
     assert s1["telemetry"]["max_enq_qdepth"] == 63
 
@@ -87,8 +88,8 @@ def test_strict_priority_starves_the_lower_class_at_a_bottleneck():
     rows = {(q["port"], q["qid"], q["color"]): q for q in r["s1"]["queues"]}
     high, low = rows[(3, 2, 0)], rows[(3, 1, 0)]
     assert high["tail_drop_pkts"] == 0 and low["tail_drop_pkts"] > 0
-    got = {f["src"]: f["received_bytes"] // 1400 for f in r["flows"]}
-    assert got["h1"] >= r["flows"][0]["sent_pkts"] - 3  # all but what is still on the way
+    got = {f["host"]: f["received"] // 1400 for f in r["flows"]}
+    assert got["h1"] >= r["flows"][0]["pkts"] - 3  # all but what is still on the way
     # the last packet the port sent is still on its way to h3
     assert got["h1"] + got["h2"] == {p["port"]: p for p in r["s1"]["ports"]}[3]["tx_pkts"] - 1
 
@@ -231,7 +232,7 @@ add_background(net, cfg["background"])
 net.background[0].counter.keepTimes = True
 ns.Simulator.Stop(ns.Seconds(0.5))
 ns.Simulator.Run()
-print(json.dumps({"times": list(net.background[0].counter.times), "flow": net.background[0].totals()}))
+print(json.dumps({"times": list(net.background[0].counter.times), "flow": net.background[0].sender_record()}))
 """
 
 
@@ -253,7 +254,7 @@ def test_onoff_background_offers_the_configured_bursts_from_a_seeded_phase():
     for seed in (1, 2):
         r = _simulate(ONOFF, SEED=seed)
         t = r["times"]
-        assert r["flow"]["sent_pkts"] == len(t)
+        assert r["flow"]["pkts"] == len(t)
         bursts = _bursts(t, 1e-3)
         whole = bursts[1:-1]  # the last may be cut by the end of the run
         assert max(b2 - b1 for b in whole for b1, b2 in zip(b, b[1:])) < interval + 1e-9

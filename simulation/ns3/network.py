@@ -35,10 +35,15 @@ class BackgroundFlow:
     sink: object = None
     counter: object = None
 
-    def totals(self) -> dict:
-        sent = int(self.counter.packets) if self.counter is not None else None
-        return {"kind": self.kind, "src": self.src, "dst": self.dst, "port": self.port,
-                "sent_pkts": sent, "received_bytes": int(self.sink.GetTotalRx())}
+    def sender_record(self) -> dict:
+        """records/<src>-background<index>.json, with the emulated sender's keys where they mean the
+        same (`pkts` sent; a simulation has no wall-clock times to give)."""
+        return {"host": self.src, "kind": self.kind, "dst": self.dst, "port": self.port,
+                "pkts": int(self.counter.packets) if self.counter is not None else None}
+
+    def sink_record(self) -> dict:
+        """records/<dst>-sink<port>.json: what the flow's sink received, as the emulated sink's record."""
+        return {"host": self.dst, "kind": "sink", "port": self.port, "bytes": int(self.sink.GetTotalRx())}
 
 
 @dataclass

@@ -184,8 +184,9 @@ def _write_records(run_dir: Path, run, agents, net) -> None:
         R.write_json(rec / f"{host}-agent.json", totals)
     for name, sw in net.switches.items():
         write_json(run_dir / "counters" / f"{name}.json", sw.counter_dump())
-    for flow in net.background:
-        R.write_json(rec / f"{flow.src}-background.json", flow.totals())
+    for flow in net.background:  # named as the emulated agents name theirs (docs/runs.md)
+        R.write_json(rec / f"{flow.src}-background{flow.index}.json", flow.sender_record())
+        R.write_json(rec / f"{flow.dst}-sink{flow.port}.json", flow.sink_record())
 
 
 def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True, figures: bool = True) -> Path:
