@@ -9,17 +9,17 @@ repeated series), and an agent starts in milliseconds from a copy of this proces
     python -m agents.forkserver         (started by emulation/forkserver.py, in the root namespace)
 
 Protocol, JSON lines: requests on stdin `{"id": n, "netns_pid": P, "module": "worker", "config":
-path, "log": path, "nice": -10}`; on stdout `{"id": n, "pid": child}` once forked (or `{"id": n, "error":
-"..."}`) and `{"pid": child, "exit": code}` when the child is reaped (a negative code: killed by
+path, "log": path, "nice": -10}`; on stdout `{"id": n, "pid": child}` once forked (or `{"id": n,
+"error": "..."}`) and `{"pid": child, "exit": code}` when the child is reaped (a negative code: killed by
 that signal, as subprocess reports it). EOF on stdin ends the server; its children get SIGKILL
 then (the parent-death signal), as they would when a run dies.
 
 In the child: the parent-death signal (SIGKILL when the server dies), a session of its own, the
 network namespace of process P (a Mininet host's shell; hosts share the root mount namespace),
 the nice value asked, stdin from /dev/null, stdout and stderr to the log, then
-`agents.<module>.main(["--config", path])` and `exit_fast`. Nothing here has started a thread, opened a socket or seeded a generator
-before the fork, so each child starts from the state a fresh `python -m agents.<module>` reaches
-after its imports.
+`agents.<module>.main(["--config", path])` and `exit_fast`. Nothing here has started a thread,
+opened a socket or seeded a generator before the fork, so each child starts from the state a fresh
+`python -m agents.<module>` reaches after its imports.
 """
 
 from __future__ import annotations

@@ -42,11 +42,10 @@ class AgentProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"agent {self.pid}", timeout)
-            time.sleep(0.01)
+        if self.returncode is None:
+            self.returncode = self.server.wait_exit(self.pid, timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(f"agent {self.pid}", timeout)
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -143,6 +142,17 @@ class ForkServer:
     def exit_code(self, pid: int) -> int | None:
         with self._lock:
             return self._exits.get(pid)
+
+    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
+        """`pid`'s exit code once the server reports it; None when `timeout` s pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while pid not in self._exits:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._lock.wait(left)
+            return self._exits[pid]
 
     def close(self, grace_s: float = 5.0) -> None:
         """End the server (EOF on its stdin); any agent still running gets SIGKILL with it."""

@@ -348,9 +348,8 @@ class Experiment:
             time.sleep(RELEASE_POLL_S if self.background_held else PROGRESS_PERIOD_S)
 
     def stop_agents(self) -> None:
-        # a background agent may still be importing (a run shorter than its start-up): SIGTERM
-        # would kill it before it writes its record (how much it sent), so wait until it can take
-        # the signal
+        # a background agent may still be setting up (a run shorter than that): SIGTERM would kill
+        # it before it writes its record (how much it sent), so wait until it can take the signal
         for _, role, p, _ in self.agents:
             if role == "background":
                 procs.wait_until_catching_sigterm(p, AGENT_READY_S)
@@ -577,7 +576,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     forkserver = None
     try:
         progress.phase("loading the agents' modules (torch) once for every run")
-        forkserver = start_forkserver(results)
+        forkserver = ForkServer(results / "logs" / "forkserver.log")
         for i, (variant, rep, cfg) in enumerate(runs):
             vdir = Path(run_dir) if run_dir else run_dir_of(results, variant, rep)
             label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
@@ -601,13 +600,6 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             forkserver.close()
         hand_over_to_sudo_user(results, created)
     return results
-
-
-def start_forkserver(results: Path) -> ForkServer:
-    try:
-        return ForkServer(results / "logs" / "forkserver.log")
-    except ForkServerError as e:
-        raise RunFailed(str(e)) from e
 
 
 def stop_by_signal(run_dir: Path, progress: Progress, with_report: bool, exc: BaseException) -> None:
@@ -643,7 +635,7 @@ def main(args) -> int:
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
-    except RunFailed as e:
+    except (RunFailed, ForkServerError) as e:  # the fork server fails at start or while forking an agent
         print(f"dlcp run: failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
