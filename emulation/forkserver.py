@@ -72,6 +72,7 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self._next_id = 0
         self._ready = False
+        self._gone = False  # the server's stdout closed: it exited
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as err:
@@ -100,6 +101,7 @@ class ForkServer:
                     self._replies[msg["id"]] = msg
                 self._lock.notify_all()
         with self._lock:  # EOF: the server is gone
+            self._gone = True
             self._lock.notify_all()
 
     def _await(self, done, timeout_s: float, what: str):
@@ -139,20 +141,26 @@ class ForkServer:
     def pid(self) -> int:
         return self.proc.pid
 
+    def _exit_of(self, pid: int) -> int | None:
+        """Under the lock: `pid`'s reported exit code; an agent the server did not report before
+        it went was killed with it (the parent-death signal), so -SIGKILL; else None."""
+        return self._exits.get(pid, -signal.SIGKILL if self._gone else None)
+
     def exit_code(self, pid: int) -> int | None:
         with self._lock:
-            return self._exits.get(pid)
+            return self._exit_of(pid)
 
     def wait_exit(self, pid: int, timeout: float | None) -> int | None:
-        """`pid`'s exit code once the server reports it; None when `timeout` s pass first."""
+        """`pid`'s exit code once the server reports it (or is gone); None when `timeout` s pass
+        first."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while pid not in self._exits:
+            while self._exit_of(pid) is None:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
                 self._lock.wait(left)
-            return self._exits[pid]
+            return self._exit_of(pid)
 
     def close(self, grace_s: float = 5.0) -> None:
         """End the server (EOF on its stdin); any agent still running gets SIGKILL with it."""

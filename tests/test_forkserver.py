@@ -85,4 +85,6 @@ def test_agents_die_with_their_server(tmp_path):
     os.kill(server.proc.pid, signal.SIGKILL)
     child.wait(timeout=5)  # the parent-death signal
     assert not child.is_running()
+    # nobody is left to report its exit: the runner learns it was killed, and does not wait forever
+    assert p.wait(timeout=5) == -signal.SIGKILL and p.poll() == -signal.SIGKILL
     server.close()
