@@ -240,6 +240,7 @@ class SimHost:
         self._stepping = False
         self._again = False
         self.io = None  # DlcpHostIo, set by the stack
+        self.tx_blocked = False  # its data socket is full: no new transmission until WRITABLE
         self.rxm = None  # RxMirror of its receive path, set by the stack
 
     def add_peer(self, rank: int) -> None:
@@ -266,6 +267,11 @@ class SimHost:
             self.step()  # publishes
         else:
             m.publish()
+
+    def writable(self) -> None:
+        """The data socket took every datagram handed down: the next transmission may go."""
+        self.tx_blocked = False
+        self.step()
 
     def control(self, conn: int, data: bytes) -> None:
         self.rxm.take()
@@ -303,7 +309,10 @@ class SimHost:
         due = ep.next_timer()
         if due <= now + TICK_S:  # a deadline within the simulator's last nanosecond has come
             ep.on_timer(max(now, due))
-        while True:
+        # As the emulated send thread: hand the core's next transmission down, and ask for the one
+        # after only once the socket took it all (a sender blocked in sendmmsg does not poll its
+        # core, so the next message's DESCRIBE, and its start time, waits for the socket too).
+        while not self.tx_blocked:
             tx = ep.poll_transmit(now)
             if tx is None:
                 break
@@ -311,6 +320,7 @@ class SimHost:
                 self._data(tx)
             elif isinstance(tx, ProbeSend):
                 self.io.SendData(self.stack.ip_of_rank[tx.dst], bytes(tx.data), tx.tos)
+            self.tx_blocked = self.io.WouldBlock()
         for out in ep.take_outputs():
             if isinstance(out, FrameSend):
                 self._frame(out)
@@ -401,6 +411,8 @@ class HostStack:
             h.datagram(bytes(data), ecn)
         elif kind == 1:
             h.control(int(conn), bytes(data))
+        elif kind == 5:
+            h.writable()
         elif kind == 3:
             h.readers.pop(int(conn), None)
             for rank, c in list(h.own_conn.items()):

@@ -43,7 +43,8 @@ class DlcpHostIo : public Object
         CONTROL = 1,     // bytes read from control connection `conn`
         CONNECTED = 2,   // outgoing connection `conn` is up
         CLOSED = 3,      // connection `conn` closed or failed
-        ACCEPTED = 4     // a peer opened connection `conn` to us
+        ACCEPTED = 4,    // a peer opened connection `conn` to us
+        WRITABLE = 5     // the data socket took every datagram handed down (after WouldBlock)
     };
 
     // (host index, kind, connection id, bytes, ecn, peer IPv4)
@@ -103,6 +104,17 @@ class DlcpHostIo : public Object
     }
 
     uint64_t PendingData() const { return m_pending.size(); }
+
+    // Whether the datagrams handed down so far fill more than the send buffer has room for: the
+    // emulated sender would now be blocked in sendmmsg until the last of them is taken, and only
+    // then ask its transport core for the next message. If so, a WRITABLE up-call says when.
+    bool WouldBlock()
+    {
+        uint64_t queued = m_qdisc->GetNPackets();
+        uint64_t room = queued < m_sendBufPkts ? m_sendBufPkts - queued : 0;
+        m_wantWritable = m_pending.size() > room;
+        return m_wantWritable;
+    }
 
     uint64_t DataSent() const { return m_sent; }
 
@@ -183,6 +195,11 @@ class DlcpHostIo : public Object
             m_udp->SendTo(p, 0, InetSocketAddress(Ipv4Address(d.dst), m_dataPort));
             m_sent += 1;
             m_pending.pop_front();
+        }
+        if (m_pending.empty() && m_wantWritable)
+        {
+            m_wantWritable = false;
+            Up()(m_index, WRITABLE, 0, std::string(), 0, 0);
         }
     }
 
@@ -327,6 +344,7 @@ class DlcpHostIo : public Object
     Ptr<Socket> m_listen;
     Ptr<QueueDisc> m_qdisc;
     std::deque<Datagram> m_pending;
+    bool m_wantWritable = false;  // the host's driver waits for WRITABLE (WouldBlock)
     std::string m_rxBuf;  // the datagram being received
     DlcpRxPath m_rx;
     uint64_t m_sent = 0, m_received = 0, m_nextConn = 0;
