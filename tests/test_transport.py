@@ -530,6 +530,31 @@ def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
     assert b.stats()["ce_received"] == 5
 
 
+def _control_timers_us(sock: socket.socket) -> tuple[int, int] | None:
+    """(RTO floor, delayed-ACK cap) of a TCP socket in microseconds; None before Linux 6.16."""
+    try:  # TCP_RTO_MIN_US, TCP_DELACK_MAX_US (<linux/tcp.h>)
+        return tuple(sock.getsockopt(socket.IPPROTO_TCP, opt) for opt in (45, 46))
+    except OSError:
+        return None
+
+
+def test_control_connections_dilate_their_kernel_timers(make_pair):
+    # the RTO floor and the delayed-ACK cap are the system's 10 ms: under dilation 4 both ends of a
+    # control connection (the one that connected and the one that accepted) wait 40 ms
+    a, b, _ = make_pair(send_cfg={"time_scale": 4}, recv_cfg={"time_scale": 4})
+    if _control_timers_us(socket.socket()) is None:
+        pytest.skip("kernel without TCP_RTO_MIN_US / TCP_DELACK_MAX_US (Linux < 6.16)")
+    exchange(a, b, message(n_pkts=5)[1])
+    accepted = [c.sock for c in b._conns.values() if c.outgoing_to is None]
+    assert len(accepted) == 1
+    assert _control_timers_us(a._out[1].sock) == _control_timers_us(accepted[0]) == (40_000, 40_000)
+
+
+def test_control_timers_scale_up_to_the_kernel_limit():
+    from dlcp.transport.sockets import control_timer_us
+    assert [control_timer_us(d) for d in (1, 4, 20, 100)] == [10_000, 40_000, 200_000, 200_000]
+
+
 def test_batch_receiver_reads_tos_and_how_long_a_datagram_waited():
     from dlcp.transport.udpio import BatchReceiver
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -15,6 +15,9 @@ time scale would fire D times too early against a D times slower network (the PR
 floor before every PROBE round trip ended, FORCE_STOP deadlines before messages could finish, the
 receiver's quiet time before a round's packets could arrive). Timers the transport derives from
 what it measures (the smoothed PROBE round trip, the adaptive quiet time) scale by themselves.
+The control connections' kernel timers (TCP's retransmission floor and delayed-ACK cap) scale
+the same way (dlcp/transport/sockets.py): left at the system's 10 ms, the delayed ACK fired D times
+more often per control frame, and the extra pure ACKs filled packet-counted switch queues.
 What does not scale: packet and queue sizes (a packet is a packet), loss rates, budgets, the
 iteration count, `timeout_s` (a wall-clock limit of the emulation, not a time of the system) and
 real compute (a CPU cannot be slowed down: runs with dilation need `workload.compute = "profile"`

@@ -9,8 +9,10 @@ import time
 from dlcp.transport.api import TransportError
 from dlcp.wire.header import PRIO_CONTROL, tos_of
 
-TCP_RTO_MIN_US = 45  # socket option (Linux 6.16)
-CONTROL_RTO_MIN_US = 10_000
+TCP_RTO_MIN_US = 45  # socket options (Linux 6.16)
+TCP_DELACK_MAX_US = 46
+CONTROL_RTO_MIN_US = 10_000  # the system's: times the dilation on the emulated sockets
+KERNEL_TIMER_MAX_US = 200_000  # the kernel refuses larger values of either option
 
 
 def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str,
@@ -45,13 +47,26 @@ def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, opt, size)
 
 
-def control_socket_options(s: socket.socket) -> None:
+def control_timer_us(time_scale: float = 1.0) -> int:
+    """The control connections' RTO floor and delayed-ACK cap under time dilation `time_scale`
+    (dlcp/experiment/dilation.py): the system's 10 ms times D, at most the kernel's 200 ms."""
+    return min(KERNEL_TIMER_MAX_US, round(CONTROL_RTO_MIN_US * time_scale))
+
+
+def control_socket_options(s: socket.socket, time_scale: float = 1.0) -> None:
     """Priority 7, no Nagle, and (Linux >= 6.16) a 10 ms floor instead of 200 ms for the TCP
     retransmission timeout: where control shares a lossy queue (the fifo baseline), a lost DESCRIBE,
-    BITMAP or STOP segment otherwise stalls its message for at least 200 ms."""
+    BITMAP or STOP segment otherwise stalls its message for at least 200 ms.
+
+    The floor also caps the delayed ACK (the kernel derives one from the other; set here too), and
+    both are kernel timers of the system's time scale: unscaled against a network D times slower,
+    the delayed ACK fired D times more often per frame, and at D = 4 the workers sent ~25 % more
+    pure ACKs into the PS's congested port, whose queue counts packets (ECN marks, tail drops)."""
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        s.setsockopt(socket.IPPROTO_TCP, TCP_RTO_MIN_US, CONTROL_RTO_MIN_US)
-    except OSError:  # older kernels: the default floor
-        pass
+    timer = control_timer_us(time_scale)
+    for opt in (TCP_RTO_MIN_US, TCP_DELACK_MAX_US):
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, opt, timer)
+        except OSError:  # older kernels: the default timers
+            pass

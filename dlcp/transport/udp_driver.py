@@ -357,7 +357,7 @@ class UdpTransport:
         peer = self.peers[dst]
         timeout = self.cfg.connect_timeout_s if timeout is None else timeout
         s = connect_retrying(self.cfg.ip, (peer.ip, peer.control_port), timeout, lambda: self._closing,
-                             f"control connection to rank {dst}", prepare=control_socket_options)
+                             f"control connection to rank {dst}", prepare=self._control_options)
         s.setblocking(False)
         conn = _Conn(s, dst)
         with self._conn_lock:
@@ -369,6 +369,9 @@ class UdpTransport:
             self._pending_reg.append(conn)
         self._wake()
         return conn
+
+    def _control_options(self, s: socket.socket) -> None:
+        control_socket_options(s, self.cfg.time_scale)  # its kernel timers dilated too
 
     def _write(self, conn: _Conn, frame: bytes) -> bool:
         """Queue a frame on `conn`; the receive thread flushes what the socket did not take."""
@@ -497,7 +500,7 @@ class UdpTransport:
             except (BlockingIOError, InterruptedError):
                 return
             s.setblocking(False)
-            control_socket_options(s)
+            self._control_options(s)
             self._watch(_Conn(s, None), write=False)
 
     def _close_conn(self, conn: _Conn, why: str | None = None) -> None:
