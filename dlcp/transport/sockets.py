@@ -60,8 +60,9 @@ def control_socket_options(s: socket.socket, time_scale: float = 1.0) -> None:
 
     The floor also caps the delayed ACK (the kernel derives one from the other; set here too), and
     both are kernel timers of the system's time scale: unscaled against a network D times slower,
-    the delayed ACK fired D times more often per frame, and at D = 4 the workers sent ~25 % more
-    pure ACKs into the PS's congested port, whose queue counts packets (ECN marks, tail drops)."""
+    the delayed ACK fired D times more often per frame: the workers of experiments/dilation-check
+    sent 20 % more control packets into the PS's congested switch port at D = 4 and 50 % more at
+    D = 8, where the queue counts packets (ECN marks, tail drops)."""
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos_of(PRIO_CONTROL, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     timer = control_timer_us(time_scale)
