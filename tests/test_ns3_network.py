@@ -196,17 +196,18 @@ print(json.dumps({"own": list(ios[0].ConnState(own[0])), "accepted": list(ios[1]
 def test_control_connections_go_at_priority_seven_from_both_ends_with_the_rto_floor():
     """h1 opens a control connection to h2 and h2 answers on it: the SYN-ACK and the answer (h2's
     accepted end, toward h1 = port 1) as well as h1's segments (port 2) are classified into queue 7,
-    and both ends have the emulated control sockets' 10 ms RTO floor (ns-3's fork of a listening
-    socket does not carry its TOS: answers went at priority 0, behind background traffic). The answer
-    reaches h1 before the datagrams h2 wrote after it, as Linux sends them (ns-3's TCP sends one
-    time step after the write: a BITMAP waited behind the next ring step's data)."""
+    and both ends have the emulated control sockets' 10 ms RTO floor, which caps their delayed ACKs
+    too (ns-3's fork of a listening socket does not carry its TOS: answers went at priority 0,
+    behind background traffic). The answer reaches h1 before the datagrams h2 wrote after it, as
+    Linux sends them (ns-3's TCP sends one time step after the write: a BITMAP waited behind the
+    next ring step's data)."""
     from dlcp.transport.sockets import CONTROL_RTO_MIN_US
     r = _simulate(CONTROL_BOTH_ENDS, RTO_MIN_S=CONTROL_RTO_MIN_US / 1e6)
     assert r["received"] == 100
     assert r["h1_order"] == [1] + [0] * 6  # the control answer, then the six datagrams
     for end in ("own", "accepted"):
-        unsent, _room, is_up, tos, rto_min_us = r[end]
-        assert (unsent, is_up, tos, rto_min_us) == (0, 1, 0xE0, CONTROL_RTO_MIN_US)
+        unsent, _room, is_up, tos, rto_min_us, delack_us = r[end]
+        assert (unsent, is_up, tos, rto_min_us, delack_us) == (0, 1, 0xE0, CONTROL_RTO_MIN_US, CONTROL_RTO_MIN_US)
     queues = {(p, q): n for p, q, n in r["queues"]}
     assert {(p, q) for p, q in queues if q != 1} == {(1, 7), (2, 7)}  # control in no other queue
     assert queues[(1, 7)] == 2  # the SYN-ACK and the answer
