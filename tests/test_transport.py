@@ -532,8 +532,9 @@ def test_receiver_reads_ecn_bits_and_reports_them_in_feedback(make_pair):
 
 def _control_timers_us(sock: socket.socket) -> tuple[int, int] | None:
     """(RTO floor, delayed-ACK cap) of a TCP socket in microseconds; None before Linux 6.16."""
-    try:  # TCP_RTO_MIN_US, TCP_DELACK_MAX_US (<linux/tcp.h>)
-        return tuple(sock.getsockopt(socket.IPPROTO_TCP, opt) for opt in (45, 46))
+    from dlcp.transport.sockets import TCP_DELACK_MAX_US, TCP_RTO_MIN_US
+    try:
+        return tuple(sock.getsockopt(socket.IPPROTO_TCP, opt) for opt in (TCP_RTO_MIN_US, TCP_DELACK_MAX_US))
     except OSError:
         return None
 
