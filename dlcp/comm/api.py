@@ -111,9 +111,10 @@ class OpData:
 
 @dataclass
 class Reduced:
-    total: np.ndarray  # float32
-    count: np.ndarray  # uint16
+    total: np.ndarray | None  # float32; None when the run carries sizes only (workload.payload = "sizes")
+    count: np.ndarray | None  # uint16; None with sizes only
     world: int
+    short: int | None = None  # sizes only: values holding fewer than `world` contributions
 
 
 class Partial:

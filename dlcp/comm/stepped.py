@@ -24,7 +24,9 @@ lost partial sum is lost for every rank after it) and copies with the message bu
 gives every transfer 1 / (2 x steps per phase) of the message budget, so a value's compounded loss
 stays within it.
 
-Each operation runs in a thread of its own; the handle completes there.
+Each operation runs in a thread of its own; the handle completes there. The rules above (steps,
+messages, merges: `StepRules`, `RankSteps`, `_State`) are shared with the event-driven collective
+the simulated hosts run (dlcp/comm/evented.py), which takes the same steps as receives arrive.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from functools import cached_property
 import numpy as np
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial, Reduced
-from dlcp.comm.packets import tagged_packets
+from dlcp.comm.packets import sized_packets, tagged_packets
 from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
 from dlcp.comm.plans.multitree import multitree_schedule
 from dlcp.comm.plans.paths import rank_hosts
@@ -129,14 +131,20 @@ class DsSyncRounds(StepPlan):
 
 
 class _State:
-    """One operation's buffer on this rank: values, per-chunk per-packet counts."""
+    """One operation's buffer on this rank: values (None when the run carries sizes only,
+    `workload.payload = "sizes"`), per-chunk per-packet counts."""
 
     def __init__(self, op: OpData, sched: Schedule, vpp: int):
         self.op, self.sched = op, sched
-        self.buf = np.array(op.values, dtype=np.float32).reshape(-1)  # a copy: the caller's stays intact
+        if op.values is None:
+            self.buf, n = None, op.layout.n_values
+        else:
+            self.buf = np.array(op.values, dtype=np.float32).reshape(-1)  # a copy: the caller's stays intact
+            n = self.buf.size
         chunks = {t.chunks for step in sched.steps for t in step}
         self.chunks = chunks.pop() if len(chunks) == 1 else max(chunks, default=1)
-        self.bounds = chunk_bounds(self.buf.size, self.chunks)
+        self.bounds = chunk_bounds(n, self.chunks)
+        self.n = n
         self.vpp = vpp
         self.cnt = {c: np.ones(self.npk(c), np.uint8) for c in range(self.chunks)}
 
@@ -147,9 +155,97 @@ class _State:
         return self.bounds[c + 1] == self.bounds[c]
 
     def reduced(self, world: int) -> Reduced:
+        if self.buf is None:  # sizes only: no per-value arrays, just how many values fell short
+            return Reduced(None, None, world, short=self.short(world))
         count = np.concatenate([np.repeat(self.cnt[c].astype(np.uint16), self.vpp)[: self.bounds[c + 1] - self.bounds[c]]
-                                for c in range(self.chunks)]) if self.buf.size else np.zeros(0, np.uint16)
+                                for c in range(self.chunks)]) if self.n else np.zeros(0, np.uint16)
         return Reduced(self.buf, count, world)
+
+    def short(self, world: int) -> int:
+        """Values whose packet holds fewer than `world` contributions."""
+        lost = 0
+        for c in range(self.chunks):
+            few = self.cnt[c] < world
+            if few.any():
+                size = int(self.bounds[c + 1] - self.bounds[c])
+                lost += int(np.minimum(self.vpp, size - np.arange(len(few)) * self.vpp)[few].sum())
+        return lost
+
+
+class RankSteps:
+    """What one rank does at each step of a schedule: [(sends, receives)] per step, each a list of
+    (index in step, transfer, local wire id) in the step's order (the order both collectives send
+    and merge in). Built in one pass over the schedule for every rank and kept per schedule, so
+    128 simulated ranks share one index."""
+
+    _cache: dict[int, tuple[Schedule, list]] = {}
+
+    @classmethod
+    def of(cls, sched: Schedule, rank: int) -> list[tuple[list, list]]:
+        hit = cls._cache.get(id(sched))
+        if hit is None or hit[0] is not sched:
+            local, _ = transfer_ids(sched)
+            per_rank = [[([], []) for _ in sched.steps] for _ in range(sched.ranks)]
+            for s, step in enumerate(sched.steps):
+                for i, t in enumerate(step):
+                    per_rank[t.src][s][0].append((i, t, local[(s, i)]))
+                    per_rank[t.dst][s][1].append((i, t, local[(s, i)]))
+            hit = cls._cache[id(sched)] = (sched, per_rank)
+        return hit[1][rank]
+
+
+class StepRules:
+    """The rules both step collectives apply (see the module docstring): which steps a primitive
+    runs, the message a transfer sends (tagging, wire id, SendInfo with counts and budget), and how
+    a received transfer merges into the buffer."""
+
+    def __init__(self, cfg: CommConfig, plan: StepPlan, ids: WireIds, vpp: int):
+        self.cfg, self.plan, self.ids, self.vpp = cfg, plan, ids, vpp
+        self.rank = cfg.rank
+
+    def steps(self, st: _State, phases) -> list[int]:
+        out = []
+        for phase in phases:
+            a, b = st.sched.phases[phase]
+            out.extend(range(a, b))
+        return out
+
+    def message(self, st: _State, s: int, t, local: int) -> tuple[int, object, SendInfo]:
+        """(destination, packets, SendInfo) of transfer t of step s."""
+        op = st.op
+        phase = phase_of(t.op)
+        lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
+        ident = MessageId(self.cfg.job_id, self.rank, op.iteration & 0xFFFF, self.ids.step(op.slot, local), phase, TYPE_DATA)
+        protect = phase == PHASE_RS and self.cfg.ring_budget == "protect_rs"
+        if st.buf is None:
+            batch, lf, ll = sized_packets(ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp, protect=protect)
+        else:  # copy: the step reads the buffer as it began, and later steps may write the chunk
+            batch, lf, ll = tagged_packets(st.buf, ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp,
+                                           protect=protect, copy=True)
+        if self.cfg.ring_budget == "per_step":
+            budget = {"budget_share": 1 / (2 * max(1, st.sched.steps_per_phase))}
+        else:
+            budget = {"budget": 0.0} if protect else {}
+        info = SendInfo(rec_msg_id=op.record_id, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(),
+                        **budget)
+        return t.dst, batch, info
+
+    def recv_key(self, st: _State, t, local: int) -> tuple[int, int]:
+        """(phase, wire msg_id) of transfer t's message, as its receiver asks for it."""
+        return phase_of(t.op), self.ids.step(st.op.slot, local)
+
+    def merge(self, st: _State, t, res) -> None:
+        """Transfer t's received message into the buffer: a reduce adds, a copy replaces."""
+        lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
+        cnt_in = res.counts if res.counts is not None else np.ones(st.npk(t.chunk), np.uint8)
+        if t.op == "reduce":
+            if st.buf is not None:
+                st.buf[lo:hi] += res.values  # lost values are zeros: they add nothing
+            st.cnt[t.chunk] = (st.cnt[t.chunk] + np.where(res.received, cnt_in, 0)).astype(np.uint8)
+        else:
+            if st.buf is not None:
+                st.buf[lo:hi] = res.values
+            st.cnt[t.chunk] = np.where(res.received, cnt_in, 0).astype(np.uint8)
 
 
 class SteppedCollective(Collective):
@@ -164,7 +260,7 @@ class SteppedCollective(Collective):
         self.t, self.cfg, self.plan, self.ids, self.lockstep = transport, cfg, plan, ids, lockstep
         self.rank, self.world = cfg.rank, cfg.world
         self.vpp = transport.vpp
-        self._local = {k: transfer_ids(plan.schedule(k))[0] for k in range(plan.period)}
+        self.rules = StepRules(cfg, plan, ids, self.vpp)
 
     def begin(self, iteration: int) -> None:
         self.t.advance(iteration)
@@ -204,55 +300,23 @@ class SteppedCollective(Collective):
     # --- steps ---------------------------------------------------------------------------------
 
     def _run(self, st: _State, phases) -> _State:
-        me, sched = self.rank, st.sched
         if self.world == 1:
             return st
-        local = self._local[st.op.iteration % self.plan.period]
+        rules, steps = self.rules, RankSteps.of(st.sched, self.rank)
         pending = []
-        for phase in phases:
-            a, b = sched.phases[phase]
-            for s in range(a, b):
-                step = sched.steps[s]
-                handles = [self._send(st, s, i, t, local[(s, i)]) for i, t in enumerate(step)
-                           if t.src == me and not st.empty(t.chunk)]
-                for i, t in enumerate(step):
-                    if t.dst == me and not st.empty(t.chunk):
-                        self._receive(st, t, local[(s, i)])
-                if self.lockstep:
-                    self._finish_sends(st, handles)
-                else:
-                    pending += handles
+        for s in rules.steps(st, phases):
+            sends, recvs = steps[s]
+            handles = [self.t.send(*rules.message(st, s, t, local)) for _, t, local in sends if not st.empty(t.chunk)]
+            for _, t, local in recvs:
+                if not st.empty(t.chunk):
+                    phase, msg_id = rules.recv_key(st, t, local)
+                    rules.merge(st, t, self.t.recv(t.src, st.op.iteration, phase, msg_id, self.cfg.timeout_s))
+            if self.lockstep:
+                self._finish_sends(st, handles)
+            else:
+                pending += handles
         self._finish_sends(st, pending)
         return st
-
-    def _send(self, st: _State, s: int, i: int, t, local: int):
-        op = st.op
-        phase = phase_of(t.op)
-        lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
-        ident = MessageId(self.cfg.job_id, self.rank, op.iteration & 0xFFFF, self.ids.step(op.slot, local), phase, TYPE_DATA)
-        protect = phase == PHASE_RS and self.cfg.ring_budget == "protect_rs"
-        # copy: the step reads the buffer as it began, and later steps may write the chunk
-        batch, lf, ll = tagged_packets(st.buf, ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp, protect=protect,
-                                 copy=True)
-        if self.cfg.ring_budget == "per_step":
-            budget = {"budget_share": 1 / (2 * max(1, st.sched.steps_per_phase))}
-        else:
-            budget = {"budget": 0.0} if protect else {}
-        info = SendInfo(rec_msg_id=op.record_id, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(),
-                        **budget)
-        return self.t.send(t.dst, batch, info)
-
-    def _receive(self, st: _State, t, local: int) -> None:
-        op = st.op
-        res = self.t.recv(t.src, op.iteration, phase_of(t.op), self.ids.step(op.slot, local), self.cfg.timeout_s)
-        lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
-        cnt_in = res.counts if res.counts is not None else np.ones(st.npk(t.chunk), np.uint8)
-        if t.op == "reduce":
-            st.buf[lo:hi] += res.values  # lost values are zeros: they add nothing
-            st.cnt[t.chunk] = (st.cnt[t.chunk] + np.where(res.received, cnt_in, 0)).astype(np.uint8)
-        else:
-            st.buf[lo:hi] = res.values
-            st.cnt[t.chunk] = np.where(res.received, cnt_in, 0).astype(np.uint8)
 
     def _finish_sends(self, st: _State, handles) -> None:
         for h in handles:
