@@ -59,7 +59,11 @@ def forward_order(layouts: list[MessageLayout]) -> list[MessageLayout]:
 
 
 class OrderChannel(ABC):
-    """Rank 0's release order, told to the other ranks (see the module docstring)."""
+    """Rank 0's release order, told to the other ranks (see the module docstring). A channel that
+    `pushes` delivers announcements by calling `CommEngine.announced` itself (an event-driven
+    host); otherwise the engine reads them with `receive` in a thread per iteration."""
+
+    pushes = False
 
     @abstractmethod
     def announce(self, iteration: int, seq: int, slot: int, primitive: str) -> None:
@@ -71,14 +75,17 @@ class OrderChannel(ABC):
 
 
 class _Iteration:
-    def __init__(self, tensors: list[MessageLayout]):
-        self.values: dict[int, np.ndarray] = {}
-        self.total = [np.zeros(t.n_values, np.float32) for t in tensors]
-        self.count = [np.zeros(t.n_values, np.uint16) for t in tensors]
+    def __init__(self, tensors: list[MessageLayout], sizes_only: bool = False):
+        self.values: dict[int, np.ndarray | None] = {}
+        # sizes only: no per-value sums or counts, only how many values fell short
+        self.total = None if sizes_only else [np.zeros(t.n_values, np.float32) for t in tensors]
+        self.count = None if sizes_only else [np.zeros(t.n_values, np.uint16) for t in tensors]
+        self.short = 0
         self.final = [0] * len(tensors)  # elements made final, per tensor
         self.n_final = 0  # tensors complete
         self.partial: dict[int, Partial] = {}  # slot -> reduce-scatter state
         self.released = 0  # operations released (leader) or announced (follower)
+        self.announced: dict[int, tuple[int, str]] = {}  # follower: seq -> (slot, primitive), not queued yet
         self.forward_told = False
         self.follower: threading.Thread | None = None
         self.done = threading.Event()
@@ -90,18 +97,24 @@ class CommEngine:
 
     scheduler: its tensors are `forward_order(layouts)`; collective: this rank's; order: needed
     when the scheduler's order depends on timing and the job has more than one rank; on_final:
-    called with (iteration, msg_id, Aggregate) as each message's data becomes final."""
+    called with (iteration, msg_id, Aggregate) as each message's data becomes final; on_done:
+    called with the iteration once every message is final or the iteration failed (then `collect`
+    has its aggregates without blocking); clock: the scheduler's `now` (simulated time on ns-3);
+    sizes_only: messages carry no values (workload.payload = "sizes"), aggregates are None."""
 
     def __init__(self, scheduler: Scheduler, collective: Collective, layouts: list[MessageLayout], n_layers: int,
                  *, order: OrderChannel | None = None, timeout_s: float = 60.0,
-                 on_final: Callable[[int, int, Aggregate], None] | None = None):
+                 on_final: Callable[[int, int, Aggregate], None] | None = None,
+                 on_done: Callable[[int], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 sizes_only: bool = False):
         self.sched, self.coll = scheduler, collective
         self.tensors = forward_order(layouts)
         if [t.n_values for t in self.tensors] != list(scheduler.sizes):
             raise ValueError(f"scheduler {scheduler.name!r} plans {len(scheduler.sizes)} tensors of sizes that do not "
                              f"match the workload's {len(self.tensors)} messages")
         self.index = {t.msg_id: i for i, t in enumerate(self.tensors)}
-        self.n_layers, self.timeout_s, self.on_final = n_layers, timeout_s, on_final
+        self.n_layers, self.timeout_s, self.on_final, self.on_done = n_layers, timeout_s, on_final, on_done
+        self.clock, self.sizes_only = clock, sizes_only
         self.units = scheduler.units()
         self.slot_of = {(u[0].tensor, u[0].start): s for s, u in enumerate(self.units)}
         self.unit_layouts = [self._unit_layout(s, u) for s, u in enumerate(self.units)]
@@ -125,17 +138,18 @@ class CommEngine:
     def submit(self, iteration: int, msg: GradMessage) -> None:
         """The gradient of message `msg` is ready (its values stay valid until `wait` returns)."""
         t = self.index.get(msg.msg_id)
-        if t is None or msg.values.size != self.tensors[t].n_values:
+        size = self.tensors[t].n_values if self.sizes_only and t is not None else getattr(msg.values, "size", -1)
+        if t is None or size != self.tensors[t].n_values:
             raise ValueError(f"message {msg.msg_id} of {msg.values.size} values is not one of the planned messages")
         with self._lock:
             st = self._iter(iteration)
             if t in st.values:
                 raise ValueError(f"message {msg.msg_id} of iteration {iteration} submitted twice")
-            st.values[t] = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
+            st.values[t] = None if self.sizes_only else np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
             if self.follower:
                 self._follow(iteration, st)
             else:
-                self._release(self.sched.on_ready(iteration, t, time.monotonic()))
+                self._release(self.sched.on_ready(iteration, t, self.clock()))
             start = self._next()
         self._start(start)
 
@@ -144,12 +158,22 @@ class CommEngine:
         if self.follower:
             return
         with self._lock:
-            self._release(self.sched.on_forward(iteration, tensor, time.monotonic()))
+            self._release(self.sched.on_forward(iteration, tensor, self.clock()))
             start = self._next()
         self._start(start)
 
     def wait(self, iteration: int) -> dict[int, Aggregate]:
         """Every message's aggregate of `iteration` (every message must have been submitted)."""
+        st = self.backward_done(iteration)
+        limit = self.timeout_s * max(4, 2 * self.sched.ops_per_iteration())
+        if not st.done.wait(limit):
+            raise TransportError(f"communication of iteration {iteration} not done after {limit:g} s "
+                                 f"({st.n_final} of {len(self.tensors)} messages final)")
+        return self.collect(iteration)
+
+    def backward_done(self, iteration: int) -> _Iteration:
+        """Every message of `iteration` has been submitted: report the next forward reaching every
+        tensor (see the module docstring), once."""
         with self._lock:
             st = self._iter(iteration)
             tell = not st.forward_told
@@ -157,16 +181,23 @@ class CommEngine:
         if tell:
             for t in range(len(self.tensors)):
                 self.forward_reached(iteration + 1, t)
-        limit = self.timeout_s * max(4, 2 * self.sched.ops_per_iteration())
-        if not st.done.wait(limit):
-            raise TransportError(f"communication of iteration {iteration} not done after {limit:g} s "
-                                 f"({st.n_final} of {len(self.tensors)} messages final)")
+        return st
+
+    def collect(self, iteration: int) -> dict[int, Aggregate | None]:
+        """The aggregates of a finished iteration (after `on_done`, or `wait`), and forget it;
+        None per message when sizes only."""
+        with self._lock:
+            st = self._iters.pop(iteration)
         if st.error is not None:
             raise TransportError(f"communication of iteration {iteration} failed: {st.error}") from st.error
+        if self.sizes_only:
+            return {lay.msg_id: None for lay in self.tensors}
         world = self.coll.group_size(iteration)
-        with self._lock:
-            del self._iters[iteration]
         return {lay.msg_id: Aggregate(lay.msg_id, st.total[i], st.count[i], world) for i, lay in enumerate(self.tensors)}
+
+    def short_values(self, iteration: int) -> int:
+        """Sizes only: values of `iteration` holding fewer contributions than the group (before collect)."""
+        return self._iters[iteration].short
 
     def average(self, iteration: int, params: dict[int, np.ndarray]) -> dict[int, ParamChunk]:
         """DS-Sync's parameter averaging: every message's parameters through the collective (in
@@ -188,7 +219,7 @@ class CommEngine:
 
     def _iter(self, iteration: int) -> _Iteration:
         if iteration not in self._iters:
-            self._iters[iteration] = _Iteration(self.tensors)
+            self._iters[iteration] = _Iteration(self.tensors, self.sizes_only)
         return self._iters[iteration]
 
     def _slot(self, op: Op) -> int:
@@ -210,7 +241,7 @@ class CommEngine:
 
     def _follow(self, iteration: int, st: _Iteration) -> None:
         """Start this iteration's announcement reader (follower; lock held)."""
-        if st.follower is None:
+        if st.follower is None and not self.order.pushes:
             st.follower = threading.Thread(target=self._read_order, args=(iteration, st), daemon=True,
                                            name=f"order-{self.coll.rank}-{iteration}")
             st.follower.start()
@@ -219,15 +250,26 @@ class CommEngine:
         try:
             for seq in range(self.sched.ops_per_iteration()):
                 slot, primitive = self.order.receive(iteration, seq, self.timeout_s * 4)
-                if not 0 <= slot < len(self.units):
-                    raise ValueError(f"announced unit {slot} outside 0..{len(self.units) - 1}")
-                op = Op(next(self._follow_ids), iteration, primitive, self.units[slot], 0)
-                with self._lock:
-                    self._queue.append(op)
-                    start = self._next()
-                self._start(start)
+                self.announced(iteration, seq, slot, primitive)
         except BaseException as e:  # the iteration cannot finish: tell wait()
             self._fail(st, e)
+
+    def announced(self, iteration: int, seq: int, slot: int, primitive: str) -> None:
+        """Follower: the leader's seq-th operation of `iteration` (announcements may come in any
+        order and before this rank's own data; they are queued in seq order)."""
+        if not 0 <= slot < len(self.units):
+            raise ValueError(f"announced unit {slot} outside 0..{len(self.units) - 1}")
+        if primitive not in PRIMITIVE_CODES:
+            raise ValueError(f"announced primitive {primitive!r} is not one of {', '.join(PRIMITIVE_CODES)}")
+        with self._lock:
+            st = self._iter(iteration)
+            st.announced[seq] = (slot, primitive)
+            while st.released in st.announced:
+                slot, primitive = st.announced.pop(st.released)
+                st.released += 1
+                self._queue.append(Op(next(self._follow_ids), iteration, primitive, self.units[slot], 0))
+            start = self._next()
+        self._start(start)
 
     def _ready(self, op: Op) -> bool:
         st = self._iters.get(op.iteration)
@@ -247,6 +289,8 @@ class CommEngine:
         slot = self._slot(op)
         if op.primitive == "all_gather":
             values = np.zeros(0, np.float32)
+        elif self.sizes_only:
+            values = None
         else:
             values = np.concatenate([st.values[s.tensor][s.start:s.stop] for s in op.segments])
         label = self.tensors[op.segments[0].tensor].msg_id
@@ -287,28 +331,31 @@ class CommEngine:
                     finals = self._scatter(op, st, h.result)
                 self._running = None
                 if not self.follower:
-                    self._release(self.sched.on_complete(op.op_id, time.monotonic()))
+                    self._release(self.sched.on_complete(op.op_id, self.clock()))
                 start = self._next()
                 done = st.n_final == len(self.tensors)
         except BaseException as e:  # a scheduler or plan bug: the iteration cannot finish
             self._fail(st, e)
             return
         self._start(start)
-        if self.on_final is not None:
+        if self.on_final is not None and not self.sizes_only:
             for t in finals:
                 lay = self.tensors[t]
                 self.on_final(op.iteration, lay.msg_id, Aggregate(lay.msg_id, st.total[t], st.count[t],
                                                                   self.coll.group_size(op.iteration)))
         if done:
-            st.done.set()
+            self._finished(op.iteration, st)
 
     def _scatter(self, op: Op, st: _Iteration, res) -> list[int]:
         """Put a final result back into its tensors; the tensors it completed (lock held)."""
         offset, finished = 0, []
+        if self.sizes_only:
+            st.short += res.short
         for s in op.segments:
             n = s.elements
-            st.total[s.tensor][s.start:s.stop] = res.total[offset:offset + n]
-            st.count[s.tensor][s.start:s.stop] = res.count[offset:offset + n]
+            if not self.sizes_only:
+                st.total[s.tensor][s.start:s.stop] = res.total[offset:offset + n]
+                st.count[s.tensor][s.start:s.stop] = res.count[offset:offset + n]
             offset += n
             st.final[s.tensor] += n
             if st.final[s.tensor] > self.tensors[s.tensor].n_values:
@@ -320,9 +367,19 @@ class CommEngine:
 
     def _fail(self, st: _Iteration, error: BaseException) -> None:
         with self._lock:
+            first = st.error is None and not st.done.is_set()
             if st.error is None:
                 st.error = error
+            iteration = next((k for k, v in self._iters.items() if v is st), None)
+        if first and iteration is not None:
+            self._finished(iteration, st)
+        else:
+            st.done.set()
+
+    def _finished(self, iteration: int, st: _Iteration) -> None:
         st.done.set()
+        if self.on_done is not None:
+            self.on_done(iteration)
 
     def _unit_layout(self, slot: int, unit: tuple[Segment, ...]) -> MessageLayout:
         """The layer segments of a unit's buffer (its segments concatenated), for tagging."""

@@ -17,6 +17,7 @@ from dlcp.wire.header import PHASE_P2P, TYPE_DATA
 from dlcp.workloads.contract import MessageLayout
 
 LEADER = 0
+ANNOUNCEMENT_LAYOUT = MessageLayout(0, 2, (0,), (0,))  # two values, layer 0
 
 
 class TransportOrder(OrderChannel):
@@ -26,28 +27,42 @@ class TransportOrder(OrderChannel):
 
     def __init__(self, transport, cfg: CommConfig, ids: WireIds, n_layers: int):
         self.t, self.cfg, self.ids, self.n_layers = transport, cfg, ids, n_layers
-        self._layout = MessageLayout(0, 2, (0,), (0,))
         self._handles: list = []
 
     def announce(self, iteration: int, seq: int, slot: int, primitive: str) -> None:
-        values = np.array([slot, PRIMITIVE_CODES[primitive]], np.float32)
-        ident = MessageId(self.cfg.job_id, self.cfg.rank, iteration & 0xFFFF, self.ids.announcement(seq), PHASE_P2P,
-                          TYPE_DATA)
-        batch, _, _ = tagged_packets(values, ident, self._layout, 0, 2, self.n_layers, self.cfg, self.t.vpp,
-                                     protect=True)
+        batch = announcement_packets(self.cfg, self.ids, self.n_layers, self.t.vpp, iteration, seq, slot, primitive)
         self._handles = [h for h in self._handles if not h.done()]
         for r in range(self.cfg.world):
             if r != self.cfg.rank:
-                self._handles.append(self.t.send(r, batch, SendInfo(rec_msg_id=slot, budget=0.0)))
+                self._handles.append(self.t.send(r, batch, announcement_info(slot)))
 
     def receive(self, iteration: int, seq: int, timeout_s: float) -> tuple[int, str]:
         res = self.t.recv(LEADER, iteration, PHASE_P2P, self.ids.announcement(seq), timeout_s)
-        if not res.received.all():
-            raise TransportError(f"order announcement {seq} of iteration {iteration} arrived incomplete")
-        slot, code = (int(v) for v in res.values[:2])
-        if code not in PRIMITIVE_NAMES:
-            raise TransportError(f"order announcement {seq} of iteration {iteration}: unknown primitive {code}")
-        return slot, PRIMITIVE_NAMES[code]
+        return read_announcement(res, iteration, seq)
+
+
+def announcement_packets(cfg: CommConfig, ids: WireIds, n_layers: int, vpp: int, iteration: int, seq: int, slot: int,
+                         primitive: str):
+    """The packets of the leader's seq-th announcement of `iteration` (see TransportOrder); they
+    carry their two values even when the run carries sizes only."""
+    values = np.array([slot, PRIMITIVE_CODES[primitive]], np.float32)
+    ident = MessageId(cfg.job_id, cfg.rank, iteration & 0xFFFF, ids.announcement(seq), PHASE_P2P, TYPE_DATA)
+    batch, _, _ = tagged_packets(values, ident, ANNOUNCEMENT_LAYOUT, 0, 2, n_layers, cfg, vpp, protect=True)
+    return batch
+
+
+def announcement_info(slot: int) -> SendInfo:
+    return SendInfo(rec_msg_id=slot, budget=0.0)
+
+
+def read_announcement(res, iteration: int, seq: int) -> tuple[int, str]:
+    """(slot, primitive) of a received announcement."""
+    if not res.received.all():
+        raise TransportError(f"order announcement {seq} of iteration {iteration} arrived incomplete")
+    slot, code = (int(v) for v in res.values[:2])
+    if code not in PRIMITIVE_NAMES:
+        raise TransportError(f"order announcement {seq} of iteration {iteration}: unknown primitive {code}")
+    return slot, PRIMITIVE_NAMES[code]
 
 
 class MemoryOrder(OrderChannel):

@@ -1,0 +1,153 @@
+"""A step collective driven by events instead of threads: the simulated hosts' (ns-3) ring,
+MultiTree and DS-Sync groups.
+
+It runs the same StepPlan schedules with the same rules as `SteppedCollective`
+(dlcp/comm/stepped.py: chunks, wire ids, tagging, SendInfo counts and budgets, the lockstep rule,
+the receive merge, in the same order), but nothing blocks: the caller hands it a `send(dst,
+batch, info) -> key` and tells it what happened, `sent(key, result)` when a send finished and
+`received(key, result)` when a message arrived (key = (src, iteration, phase, msg_id), as the
+transport core reports it). An operation takes its next step as soon as what it waits for is
+there; messages that arrive before their operation asks for them wait in an inbox. Handles
+complete from those calls, in the caller's thread.
+
+The caller must not re-enter: a `sent` or `received` arriving while one of this collective's calls
+is still running (e.g. a send that completes another message at once) has to wait until it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dlcp.comm.api import Collective, Handle, OpData, Partial
+from dlcp.comm.settings import CommConfig
+from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
+from dlcp.comm.wire_ids import WireIds
+from dlcp.transport.api import TransportError
+
+
+class _Run:
+    """One primitive of one operation on this rank, step by step."""
+
+    def __init__(self, coll: EventSteppedCollective, st: _State, phases, handle: Handle, result):
+        self.c, self.st, self.h, self.result = coll, st, handle, result
+        self.steps = coll.rules.steps(st, phases)
+        self.by_step = RankSteps.of(st.sched, coll.rank)
+        self.pos, self.sent_pos, self.ri = 0, -1, 0
+        self.open: set = set()  # keys of this run's sends not finished yet
+        self.done = False
+
+    def advance(self) -> None:
+        c, st = self.c, self.st
+        while self.pos < len(self.steps):
+            s = self.steps[self.pos]
+            sends, recvs = self.by_step[s]
+            if self.sent_pos != self.pos:
+                self.sent_pos, self.ri = self.pos, 0
+                for _, t, local in sends:
+                    if not st.empty(t.chunk):
+                        key = c.send(*c.rules.message(st, s, t, local))
+                        self.open.add(key)
+                        c.owner[key] = self
+            while self.ri < len(recvs):
+                _, t, local = recvs[self.ri]
+                if not st.empty(t.chunk):
+                    phase, msg_id = c.rules.recv_key(st, t, local)
+                    key = (t.src, st.op.iteration & 0xFFFF, phase, msg_id)
+                    res = c.inbox.pop(key, None)
+                    if res is None:
+                        c.waiting[key] = self
+                        return
+                    c.rules.merge(st, t, res)
+                self.ri += 1
+            if c.lockstep and self.open:
+                return  # sent() comes back once this step's sends are done
+            self.pos += 1
+        if not self.open:
+            self.done = True
+            self.h.set_result(self.result(st))
+
+    def sent(self, key, result) -> None:
+        self.open.discard(key)
+        if result.error:
+            self.done = True
+            self.h.set_error(TransportError(f"{self.c.plan.collective} {self.st.op.what}: {result.error}"))
+            return
+        if not self.open:
+            self.advance()
+
+
+class EventSteppedCollective(Collective):
+    """One rank's side of a StepPlan, event-driven (see the module docstring). `sizes_only`:
+    operations carry no values (OpData.values None), only per-packet contribution counts."""
+
+    def __init__(self, send: Callable, vpp: int, cfg: CommConfig, plan: StepPlan, ids: WireIds,
+                 lockstep: bool = True):
+        if plan.workers != cfg.world:
+            raise ValueError(f"{plan.collective}: plan for {plan.workers} ranks, job of {cfg.world}")
+        if ids.stride < plan.stride:
+            raise ValueError(f"{plan.collective}: wire ids give {ids.stride} step ids per operation, "
+                             f"the plan needs {plan.stride}")
+        self.send, self.vpp, self.cfg, self.plan, self.ids, self.lockstep = send, vpp, cfg, plan, ids, lockstep
+        self.rank, self.world = cfg.rank, cfg.world
+        self.rules = StepRules(cfg, plan, ids, vpp)
+        self.inbox: dict[tuple, object] = {}  # (src, iteration mod 2^16, phase, msg_id) -> RecvResult
+        self.waiting: dict[tuple, _Run] = {}  # the receive a run waits for
+        self.owner: dict = {}  # send key -> its run
+
+    def begin(self, iteration: int) -> None:
+        """Messages of iterations before the previous one can no longer be asked for."""
+        old = (iteration - 2) & 0xFFFF
+        for key in [k for k in self.inbox if k[1] == old]:
+            del self.inbox[key]
+
+    def group_size(self, iteration: int) -> int:
+        return self.plan.group_size(iteration, self.rank)
+
+    def all_reduce(self, op: OpData) -> Handle:
+        return self._start(_State(op, self.plan.schedule(op.iteration), self.vpp), (RS, AG),
+                           lambda st: st.reduced(self.group_size(op.iteration)))
+
+    def reduce_scatter(self, op: OpData) -> Handle:
+        return self._start(_State(op, self.plan.schedule(op.iteration), self.vpp), (RS,), Partial)
+
+    def all_gather(self, op: OpData, partial: Partial) -> Handle:
+        st = partial.state
+        if not isinstance(st, _State) or st.op.slot != op.slot or st.op.iteration != op.iteration:
+            raise ValueError(f"{self.plan.collective}: all_gather of {op.what} needs the reduce-scatter of the same operation")
+        return self._start(st, (AG,), lambda st: st.reduced(self.group_size(op.iteration)))
+
+    def _start(self, st: _State, phases, result) -> Handle:
+        h = Handle(f"{self.plan.collective} {st.op.what}")
+        run = _Run(self, st, phases if self.world > 1 else (), h, result)
+        try:
+            run.advance()
+        except BaseException as e:  # handed to the handle's callbacks, as the threaded collective does
+            h.set_error(e)
+        return h
+
+    # --- what the transport reports ------------------------------------------------------------
+
+    def sent(self, key, result) -> bool:
+        """A send finished; False when it was not one of this collective's."""
+        run = self.owner.pop(key, None)
+        if run is None:
+            return False
+        self._guard(run, lambda: run.sent(key, result))
+        return True
+
+    def received(self, key, result) -> None:
+        src, it, phase, msg_id = key
+        key = (src, it & 0xFFFF, phase, msg_id)
+        run = self.waiting.pop(key, None)
+        self.inbox[key] = result
+        if run is not None:
+            self._guard(run, run.advance)
+
+    def _guard(self, run: _Run, fn) -> None:
+        if run.done:
+            return
+        try:
+            fn()
+        except BaseException as e:
+            run.done = True
+            run.h.set_error(e)
