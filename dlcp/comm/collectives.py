@@ -33,10 +33,10 @@ import collections
 import numpy as np
 
 from dlcp.comm.api import Handle
-from dlcp.comm.engine import CommEngine, forward_order
+from dlcp.comm.engine import CommEngine
 from dlcp.comm.order import TransportOrder
 from dlcp.comm.packets import tagged_packets
-from dlcp.comm.policy import LayerTimes, build_scheduler, cost_model, planning_profile, step_plan, wire_ids
+from dlcp.comm.policy import LayerTimes, comm_plan
 from dlcp.comm.settings import CommConfig, CommPolicy
 from dlcp.comm.stepped import SteppedCollective
 from dlcp.comm.wire_ids import WireIds
@@ -147,12 +147,8 @@ class TransportEngine(CommEngine):
     def __init__(self, transport, cfg: CommConfig, policy: CommPolicy, layouts: list[MessageLayout], n_layers: int,
                  *, host_mbps: float = 50.0, spec: TopologySpec | None = None, backward_ms: float = 0.0,
                  fabric_mbps: float | None = None, on_final=None, layer_times: LayerTimes | None = None):
-        tensors = forward_order(layouts)
-        plan = step_plan(policy, cfg.world, spec)
-        cost = cost_model(policy, cfg.world, host_mbps, plan, spec, fabric_mbps)
-        scheduler = build_scheduler(policy, planning_profile(tensors, backward_ms, layer_times=layer_times),
-                                    cfg.world, cost)
-        self.ids = wire_ids(scheduler, plan, len(layouts))
+        scheduler, plan, self.ids = comm_plan(policy, cfg.world, layouts, host_mbps=host_mbps, spec=spec,
+                                              backward_ms=backward_ms, fabric_mbps=fabric_mbps, layer_times=layer_times)
         self.t, self.cfg, self.policy, self.plan = transport, cfg, policy, plan
         self.layouts = {lay.msg_id: lay for lay in layouts}
         collective = SteppedCollective(transport, cfg, plan, self.ids, lockstep=policy.lockstep)

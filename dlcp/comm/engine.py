@@ -58,6 +58,17 @@ def forward_order(layouts: list[MessageLayout]) -> list[MessageLayout]:
     return sorted(layouts, key=lambda lay: (lay.layer_first, lay.layer_last, lay.msg_id))
 
 
+def param_means(aggs: dict[int, Aggregate]) -> dict[int, ParamChunk]:
+    """DS-Sync's averaged parameters: each message's sum divided by how many ranks' values arrived;
+    where none did (count 0) the chunk is marked lost (the rank keeps its own)."""
+    out = {}
+    for msg_id, agg in aggs.items():
+        lost = agg.count == 0
+        mean = np.where(lost, np.float32(0), agg.total / np.maximum(agg.count, 1)).astype(np.float32)
+        out[msg_id] = ParamChunk(mean, lost)
+    return out
+
+
 class OrderChannel(ABC):
     """Rank 0's release order, told to the other ranks (see the module docstring). A channel that
     `pushes` delivers announcements by calling `CommEngine.announced` itself (an event-driven
@@ -205,12 +216,7 @@ class CommEngine:
         chunk is marked lost and the rank keeps its own."""
         for lay in sorted(self.tensors, key=lambda lay: lay.msg_id):
             self.submit(iteration, GradMessage(lay, np.asarray(params[lay.msg_id], np.float32), self.n_layers))
-        out = {}
-        for msg_id, agg in self.wait(iteration).items():
-            lost = agg.count == 0
-            mean = np.where(lost, np.float32(0), agg.total / np.maximum(agg.count, 1)).astype(np.float32)
-            out[msg_id] = ParamChunk(mean, lost)
-        return out
+        return param_means(self.wait(iteration))
 
     def close(self) -> None:
         self.coll.close()

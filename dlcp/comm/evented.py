@@ -19,10 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial
-from dlcp.comm.settings import CommConfig
+from dlcp.comm.engine import CommEngine, OrderChannel
+from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
+from dlcp.comm.policy import LayerTimes, comm_plan
+from dlcp.comm.settings import CommConfig, CommPolicy
 from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
 from dlcp.comm.wire_ids import WireIds
+from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import TransportError
+from dlcp.wire.header import PHASE_P2P
+from dlcp.workloads.contract import MessageLayout
 
 
 class _Run:
@@ -151,3 +157,57 @@ class EventSteppedCollective(Collective):
         except BaseException as e:
             run.done = True
             run.h.set_error(e)
+
+
+class PushedOrder(OrderChannel):
+    """Rank 0's announcements as messages (the packets and ids of TransportOrder) sent through
+    `send`; the followers' host pushes them into `CommEngine.announced` (EventEngine.received)."""
+
+    pushes = True
+
+    def __init__(self, send: Callable, vpp: int, cfg: CommConfig, ids: WireIds, n_layers: int):
+        self.send, self.vpp, self.cfg, self.ids, self.n_layers = send, vpp, cfg, ids, n_layers
+
+    def announce(self, iteration: int, seq: int, slot: int, primitive: str) -> None:
+        batch = announcement_packets(self.cfg, self.ids, self.n_layers, self.vpp, iteration, seq, slot, primitive)
+        for r in range(self.cfg.world):
+            if r != self.cfg.rank:
+                self.send(r, batch, announcement_info(slot))
+
+    def receive(self, iteration: int, seq: int, timeout_s: float) -> tuple[int, str]:
+        raise RuntimeError("PushedOrder: announcements are pushed into CommEngine.announced, not read")
+
+
+class EventEngine(CommEngine):
+    """TransportEngine's counterpart for an event-driven host: the `[comm]` scheduler, step plan
+    and wire ids (dlcp/comm/policy.py comm_plan), an EventSteppedCollective and PushedOrder over
+    `send(dst, batch, info) -> key`. The host reports every finished send and arrived message to
+    `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
+    Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""
+
+    def __init__(self, send: Callable, vpp: int, cfg: CommConfig, policy: CommPolicy, layouts: list[MessageLayout],
+                 n_layers: int, *, clock: Callable[[], float], on_done: Callable[[int], None] | None = None,
+                 sizes_only: bool = False, host_mbps: float = 50.0, spec: TopologySpec | None = None,
+                 backward_ms: float = 0.0, fabric_mbps: float | None = None, layer_times: LayerTimes | None = None,
+                 plan: StepPlan | None = None):
+        scheduler, plan, self.ids = comm_plan(policy, cfg.world, layouts, host_mbps=host_mbps, spec=spec,
+                                              backward_ms=backward_ms, fabric_mbps=fabric_mbps,
+                                              layer_times=layer_times, plan=plan)
+        self.policy, self.plan = policy, plan
+        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=policy.lockstep)
+        order = PushedOrder(send, vpp, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
+        super().__init__(scheduler, collective, layouts, n_layers, order=order, timeout_s=cfg.timeout_s,
+                         on_done=on_done, clock=clock, sizes_only=sizes_only)
+
+    def sent(self, key, result) -> None:
+        """A send finished (the leader's announcements need nothing more)."""
+        self.coll.sent(key, result)
+
+    def received(self, key, result) -> None:
+        src, it, phase, msg_id = key
+        if phase == PHASE_P2P:
+            if not (self.follower and src == LEADER and msg_id < self.ids.announcements):
+                raise ValueError(f"rank {self.coll.rank}: unexpected P2P message {key}")
+            self.announced(it, msg_id, *read_announcement(result, it, msg_id))
+        else:
+            self.coll.received(key, result)

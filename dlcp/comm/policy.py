@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dlcp.comm.costmodel import CostModel
+from dlcp.comm.engine import forward_order
 from dlcp.comm.plans.dssync import topology_plan
 from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
@@ -105,6 +106,18 @@ def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
     return WireIds(len(scheduler.units()), plan.stride, scheduler.ops_per_iteration(), messages,
                    what=f"{scheduler.name} over {plan.collective} ({plan.workers} ranks)")
+
+
+def comm_plan(policy: CommPolicy, workers: int, layouts: list[MessageLayout], *, host_mbps: float = 50.0,
+              spec: TopologySpec | None = None, backward_ms: float = 0.0, fabric_mbps: float | None = None,
+              layer_times: LayerTimes | None = None, plan: StepPlan | None = None) -> tuple[Scheduler, StepPlan, WireIds]:
+    """One rank's (scheduler, step plan, wire ids) for the `[comm]` settings on the workload's
+    messages; `plan`: the step plan when the caller already has it (the same for every rank)."""
+    tensors = forward_order(layouts)
+    plan = plan if plan is not None else step_plan(policy, workers, spec)
+    cost = cost_model(policy, workers, host_mbps, plan, spec, fabric_mbps)
+    scheduler = build_scheduler(policy, planning_profile(tensors, backward_ms, layer_times=layer_times), workers, cost)
+    return scheduler, plan, wire_ids(scheduler, plan, len(layouts))
 
 
 def steps_per_phase(plan: StepPlan) -> int:

@@ -4,28 +4,35 @@ all-reduce) driven by completions of the transport core instead of blocking call
 
 The workload objects are the emulated run's (`make_workload`, `make_server_workload`: real
 gradients, fill policies, parameters, evaluation), so records have the same columns and meaning.
-What differs is time: compute takes `workload.compute_ms` (or, with `workload.compute =
-"profile"`, the profile's forward + backward) of simulated time per iteration, spread
+What differs is time: compute takes `workload.compute_ms` of simulated time per iteration, spread
 over the messages in backward order as the synthetic workload spreads it (message k of K is ready
-(k + 1) / K of the way through), however long the real computation took on this CPU; and
-communication takes what the simulated network makes it take. Python runs per message and per
-ring step, never per packet (hosts.py, cpp/dlcp_host.h).
+(k + 1) / K of the way through), or, with `workload.compute = "profile"`, the profile's per-layer
+times: the whole forward, then each message when the backward reaches its first layer (as
+dlcp/workloads/compute_model.py times the emulated compute); however long the real computation took
+on this CPU. Communication takes what the simulated network makes it take. All-reduce runs the
+comm layer itself (`[comm]` scheduler and collective: dlcp/comm/evented.py, the emulated
+TransportEngine's objects driven by this host's completions). Python runs per message and per
+collective step, never per packet (hosts.py, cpp/dlcp_host.h).
 
 With `workload.payload = "sizes"` (`SimRun.sizes_only`; the workload is a SizesOnlyWorkload) the
 agents carry and reduce no values: packets come from `sized_packets` (the same headers, lengths and
-priorities), rings and the PS keep per-packet contribution counts only, and a worker's record has
-its lost values but no losses. Memory per worker is then what its messages in flight hold.
+priorities), collectives and the PS keep per-packet contribution counts only (rank 0's order
+announcements still carry their two values), and a worker's record has its lost values but no losses. Memory per worker is then what its messages in flight hold.
 """
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
+from dlcp.comm.engine import param_means
+from dlcp.comm.evented import EventEngine
 from dlcp.comm.packets import sized_packets, tagged_packets  # the emulated collectives' tagging and packetising
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
-from dlcp.wire.header import PHASE_AG, PHASE_PULL, PHASE_PUSH, PHASE_RS, TYPE_DATA, TYPE_PARAM
-from dlcp.workloads.contract import Aggregate, ParamChunk
+from dlcp.wire.header import PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
+from dlcp.workloads.contract import Aggregate, GradMessage, ParamChunk
 
 
 class SimRun:
@@ -35,6 +42,7 @@ class SimRun:
         self.clock = clock
         self.iterations = iterations
         self.compute_s = compute_s
+        self.set_layer_times(None)
         self.sizes_only = sizes_only  # workload.payload = "sizes": packets of the right lengths, no values
         self.iteration_rows: dict[str, list[dict]] = {}
         self.done_workers = 0
@@ -44,6 +52,32 @@ class SimRun:
         self.on_finished = None  # callback once every worker finished its last iteration
         self._first_done = 0
         self.errors: list[str] = []
+
+    def set_layer_times(self, layer_times) -> None:
+        """(forward_s, backward_s) per model layer in simulated seconds (workload.compute =
+        "profile"), or None: compute_s spread over the messages. The schedulers plan with the same
+        times (dlcp/comm/policy.py planning_profile)."""
+        self.layer_times = layer_times
+        self.planning_backward_ms = self.compute_s * 1e3 if layer_times is None else 0.0
+        if layer_times is not None:
+            fwd, bwd = layer_times
+            suffix = np.cumsum(np.asarray(bwd, np.float64)[::-1])[::-1]  # backward from the last layer down to l
+            self._ready_at = float(np.sum(fwd)) + suffix
+
+    def ready_offsets(self, msgs) -> list[float]:
+        """When each message (backward order) is ready, in seconds after the iteration starts: with
+        per-layer times, when the backward reaches its first layer after the whole forward (as
+        dlcp/workloads/compute_model.py times it); else message k of K at (k + 1) / K of compute_s."""
+        if self.layer_times is None:
+            per_msg = self.compute_s / max(1, len(msgs))
+            return [(k + 1) * per_msg for k in range(len(msgs))]
+        return [float(self._ready_at[m.layout.layer_first]) for m in msgs]
+
+    def fail(self, error: str) -> None:
+        """An agent cannot go on: stop the simulation, which then reports this error."""
+        self.errors.append(error)
+        if self.on_finished:
+            self.on_finished()
 
     def us(self) -> int:
         return round(self.clock.now() * 1e6)
@@ -83,16 +117,27 @@ class _Agent:
 
 
 class SimWorker(_Agent):
-    """One worker: compute (simulated duration), then push/pull or ring all-reduce per message."""
+    """One worker: compute (simulated duration), then push/pull (PS) or the comm layer's
+    scheduler and collective (all-reduce: `EventEngine`, dlcp/comm/evented.py, the emulated
+    TransportEngine's scheduler, step plan, wire ids and order announcements, driven by this
+    host's completions). DS-Sync with `average = "parameters"` takes the local step, then averages
+    parameters in its group, as agents/worker.py does."""
 
-    def __init__(self, run: SimRun, host, acfg, workload, mode: str):
+    def __init__(self, run: SimRun, host, acfg, workload, mode: str, plan=None):
         super().__init__(run, host, acfg, workload)
         self.mode, self.rank, self.world = mode, acfg.rank, acfg.world
         run.iteration_rows[acfg.host] = []
         self.it = -1
-        self._ring_queue: list = []
-        self._ring = None
-        self._inbox: dict = {}  # (iteration, phase, wire msg_id) -> RecvResult of a ring step
+        self._queue: collections.deque = collections.deque()  # host completions while the engine is busy
+        self._busy = False
+        self.engine = None
+        self.params_average = acfg.comm.collective == "dssync" and acfg.comm.dssync.average == "parameters"
+        if mode != "ps":
+            self.engine = EventEngine(host.send, self.vpp, self.comm, acfg.comm, list(self.layouts.values()),
+                                      self.n_layers, clock=run.clock.now, on_done=self._comm_done,
+                                      sizes_only=run.sizes_only, host_mbps=acfg.links.host_mbps,
+                                      fabric_mbps=acfg.links.fabric_mbps, spec=acfg.topology_spec(),
+                                      backward_ms=run.planning_backward_ms, layer_times=run.layer_times, plan=plan)
 
     # --- one iteration -------------------------------------------------------------------------
 
@@ -102,41 +147,92 @@ class SimWorker(_Agent):
         self.t = {"start_us": self.run.us(), "first_send_us": None, "comm_end_us": None}
         self.sends_open = 0
         self.pulls: dict[int, ParamChunk] = {}
-        self.aggregates: dict[int, Aggregate | None] = {}  # None: sizes only
-        self.ring_lost = 0  # values of this iteration's rings that lack a contribution
+        self.submitted = 0
+        self.own: list = []  # DS-Sync parameter averaging: this worker's gradients
         msgs = list(self.workload.compute(it))  # the real gradients; their time is simulated
-        per_msg = self.run.compute_s / max(1, len(msgs))
+        if self.engine is not None:
+            self.engine.begin(it)
         now = self.run.clock.now()
-        for k, msg in enumerate(msgs):
-            self.run.clock.at(now + (k + 1) * per_msg, lambda m=msg: self._ready(it, m))
+        for msg, t in zip(msgs, self.run.ready_offsets(msgs)):
+            self.run.clock.at(now + t, lambda m=msg: self._ready(it, m, len(msgs)))
         self.compute_end = now + self.run.compute_s
 
-    def _ready(self, it: int, msg) -> None:
+    def _ready(self, it: int, msg, n_msgs: int) -> None:
+        if self.mode == "ps":
+            self._first_send()
+            return self._push(it, msg)
+        self.submitted += 1
+        if self.params_average:
+            self.own.append(msg)
+            if self.submitted == n_msgs:
+                self._first_send()
+                self._guarded(self._average, it)
+            return
+        self._first_send()
+        self._guarded(self.engine.submit, it, msg)
+        if self.submitted == n_msgs:
+            self._guarded(self.engine.backward_done, it)
+
+    def _first_send(self) -> None:
         if self.t["first_send_us"] is None:
             self.t["first_send_us"] = self.run.us()
-        if self.mode == "ps":
-            self._push(it, msg)
+
+    def _average(self, it: int) -> None:
+        """DS-Sync: the local SGD step with this worker's own gradients, then its parameters into
+        the group's average (in message order, as CommEngine.average submits them)."""
+        ones = {m.msg_id: Aggregate(m.msg_id, m.values, np.ones(m.layout.n_values, np.uint16), 1) for m in self.own}
+        self.workload.apply_gradients(it, ones)
+        for lay in sorted(self.layouts.values(), key=lambda lay: lay.msg_id):
+            values = None if self.run.sizes_only else np.asarray(self.workload.parameters(lay.msg_id), np.float32)
+            self.engine.submit(it, GradMessage(lay, values, self.n_layers))
+        self.engine.backward_done(it)
+
+    def _guarded(self, fn, *args) -> None:
+        """Run fn, and every host completion that arrives meanwhile after it: the engine and its
+        collective are never re-entered (a send may complete other messages at once). An error
+        stops the run with its one line."""
+        self._queue.append((fn, args))
+        if self._busy:
+            return
+        self._busy = True
+        try:
+            while self._queue:
+                f, a = self._queue.popleft()
+                f(*a)
+        except Exception as e:  # noqa: BLE001 - the simulation stops and says why
+            self._queue.clear()
+            self.run.fail(f"{self.acfg.host} (rank {self.rank}), iteration {self.it}: {type(e).__name__}: {e}")
+        finally:
+            self._busy = False
+
+    def _comm_done(self, it: int) -> None:
+        """The engine finished iteration `it` (after the current engine call: it collects)."""
+        self._queue.append((self._end_allreduce, (it,)))
+
+    def _end_allreduce(self, it: int) -> None:
+        self.t["comm_end_us"] = self.run.us()
+        short = self.engine.short_values(it) if self.run.sizes_only else 0
+        aggs = self.engine.collect(it)
+        if self.params_average:
+            for msg_id, chunk in param_means(aggs).items():
+                self.workload.apply_parameters(it, msg_id, chunk)
+            lost = short if self.run.sizes_only else int(sum(int(c.lost.sum()) for c in param_means(aggs).values()))
         else:
-            self._ring_queue.append((it, msg))
-            if self._ring is None:
-                self._next_ring()
+            self.workload.apply_gradients(it, aggs)
+            lost = short if self.run.sizes_only else int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
+        self._end(it, lost)
 
     def _maybe_end(self) -> None:
-        if self.mode == "ps":
-            complete = self.sends_open == 0 and len(self.pulls) == len(self.layouts)
-        else:
-            complete = len(self.aggregates) == len(self.layouts)
+        complete = self.sends_open == 0 and len(self.pulls) == len(self.layouts)
         if not complete or self.t["comm_end_us"] is not None:
             return
         self.t["comm_end_us"] = self.run.us()
         it = self.it
-        if self.mode == "ps":
-            for msg_id, chunk in self.pulls.items():
-                self.workload.apply_parameters(it, msg_id, chunk)
-            lost = int(sum(int(c.lost.sum()) for c in self.pulls.values()))
-        else:
-            self.workload.apply_gradients(it, self.aggregates)
-            lost = self.ring_lost
+        for msg_id, chunk in self.pulls.items():
+            self.workload.apply_parameters(it, msg_id, chunk)
+        self._end(it, int(sum(int(c.lost.sum()) for c in self.pulls.values())))
+
+    def _end(self, it: int, lost: int) -> None:
         metrics = self.workload.evaluate(it) or {}
         end = max(self.run.us(), round(self.compute_end * 1e6))
         first = self.t["comm_end_us"] if self.t["first_send_us"] is None else self.t["first_send_us"]
@@ -168,8 +264,8 @@ class SimWorker(_Agent):
         if self.mode == "ps":
             self.sends_open -= 1
             self._maybe_end()
-        elif self._ring is not None:
-            self._ring.sent(key)
+        else:
+            self._guarded(self.engine.sent, key, result)
 
     def on_received(self, key, result) -> None:
         _src, it, phase, msg_id = key
@@ -177,145 +273,8 @@ class SimWorker(_Agent):
             if it == self.it:
                 self.pulls[msg_id] = ParamChunk(result.values, result.loss_mask())
                 self._maybe_end()
-        else:  # a ring step; it may come before this rank started that message's ring
-            self._inbox[(it, phase, msg_id)] = result
-            if self._ring is not None:
-                self._ring.advance()
-
-    # --- ring all-reduce (dlcp/comm/collectives.py RingAllReduce, one ring at a time) ----------
-
-    def _next_ring(self) -> None:
-        if not self._ring_queue:
-            self._ring = None
-            return
-        it, msg = self._ring_queue.pop(0)
-        self._ring = _Ring(self, it, msg)
-        self._ring.advance()
-
-    def ring_done(self, it: int, msg_id: int, agg: Aggregate | None, lost: int) -> None:
-        if it == self.it:
-            self.aggregates[msg_id] = agg
-            self.ring_lost += lost
-        self._ring = None
-        self._next_ring()
-        self._maybe_end()
-
-
-class _Ring:
-    """One message's ring all-reduce on one rank, step by step as its receives arrive; the same
-    chunks, wire message ids, budgets and contribution counts as the emulated ring
-    (dlcp/comm/stepped.py). With `comm.lockstep` (the default), as there, a step's send also waits
-    until this rank's send of the previous step is done; without it sends of successive steps
-    overlap and are all awaited at the end."""
-
-    def __init__(self, w: SimWorker, it: int, msg):
-        self.w, self.it, self.lay = w, it, msg.layout
-        P, n = w.world, msg.layout.n_values
-        self.values = not w.run.sizes_only  # sizes only: counts per packet, no value buffers
-        self.own = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1) if self.values else None
-        self.bounds = np.linspace(0, n, P + 1).astype(np.int64)
-        self.partial = self.own.copy() if self.values else None
-        self.total = None
-        self.cnt = {c: np.ones(self._npk(c), np.uint8) for c in range(P)}
-        self.phase, self.s = PHASE_RS, 0
-        self.sent_step = -1  # the step (of self.phase) whose send went out
-        self.open_sends: set = set()
-        self.lockstep = w.acfg.comm.lockstep
-        self.finishing = False
-
-    def _npk(self, c: int) -> int:
-        return max(1, -(-int(self.bounds[c + 1] - self.bounds[c]) // self.w.vpp))
-
-    def _chunks(self):
-        P, r, s = self.w.world, self.w.rank, self.s
-        if self.phase == PHASE_RS:
-            return (r - s) % P, (r - s - 1) % P
-        return (r + 1 - s) % P, (r - s) % P
-
-    def advance(self) -> None:
-        w, P = self.w, self.w.world
-        if P == 1:
-            agg = Aggregate(self.lay.msg_id, self.own.copy(), np.ones(self.lay.n_values, np.uint16), 1) \
-                if self.values else None
-            return self._finish_now(agg, 0)
-        while not self.finishing:
-            cs, cr = self._chunks()
-            b = self.bounds
-            if self.sent_step != self.s:
-                if self.lockstep and self.open_sends:
-                    return  # sent() comes back here once the previous step's send is done
-                self.sent_step = self.s
-                if b[cs + 1] > b[cs]:
-                    src = self.partial if self.phase == PHASE_RS else self.total
-                    self._send(cs, src)
-            lo, hi = b[cr], b[cr + 1]
-            if hi > lo:
-                wire = self.lay.msg_id * (P - 1) + self.s
-                res = w._inbox.pop((self.it, self.phase, wire), None)
-                if res is None:
-                    return  # wait for the receive of this step
-                if self.phase == PHASE_RS:
-                    if self.values:
-                        self.partial[lo:hi] = res.values + self.own[lo:hi]
-                    cnt_in = res.counts if res.counts is not None else np.ones(self._npk(cr), np.uint8)
-                    self.cnt[cr] = np.where(res.received, cnt_in + 1, 1).astype(np.uint8)
-                else:
-                    if self.values:
-                        self.total[lo:hi] = res.values
-                    cnt_in = res.counts if res.counts is not None else np.full(self._npk(cr), P, np.uint8)
-                    self.cnt[cr] = np.where(res.received, cnt_in, 0).astype(np.uint8)
-            self.s += 1
-            if self.s == P - 1:
-                if self.phase == PHASE_RS:
-                    self.phase, self.s, self.sent_step = PHASE_AG, 0, -1
-                    self.total = self.partial.copy() if self.values else None
-                else:
-                    self.finishing = True
-        if not self.open_sends:
-            self._finish()
-
-    def _send(self, c: int, values) -> None:
-        w, P = self.w, self.w.world
-        step_in_phase = self.s
-        wire = self.lay.msg_id * (P - 1) + step_in_phase
-        ident = MessageId(w.comm.job_id, w.comm.rank, self.it, wire, self.phase, TYPE_DATA)
-        protect = self.phase == PHASE_RS and w.comm.ring_budget == "protect_rs"
-        batch, lf, ll = w.packets(values, ident, self.lay, self.bounds[c], self.bounds[c + 1], protect=protect)
-        if w.comm.ring_budget == "per_step":
-            budget = {"budget": w.host.endpoint.cfg.loss_budget / (2 * (P - 1))}
-        else:
-            budget = {"budget": 0.0} if self.phase == PHASE_RS else {}
-        step = step_in_phase if self.phase == PHASE_RS else P - 1 + step_in_phase
-        key = w.host.send((w.rank + 1) % P, batch, w.info(rec_msg_id=self.lay.msg_id, step=step, layer_first=lf,
-                                                         layer_last=ll, counts=self.cnt[c], **budget))
-        self.open_sends.add(key)
-
-    def sent(self, key) -> None:
-        self.open_sends.discard(key)
-        if self.finishing:
-            if not self.open_sends:
-                self._finish()
-        elif self.lockstep and not self.open_sends:
-            self.advance()
-
-    def _finish(self) -> None:
-        P, vpp, b = self.w.world, self.w.vpp, self.bounds
-        lost = 0  # values whose packet lacks a contribution: from the per-packet counts
-        for c in range(P):
-            short = self.cnt[c] < P
-            if short.any():
-                sizes = np.minimum(vpp, (b[c + 1] - b[c]) - np.arange(len(short)) * vpp)
-                lost += int(sizes[short].sum())
-        agg = None
-        if self.values:
-            count = np.concatenate([np.repeat(self.cnt[c].astype(np.uint16), vpp)[: b[c + 1] - b[c]]
-                                    for c in range(P)])
-            agg = Aggregate(self.lay.msg_id, self.total, count, P)
-        self._finish_now(agg, lost)
-
-    def _finish_now(self, agg: Aggregate | None, lost: int) -> None:
-        self.finishing = True
-        self.w.ring_done(self.it, self.lay.msg_id, agg, lost)
+        else:  # a step of a collective or an order announcement; it may come before its operation started
+            self._guarded(self.engine.received, key, result)
 
 
 class SimPS(_Agent):

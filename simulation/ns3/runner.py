@@ -99,12 +99,29 @@ def simulated_compute_s(cfg: dict) -> float:
     return profile.compute_s if profile is not None else cfg["workload"]["compute_ms"] / 1e3
 
 
+def simulated_layer_times(cfg: dict, workload) -> tuple[list[float], list[float]] | None:
+    """(forward_s, backward_s) per layer of the workload with `workload.compute = "profile"` (the
+    profile's times summed per model layer as the emulated compute model sums them, without
+    dilation); None with compute_ms."""
+    from dlcp.experiment.config import Experiment
+    from dlcp.workloads.profiled import workload_profile
+    wl = Experiment.parse(cfg).workload
+    profile = workload_profile(wl)
+    if profile is None:
+        return None
+    timer = getattr(workload, "timer", None)
+    if timer is not None:  # a model whose layers group the profile's tensors; its times are dilated
+        return [t / wl.dilation for t in timer.forward_s], [t / wl.dilation for t in timer.backward_s]
+    return list(profile.forward_s), list(profile.backward_s)
+
+
 def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     """Build, run and record one simulation; returns the `simulation` section of meta.json."""
     from simulation.ns3 import hosts as H
     missing = H.core_missing()
     if missing:
         raise SimFailed(missing)
+    from dlcp.comm.policy import step_plan
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
     from dlcp.workloads.registry import make_server_workload, make_workload
@@ -121,6 +138,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     sizes_only = cfg["workload"]["payload"] == "sizes"
     run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg), sizes_only)
     agents, workers = [], []
+    plan = None  # the collective's step plan: one for every worker (the same on every rank, and large at 128)
     for host, role, acfg in agent_configs(cfg, spec, run_dir):
         if role not in ("worker", "ps"):
             continue  # background senders and sinks are ns-3 applications (network.py)
@@ -134,7 +152,11 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
                       lambda _h, key, res, a=holder: a[0].on_received(key, res))
         if role == "worker":
             wl = SizesOnlyWorkload(wl_cfg) if sizes_only else make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"])
-            agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"])
+            if not workers:
+                run.set_layer_times(simulated_layer_times(cfg, wl))
+            if plan is None and cfg["workload"]["mode"] == "allreduce":
+                plan = step_plan(acfg.comm, acfg.world, acfg.topology_spec())
+            agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"], plan)
             workers.append(agent)
         else:
             agent = SimPS(run, h, acfg, SizesOnlyWorkload(wl_cfg) if sizes_only else make_server_workload(wl_cfg, d["fill"]))
@@ -164,7 +186,9 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     section = {"simulated_s": sim_s, "events": events, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                "events_per_cpu_s": round(events / cpu) if cpu else None, "peak_rss_mb": round(peak_rss_mb(), 1),
                "iterations_done": min(w.done for w in workers)}
-    if not finished:
+    if run.errors:
+        section["error"] = run.errors[0]
+    elif not finished:
         section["error"] = (f"timeout_s = {limit:g} simulated seconds passed with {section['iterations_done']} of "
                             f"{run.iterations} iterations done")
     return section
@@ -210,13 +234,15 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True
 
 
 def check_supported(cfg: dict) -> None:
-    """The simulated hosts run the PS and the ring all-reduce in WFBP order (agents.py); the comm
-    layer's other schedulers and collectives run in threads on the emulated hosts only."""
-    comm = cfg.get("comm", {})
-    for key, ok in (("scheduler", "wfbp"), ("collective", "ring")):
-        if comm.get(key, ok) != ok:
-            raise configmod.ConfigError(f"comm.{key}: {comm[key]!r} is not simulated on ns-3 yet "
-                                        f"(backend ns3 runs {key} = {ok!r}; use backend = 'ref')")
+    """The simulated hosts run the PS and every `[comm]` scheduler and collective (agents.py);
+    what they do not simulate yet is refused with the key, never ignored."""
+    wl = cfg["workload"]
+    every = cfg["dlcp"].get("resync_every", 0)
+    collective = cfg.get("comm", {}).get("collective", "ring")
+    if (wl["mode"] == "allreduce" and collective != "dssync" and wl["workers"] > 1 and every
+            and wl["iterations"] >= every):
+        raise configmod.ConfigError(f"dlcp.resync_every: re-sync to rank 0 every {every} iterations is not simulated on "
+                                    f"ns-3 yet; set it to 0 or above workload.iterations ({wl['iterations']})")
     if cfg["links"].get("host_fair_queueing"):
         raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
 
