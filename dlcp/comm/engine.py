@@ -113,6 +113,9 @@ class CommEngine:
     has its aggregates without blocking); clock: the scheduler's `now` (simulated time on ns-3);
     sizes_only: messages carry no values (workload.payload = "sizes"), aggregates are None."""
 
+    # (rank, iteration, slot, primitive) of every operation as it starts, when set (tests, diagnostics)
+    on_start: Callable[[int, int, int, str], None] | None = None
+
     def __init__(self, scheduler: Scheduler, collective: Collective, layouts: list[MessageLayout], n_layers: int,
                  *, order: OrderChannel | None = None, timeout_s: float = 60.0,
                  on_final: Callable[[int, int, Aggregate], None] | None = None,
@@ -308,6 +311,8 @@ class CommEngine:
             return
         op, data, st = what
         self.ops_run += 1
+        if self.on_start is not None:
+            self.on_start(self.coll.rank, op.iteration, data.slot, op.primitive)
         try:
             if op.primitive == "allreduce":
                 h = self.coll.all_reduce(data)
