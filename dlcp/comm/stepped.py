@@ -32,6 +32,7 @@ the simulated hosts run (dlcp/comm/evented.py), which takes the same steps as re
 from __future__ import annotations
 
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from functools import cached_property
 
@@ -141,8 +142,7 @@ class _State:
         else:
             self.buf = np.array(op.values, dtype=np.float32).reshape(-1)  # a copy: the caller's stays intact
             n = self.buf.size
-        chunks = {t.chunks for step in sched.steps for t in step}
-        self.chunks = chunks.pop() if len(chunks) == 1 else max(chunks, default=1)
+        self.chunks = RankSteps.chunks(sched)
         self.bounds = chunk_bounds(n, self.chunks)
         self.n = n
         self.vpp = vpp
@@ -175,23 +175,35 @@ class _State:
 class RankSteps:
     """What one rank does at each step of a schedule: [(sends, receives)] per step, each a list of
     (index in step, transfer, local wire id) in the step's order (the order both collectives send
-    and merge in). Built in one pass over the schedule for every rank and kept per schedule, so
-    128 simulated ranks share one index."""
+    and merge in). Built in one pass over the schedule for every rank and kept while the schedule
+    lives, so 128 simulated ranks share one index."""
 
-    _cache: dict[int, tuple[Schedule, list]] = {}
+    _cache: dict[int, tuple[weakref.ref, list, int]] = {}  # an entry lives as long as its schedule
 
     @classmethod
     def of(cls, sched: Schedule, rank: int) -> list[tuple[list, list]]:
+        return cls._index(sched)[1][rank]
+
+    @classmethod
+    def chunks(cls, sched: Schedule) -> int:
+        """How many chunks the schedule cuts a buffer into."""
+        return cls._index(sched)[2]
+
+    @classmethod
+    def _index(cls, sched: Schedule) -> tuple[weakref.ref, list, int]:
         hit = cls._cache.get(id(sched))
-        if hit is None or hit[0] is not sched:
+        if hit is None or hit[0]() is not sched:
             local, _ = transfer_ids(sched)
             per_rank = [[([], []) for _ in sched.steps] for _ in range(sched.ranks)]
             for s, step in enumerate(sched.steps):
                 for i, t in enumerate(step):
                     per_rank[t.src][s][0].append((i, t, local[(s, i)]))
                     per_rank[t.dst][s][1].append((i, t, local[(s, i)]))
-            hit = cls._cache[id(sched)] = (sched, per_rank)
-        return hit[1][rank]
+            chunks = {t.chunks for step in sched.steps for t in step}
+            hit = (weakref.ref(sched), per_rank, chunks.pop() if len(chunks) == 1 else max(chunks, default=1))
+            cls._cache[id(sched)] = hit
+            weakref.finalize(sched, cls._cache.pop, id(sched), None)
+        return hit
 
 
 class StepRules:

@@ -99,19 +99,18 @@ def simulated_compute_s(cfg: dict) -> float:
     return profile.compute_s if profile is not None else cfg["workload"]["compute_ms"] / 1e3
 
 
-def simulated_layer_times(cfg: dict, workload) -> tuple[list[float], list[float]] | None:
+def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[float], list[float]] | None:
     """(forward_s, backward_s) per layer of the workload with `workload.compute = "profile"` (the
     profile's times summed per model layer as the emulated compute model sums them, without
     dilation); None with compute_ms."""
     from dlcp.experiment.config import Experiment
     from dlcp.workloads.profiled import workload_profile
-    wl = Experiment.parse(cfg).workload
-    profile = workload_profile(wl)
+    profile = workload_profile(Experiment.parse(cfg).workload)
     if profile is None:
         return None
     timer = getattr(workload, "timer", None)
     if timer is not None:  # a model whose layers group the profile's tensors; its times are dilated
-        return [t / wl.dilation for t in timer.forward_s], [t / wl.dilation for t in timer.backward_s]
+        return [t / dilation for t in timer.forward_s], [t / dilation for t in timer.backward_s]
     return list(profile.forward_s), list(profile.backward_s)
 
 
@@ -153,7 +152,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
         if role == "worker":
             wl = SizesOnlyWorkload(wl_cfg) if sizes_only else make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"])
             if not workers:
-                run.set_layer_times(simulated_layer_times(cfg, wl))
+                run.set_layer_times(simulated_layer_times(cfg, wl, wl_cfg.dilation))
             if plan is None and cfg["workload"]["mode"] == "allreduce":
                 plan = step_plan(acfg.comm, acfg.world, acfg.topology_spec())
             agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"], plan)
