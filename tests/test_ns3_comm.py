@@ -108,11 +108,12 @@ def test_schedulers_and_collectives_on_ns3(tmp_path):
     p = subprocess.run([sys.executable, "-c", SCRIPT, str(cfg), str(tmp_path / "out"), str(trace)], cwd=ROOT,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    runs = {}
+    runs, ends = {}, []
     for f in trace.glob("*.txt"):
         lines = f.read_text().splitlines()
-        if lines and lines[0] != "series done":
-            runs[f.name] = [line.split() for line in lines if line.startswith(("op", "agg"))]
+        ends += [line for line in lines if line.endswith(" done")]
+        runs[f.name] = [line.split() for line in lines if line.startswith(("op", "agg"))]
+    assert ends == ["series done", "dssync done"]
     assert len(runs) == 5  # 4 forked runs, then DS-Sync in the parent
     saw = set()
     for name, rows in runs.items():
