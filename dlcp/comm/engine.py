@@ -24,13 +24,16 @@ step waits for its neighbour's). Grouped policies and DeAR release in an order f
 policies whose order depends on timing (ByteScheduler's and US-Byte's credit loop:
 `Scheduler.timing_dependent_order`) run on rank 0 only, which announces each operation it
 releases (`OrderChannel`: its slot and primitive, in release order); the other ranks run the
-announced operations in that order, each once its data is ready here. That is Horovod's
+announced operations in that order, each once its data is ready here (`announced`, called by a
+reader thread per iteration, or by an event-driven host as announcements arrive, in any order). That is Horovod's
 coordinator, with rank 0 deciding from its own readiness [D].
 
 **Results.** Final operations (all-reduce, all-gather) scatter their sums and counts back into
 per-tensor buffers; a reduce-scatter's `Partial` waits for the all-gather of the same unit. When
 every element of a tensor is final, `on_final(iteration, msg_id, Aggregate)` runs (for a per-layer
-parameter gate), and `wait` returns once every tensor is.
+parameter gate), and `wait` returns once every tensor is. Without threads (the simulated hosts,
+dlcp/comm/evented.py): `backward_done(it)` after the last submit, `on_done(it)` when the iteration
+is over, then `collect(it)`; the scheduler's `now` comes from the `clock` the engine is given.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Workers and the parameter server in simulated time: the emulated agents' iteration loop
-(agents/worker.py, agents/ps.py) and collectives (dlcp/comm/collectives.py: PS push/pull, ring
-all-reduce) driven by completions of the transport core instead of blocking calls.
+(agents/worker.py, agents/ps.py), PS push / pull (dlcp/comm/collectives.py) and the comm layer's
+all-reduce (dlcp/comm/evented.py) driven by completions of the transport core instead of blocking
+calls.
 
 The workload objects are the emulated run's (`make_workload`, `make_server_workload`: real
 gradients, fill policies, parameters, evaluation), so records have the same columns and meaning.
