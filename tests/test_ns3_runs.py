@@ -225,9 +225,7 @@ def test_a_killed_series_stops_its_running_child_and_records_it(tmp_path):
     """SIGTERM to `dlcp run --policies` (its runs are forked children): the running child is
     interrupted, writes its meta.json as an error and is reaped; the series stops there."""
     cfg = tmp_path / "long.toml"
-    # no re-sync: ns-3 refuses one inside the run
-    cfg.write_text(RING.replace("iterations = 3", "iterations = 100000").replace("timeout_s = 20", "timeout_s = 10000")
-                   .replace('load_balancing = "spray_rr"', 'load_balancing = "spray_rr"\nresync_every = 0'))
+    cfg.write_text(RING.replace("iterations = 3", "iterations = 100000").replace("timeout_s = 20", "timeout_s = 10000"))
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--policies", "fifo,dlcp", "--out",
                           str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -27,12 +27,13 @@ import collections
 
 import numpy as np
 
+from dlcp.comm.collectives import drift, resync_messages
 from dlcp.comm.engine import param_means
 from dlcp.comm.evented import EventEngine
 from dlcp.comm.packets import sized_packets, tagged_packets  # the emulated collectives' tagging and packetising
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
-from dlcp.wire.header import PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
+from dlcp.wire.header import PHASE_P2P, PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
 from dlcp.workloads.contract import Aggregate, GradMessage, ParamChunk
 
 
@@ -46,6 +47,7 @@ class SimRun:
         self.set_layer_times(None)
         self.sizes_only = sizes_only  # workload.payload = "sizes": packets of the right lengths, no values
         self.iteration_rows: dict[str, list[dict]] = {}
+        self.resync_rows: dict[str, list[dict]] = {}
         self.done_workers = 0
         self.workers = 0
         self.servers_open = 0  # parameter servers still scattering their last parameters
@@ -133,6 +135,13 @@ class SimWorker(_Agent):
         self._busy = False
         self.engine = None
         self.params_average = acfg.comm.collective == "dssync" and acfg.comm.dssync.average == "parameters"
+        # DS-Sync reaches consensus by shuffling its groups: no re-sync to rank 0 (as agents/worker.py)
+        dssync = acfg.comm.collective == "dssync"
+        self.resync_every = acfg.dlcp.resync_every if mode != "ps" and not dssync and self.world > 1 else 0
+        self._resync_sends: set = set()  # rank 0: re-sync sends not finished yet
+        self._resync_in: dict = {}  # (iteration mod 2^16, message index) -> rank 0's parameters
+        self._resync_wait = None  # (iteration, lost values) while this rank's re-sync is open
+        run.resync_rows[acfg.host] = []
         if mode != "ps":
             self.engine = EventEngine(host.send, self.vpp, self.comm, acfg.comm, list(self.layouts.values()),
                                       self.n_layers, clock=run.clock.now, on_done=self._comm_done,
@@ -221,6 +230,49 @@ class SimWorker(_Agent):
         else:
             self.workload.apply_gradients(it, aggs)
             lost = short if self.run.sizes_only else int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
+        if self.resync_every and (it + 1) % self.resync_every == 0:
+            return self._resync(it, lost)
+        self._end(it, lost)
+
+    # --- re-sync to rank 0 (dlcp/comm/collectives.py resync; agents/worker.py) -------------------
+
+    def _params(self) -> dict | None:
+        return None if self.run.sizes_only else {m: self.workload.parameters(m) for m in self.layouts}
+
+    def _resync(self, it: int, lost: int) -> None:
+        """Rank 0 sends its parameters to every rank; the iteration ends once its sends are done
+        (rank 0) or every message arrived (the others), as the emulated resync returns."""
+        self._resync_wait = (it, lost)
+        if self.rank == 0:
+            params = self._params()
+            for dst, batch, info in resync_messages(self.comm, self.engine.ids, self.layouts, self.n_layers, self.vpp,
+                                                    it, params):
+                self._resync_sends.add(self.host.send(dst, batch, info))
+        else:
+            self._resync_check()
+
+    def _resync_check(self) -> None:
+        if self._resync_wait is None:
+            return
+        it, lost = self._resync_wait
+        order = sorted(self.layouts)
+        if self.rank == 0:
+            if self._resync_sends:
+                return
+            ref = params = self._params()
+        else:
+            if any((it & 0xFFFF, k) not in self._resync_in for k in range(len(order))):
+                return
+            got = {m: self._resync_in.pop((it & 0xFFFF, k)) for k, m in enumerate(order)}
+            params = self._params()
+            ref = None if params is None else {m: r.values for m, r in got.items()}
+        if params is not None:  # sizes only: the traffic, but no parameters to compare or adopt
+            row = drift(params, ref)
+            if self.rank != 0:
+                for m, values in ref.items():
+                    self.workload.apply_parameters(it, m, ParamChunk(values, np.zeros(values.size, bool)))
+            self.run.resync_rows[self.acfg.host].append({"host": self.acfg.host, "rank": self.rank, "iter": it, **row})
+        self._resync_wait = None
         self._end(it, lost)
 
     def _maybe_end(self) -> None:
@@ -265,6 +317,9 @@ class SimWorker(_Agent):
         if self.mode == "ps":
             self.sends_open -= 1
             self._maybe_end()
+        elif key in self._resync_sends:
+            self._resync_sends.discard(key)
+            self._resync_check()
         else:
             self._guarded(self.engine.sent, key, result)
 
@@ -274,6 +329,9 @@ class SimWorker(_Agent):
             if it == self.it:
                 self.pulls[msg_id] = ParamChunk(result.values, result.loss_mask())
                 self._maybe_end()
+        elif phase == PHASE_P2P and msg_id >= self.engine.ids.announcements:  # rank 0's re-sync
+            self._resync_in[(it & 0xFFFF, msg_id - self.engine.ids.announcements)] = result
+            self._resync_check()
         else:  # a step of a collective or an order announcement; it may come before its operation started
             self._guarded(self.engine.received, key, result)
 

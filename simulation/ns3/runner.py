@@ -200,6 +200,8 @@ def _write_records(run_dir: Path, run, agents, net) -> None:
         R.write_rows(rec / f"{host}-messages.csv", R.MESSAGE_COLUMNS, ep.sender.rows + ep.receiver.rows)
         if role == "worker":
             R.write_rows(rec / f"{host}-iterations.csv", R.ITERATION_COLUMNS, run.iteration_rows[host])
+            if run.resync_rows[host]:
+                R.write_rows(rec / f"{host}-resync.csv", R.RESYNC_COLUMNS, run.resync_rows[host])
         totals = {"host": host, "role": role, "rank": agent.acfg.rank if role == "worker" else -1,
                   "status": "done" if agent.done == run.iterations else "error",
                   "error": None if agent.done == run.iterations else f"{agent.done} of {run.iterations} iterations",
@@ -233,15 +235,8 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True
 
 
 def check_supported(cfg: dict) -> None:
-    """The simulated hosts run the PS and every `[comm]` scheduler and collective (agents.py);
-    what they do not simulate yet is refused with the key, never ignored."""
-    wl = cfg["workload"]
-    every = cfg["dlcp"].get("resync_every", 0)
-    collective = cfg.get("comm", {}).get("collective", "ring")
-    if (wl["mode"] == "allreduce" and collective != "dssync" and wl["workers"] > 1 and every
-            and wl["iterations"] >= every):
-        raise configmod.ConfigError(f"dlcp.resync_every: re-sync to rank 0 every {every} iterations is not simulated on "
-                                    f"ns-3 yet; set it to 0 or above workload.iterations ({wl['iterations']})")
+    """The simulated hosts run the PS, every `[comm]` scheduler and collective and the re-sync
+    (agents.py); what they do not simulate yet is refused with the key, never ignored."""
     if cfg["links"].get("host_fair_queueing"):
         raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
 
