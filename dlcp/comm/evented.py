@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial
+from dlcp.comm.costmodel import CostModel
 from dlcp.comm.engine import CommEngine, OrderChannel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
 from dlcp.comm.policy import LayerTimes, comm_plan
@@ -189,10 +190,10 @@ class EventEngine(CommEngine):
                  n_layers: int, *, clock: Callable[[], float], on_done: Callable[[int], None] | None = None,
                  sizes_only: bool = False, host_mbps: float = 50.0, spec: TopologySpec | None = None,
                  backward_ms: float = 0.0, fabric_mbps: float | None = None, layer_times: LayerTimes | None = None,
-                 plan: StepPlan | None = None):
+                 plan: StepPlan | None = None, cost: CostModel | None = None):
         scheduler, plan, self.ids = comm_plan(policy, cfg.world, layouts, host_mbps=host_mbps, spec=spec,
                                               backward_ms=backward_ms, fabric_mbps=fabric_mbps,
-                                              layer_times=layer_times, plan=plan)
+                                              layer_times=layer_times, plan=plan, cost=cost)
         self.policy, self.plan = policy, plan
         collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=policy.lockstep)
         order = PushedOrder(send, vpp, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None

@@ -110,12 +110,14 @@ def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
 
 def comm_plan(policy: CommPolicy, workers: int, layouts: list[MessageLayout], *, host_mbps: float = 50.0,
               spec: TopologySpec | None = None, backward_ms: float = 0.0, fabric_mbps: float | None = None,
-              layer_times: LayerTimes | None = None, plan: StepPlan | None = None) -> tuple[Scheduler, StepPlan, WireIds]:
+              layer_times: LayerTimes | None = None, plan: StepPlan | None = None,
+              cost: CostModel | None = None) -> tuple[Scheduler, StepPlan, WireIds]:
     """One rank's (scheduler, step plan, wire ids) for the `[comm]` settings on the workload's
-    messages; `plan`: the step plan when the caller already has it (the same for every rank)."""
+    messages; `plan`, `cost`: the step plan and cost model when the caller already has them (the
+    same for every rank; a 128-rank MultiTree costs seconds to plan and price)."""
     tensors = forward_order(layouts)
     plan = plan if plan is not None else step_plan(policy, workers, spec)
-    cost = cost_model(policy, workers, host_mbps, plan, spec, fabric_mbps)
+    cost = cost if cost is not None else cost_model(policy, workers, host_mbps, plan, spec, fabric_mbps)
     scheduler = build_scheduler(policy, planning_profile(tensors, backward_ms, layer_times=layer_times), workers, cost)
     return scheduler, plan, wire_ids(scheduler, plan, len(layouts))
 

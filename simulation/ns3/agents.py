@@ -126,7 +126,7 @@ class SimWorker(_Agent):
     host's completions). DS-Sync with `average = "parameters"` takes the local step, then averages
     parameters in its group, as agents/worker.py does."""
 
-    def __init__(self, run: SimRun, host, acfg, workload, mode: str, plan=None):
+    def __init__(self, run: SimRun, host, acfg, workload, mode: str, plan=None, cost=None):
         super().__init__(run, host, acfg, workload)
         self.mode, self.rank, self.world = mode, acfg.rank, acfg.world
         run.iteration_rows[acfg.host] = []
@@ -147,7 +147,8 @@ class SimWorker(_Agent):
                                       self.n_layers, clock=run.clock.now, on_done=self._comm_done,
                                       sizes_only=run.sizes_only, host_mbps=acfg.links.host_mbps,
                                       fabric_mbps=acfg.links.fabric_mbps, spec=acfg.topology_spec(),
-                                      backward_ms=run.planning_backward_ms, layer_times=run.layer_times, plan=plan)
+                                      backward_ms=run.planning_backward_ms, layer_times=run.layer_times, plan=plan,
+                                      cost=cost)
 
     # --- one iteration -------------------------------------------------------------------------
 

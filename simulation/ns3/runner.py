@@ -120,7 +120,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     missing = H.core_missing()
     if missing:
         raise SimFailed(missing)
-    from dlcp.comm.policy import step_plan
+    from dlcp.comm.policy import cost_model, step_plan
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
     from dlcp.workloads.registry import make_server_workload, make_workload
@@ -137,7 +137,7 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     sizes_only = cfg["workload"]["payload"] == "sizes"
     run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg), sizes_only)
     agents, workers = [], []
-    plan = None  # the collective's step plan: one for every worker (the same on every rank, and large at 128)
+    plan = cost = None  # the collective's step plan and cost model: the same on every rank, built once
     for host, role, acfg in agent_configs(cfg, spec, run_dir):
         if role not in ("worker", "ps"):
             continue  # background senders and sinks are ns-3 applications (network.py)
@@ -155,7 +155,9 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
                 run.set_layer_times(simulated_layer_times(cfg, wl, wl_cfg.dilation))
             if plan is None and cfg["workload"]["mode"] == "allreduce":
                 plan = step_plan(acfg.comm, acfg.world, acfg.topology_spec())
-            agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"], plan)
+                cost = cost_model(acfg.comm, acfg.world, acfg.links.host_mbps, plan, acfg.topology_spec(),
+                                  acfg.links.fabric_mbps)
+            agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"], plan, cost)
             workers.append(agent)
         else:
             agent = SimPS(run, h, acfg, SizesOnlyWorkload(wl_cfg) if sizes_only else make_server_workload(wl_cfg, d["fill"]))
