@@ -157,7 +157,7 @@ class CommEngine:
         t = self.index.get(msg.msg_id)
         size = self.tensors[t].n_values if self.sizes_only and t is not None else getattr(msg.values, "size", -1)
         if t is None or size != self.tensors[t].n_values:
-            raise ValueError(f"message {msg.msg_id} of {msg.values.size} values is not one of the planned messages")
+            raise ValueError(f"message {msg.msg_id} of {size} values is not one of the planned messages")
         with self._lock:
             st = self._iter(iteration)
             if t in st.values:
