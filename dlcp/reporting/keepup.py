@@ -16,6 +16,12 @@ The signs, each with its threshold (figures in wall-clock time, about the emulat
 - kernel drops: frames the kernel dropped at a switch port because the switch did not read them in
   time (counters/sN.json ports `rx_kernel_drops`). Flagged when any: those losses are in none of
   the emulated queues.
+- switch reads: the kernel stamps every frame as it reaches a switch port, and the built-in switch
+  records how long each waited before it read it (counters/sN.json `read_lag`). A switch stands for
+  hardware that takes a frame as it arrives; a frame read late is queued late, and frames that
+  arrived apart are forwarded in a bunch. Flagged when a switch's p99 wait exceeds
+  RX_WAIT_SHARE_MAX of the run's median message completion time (both wall clock), the same limit
+  as the hosts' receive path.
 - host receive path: each host's transport records how long its data datagrams waited in the
   socket buffer before it read them (records/hN-agent.json `socket_wait`,
   dlcp/transport/core/waits.py). A host that stands for a machine of its own reads in
@@ -91,6 +97,26 @@ def kernel_drop_keepup(counters: list[dict]) -> dict:
             worst = ", ".join(f"port {p}: {n:,}" for p, n in sorted(ports.items(), key=lambda kv: -kv[1]) if n)
             flags.append(f"switch {dump.get('switch', '?')}: {total:,} frame(s) dropped by the kernel before the "
                          f"switch read them ({worst}); those losses are in no emulated queue")
+    return {"per_switch": per_switch, "flags": flags}
+
+
+def switch_read_keepup(counters: list[dict], mct_ms: float | None) -> dict:
+    """Per switch its read lag (the dump's `read_lag`, with its p99's share of the median MCT);
+    flags past RX_WAIT_SHARE_MAX. Dumps without one (ns-3, bmv2, older runs) are left out."""
+    per_switch, flags = {}, []
+    for dump in counters:
+        lag = dump.get("read_lag")
+        if not isinstance(lag, dict) or not lag.get("count"):
+            continue
+        name = dump.get("switch", "?")
+        p99 = lag.get("p99_ms")
+        share = p99 / mct_ms if isinstance(p99, (int, float)) and mct_ms else None
+        per_switch[name] = {**lag, "p99_share_of_mct_p50": share}
+        if share is not None and share > RX_WAIT_SHARE_MAX:
+            flags.append(f"switch {name} fell behind its ports: 1 % of the frames waited {p99:.3g} ms or more in the "
+                         f"kernel before it read them (the longest {lag.get('max_ms', 0):.3g} ms), {100 * share:.3g}% "
+                         f"of the median message completion time ({mct_ms:.3g} ms, limit "
+                         f"{100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
     return {"per_switch": per_switch, "flags": flags}
 
 
@@ -171,19 +197,23 @@ def keepup_section(run: RunData, senders: Table) -> dict:
     compute = compute_keepup(run)
     cpu = switch_cpu_keepup(run.meta)
     drops = kernel_drop_keepup(run.counters)
+    reads = switch_read_keepup(run.counters, median_mct_wall_ms(senders, run.time_scale))
     rx = receive_keepup(run, senders)
     bg = background_keepup(run)
-    flags = compute["flags"] + cpu["flags"] + drops["flags"] + rx["flags"] + bg["flags"]
+    flags = compute["flags"] + cpu["flags"] + drops["flags"] + reads["flags"] + rx["flags"] + bg["flags"]
     measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
                                            ("switch CPU", bool(cpu["per_switch"])),
                                            ("kernel drops", bool(drops["per_switch"])),
+                                           ("switch read lag", bool(reads["per_switch"])),
                                            ("host receive waits", bool(rx["per_host"])),
                                            ("background start", bool(bg["per_flow"]))) if present]
     return {"ok": not flags, "flags": flags, "measured": measured,
             "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
                            "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0,
+                           "switch_read_lag_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
                            "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
                            "background_measured_iterations_missed_share": BACKGROUND_MISSED_MAX},
             "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
+            "switch_read_lag": reads["per_switch"],
             "socket_wait": rx["per_host"], "background": bg["per_flow"],
             "machine": (run.meta or {}).get("machine")}

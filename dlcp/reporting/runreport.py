@@ -144,8 +144,8 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
 def _keepup_section(doc: Doc, k: dict) -> None:
     doc.h("Did the emulation keep up?")
     if not k["measured"]:
-        doc.p("Nothing measured (no compute deadlines, switch CPU samples, port counters or host receive waits "
-              "in this run).")
+        doc.p("Nothing measured (no compute deadlines, switch CPU samples, port counters, switch read lags or host "
+              "receive waits in this run).")
         return
     doc.p(("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
           "wall-clock figures of the emulation machine).")
@@ -169,6 +169,12 @@ def _keepup_section(doc: Doc, k: dict) -> None:
                    for sw, c in sorted(k["switch_cpu"].items())])
     if k["kernel_drops"]:
         doc.table(["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())])
+    if k.get("switch_read_lag"):
+        doc.p("Switch reads: how long frames waited at each switch's ports, from the kernel's arrival stamp to "
+              "the switch reading them (wall clock; percentiles at most 19 % high).")
+        doc.table(["switch", "frames", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT"],
+                  [[sw, w.get("count"), w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms"),
+                    pct(w.get("p99_share_of_mct_p50"))] for sw, w in sorted(k["switch_read_lag"].items())])
     if k.get("socket_wait"):
         doc.p("Host receive path: how long data datagrams waited in each host's socket buffer before its "
               "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "

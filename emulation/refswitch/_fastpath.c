@@ -12,6 +12,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +50,10 @@ _Static_assert(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is
 #define FINE 256
 #define COARSE (34 * 32)
 #define CONTROL_POLL_S 0.05
+/* the read lag histogram: the bins of dlcp/transport/core/waits.py (4 per doubling from 1 us) */
+#define LAG_BINS_PER_OCTAVE 4
+#define LAG_BINS (30 * LAG_BINS_PER_OCTAVE)
+#define RXCTL 64  /* room for one SCM_TIMESTAMPNS control message (CMSG_SPACE(16) = 32) */
 #ifndef FASTPATH_SOURCE_SHA
 #define FASTPATH_SOURCE_SHA "unknown"
 #endif
@@ -112,10 +117,13 @@ typedef struct {
     /* telemetry of the queues */
     uint32_t max_enq_qdepth;
     uint64_t fine[FINE], coarse[COARSE], delay_n, delay_max;
+    /* how long frames waited in the kernel before the switch read them (SO_TIMESTAMPNS) */
+    uint64_t lag_bins[LAG_BINS], lag_n;
+    double lag_max;
     /* ports and I/O */
     Port ports[MAX_PORTS];
     int port_list[MAX_PORTS], n_ports;
-    uint8_t *rxbuf;
+    uint8_t *rxbuf, *rxctl;
     struct mmsghdr *rxmsgs, *txmsgs;
     struct iovec *rxiov, *txiov;
     uint64_t rng;
@@ -513,12 +521,42 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int 
     pt->backlog++;
 }
 
+/* The kernel's receive time of message i (SCM_TIMESTAMPNS, CLOCK_REALTIME), or -1 without one. */
+static double rx_stamp(struct msghdr *h) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+        }
+    }
+    return -1;
+}
+
+/* One frame's wait in the kernel before the switch read it (waits.py's bins; a clock step counts
+ * as none). */
+static void record_lag(Engine *e, double lag_s) {
+    e->lag_n++;
+    if (lag_s > e->lag_max) e->lag_max = lag_s;
+    if (lag_s <= 1e-6) { e->lag_bins[0]++; return; }
+    int b = (int)(log2(lag_s / 1e-6) * LAG_BINS_PER_OCTAVE);
+    e->lag_bins[b < LAG_BINS ? b : LAG_BINS - 1]++;
+}
+
 /* Returns frames received, or -errno on a socket error. */
 static int receive(Engine *e, Port *pt, double now) {
-    for (int i = 0; i < e->batch; i++) e->rxmsgs[i].msg_hdr.msg_flags = 0;
+    for (int i = 0; i < e->batch; i++) {
+        e->rxmsgs[i].msg_hdr.msg_flags = 0;
+        e->rxmsgs[i].msg_hdr.msg_controllen = RXCTL;
+    }
     int n = recvmmsg(pt->fd, e->rxmsgs, e->batch, MSG_DONTWAIT, NULL);
     if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -errno;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    double read_at = (double)rt.tv_sec + rt.tv_nsec * 1e-9;
     for (int i = 0; i < n; i++) {
+        double stamp = rx_stamp(&e->rxmsgs[i].msg_hdr);
+        if (stamp >= 0) record_lag(e, read_at - stamp);
         uint8_t *slot = e->rxbuf + (size_t)i * SLOT;
         uint32_t len = e->rxmsgs[i].msg_len;
         if (len < VNET_LEN) continue;
@@ -867,6 +905,13 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
         "last_drop", PyLong_FromLong(e->last_drop), "non_dlcp", non_dlcp_dict(e));
     if (!d) return NULL;
+    PyObject *lb = u64_list(e->lag_bins, LAG_BINS), *ln = PyLong_FromUnsignedLongLong(e->lag_n),
+             *lm = PyFloat_FromDouble(e->lag_max);
+    int bad = !lb || !ln || !lm || PyDict_SetItemString(d, "rx_lag_bins", lb) < 0
+              || PyDict_SetItemString(d, "rx_lag_n", ln) < 0 || PyDict_SetItemString(d, "rx_lag_max_s", lm) < 0;
+    Py_XDECREF(lb); Py_XDECREF(ln); Py_XDECREF(lm);
+    if (bad) { Py_DECREF(d); return NULL; }
+    if (!d) return NULL;
     PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
     if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
         Py_XDECREF(cp); Py_XDECREF(cb); Py_DECREF(d);
@@ -894,18 +939,21 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     }
     for (int i = 0; i < QUEUE_SLOTS; i++) e->ecn_k[i] = ECN_THRESHOLD_DEFAULT_K;
     e->rxbuf = malloc((size_t)batch * SLOT);
+    e->rxctl = calloc(batch, RXCTL);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->rxiov = calloc(batch, sizeof(struct iovec));
     e->txiov = calloc(2 * batch, sizeof(struct iovec));
     e->lpm_hits = calloc(2, sizeof(uint64_t));
     e->cls_hits = calloc(2, sizeof(uint64_t));
-    if (!e->rxbuf || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
+    if (!e->rxbuf || !e->rxctl || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
     for (int i = 0; i < batch; i++) {
         e->rxiov[i].iov_base = e->rxbuf + (size_t)i * SLOT;
         e->rxiov[i].iov_len = SLOT;
         e->rxmsgs[i].msg_hdr.msg_iov = &e->rxiov[i];
         e->rxmsgs[i].msg_hdr.msg_iovlen = 1;
+        e->rxmsgs[i].msg_hdr.msg_control = e->rxctl + (size_t)i * RXCTL;
+        e->rxmsgs[i].msg_hdr.msg_controllen = RXCTL;
         e->txmsgs[i].msg_hdr.msg_iov = &e->txiov[2 * i];
         e->txmsgs[i].msg_hdr.msg_iovlen = 2;
     }
@@ -924,7 +972,7 @@ static void Engine_dealloc(Engine *e) {
     }
     free_groups(e);
     free(e->lpm); free(e->lpm_hits); free(e->cls_hits);
-    free(e->rxbuf); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
+    free(e->rxbuf); free(e->rxctl); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 

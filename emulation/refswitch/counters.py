@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from dlcp.network import pipeline_names as P
+from dlcp.transport.core.waits import WaitHistogram
 
 _FINE = 256  # 1 us buckets below this, then 32 log-spaced buckets per power of two (~3 % error)
 
@@ -111,6 +112,8 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
         "tables": {P.IPV4_LPM_HITS: pairs(raw["lpm_hits"]), P.CLASSIFY_HITS: pairs(raw["classify_hits"])},
         "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
     }
+    if "rx_lag_bins" in raw:  # the built-in switch's engines; not the ns-3 switch, which reads nothing late
+        dump["read_lag"] = WaitHistogram.from_bins(raw["rx_lag_bins"], raw["rx_lag_n"], raw["rx_lag_max_s"]).as_dict()
     if "non_dlcp" in raw:  # the ns-3 switch does not split non-DLCP frames by DSCP class: reports fall back
         dump["non_dlcp"] = non_dlcp_rows(raw)
     return dump

@@ -14,6 +14,7 @@ import sys
 import time
 
 from dlcp.network.runtime_file import PortConfig
+from dlcp.transport.core.waits import WaitHistogram
 from emulation.refswitch.afpacket import MsgBatch, PortSocket
 from emulation.refswitch.counters import DelayHistogram
 from emulation.refswitch.pcap import PcapWriter
@@ -40,10 +41,11 @@ class PyEngine:
         self.batch = batch
         self.debug = debug_log
         self.max_lag_s = max_lag_s
-        self.rx = MsgBatch(batch)
+        self.rx = MsgBatch(batch, control=True)
         self.tx = MsgBatch(batch)
         self.ports: dict[int, _Port] = {}
         self.delays = DelayHistogram()
+        self.read_lag = WaitHistogram()  # how long frames waited in the kernel before they were read
         self.max_enq_qdepth = 0
         self.rng: random.Random = pipeline.rng
 
@@ -111,7 +113,11 @@ class PyEngine:
         ingress = pipe.ingress
         ports = self.ports
         in_byte_time = p.egress.ingress_byte_time  # the host link's, on a host_nic port
+        read_at = time.time()
         for i in range(n):
+            stamp = sock.stamp(i)
+            if stamp:
+                self.read_lag.record(read_at - stamp)
             f, vnet, truncated = sock.frame(i)
             ln = len(f)
             p.rx_pkts += 1
@@ -219,4 +225,7 @@ class PyEngine:
         c["delay_coarse"] = self.delays.counts
         c["delay_n"] = self.delays.n
         c["delay_max"] = self.delays.max
+        c["rx_lag_bins"] = list(self.read_lag.bins)
+        c["rx_lag_n"] = self.read_lag.count
+        c["rx_lag_max_s"] = self.read_lag.max_s
         return c
