@@ -345,25 +345,31 @@ def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct
     assert k["socket_wait"]["h4"]["p99_share_of_mct_p50"] == pytest.approx(0.3)
 
 
-def test_a_switch_that_read_its_ports_late_is_flagged_against_the_median_mct(tmp_path):
+def test_a_switch_that_read_or_sent_late_is_flagged_against_the_median_mct(tmp_path):
     run = write_synthetic_run(tmp_path / "run", **MID)
     s = summarise(load_run(run))
     mct_wall_ms = s["mct_us"]["overall"]["p50"] / 1e3
     path = run / "counters" / "s1.json"
     counters = json.loads(path.read_text())
     counters["read_lag"] = {"count": 9000, "p50_ms": 0.01, "p99_ms": 0.05 * mct_wall_ms, "max_ms": 3.0}
+    counters["send_late"] = {"count": 9000, "p50_ms": 0.01, "p99_ms": 0.02 * mct_wall_ms, "max_ms": 1.0}
+    counters["host_burst"] = {"count": 9000, "p50_bytes": 200, "p99_bytes": 2048, "max_bytes": 4756}
     path.write_text(json.dumps(counters))
     k = summarise(load_run(run))["keep_up"]
-    assert k["ok"] and "switch read lag" in k["measured"]
-    assert k["switch_read_lag"]["s1"]["p99_share_of_mct_p50"] == pytest.approx(0.05)
+    assert k["ok"] and "switch timing" in k["measured"]
+    assert k["switch_timing"]["s1"]["read_lag"]["p99_share_of_mct_p50"] == pytest.approx(0.05)
+    assert k["switch_timing"]["s1"]["host_burst"]["max_bytes"] == 4756
     counters["read_lag"]["p99_ms"] = 0.25 * mct_wall_ms
+    counters["send_late"]["p99_ms"] = 0.125 * mct_wall_ms
     path.write_text(json.dumps(counters))
     k = summarise(load_run(run))["keep_up"]
-    assert not k["ok"] and len(k["flags"]) == 1
-    assert "switch s1 fell behind its ports" in k["flags"][0] and "25% of the median message completion" in k["flags"][0]
+    assert not k["ok"] and len(k["flags"]) == 2
+    assert "switch s1 fell behind" in k["flags"][0] and "in the kernel before it read them" in k["flags"][0]
+    assert "25% of the median message completion" in k["flags"][0]
+    assert "after their slot on the link began" in k["flags"][1] and "12.5% of the median" in k["flags"][1]
     from dlcp.reporting import report_run
     report_run(run)
-    assert "Switch reads:" in (run / "report.md").read_text()
+    assert "Switch timing" in (run / "report.md").read_text()
 
 
 def test_a_background_sender_that_started_late_is_flagged_with_the_iterations_it_missed(tmp_path):

@@ -96,10 +96,12 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("engine", ["c", "python"])
 def test_refswitch_measures_how_long_frames_wait_before_it_reads_them(tmp_path, monkeypatch, engine):
-    """The kernel stamps each frame as it arrives; a switch that reads late (here: stopped for the
-    second second of pings) counts the wait in its dump's `read_lag`, its own keep-up figure."""
+    """The kernel stamps each frame as it arrives; a switch that reads late (here: stopped while h1
+    pings) counts the wait in its dump's `read_lag`, and finds h1's frames came faster than h1's
+    link could have sent them (`host_burst`): the switch's own keep-up figures."""
     monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
-    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}")
+    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}",
+                     port_cfg={1: {"rate_mbps": 1.0, "host_nic": True}})  # 98-byte pings: 0.8 ms each
     net, h1, h2, sw = _net(tmp_path, rt, extra_args=["--engine", engine])
     try:
         net.build()
@@ -115,12 +117,15 @@ def test_refswitch_measures_how_long_frames_wait_before_it_reads_them(tmp_path, 
             os.kill(pid, signal.SIGCONT)
         time.sleep(0.2)
         sw.request_counters()
-        lag = sw.counters()["read_lag"]
+        c = sw.counters()
     finally:
         net.stop()
+    lag, burst, late = c["read_lag"], c["host_burst"], c["send_late"]
     assert lag["count"] >= 12, lag  # 6 requests, 6 replies
     assert lag["max_ms"] >= 800, lag  # the requests read after the stop
     assert lag["p50_ms"] < 100, lag  # the rest read as they came
+    assert burst["count"] >= 6 and burst["max_bytes"] >= 150, burst  # the later pings found earlier ones "on the link"
+    assert late["count"] >= 6, late  # h2's replies leave on port 1's paced link
 
 
 def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):

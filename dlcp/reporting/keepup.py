@@ -16,12 +16,15 @@ The signs, each with its threshold (figures in wall-clock time, about the emulat
 - kernel drops: frames the kernel dropped at a switch port because the switch did not read them in
   time (counters/sN.json ports `rx_kernel_drops`). Flagged when any: those losses are in none of
   the emulated queues.
-- switch reads: the kernel stamps every frame as it reaches a switch port, and the built-in switch
-  records how long each waited before it read it (counters/sN.json `read_lag`). A switch stands for
-  hardware that takes a frame as it arrives; a frame read late is queued late, and frames that
-  arrived apart are forwarded in a bunch. Flagged when a switch's p99 wait exceeds
-  RX_WAIT_SHARE_MAX of the run's median message completion time (both wall clock), the same limit
-  as the hosts' receive path.
+- switch timing: the kernel stamps every frame as it reaches a switch port, and the built-in switch
+  records how long each waited before it read it (counters/sN.json `read_lag`), and how long after
+  its slot on a paced link began it started each packet (`send_late`: the switch woke late). A
+  switch stands for hardware that takes a frame as it arrives and sends it when the link is free;
+  a frame read late is queued late, and a late wake-up bunches what should have been spaced.
+  Flagged when either p99 exceeds RX_WAIT_SHARE_MAX of the run's median message completion time
+  (both wall clock), the same limit as the hosts' receive path. The dump's `host_burst` (bytes of a
+  host's earlier frames still on its link when the next came: its NIC sends at most its rate, so
+  more than a frame or two is the kernel delivering in bursts) is shown, not judged.
 - host receive path: each host's transport records how long its data datagrams waited in the
   socket buffer before it read them (records/hN-agent.json `socket_wait`,
   dlcp/transport/core/waits.py). A host that stands for a machine of its own reads in
@@ -100,23 +103,33 @@ def kernel_drop_keepup(counters: list[dict]) -> dict:
     return {"per_switch": per_switch, "flags": flags}
 
 
-def switch_read_keepup(counters: list[dict], mct_ms: float | None) -> dict:
-    """Per switch its read lag (the dump's `read_lag`, with its p99's share of the median MCT);
-    flags past RX_WAIT_SHARE_MAX. Dumps without one (ns-3, bmv2, older runs) are left out."""
+SWITCH_WAITS = (("read_lag", "waited {p99:.3g} ms or more in the kernel before it read them"),
+                ("send_late", "started {p99:.3g} ms or more after their slot on the link began"))
+
+
+def switch_timing_keepup(counters: list[dict], mct_ms: float | None) -> dict:
+    """Per switch its read lag and send lateness (the dump's `read_lag`, `send_late`, each with its
+    p99's share of the median MCT) and its hosts' bursts (`host_burst`, shown, not judged); flags
+    past RX_WAIT_SHARE_MAX. Dumps without them (ns-3, bmv2, older runs) are left out."""
     per_switch, flags = {}, []
     for dump in counters:
-        lag = dump.get("read_lag")
-        if not isinstance(lag, dict) or not lag.get("count"):
-            continue
         name = dump.get("switch", "?")
-        p99 = lag.get("p99_ms")
-        share = p99 / mct_ms if isinstance(p99, (int, float)) and mct_ms else None
-        per_switch[name] = {**lag, "p99_share_of_mct_p50": share}
-        if share is not None and share > RX_WAIT_SHARE_MAX:
-            flags.append(f"switch {name} fell behind its ports: 1 % of the frames waited {p99:.3g} ms or more in the "
-                         f"kernel before it read them (the longest {lag.get('max_ms', 0):.3g} ms), {100 * share:.3g}% "
-                         f"of the median message completion time ({mct_ms:.3g} ms, limit "
-                         f"{100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
+        row = {}
+        for key, what in SWITCH_WAITS:
+            w = dump.get(key)
+            if not isinstance(w, dict) or not w.get("count"):
+                continue
+            p99 = w.get("p99_ms")
+            share = p99 / mct_ms if isinstance(p99, (int, float)) and mct_ms else None
+            row[key] = {**w, "p99_share_of_mct_p50": share}
+            if share is not None and share > RX_WAIT_SHARE_MAX:
+                flags.append(f"switch {name} fell behind: 1 % of the frames {what.format(p99=p99)} (the longest "
+                             f"{w.get('max_ms', 0):.3g} ms), {100 * share:.3g}% of the median message completion "
+                             f"time ({mct_ms:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
+        if row:
+            if isinstance(dump.get("host_burst"), dict):
+                row["host_burst"] = dump["host_burst"]
+            per_switch[name] = row
     return {"per_switch": per_switch, "flags": flags}
 
 
@@ -197,23 +210,24 @@ def keepup_section(run: RunData, senders: Table) -> dict:
     compute = compute_keepup(run)
     cpu = switch_cpu_keepup(run.meta)
     drops = kernel_drop_keepup(run.counters)
-    reads = switch_read_keepup(run.counters, median_mct_wall_ms(senders, run.time_scale))
+    reads = switch_timing_keepup(run.counters, median_mct_wall_ms(senders, run.time_scale))
     rx = receive_keepup(run, senders)
     bg = background_keepup(run)
     flags = compute["flags"] + cpu["flags"] + drops["flags"] + reads["flags"] + rx["flags"] + bg["flags"]
     measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
                                            ("switch CPU", bool(cpu["per_switch"])),
                                            ("kernel drops", bool(drops["per_switch"])),
-                                           ("switch read lag", bool(reads["per_switch"])),
+                                           ("switch timing", bool(reads["per_switch"])),
                                            ("host receive waits", bool(rx["per_host"])),
                                            ("background start", bool(bg["per_flow"]))) if present]
     return {"ok": not flags, "flags": flags, "measured": measured,
             "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
                            "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0,
                            "switch_read_lag_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+                           "switch_send_late_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
                            "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
                            "background_measured_iterations_missed_share": BACKGROUND_MISSED_MAX},
             "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
-            "switch_read_lag": reads["per_switch"],
+            "switch_timing": reads["per_switch"],
             "socket_wait": rx["per_host"], "background": bg["per_flow"],
             "machine": (run.meta or {}).get("machine")}

@@ -169,12 +169,22 @@ def _keepup_section(doc: Doc, k: dict) -> None:
                    for sw, c in sorted(k["switch_cpu"].items())])
     if k["kernel_drops"]:
         doc.table(["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())])
-    if k.get("switch_read_lag"):
-        doc.p("Switch reads: how long frames waited at each switch's ports, from the kernel's arrival stamp to "
-              "the switch reading them (wall clock; percentiles at most 19 % high).")
-        doc.table(["switch", "frames", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT"],
-                  [[sw, w.get("count"), w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms"),
-                    pct(w.get("p99_share_of_mct_p50"))] for sw, w in sorted(k["switch_read_lag"].items())])
+    if k.get("switch_timing"):
+        doc.p("Switch timing (wall clock; percentiles at most 19 % high): how long frames waited at a switch's "
+              "ports, from the kernel's arrival stamp to the switch reading them; how long after its slot on a "
+              "paced link began each packet started; and the bytes of a host's earlier frames still on its link "
+              "when its next frame came (more than a frame or two: the kernel delivered the host's frames in "
+              "bursts).")
+        t = k["switch_timing"]
+        row = (lambda w, share=True: [w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms")]
+               + ([pct(w.get("p99_share_of_mct_p50"))] if share else []))
+        doc.table(["switch", "read p50 / p99 / max (ms)", "read p99 of the median MCT", "late p50 / p99 / max (ms)",
+                   "late p99 of the median MCT", "host burst p99 / max (bytes)"],
+                  [[sw, " / ".join(str(x) for x in row(w.get("read_lag", {}))[:3]),
+                    row(w.get("read_lag", {}))[3], " / ".join(str(x) for x in row(w.get("send_late", {}))[:3]),
+                    row(w.get("send_late", {}))[3],
+                    f"{w.get('host_burst', {}).get('p99_bytes')} / {w.get('host_burst', {}).get('max_bytes')}"]
+                   for sw, w in sorted(t.items())])
     if k.get("socket_wait"):
         doc.p("Host receive path: how long data datagrams waited in each host's socket buffer before its "
               "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "

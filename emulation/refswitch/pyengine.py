@@ -33,6 +33,7 @@ class _Port:
         self.txq: list = []  # dequeued packets waiting for the kernel
         self.rx_pkts = self.rx_bytes = self.tx_pkts = self.tx_bytes = 0
         self.tx_errors = self.rx_truncated = 0
+        self.t_in = 0.0  # host_nic: when the host's link would be free of the frames that came in so far
 
 
 class PyEngine:
@@ -46,13 +47,15 @@ class PyEngine:
         self.ports: dict[int, _Port] = {}
         self.delays = DelayHistogram()
         self.read_lag = WaitHistogram()  # how long frames waited in the kernel before they were read
+        self.tx_late = WaitHistogram()  # how long after its slot began each packet started (every port)
+        self.rx_burst = WaitHistogram()  # bytes still on a host's link as its next frame came, 1 us = 1 byte
         self.max_enq_qdepth = 0
         self.rng: random.Random = pipeline.rng
 
     def add_port(self, cfg: PortConfig, sock, pcap_path: str | None = None) -> None:
         """Attach a port: `sock` is its bound socket (afpacket.open_port_socket)."""
         self.ports[cfg.port] = _Port(cfg, PortSocket(sock, cfg.intf, self.rx, self.tx),
-                                     EgressPort(cfg, self.rng, self.max_lag_s),
+                                     EgressPort(cfg, self.rng, self.max_lag_s, self.tx_late),
                                      PcapWriter(pcap_path) if pcap_path else None)
 
     def port_gone(self, port: int) -> None:
@@ -120,6 +123,10 @@ class PyEngine:
                 self.read_lag.record(read_at - stamp)
             f, vnet, truncated = sock.frame(i)
             ln = len(f)
+            if in_byte_time:  # a host's link: how far ahead of its rate the host's frames came
+                start = max(p.t_in, now)
+                self.rx_burst.record((start - now) / in_byte_time * 1e-6)
+                p.t_in = start + ln * in_byte_time
             p.rx_pkts += 1
             p.rx_bytes += ln
             if p.pcap is not None:
@@ -228,4 +235,10 @@ class PyEngine:
         c["rx_lag_bins"] = list(self.read_lag.bins)
         c["rx_lag_n"] = self.read_lag.count
         c["rx_lag_max_s"] = self.read_lag.max_s
+        c["tx_late_bins"] = list(self.tx_late.bins)
+        c["tx_late_n"] = self.tx_late.count
+        c["tx_late_max_s"] = self.tx_late.max_s
+        c["rx_burst_bins"] = list(self.rx_burst.bins)
+        c["rx_burst_n"] = self.rx_burst.count
+        c["rx_burst_max_s"] = self.rx_burst.max_s
         return c
