@@ -190,10 +190,11 @@ def _keepup_section(doc: Doc, k: dict) -> None:
               "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "
               "receive thread's CPU time and its wait for a CPU (run queue), per wake-up.")
         rx = (lambda w, key: (w.get("rx_thread") or {}).get(key))
+        frames = (lambda w: None if w.get("p99_frames") is None else round(w["p99_frames"], 3))
         doc.table(["host", "datagrams", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT",
-                   "rx thread CPU (s)", "run-queue wait (ms/wake-up)"],
+                   "p99 in full frames on its link", "rx thread CPU (s)", "run-queue wait (ms/wake-up)"],
                   [[h, w.get("count"), w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms"),
-                    pct(w.get("p99_share_of_mct_p50")), rx(w, "cpu_s"), rx(w, "runqueue_ms_per_run")]
+                    pct(w.get("p99_share_of_mct_p50")), frames(w), rx(w, "cpu_s"), rx(w, "runqueue_ms_per_run")]
                    for h, w in sorted(k["socket_wait"].items())])
 
 
