@@ -19,5 +19,5 @@ SHA = fastpath_source.source_sha(HERE / "emulation/refswitch")
 SOURCE, *HEADERS = (f"emulation/refswitch/{name}" for name in fastpath_source.SOURCES)
 
 setup(ext_modules=[Extension("emulation.refswitch._fastpath", [SOURCE], depends=HEADERS,
-                             extra_compile_args=["-O2", "-Wall"],
+                             extra_compile_args=["-O2", "-Wall"], libraries=["m"],
                              define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')], optional=True)])

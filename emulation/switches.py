@@ -90,6 +90,7 @@ class RefSwitch(DlcpSwitch):
     """The built-in dataplane (emulation/refswitch), one process per switch."""
 
     backend = "ref"
+    process_options = ("extra_args",)  # more refswitch options (--engine, ...)
 
     @staticmethod
     def process_class() -> type[DataplaneProcess]:

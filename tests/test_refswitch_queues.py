@@ -127,3 +127,20 @@ def test_a_frame_from_a_host_also_takes_its_host_links_time():
     assert out == []  # the second frame is done at 3.002 too, but a wire keeps its order
     port.arrived(3.002, out)
     assert [p[7] for p in out] == ["h", "s"]
+
+
+def test_a_late_dequeue_is_measured_against_when_the_slot_began():
+    """The switch woke 5 ms after the first packet's slot began: both packets count as late by what an
+    ideal link would have done (the catch-up limit does not hide it), an on-time one as not late."""
+    port = EgressPort(PortConfig(1, "x", rate_mbps=8.0), random.Random(0), max_lag_s=0.002)  # 1000 B: 1 ms
+    for _ in range(2):
+        port.enqueue([bytearray(1000), None, 0, -1, 0.0, 0, 0.0], 0)
+    out: list = []
+    port.dequeue_due(0.005, out, 8)
+    assert len(out) == 1 and port.late.count == 1 and 0.0049 < port.late.max_s < 0.0051
+    port.dequeue_due(0.006, out, 8)  # its slot began at 1 ms on the ideal link
+    assert len(out) == 2 and port.late.count == 2 and port.late.quantile_s(1.0) <= 0.0051
+    assert port.late.quantile_s(0.5) >= 0.0049 * 2 ** -0.25  # both ~5 ms late
+    port.enqueue([bytearray(1000), None, 0, -1, 0.010, 0, 0.0], 0)
+    port.dequeue_due(0.010, out, 8)
+    assert port.late.count == 3 and port.late.bins[0] == 1  # on time

@@ -330,7 +330,8 @@ def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct
     run = write_synthetic_run(tmp_path / "run", **MID)
     s = summarise(load_run(run))
     mct_wall_ms = s["mct_us"]["overall"]["p50"] / 1e3  # not dilated: system and wall time are one
-    for host, p99 in (("h2", 0.05 * mct_wall_ms), ("h4", 0.3 * mct_wall_ms)):  # within the limit, over it
+    frame_ms = 1514 * 8 / 50e6 * 1e3  # the synthetic run's 50 Mbit/s links, not dilated
+    for host, p99 in (("h2", 0.5 * frame_ms), ("h4", 0.3 * mct_wall_ms)):  # within the limits, over one
         path = run / "records" / f"{host}-agent.json"
         agent = json.loads(path.read_text())
         agent["socket_wait"] = {"count": 5000, "p50_ms": 0.02, "p99_ms": p99, "max_ms": 2 * p99}
@@ -341,8 +342,55 @@ def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct
     assert "receive path of h4 fell behind" in k["flags"][0] and "30% of the median message completion" in k["flags"][0]
     assert "used 1.5 s of CPU and waited 2 s for one (2 ms per wake-up)" in k["flags"][0]
     assert k["socket_wait"]["h4"]["rx_thread"]["runqueue_ms_per_run"] == 2.0
-    assert k["socket_wait"]["h2"]["p99_share_of_mct_p50"] == pytest.approx(0.05)
+    assert k["socket_wait"]["h2"]["p99_share_of_mct_p50"] == pytest.approx(0.5 * frame_ms / mct_wall_ms)
+    assert k["socket_wait"]["h2"]["p99_frames"] == pytest.approx(0.5)
     assert k["socket_wait"]["h4"]["p99_share_of_mct_p50"] == pytest.approx(0.3)
+
+
+def test_a_host_that_reacts_slower_than_its_link_is_flagged_in_frame_times(tmp_path):
+    """Well within the share of the MCT, but 3 full frames' time on its link: flagged; the same wait
+    at dilation 4, where a frame takes 4 times as long, is not."""
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    frame_ms = 1514 * 8 / 50e6 * 1e3
+    path = run / "records" / "h2-agent.json"
+    agent = json.loads(path.read_text())
+    agent["socket_wait"] = {"count": 5000, "p50_ms": 0.02, "p99_ms": 3 * frame_ms, "max_ms": 5 * frame_ms}
+    path.write_text(json.dumps(agent))
+    k = summarise(load_run(run))["keep_up"]
+    assert k["socket_wait"]["h2"]["p99_share_of_mct_p50"] < 0.1
+    assert not k["ok"] and len(k["flags"]) == 1 and "h2 reacted slower than its link delivers" in k["flags"][0]
+    assert "3 times a full frame's 0.242 ms" in k["flags"][0]
+    assert k["socket_wait"]["h2"]["p99_frames"] == pytest.approx(3)
+    _set_config(run, "\n[scale]\ndilation = 4\n")
+    k = summarise(load_run(run))["keep_up"]
+    assert k["socket_wait"]["h2"]["p99_frames"] == pytest.approx(0.75) and not any("h2" in f for f in k["flags"])
+
+
+def test_a_switch_that_read_or_sent_late_is_flagged_against_the_median_mct(tmp_path):
+    run = write_synthetic_run(tmp_path / "run", **MID)
+    s = summarise(load_run(run))
+    mct_wall_ms = s["mct_us"]["overall"]["p50"] / 1e3
+    path = run / "counters" / "s1.json"
+    counters = json.loads(path.read_text())
+    counters["read_lag"] = {"count": 9000, "p50_ms": 0.01, "p99_ms": 0.05 * mct_wall_ms, "max_ms": 3.0}
+    counters["send_late"] = {"count": 9000, "p50_ms": 0.01, "p99_ms": 0.02 * mct_wall_ms, "max_ms": 1.0}
+    counters["host_burst"] = {"count": 9000, "p50_bytes": 200, "p99_bytes": 2048, "max_bytes": 4756}
+    path.write_text(json.dumps(counters))
+    k = summarise(load_run(run))["keep_up"]
+    assert k["ok"] and "switch timing" in k["measured"]
+    assert k["switch_timing"]["s1"]["read_lag"]["p99_share_of_mct_p50"] == pytest.approx(0.05)
+    assert k["switch_timing"]["s1"]["host_burst"]["max_bytes"] == 4756
+    counters["read_lag"]["p99_ms"] = 0.25 * mct_wall_ms
+    counters["send_late"]["p99_ms"] = 0.125 * mct_wall_ms
+    path.write_text(json.dumps(counters))
+    k = summarise(load_run(run))["keep_up"]
+    assert not k["ok"] and len(k["flags"]) == 2
+    assert "switch s1 fell behind" in k["flags"][0] and "in the kernel before it read them" in k["flags"][0]
+    assert "25% of the median message completion" in k["flags"][0]
+    assert "after their slot on the link began" in k["flags"][1] and "12.5% of the median" in k["flags"][1]
+    from dlcp.reporting import report_run
+    report_run(run)
+    assert "Switch timing" in (run / "report.md").read_text()
 
 
 def test_a_background_sender_that_started_late_is_flagged_with_the_iterations_it_missed(tmp_path):

@@ -6,8 +6,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,14 +48,14 @@ def test_backends_load_the_p4runtime_stack_only_when_bmv2_starts():
     assert out.stdout.strip() == "[]"
 
 
-def _net(tmp_path, runtime: dict):
+def _net(tmp_path, runtime: dict, **switch_options):
     from mininet.net import Mininet
     net = Mininet(controller=None, build=False, autoSetMacs=False)
     h1 = net.addHost(f"{TAG}h1", ip="10.0.0.1/24", mac="02:00:00:00:01:01")
     h2 = net.addHost(f"{TAG}h2", ip="10.0.0.2/24", mac="02:00:00:00:01:02")
     rt_path = tmp_path / "s1-runtime.json"
     rt_path.write_text(json.dumps(runtime))
-    sw = net.addSwitch(f"{TAG}s1", cls=RefSwitch, dpid="1", runtime_json=rt_path, run_dir=tmp_path)
+    sw = net.addSwitch(f"{TAG}s1", cls=RefSwitch, dpid="1", runtime_json=rt_path, run_dir=tmp_path, **switch_options)
     net.addLink(h1, sw, port2=1)
     net.addLink(h2, sw, port2=2)
     return net, h1, h2, sw
@@ -90,6 +92,40 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
     by_port = {p: sum(q["admitted_pkts"] for q in c["queues"] if q["port"] == p) for p in (1, 2)}
     assert [last[str(p)]["admitted"] for p in (1, 2)] == [by_port[1], by_port[2]]
     assert last["2"]["non_dlcp_admitted"] == last["2"]["admitted"]
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_refswitch_measures_how_long_frames_wait_before_it_reads_them(tmp_path, monkeypatch, engine):
+    """The kernel stamps each frame as it arrives; a switch that reads late (here: stopped while h1
+    pings) counts the wait in its dump's `read_lag`, and finds h1's frames came faster than h1's
+    link could have sent them (`host_burst`): the switch's own keep-up figures."""
+    monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
+    rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}",
+                     port_cfg={1: {"rate_mbps": 1.0, "host_nic": True}})  # 98-byte pings: 0.8 ms each
+    net, h1, h2, sw = _net(tmp_path, rt, extra_args=["--engine", engine])
+    try:
+        net.build()
+        net.staticArp()
+        net.start()
+        out = h1.cmd("ping -c 3 -i 0.2 -W 2 10.0.0.2")
+        assert " 0% packet loss" in out, out
+        pid = sw.dataplane.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            h1.cmd("ping -c 3 -i 0.01 -W 1 10.0.0.2")  # about 1 s: the requests wait for the switch
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.2)
+        sw.request_counters()
+        c = sw.counters()
+    finally:
+        net.stop()
+    lag, burst, late = c["read_lag"], c["host_burst"], c["send_late"]
+    assert lag["count"] >= 12, lag  # 6 requests, 6 replies
+    assert lag["max_ms"] >= 800, lag  # the requests read after the stop
+    assert lag["p50_ms"] < 100, lag  # the rest read as they came
+    assert burst["count"] >= 6 and burst["max_bytes"] >= 150, burst  # the later pings found earlier ones "on the link"
+    assert late["count"] >= 6, late  # h2's replies leave on port 1's paced link
 
 
 def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):

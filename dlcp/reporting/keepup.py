@@ -16,12 +16,25 @@ The signs, each with its threshold (figures in wall-clock time, about the emulat
 - kernel drops: frames the kernel dropped at a switch port because the switch did not read them in
   time (counters/sN.json ports `rx_kernel_drops`). Flagged when any: those losses are in none of
   the emulated queues.
+- switch timing: the kernel stamps every frame as it reaches a switch port, and the built-in switch
+  records how long each waited before it read it (counters/sN.json `read_lag`), and how long after
+  its slot on a paced link began it started each packet (`send_late`: the switch woke late). A
+  switch stands for hardware that takes a frame as it arrives and sends it when the link is free;
+  a frame read late is queued late, and a late wake-up bunches what should have been spaced.
+  Flagged when either p99 exceeds RX_WAIT_SHARE_MAX of the run's median message completion time
+  (both wall clock), the same limit as the hosts' receive path. The dump's `host_burst` (bytes of a
+  host's earlier frames still on its link when the next came: its NIC sends at most its rate, so
+  more than a frame or two is the kernel delivering in bursts) is shown, not judged.
 - host receive path: each host's transport records how long its data datagrams waited in the
   socket buffer before it read them (records/hN-agent.json `socket_wait`,
   dlcp/transport/core/waits.py). A host that stands for a machine of its own reads in
   microseconds; flagged when a host's p99 wait exceeds RX_WAIT_SHARE_MAX of the run's median
   message completion time (both wall clock): the hosts' CPU, not the network, is then a visible
-  part of the MCTs.
+  part of the MCTs. Flagged too when it exceeds RX_WAIT_FRAMES_MAX (1) full frame's transmission
+  time on the host's link as emulated (`links.host_mbps` / D): such a host reacts slower than its
+  link delivers, so its answers and next sends come in clumps on the time scale where queues count
+  packets (ECN and drop thresholds). Calibrated on the dilation check: its D = 1 runs at 50 Mbit/s,
+  whose figures disagree with D = 4, waited 2.1-5.0 frames at p99, the runs that agree 0.2-0.6.
 - background start: an emulated background sender records when the runner released it and when
   its first datagram went out (records/hN-background<i>.json). Flagged when it started so late
   that more than BACKGROUND_MISSED_MAX (2 %) of the measured iterations, and more than one, began
@@ -39,6 +52,8 @@ from dlcp.reporting.steady import after_warmup, run_time_us, warmup_iterations
 COMPUTE_OVERRUN_MAX = 0.05
 SWITCH_BUSY_MAX = 0.9
 RX_WAIT_SHARE_MAX = 0.1
+RX_WAIT_FRAMES_MAX = 1.0
+FULL_FRAME_BYTES = 1514  # a 1500-byte IP packet in its Ethernet frame
 BACKGROUND_MISSED_MAX = 0.02
 
 
@@ -94,6 +109,36 @@ def kernel_drop_keepup(counters: list[dict]) -> dict:
     return {"per_switch": per_switch, "flags": flags}
 
 
+SWITCH_WAITS = (("read_lag", "waited {p99:.3g} ms or more in the kernel before it read them"),
+                ("send_late", "started {p99:.3g} ms or more after their slot on the link began"))
+
+
+def switch_timing_keepup(counters: list[dict], mct_ms: float | None) -> dict:
+    """Per switch its read lag and send lateness (the dump's `read_lag`, `send_late`, each with its
+    p99's share of the median MCT) and its hosts' bursts (`host_burst`, shown, not judged); flags
+    past RX_WAIT_SHARE_MAX. Dumps without them (ns-3, bmv2, older runs) are left out."""
+    per_switch, flags = {}, []
+    for dump in counters:
+        name = dump.get("switch", "?")
+        row = {}
+        for key, what in SWITCH_WAITS:
+            w = dump.get(key)
+            if not isinstance(w, dict) or not w.get("count"):
+                continue
+            p99 = w.get("p99_ms")
+            share = p99 / mct_ms if isinstance(p99, (int, float)) and mct_ms else None
+            row[key] = {**w, "p99_share_of_mct_p50": share}
+            if share is not None and share > RX_WAIT_SHARE_MAX:
+                flags.append(f"switch {name} fell behind: 1 % of the frames {what.format(p99=p99)} (the longest "
+                             f"{w.get('max_ms', 0):.3g} ms), {100 * share:.3g}% of the median message completion "
+                             f"time ({mct_ms:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
+        if row:
+            if isinstance(dump.get("host_burst"), dict):
+                row["host_burst"] = dump["host_burst"]
+            per_switch[name] = row
+    return {"per_switch": per_switch, "flags": flags}
+
+
 def median_mct_wall_ms(senders: Table, time_scale: float) -> float | None:
     """Median MCT of `senders` (the steady sender rows the summary uses), wall-clock milliseconds."""
     v = senders.col("mct_us") if len(senders) else np.empty(0)
@@ -111,25 +156,41 @@ def receive_thread_cpu(agent: dict) -> dict | None:
             "runqueue_ms_per_run": round(1e3 * t.get("runqueue_s", 0) / t["runs"], 4)}
 
 
+def frame_wall_ms(run: RunData) -> float | None:
+    """One full frame's transmission time on a host link as the emulation ran it (the config's
+    `links.host_mbps` / D), in wall-clock milliseconds; None without a host rate."""
+    mbps = ((run.config or {}).get("links") or {}).get("host_mbps")
+    if not isinstance(mbps, (int, float)) or mbps <= 0:
+        return None
+    return FULL_FRAME_BYTES * 8 / (mbps * 1e6 / run.time_scale) * 1e3
+
+
 def receive_keepup(run: RunData, senders: Table) -> dict:
     per_host = {h: dict(a["socket_wait"]) for h, a in run.agents.items()
                 if isinstance(a.get("socket_wait"), dict) and a["socket_wait"].get("count")}
     mct = median_mct_wall_ms(senders, run.time_scale)
+    frame = frame_wall_ms(run)
     flags = []
     for host, w in sorted(per_host.items()):
         p99 = w.get("p99_ms")
         share = p99 / mct if isinstance(p99, (int, float)) and mct else None
+        frames = p99 / frame if isinstance(p99, (int, float)) and frame else None
         w["p99_share_of_mct_p50"] = share
+        w["p99_frames"] = frames
         cpu = receive_thread_cpu(run.agents[host])
         if cpu is not None:
             w["rx_thread"] = cpu
+        why = "" if cpu is None else (f"; its receive thread used {cpu['cpu_s']:.3g} s of CPU and waited "
+                                      f"{cpu['runqueue_s']:.3g} s for one ({cpu['runqueue_ms_per_run']:.3g} ms "
+                                      f"per wake-up)")
         if share is not None and share > RX_WAIT_SHARE_MAX:
-            why = "" if cpu is None else (f"; its receive thread used {cpu['cpu_s']:.3g} s of CPU and waited "
-                                          f"{cpu['runqueue_s']:.3g} s for one ({cpu['runqueue_ms_per_run']:.3g} ms "
-                                          f"per wake-up)")
             flags.append(f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
                          f"in the socket buffer, {100 * share:.3g}% of the median message completion time "
                          f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock){why}")
+        elif frames is not None and frames > RX_WAIT_FRAMES_MAX:
+            flags.append(f"the receive path of {host} reacted slower than its link delivers: 1 % of its datagrams "
+                         f"waited {p99:.3g} ms or more in the socket buffer, {frames:.3g} times a full frame's "
+                         f"{frame:.3g} ms on its link (limit {RX_WAIT_FRAMES_MAX:g}; wall clock){why}")
     return {"per_host": per_host, "flags": flags}
 
 
@@ -171,19 +232,25 @@ def keepup_section(run: RunData, senders: Table) -> dict:
     compute = compute_keepup(run)
     cpu = switch_cpu_keepup(run.meta)
     drops = kernel_drop_keepup(run.counters)
+    reads = switch_timing_keepup(run.counters, median_mct_wall_ms(senders, run.time_scale))
     rx = receive_keepup(run, senders)
     bg = background_keepup(run)
-    flags = compute["flags"] + cpu["flags"] + drops["flags"] + rx["flags"] + bg["flags"]
+    flags = compute["flags"] + cpu["flags"] + drops["flags"] + reads["flags"] + rx["flags"] + bg["flags"]
     measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
                                            ("switch CPU", bool(cpu["per_switch"])),
                                            ("kernel drops", bool(drops["per_switch"])),
+                                           ("switch timing", bool(reads["per_switch"])),
                                            ("host receive waits", bool(rx["per_host"])),
                                            ("background start", bool(bg["per_flow"]))) if present]
     return {"ok": not flags, "flags": flags, "measured": measured,
             "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
                            "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0,
+                           "switch_read_lag_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+                           "switch_send_late_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
                            "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+                           "socket_wait_p99_frames": RX_WAIT_FRAMES_MAX,
                            "background_measured_iterations_missed_share": BACKGROUND_MISSED_MAX},
             "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
+            "switch_timing": reads["per_switch"],
             "socket_wait": rx["per_host"], "background": bg["per_flow"],
             "machine": (run.meta or {}).get("machine")}

@@ -144,8 +144,8 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
 def _keepup_section(doc: Doc, k: dict) -> None:
     doc.h("Did the emulation keep up?")
     if not k["measured"]:
-        doc.p("Nothing measured (no compute deadlines, switch CPU samples, port counters or host receive waits "
-              "in this run).")
+        doc.p("Nothing measured (no compute deadlines, switch CPU samples, port counters, switch read lags or host "
+              "receive waits in this run).")
         return
     doc.p(("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
           "wall-clock figures of the emulation machine).")
@@ -169,15 +169,32 @@ def _keepup_section(doc: Doc, k: dict) -> None:
                    for sw, c in sorted(k["switch_cpu"].items())])
     if k["kernel_drops"]:
         doc.table(["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())])
+    if k.get("switch_timing"):
+        doc.p("Switch timing (wall clock; percentiles at most 19 % high): how long frames waited at a switch's "
+              "ports, from the kernel's arrival stamp to the switch reading them; how long after its slot on a "
+              "paced link began each packet started; and the bytes of a host's earlier frames still on its link "
+              "when its next frame came (more than a frame or two: the kernel delivered the host's frames in "
+              "bursts).")
+        t = k["switch_timing"]
+        row = (lambda w, share=True: [w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms")]
+               + ([pct(w.get("p99_share_of_mct_p50"))] if share else []))
+        doc.table(["switch", "read p50 / p99 / max (ms)", "read p99 of the median MCT", "late p50 / p99 / max (ms)",
+                   "late p99 of the median MCT", "host burst p99 / max (bytes)"],
+                  [[sw, " / ".join(str(x) for x in row(w.get("read_lag", {}))[:3]),
+                    row(w.get("read_lag", {}))[3], " / ".join(str(x) for x in row(w.get("send_late", {}))[:3]),
+                    row(w.get("send_late", {}))[3],
+                    f"{w.get('host_burst', {}).get('p99_bytes')} / {w.get('host_burst', {}).get('max_bytes')}"]
+                   for sw, w in sorted(t.items())])
     if k.get("socket_wait"):
         doc.p("Host receive path: how long data datagrams waited in each host's socket buffer before its "
               "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "
               "receive thread's CPU time and its wait for a CPU (run queue), per wake-up.")
         rx = (lambda w, key: (w.get("rx_thread") or {}).get(key))
+        frames = (lambda w: None if w.get("p99_frames") is None else round(w["p99_frames"], 3))
         doc.table(["host", "datagrams", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT",
-                   "rx thread CPU (s)", "run-queue wait (ms/wake-up)"],
+                   "p99 in full frames on its link", "rx thread CPU (s)", "run-queue wait (ms/wake-up)"],
                   [[h, w.get("count"), w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms"),
-                    pct(w.get("p99_share_of_mct_p50")), rx(w, "cpu_s"), rx(w, "runqueue_ms_per_run")]
+                    pct(w.get("p99_share_of_mct_p50")), frames(w), rx(w, "cpu_s"), rx(w, "runqueue_ms_per_run")]
                    for h, w in sorted(k["socket_wait"].items())])
 
 

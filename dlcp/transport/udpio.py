@@ -225,7 +225,7 @@ _CMSG_HDR = struct.Struct("<QiI")  # struct cmsghdr: len (size_t), level, type
 _TIMESPEC = struct.Struct("<qq")
 
 
-def _read_cmsgs(buf, base: int, size: int) -> tuple[int, float]:
+def read_cmsgs(buf, base: int, size: int) -> tuple[int, float]:
     """The TOS byte and the receive time (time.time() seconds) in the control messages at
     `buf[base: base + size]`; 0 and 0.0 for what is missing."""
     tos, arrived, off = 0, 0.0, 0
@@ -303,7 +303,7 @@ class BatchReceiver:
             controllen, flags, ln = _MM_RESULT.unpack_from(mmv, i * _MMSGHDR.itemsize + _MM_CONTROLLEN_OFF)
             lengths.append(ln)
             truncated.append(bool(flags & MSG_TRUNC))
-            t, a = _read_cmsgs(cmv, i * _RX_CMSG_SPACE, min(controllen, _RX_CMSG_SPACE))
+            t, a = read_cmsgs(cmv, i * _RX_CMSG_SPACE, min(controllen, _RX_CMSG_SPACE))
             tos.append(t)
             arrived.append(a)
         self.lengths, self.tos, self.arrived, self.truncated = lengths, tos, arrived, truncated

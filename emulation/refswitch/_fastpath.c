@@ -12,6 +12,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +50,10 @@ _Static_assert(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is
 #define FINE 256
 #define COARSE (34 * 32)
 #define CONTROL_POLL_S 0.05
+/* the read lag histogram: the bins of dlcp/transport/core/waits.py (4 per doubling from 1 us) */
+#define LAG_BINS_PER_OCTAVE 4
+#define LAG_BINS (30 * LAG_BINS_PER_OCTAVE)
+#define RXCTL 64  /* room for one SCM_TIMESTAMPNS control message (CMSG_SPACE(16) = 32) */
 #ifndef FASTPATH_SOURCE_SHA
 #define FASTPATH_SOURCE_SHA "unknown"
 #endif
@@ -76,7 +81,9 @@ typedef struct {
     Ring q[N_QUEUES];
     uint32_t backlog;
     double byte_time, pkt_time, t_free, max_lag, delay, loss;
+    double ideal;         /* t_free without the catch-up limit: when an ideal switch's link is free */
     double in_byte_time;  /* host_nic: the host link's time per byte of an arriving frame, else 0 */
+    double t_in;          /* host_nic: when the host link would be free of the frames that came in so far */
     int unlimited;
     Ring flight;      /* packets on the emulated wire */
     double *due;      /* due time of flight items, same indexing */
@@ -112,10 +119,21 @@ typedef struct {
     /* telemetry of the queues */
     uint32_t max_enq_qdepth;
     uint64_t fine[FINE], coarse[COARSE], delay_n, delay_max;
+    /* how long frames waited in the kernel before the switch read them (SO_TIMESTAMPNS) */
+    uint64_t lag_bins[LAG_BINS], lag_n;
+    double lag_max;
+    /* how late after its slot began each packet started on a rate-limited port (the switch woke late) */
+    uint64_t late_bins[LAG_BINS], late_n;
+    double late_max;
+    /* bytes still on a host's link when its next frame came (host_nic ports): a host's NIC sends at
+     * most its rate, so more than a frame or two means the kernel delivered its frames in a burst;
+     * waits.py's bins with one byte in place of one microsecond */
+    uint64_t burst_bins[LAG_BINS], burst_n;
+    double burst_max;
     /* ports and I/O */
     Port ports[MAX_PORTS];
     int port_list[MAX_PORTS], n_ports;
-    uint8_t *rxbuf;
+    uint8_t *rxbuf, *rxctl;
     struct mmsghdr *rxmsgs, *txmsgs;
     struct iovec *rxiov, *txiov;
     uint64_t rng;
@@ -408,6 +426,15 @@ static void pcap_write(FILE *fp, const uint8_t *data, uint32_t len) {
     fwrite(data, 1, cap, fp);
 }
 
+/* A wait into waits.py's bins (a negative one, from a clock step, counts as none). */
+static void record_wait(uint64_t *bins, uint64_t *n, double *max, double s) {
+    (*n)++;
+    if (s > *max) *max = s;
+    if (s <= 1e-6) { bins[0]++; return; }
+    int b = (int)(log2(s / 1e-6) * LAG_BINS_PER_OCTAVE);
+    bins[b < LAG_BINS ? b : LAG_BINS - 1]++;
+}
+
 /* Dequeue what is due (egress + loss + delay), move what finished its propagation delay to txq. */
 static int schedule(Engine *e, Port *pt, int port, double now) {
     int moved = 0;
@@ -418,7 +445,13 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
             /* store-and-forward: on a rate-limited port the packet reaches the wire's far end when its
                transmission ends (queues.py) */
             double end = now;
-            if (!pt->unlimited) end = pt->t_free += pt->byte_time > 0 ? p->len * pt->byte_time : pt->pkt_time;
+            if (!pt->unlimited) {
+                double tx = pt->byte_time > 0 ? p->len * pt->byte_time : pt->pkt_time;
+                double slot = pt->ideal > p->t_enq ? pt->ideal : p->t_enq;  /* when an ideal switch would have started it */
+                record_wait(e->late_bins, &e->late_n, &e->late_max, now - slot);
+                pt->ideal = slot + tx;
+                end = pt->t_free += tx;
+            }
             double w = (now - p->t_enq) * 1e6;
             uint32_t wait_us = w > 0 ? (uint32_t)w : 0;
             if (p->enq_depth > e->max_enq_qdepth) e->max_enq_qdepth = p->enq_depth;
@@ -513,12 +546,33 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int 
     pt->backlog++;
 }
 
+/* The kernel's receive time of message i (SCM_TIMESTAMPNS, CLOCK_REALTIME), or -1 without one. */
+static double rx_stamp(struct msghdr *h) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+        }
+    }
+    return -1;
+}
+
+
 /* Returns frames received, or -errno on a socket error. */
 static int receive(Engine *e, Port *pt, double now) {
-    for (int i = 0; i < e->batch; i++) e->rxmsgs[i].msg_hdr.msg_flags = 0;
+    for (int i = 0; i < e->batch; i++) {
+        e->rxmsgs[i].msg_hdr.msg_flags = 0;
+        e->rxmsgs[i].msg_hdr.msg_controllen = RXCTL;
+    }
     int n = recvmmsg(pt->fd, e->rxmsgs, e->batch, MSG_DONTWAIT, NULL);
     if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -errno;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    double read_at = (double)rt.tv_sec + rt.tv_nsec * 1e-9;
     for (int i = 0; i < n; i++) {
+        double stamp = rx_stamp(&e->rxmsgs[i].msg_hdr);
+        if (stamp >= 0) record_wait(e->lag_bins, &e->lag_n, &e->lag_max, read_at - stamp);
         uint8_t *slot = e->rxbuf + (size_t)i * SLOT;
         uint32_t len = e->rxmsgs[i].msg_len;
         if (len < VNET_LEN) continue;
@@ -530,6 +584,11 @@ static int receive(Engine *e, Port *pt, double now) {
         pt->rx_bytes += len;
         if (pt->pcap) pcap_write(pt->pcap, f, len);
         if (truncated) { pt->truncated++; drop(e, DROP_PARSER_ERROR, len); continue; }
+        if (pt->in_byte_time > 0) {
+            double start = pt->t_in > now ? pt->t_in : now;
+            record_wait(e->burst_bins, &e->burst_n, &e->burst_max, (start - now) / pt->in_byte_time * 1e-6);
+            pt->t_in = start + len * pt->in_byte_time;
+        }
         int oport, qid, color, tel;
         if (ingress(e, f, len, &oport, &qid, &color, &tel)) enqueue(e, slot, f, len, oport, qid, tel, now, len * pt->in_byte_time);
     }
@@ -839,6 +898,20 @@ static PyObject *Engine_sample(Engine *e, PyObject *Py_UNUSED(noargs)) {
         "non_dlcp_early_pkts", u64_list(tot[4], MAX_PORTS), "non_dlcp_tail_pkts", u64_list(tot[5], MAX_PORTS));
 }
 
+/* d[prefix_bins], d[prefix_n], d[prefix_max_s]: a wait histogram for counters.py */
+static int put_waits(PyObject *d, const char *prefix, const uint64_t *bins, uint64_t n, double max) {
+    char key[32];
+    PyObject *v[3] = {u64_list(bins, LAG_BINS), PyLong_FromUnsignedLongLong(n), PyFloat_FromDouble(max)};
+    const char *suffix[3] = {"bins", "n", "max_s"};
+    int rc = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "%s_%s", prefix, suffix[i]);
+        if (!v[i] || PyDict_SetItemString(d, key, v[i]) < 0) rc = -1;
+    }
+    for (int i = 0; i < 3; i++) Py_XDECREF(v[i]);
+    return rc;
+}
+
 static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
     uint64_t occ[QUEUE_SLOTS], rr[MAX_GROUPS];
     for (int i = 0; i < QUEUE_SLOTS; i++) occ[i] = e->occupancy[i];
@@ -867,6 +940,10 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
         "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
         "last_drop", PyLong_FromLong(e->last_drop), "non_dlcp", non_dlcp_dict(e));
     if (!d) return NULL;
+    if (put_waits(d, "rx_lag", e->lag_bins, e->lag_n, e->lag_max) < 0
+        || put_waits(d, "tx_late", e->late_bins, e->late_n, e->late_max) < 0
+        || put_waits(d, "rx_burst", e->burst_bins, e->burst_n, e->burst_max) < 0) { Py_DECREF(d); return NULL; }
+    if (!d) return NULL;
     PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
     if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
         Py_XDECREF(cp); Py_XDECREF(cb); Py_DECREF(d);
@@ -894,18 +971,21 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     }
     for (int i = 0; i < QUEUE_SLOTS; i++) e->ecn_k[i] = ECN_THRESHOLD_DEFAULT_K;
     e->rxbuf = malloc((size_t)batch * SLOT);
+    e->rxctl = calloc(batch, RXCTL);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->rxiov = calloc(batch, sizeof(struct iovec));
     e->txiov = calloc(2 * batch, sizeof(struct iovec));
     e->lpm_hits = calloc(2, sizeof(uint64_t));
     e->cls_hits = calloc(2, sizeof(uint64_t));
-    if (!e->rxbuf || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
+    if (!e->rxbuf || !e->rxctl || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
     for (int i = 0; i < batch; i++) {
         e->rxiov[i].iov_base = e->rxbuf + (size_t)i * SLOT;
         e->rxiov[i].iov_len = SLOT;
         e->rxmsgs[i].msg_hdr.msg_iov = &e->rxiov[i];
         e->rxmsgs[i].msg_hdr.msg_iovlen = 1;
+        e->rxmsgs[i].msg_hdr.msg_control = e->rxctl + (size_t)i * RXCTL;
+        e->rxmsgs[i].msg_hdr.msg_controllen = RXCTL;
         e->txmsgs[i].msg_hdr.msg_iov = &e->txiov[2 * i];
         e->txmsgs[i].msg_hdr.msg_iovlen = 2;
     }
@@ -924,7 +1004,7 @@ static void Engine_dealloc(Engine *e) {
     }
     free_groups(e);
     free(e->lpm); free(e->lpm_hits); free(e->cls_hits);
-    free(e->rxbuf); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
+    free(e->rxbuf); free(e->rxctl); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 

@@ -5,7 +5,8 @@ checksum is still partial (CHECKSUM_PARTIAL from a host with TX offload) or the 
 super-frame; forwarding the header unchanged lets the kernel finish the checksum or segment the
 frame on the way out, so UDP checksums survive and TCP background traffic cannot break the switch.
 Slots are 64 KiB so a GSO super-frame is never truncated. PACKET_IGNORE_OUTGOING keeps the switch
-from seeing its own transmissions.
+from seeing its own transmissions. SO_TIMESTAMPNS has the kernel stamp each frame as it arrives, so
+the switch can tell how long a frame waited before it read it (its own keep-up figure).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import errno
 import os
 import socket
 import struct
+
+from dlcp.transport.udpio import SO_TIMESTAMPNS, read_cmsgs
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -35,6 +38,7 @@ VNET_F_DATA_VALID = 2
 SLOT = VNET_LEN + 65550  # a GSO super-frame: 64 KiB of IP plus the Ethernet header
 ZERO_VNET = bytes(VNET_LEN)
 SOCK_BUF_BYTES = 4 << 20
+RXCTL = 64  # control bytes per message: one SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32)
 
 
 class IOVec(ctypes.Structure):
@@ -54,6 +58,7 @@ class MMsgHdr(ctypes.Structure):
 assert ctypes.sizeof(MMsgHdr) == 64 and ctypes.sizeof(IOVec) == 16
 _MSG_LEN_U32 = MMsgHdr.len.offset // 4  # msg_len as a uint32 index inside one 64-byte mmsghdr
 _MSG_FLAGS_U32 = (MMsgHdr.hdr.offset + MsgHdr.flags.offset) // 4
+_MSG_CONTROLLEN_U64 = (MMsgHdr.hdr.offset + MsgHdr.controllen.offset) // 8
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _recvmmsg = _libc.recvmmsg
@@ -67,9 +72,10 @@ _STATS = struct.Struct("II")  # struct tpacket_stats: tp_packets, tp_drops
 
 
 class MsgBatch:
-    """`n` message slots of SLOT bytes each, with their mmsghdr/iovec arrays, reused for every call."""
+    """`n` message slots of SLOT bytes each, with their mmsghdr/iovec arrays, reused for every call;
+    with `control`, RXCTL bytes per message for the control messages of a receive."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, control: bool = False):
         self.n = n
         self.buf = bytearray(n * SLOT)
         self.iov_raw = bytearray(n * ctypes.sizeof(IOVec))
@@ -82,9 +88,16 @@ class MsgBatch:
             iov[i].len = SLOT
             msgs[i].hdr.iov = ctypes.addressof(iov[i])
             msgs[i].hdr.iovlen = 1
+        self.ctl = bytearray(n * RXCTL if control else 0)
+        if control:
+            ctl_base = ctypes.addressof((ctypes.c_char * len(self.ctl)).from_buffer(self.ctl))
+            for i in range(n):
+                msgs[i].hdr.control = ctl_base + i * RXCTL
+                msgs[i].hdr.controllen = RXCTL
         self.msgs_addr = ctypes.addressof(msgs)
         self._keep = (iov, msgs)
         self.u32 = memoryview(self.msg_raw).cast("I")  # msg_len / msg_flags of each message
+        self.u64 = memoryview(self.msg_raw).cast("Q")  # msg_controllen of each message
         self.iov_len = memoryview(self.iov_raw).cast("Q")  # [2 * i + 1] is iov_len of message i
 
 
@@ -99,6 +112,7 @@ def open_port_socket(intf: str) -> socket.socket:
         s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
         s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         s.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         for opt, fallback in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
             try:
                 s.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF_BYTES)
@@ -136,6 +150,9 @@ class PortSocket:
         """Receive up to rx.n frames into the rx batch; returns how many (0 when none are waiting).
 
         Raises OSError for anything but "nothing to read" (ENETDOWN when the link went away)."""
+        u64 = self.rx.u64
+        for i in range(self.rx.n):  # the kernel leaves each message's control length at what it wrote
+            u64[i * 8 + _MSG_CONTROLLEN_U64] = RXCTL
         n = _recvmmsg(self.fd, self.rx.msgs_addr, self.rx.n, MSG_DONTWAIT, None)
         if n < 0:
             e = ctypes.get_errno()
@@ -158,6 +175,11 @@ class PortSocket:
             v[0] &= ~VNET_F_DATA_VALID & 0xFF  # only meaningful on receive
             vnet = bytes(v)
         return buf[off + VNET_LEN:off + ln], vnet, bool(u32[i * 16 + _MSG_FLAGS_U32] & MSG_TRUNC)
+
+    def stamp(self, i: int) -> float:
+        """When the kernel received message i (time.time() seconds), 0.0 when it did not say."""
+        rx = self.rx
+        return read_cmsgs(rx.ctl, i * RXCTL, min(rx.u64[i * 8 + _MSG_CONTROLLEN_U64], RXCTL))[1]
 
     def send(self, frames: list, vnets: list) -> int:
         """Send frames (with their vnet headers, None = plain); returns how many the kernel took.

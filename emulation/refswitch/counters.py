@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from dlcp.network import pipeline_names as P
+from dlcp.transport.core.waits import WaitHistogram
 
 _FINE = 256  # 1 us buckets below this, then 32 log-spaced buckets per power of two (~3 % error)
 
@@ -95,6 +96,14 @@ def non_dlcp_rows(raw: dict) -> list[dict]:
     return rows
 
 
+def burst_bytes(h: WaitHistogram) -> dict:
+    """The engines' host-burst histogram (bytes still on a host's link as its next frame came,
+    recorded one byte per microsecond) in bytes: count, p50_bytes, p99_bytes, max_bytes."""
+    b = (lambda s: None if s is None else round(s * 1e6))
+    return {"count": h.count, "p50_bytes": b(h.quantile_s(0.5)), "p99_bytes": b(h.quantile_s(0.99)),
+            "max_bytes": b(h.max_s) if h.count else None}
+
+
 def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
@@ -111,6 +120,11 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
         "tables": {P.IPV4_LPM_HITS: pairs(raw["lpm_hits"]), P.CLASSIFY_HITS: pairs(raw["classify_hits"])},
         "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
     }
+    if "rx_lag_bins" in raw:  # the built-in switch's engines; not the ns-3 switch, which is never late
+        dump["read_lag"] = WaitHistogram.from_bins(raw["rx_lag_bins"], raw["rx_lag_n"], raw["rx_lag_max_s"]).as_dict()
+        dump["send_late"] = WaitHistogram.from_bins(raw["tx_late_bins"], raw["tx_late_n"], raw["tx_late_max_s"]).as_dict()
+        dump["host_burst"] = burst_bytes(WaitHistogram.from_bins(raw["rx_burst_bins"], raw["rx_burst_n"],
+                                                                 raw["rx_burst_max_s"]))
     if "non_dlcp" in raw:  # the ns-3 switch does not split non-DLCP frames by DSCP class: reports fall back
         dump["non_dlcp"] = non_dlcp_rows(raw)
     return dump

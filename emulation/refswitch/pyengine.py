@@ -14,6 +14,7 @@ import sys
 import time
 
 from dlcp.network.runtime_file import PortConfig
+from dlcp.transport.core.waits import WaitHistogram
 from emulation.refswitch.afpacket import MsgBatch, PortSocket
 from emulation.refswitch.counters import DelayHistogram
 from emulation.refswitch.pcap import PcapWriter
@@ -32,6 +33,7 @@ class _Port:
         self.txq: list = []  # dequeued packets waiting for the kernel
         self.rx_pkts = self.rx_bytes = self.tx_pkts = self.tx_bytes = 0
         self.tx_errors = self.rx_truncated = 0
+        self.t_in = 0.0  # host_nic: when the host's link would be free of the frames that came in so far
 
 
 class PyEngine:
@@ -40,17 +42,20 @@ class PyEngine:
         self.batch = batch
         self.debug = debug_log
         self.max_lag_s = max_lag_s
-        self.rx = MsgBatch(batch)
+        self.rx = MsgBatch(batch, control=True)
         self.tx = MsgBatch(batch)
         self.ports: dict[int, _Port] = {}
         self.delays = DelayHistogram()
+        self.read_lag = WaitHistogram()  # how long frames waited in the kernel before they were read
+        self.tx_late = WaitHistogram()  # how long after its slot began each packet started (every port)
+        self.rx_burst = WaitHistogram()  # bytes still on a host's link as its next frame came, 1 us = 1 byte
         self.max_enq_qdepth = 0
         self.rng: random.Random = pipeline.rng
 
     def add_port(self, cfg: PortConfig, sock, pcap_path: str | None = None) -> None:
         """Attach a port: `sock` is its bound socket (afpacket.open_port_socket)."""
         self.ports[cfg.port] = _Port(cfg, PortSocket(sock, cfg.intf, self.rx, self.tx),
-                                     EgressPort(cfg, self.rng, self.max_lag_s),
+                                     EgressPort(cfg, self.rng, self.max_lag_s, self.tx_late),
                                      PcapWriter(pcap_path) if pcap_path else None)
 
     def port_gone(self, port: int) -> None:
@@ -111,9 +116,17 @@ class PyEngine:
         ingress = pipe.ingress
         ports = self.ports
         in_byte_time = p.egress.ingress_byte_time  # the host link's, on a host_nic port
+        read_at = time.time()
         for i in range(n):
+            stamp = sock.stamp(i)
+            if stamp:
+                self.read_lag.record(read_at - stamp)
             f, vnet, truncated = sock.frame(i)
             ln = len(f)
+            if in_byte_time:  # a host's link: how far ahead of its rate the host's frames came
+                start = max(p.t_in, now)
+                self.rx_burst.record((start - now) / in_byte_time * 1e-6)
+                p.t_in = start + ln * in_byte_time
             p.rx_pkts += 1
             p.rx_bytes += ln
             if p.pcap is not None:
@@ -219,4 +232,13 @@ class PyEngine:
         c["delay_coarse"] = self.delays.counts
         c["delay_n"] = self.delays.n
         c["delay_max"] = self.delays.max
+        c["rx_lag_bins"] = list(self.read_lag.bins)
+        c["rx_lag_n"] = self.read_lag.count
+        c["rx_lag_max_s"] = self.read_lag.max_s
+        c["tx_late_bins"] = list(self.tx_late.bins)
+        c["tx_late_n"] = self.tx_late.count
+        c["tx_late_max_s"] = self.tx_late.max_s
+        c["rx_burst_bins"] = list(self.rx_burst.bins)
+        c["rx_burst_n"] = self.rx_burst.count
+        c["rx_burst_max_s"] = self.rx_burst.max_s
         return c

@@ -20,6 +20,7 @@ from collections import deque
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, PortConfig
+from dlcp.transport.core.waits import WaitHistogram
 
 # A queued packet: [frame, vnet header or None, qid, telemetry offset, enqueue time, enq_qdepth,
 # in_tx] (enq_qdepth: packets ahead of it in its own priority queue when it was enqueued; in_tx: its
@@ -28,7 +29,7 @@ FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH, IN_TX = range(7)
 
 
 class EgressPort:
-    def __init__(self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002):
+    def __init__(self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002, late: WaitHistogram | None = None):
         self.port = cfg.port
         self.depth = cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS  # null: this target's default
         self.queues = [deque() for _ in range(P.N_QUEUES)]
@@ -38,6 +39,7 @@ class EgressPort:
         self.ingress_byte_time = (self.byte_time or 0.0) if cfg.host_nic else 0.0  # bit rate only
         self.unlimited = self.byte_time is None and self.pkt_time is None
         self.t_free = 0.0
+        self.ideal = 0.0  # t_free without the catch-up limit: when an ideal switch's link is free
         self.max_lag_s = max_lag_s
         self.delay_s = cfg.delay_us / 1e6
         self.loss = cfg.loss
@@ -45,6 +47,7 @@ class EgressPort:
         self.in_flight: deque = deque()  # (due time, packet) on the emulated wire
         self.overflow_pkts = 0  # refused because a queue was at its physical depth
         self.lost_pkts = 0  # lost on the link (random loss)
+        self.late = late if late is not None else WaitHistogram()  # the switch's wake-ups after a slot began
 
     def enqueue(self, pkt: list, qid: int) -> bool:
         q = self.queues[qid]
@@ -76,7 +79,11 @@ class EgressPort:
             self.t_free = now
         while self.backlog and limit and self.t_free <= now:
             pkt = self._pop()
-            self.t_free += self.pkt_time if self.byte_time is None else len(pkt[FRAME]) * self.byte_time
+            slot = max(self.ideal, pkt[T_ENQ])  # when an ideal switch would have started it
+            self.late.record(now - slot)
+            tx = self.pkt_time if self.byte_time is None else len(pkt[FRAME]) * self.byte_time
+            self.ideal = slot + tx
+            self.t_free += tx
             out.append(pkt)
             ends.append(self.t_free)
             limit -= 1

@@ -21,6 +21,15 @@ class WaitHistogram:
         self.count = 0
         self.max_s = 0.0
 
+    @classmethod
+    def from_bins(cls, bins, count: int, max_s: float) -> WaitHistogram:
+        """Rebuild from recorded bins (the built-in switch's C engine keeps the same ones)."""
+        if len(bins) != N_BINS:
+            raise ValueError(f"wait histogram: {len(bins)} bins, not {N_BINS}")
+        h = cls()
+        h.bins, h.count, h.max_s = list(bins), int(count), float(max_s)
+        return h
+
     def record(self, wait_s: float) -> None:
         """One datagram's wait (seconds); negative waits (clock steps) count as none."""
         self.count += 1
