@@ -11,3 +11,25 @@ ns = loader.compile_cpp("dlcp_switch", "dlcp_net", "dlcp_host")
 d = cfg["dlcp"]
 net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
 """
+
+
+def leaf_spine4(name: str, mbps: float) -> str:
+    """The head of the small ns-3 experiments' TOML: a 4-worker all-reduce on a leaf-spine of 2
+    spines and 2 leaves of 2 hosts, every link at `mbps`; it ends inside [workload], and the tests
+    add the rest."""
+    return f"""
+name = "{name}"
+backend = "ns3"
+timeout_s = 20
+[topology]
+kind = "leaf_spine"
+spines = 2
+leaves = 2
+hosts_per_leaf = 2
+[links]
+host_mbps = {mbps}
+fabric_mbps = {mbps}
+[workload]
+mode = "allreduce"
+workers = 4
+"""

@@ -15,27 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from ns3_scripts import leaf_spine4
 
 from dlcp import records as R
 from simulation.ns3.hosts import core_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIG = """
-name = "comm-ns3"
-backend = "ns3"
-timeout_s = 20
-[topology]
-kind = "leaf_spine"
-spines = 2
-leaves = 2
-hosts_per_leaf = 2
-[links]
-host_mbps = 50
-fabric_mbps = 50
-[workload]
-mode = "allreduce"
-workers = 4
+CONFIG = leaf_spine4("comm-ns3", 50) + """
 model = "synthetic"
 iterations = 2
 compute_ms = 4

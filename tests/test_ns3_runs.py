@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from agent_runs import read_csv
 from cli_runs import run_experiment
+from ns3_scripts import leaf_spine4
 
 from dlcp import records as R
 from simulation.ns3.hosts import core_missing
@@ -39,21 +40,7 @@ iterations = 4
 compute_ms = 5
 """
 
-RING = """
-name = "tiny-ring"
-backend = "ns3"
-timeout_s = 20
-[topology]
-kind = "leaf_spine"
-spines = 2
-leaves = 2
-hosts_per_leaf = 2
-[links]
-host_mbps = 50
-fabric_mbps = 50
-[workload]
-mode = "allreduce"
-workers = 4
+RING = leaf_spine4("tiny-ring", 50) + """
 model = "synthetic"
 iterations = 3
 [dlcp]

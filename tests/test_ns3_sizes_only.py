@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from agent_runs import read_csv
 from cli_runs import run_experiment
+from ns3_scripts import leaf_spine4
 
 from simulation.ns3.hosts import core_missing
 
@@ -23,21 +24,7 @@ pytestmark = [pytest.mark.ns3, pytest.mark.skipif(core_missing() is not None, re
 SIZES = [3000, 20000, 500, 9000]  # a 4-tensor "model": 32,500 values, 130,000 bytes
 WORKERS = 4
 
-RING = """
-name = "sizes-ring"
-backend = "ns3"
-timeout_s = 20
-[topology]
-kind = "leaf_spine"
-spines = 2
-leaves = 2
-hosts_per_leaf = 2
-[links]
-host_mbps = 100
-fabric_mbps = 100
-[workload]
-mode = "allreduce"
-workers = 4
+RING = leaf_spine4("sizes-ring", 100) + """
 model = "synthetic"
 compute = "profile"
 profile = "{profile}"
