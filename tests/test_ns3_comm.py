@@ -139,20 +139,3 @@ def test_profile_compute_readies_gradients_at_the_per_layer_backward_times():
     # layer 3's gradient after the forward and its own backward; layer 0's at the very end
     assert run.ready_offsets(msgs) == pytest.approx([0.005, 0.007, 0.010, 0.014])
     assert run.planning_backward_ms == 0.0
-
-
-def test_what_ns3_does_not_simulate_is_refused_in_one_line():
-    from dlcp.experiment import config as C
-    from simulation.ns3.runner import check_supported
-
-    def cfg(**sets):
-        raw = {"name": "t", "backend": "ns3", "workload": {"mode": "allreduce", "workers": 4, "iterations": 60}}
-        for key, value in sets.items():
-            section, name = key.split("__")
-            raw.setdefault(section, {})[name] = value
-        return C.validate(raw)
-
-    with pytest.raises(C.ConfigError, match=r"^links.host_fair_queueing"):
-        check_supported(cfg(links__host_fair_queueing=True))
-    for ok in (cfg(), cfg(comm__collective="dssync"), cfg(comm__scheduler="usbyte", comm__collective="multitree")):
-        check_supported(ok)

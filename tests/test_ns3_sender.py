@@ -72,15 +72,19 @@ print(json.dumps({"sent": sent, "got": got,
 """
 
 
+def _run(script: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", script.replace("__N_LONG__", str(N_LONG))], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def test_a_message_starts_once_the_socket_took_the_one_before():
     """h1 hands a 300-packet message for h2 and a 1-packet message for h3 to its transport at one
     instant. The short one starts when the socket took the long one's last packet (300 less a send
     buffer's worth of packets later), and its packet reaches h3 after waiting behind one send
     buffer's worth in the NIC, not behind the whole long message."""
-    p = subprocess.run([sys.executable, "-c", SCRIPT.replace("__N_LONG__", str(N_LONG))], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == 0, p.stderr[-3000:]
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r = _run(SCRIPT)
     long_sent, short_sent = r["sent"]["1"], r["sent"]["2"]
     long_got, short_got = r["got"]["1"], r["got"]["2"]
     assert long_got["pkts"] == N_LONG and short_got["pkts"] == 1
@@ -91,3 +95,22 @@ def test_a_message_starts_once_the_socket_took_the_one_before():
     assert abs(started_after - (N_LONG - budget)) <= 3, (started_after, budget)
     waited_in_nic = (short_got["first_byte_us"] - short_sent["start_us"]) / frame_us
     assert abs(waited_in_nic - budget) <= 3, (waited_in_nic, budget)
+
+
+def test_with_host_fair_queueing_the_short_message_does_not_wait_behind_the_long_one():
+    """links.host_fair_queueing: the NIC serves h2 and h3 round-robin (one FIFO each, as the
+    emulated hosts' HTB leaves), so the short message for h3 still starts once the socket took the
+    long one, but reaches h3 a few frame times later (its datagrams each wait for a slot in the
+    full socket and one turn of the round robin, then two hops), not behind a send buffer's worth
+    of the long one's packets (113)."""
+    fair = SCRIPT.replace('"links": {"host_mbps": 50}', '"links": {"host_mbps": 50, "host_fair_queueing": True}')
+    assert fair != SCRIPT
+    r = _run(fair)
+    long_sent, short_sent = r["sent"]["1"], r["sent"]["2"]
+    long_got, short_got = r["got"]["1"], r["got"]["2"]
+    assert long_got["pkts"] == N_LONG and short_got["pkts"] == 1
+    frame_us = (long_got["complete_us"] - long_got["first_byte_us"]) / (N_LONG - 1)
+    started_after = (short_sent["start_us"] - long_sent["start_us"]) / frame_us
+    assert abs(started_after - (N_LONG - r["budget"])) <= 3, (started_after, r["budget"])
+    waited_in_nic = (short_got["first_byte_us"] - short_sent["start_us"]) / frame_us
+    assert waited_in_nic <= 10, waited_in_nic  # 7 here

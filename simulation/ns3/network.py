@@ -81,7 +81,9 @@ def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict
         if b in spec.hosts:
             net.host_devices[b] = devs.Get(1)
             ip = int(ipaddress.IPv4Address(spec.hosts[b].ip))
-            ns.DlcpHostNic(net.nodes[b], devs.Get(1), ip, links_cfg["host_queue_pkts"])
+            fair_to = [int(ipaddress.IPv4Address(h.ip)) for n, h in spec.hosts.items() if n != b] \
+                if links_cfg.get("host_fair_queueing") else []
+            ns.DlcpHostNic(net.nodes[b], devs.Get(1), ip, links_cfg["host_queue_pkts"], fair_to)
         else:
             devices[b][pb] = (devs.Get(1), rate_b)
             ns.DlcpSwitchDeviceQueue(devs.Get(1), SWITCH_DEVICE_QUEUE_PKTS)

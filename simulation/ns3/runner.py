@@ -236,13 +236,6 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True
     return run_dir
 
 
-def check_supported(cfg: dict) -> None:
-    """The simulated hosts run the PS, every `[comm]` scheduler and collective and the re-sync
-    (agents.py); what they do not simulate yet is refused with the key, never ignored."""
-    if cfg["links"].get("host_fair_queueing"):
-        raise configmod.ConfigError("links.host_fair_queueing: not simulated on ns-3 yet (its host NIC is one FIFO)")
-
-
 def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
         with_report: bool = True, run_dir: str | None = None, vary: list[str] = (), repeat: int = 1) -> Path:
     """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`) and
@@ -254,9 +247,8 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     runs = configmod.plan_runs(configmod.variants(raw, varies), repeat)
     if run_dir and len(runs) > 1:
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
-    for _, _, cfg in runs:  # roles, background placement and comm settings are checked before anything starts
+    for _, _, cfg in runs:  # roles and background placement are checked before anything starts
         topospec.from_config(cfg)
-        check_supported(cfg)
     reason = loader.available()
     if reason:
         raise SimFailed(reason)

@@ -24,6 +24,8 @@
 #include "ns3/point-to-point-module.h"
 #include "ns3/traffic-control-module.h"
 
+#include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,7 +71,126 @@ inline void DlcpSwitchDeviceQueue(Ptr<NetDevice> dev, uint32_t packets)
     d->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, packets));
 }
 
-inline void DlcpHostNic(Ptr<Node> host, Ptr<NetDevice> dev, uint32_t addr, uint32_t queuePkts)
+// links.host_fair_queueing: the host NIC serves its destinations round-robin, as the emulated
+// hosts' HTB does (emulation/network.py): one FIFO of `Limit` packets per other host, plus one for
+// anything else, served by deficit round robin with a quantum of one full frame (HTB's quantum
+// there; its leaves have equal rates and may each borrow the whole link, so backlogged
+// destinations share it frame by frame).
+class DlcpDestFairQueueDisc : public QueueDisc
+{
+  public:
+    static TypeId GetTypeId()
+    {
+        static TypeId tid =
+            TypeId("ns3::DlcpDestFairQueueDisc")
+                .SetParent<QueueDisc>()
+                .SetGroupName("Dlcp")
+                .AddConstructor<DlcpDestFairQueueDisc>()
+                .AddAttribute("Limit", "packets per destination's FIFO (host_queue_pkts)", UintegerValue(128),
+                              MakeUintegerAccessor(&DlcpDestFairQueueDisc::m_limit),
+                              MakeUintegerChecker<uint32_t>(1));
+        return tid;
+    }
+
+    DlcpDestFairQueueDisc()
+        : QueueDisc(QueueDiscSizePolicy::NO_LIMITS)
+    {
+    }
+
+    // the other hosts' addresses, each its own FIFO (before the queue disc is initialized)
+    void AddDestination(uint32_t addr) { m_class.emplace(addr, m_class.size() + 1); }
+
+  private:
+    static constexpr uint32_t QUANTUM = 1514;  // one full Ethernet frame
+
+    bool DoEnqueue(Ptr<QueueDiscItem> item) override
+    {
+        uint32_t c = 0;  // anything no destination matches
+        Ptr<Ipv4QueueDiscItem> ip = DynamicCast<Ipv4QueueDiscItem>(item);
+        if (ip)
+        {
+            auto it = m_class.find(ip->GetHeader().GetDestination().Get());
+            c = it == m_class.end() ? 0 : it->second;
+        }
+        Ptr<InternalQueue> q = GetInternalQueue(c);
+        if (q->GetNPackets() >= m_limit)
+        {
+            DropBeforeEnqueue(item, "destination's queue full");
+            return false;
+        }
+        if (!q->Enqueue(item))
+        {
+            return false;
+        }
+        if (!m_inRound[c])
+        {
+            m_inRound[c] = true;
+            m_deficit[c] = 0;
+            m_round.push_back(c);
+        }
+        return true;
+    }
+
+    Ptr<QueueDiscItem> DoDequeue() override
+    {
+        while (!m_round.empty())
+        {
+            uint32_t c = m_round.front();
+            Ptr<InternalQueue> q = GetInternalQueue(c);
+            if (!q->GetNPackets())
+            {
+                m_round.pop_front();
+                m_inRound[c] = false;
+                continue;
+            }
+            uint32_t size = q->Peek()->GetSize();
+            if (m_deficit[c] < size)
+            {
+                m_deficit[c] += QUANTUM;
+                m_round.pop_front();
+                m_round.push_back(c);
+                continue;
+            }
+            m_deficit[c] -= size;
+            Ptr<QueueDiscItem> item = q->Dequeue();
+            if (!q->GetNPackets())
+            {
+                m_round.pop_front();
+                m_inRound[c] = false;
+            }
+            return item;
+        }
+        return nullptr;
+    }
+
+    bool CheckConfig() override
+    {
+        if (GetNInternalQueues() == 0)
+        {
+            for (size_t c = 0; c <= m_class.size(); ++c)
+            {
+                AddInternalQueue(CreateObjectWithAttributes<DropTailQueue<QueueDiscItem>>(
+                    "MaxSize", QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, m_limit + 1))));
+            }
+            m_deficit.assign(m_class.size() + 1, 0);
+            m_inRound.assign(m_class.size() + 1, false);
+        }
+        return GetNInternalQueues() == m_class.size() + 1;
+    }
+
+    void InitializeParams() override {}
+
+    uint32_t m_limit = 128;
+    std::map<uint32_t, uint32_t> m_class;  // destination address -> its FIFO (0: the rest)
+    std::vector<uint32_t> m_deficit;
+    std::vector<bool> m_inRound;
+    std::deque<uint32_t> m_round;  // FIFOs with packets, in serving order
+};
+
+// A host's address and NIC queue: one FIFO of `queuePkts`, or with `fairTo` (the other hosts'
+// addresses) a DlcpDestFairQueueDisc.
+inline void DlcpHostNic(Ptr<Node> host, Ptr<NetDevice> dev, uint32_t addr, uint32_t queuePkts,
+                        const std::vector<uint32_t>& fairTo)
 {
     Ptr<Ipv4> ipv4 = host->GetObject<Ipv4>();
     int32_t iface = ipv4->AddInterface(dev);
@@ -77,9 +198,22 @@ inline void DlcpHostNic(Ptr<Node> host, Ptr<NetDevice> dev, uint32_t addr, uint3
     ipv4->SetMetric(iface, 1);
     ipv4->SetUp(iface);
     TrafficControlHelper tch;
-    tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize",
-                         QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, queuePkts)));
-    tch.Install(dev);
+    if (fairTo.empty())
+    {
+        tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize",
+                             QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, queuePkts)));
+    }
+    else
+    {
+        DlcpDestFairQueueDisc::GetTypeId();  // registers the name (no static registration in code cppyy compiles)
+        tch.SetRootQueueDisc("ns3::DlcpDestFairQueueDisc", "Limit", UintegerValue(queuePkts));
+    }
+    QueueDiscContainer qd = tch.Install(dev);
+    Ptr<DlcpDestFairQueueDisc> fair = DynamicCast<DlcpDestFairQueueDisc>(qd.Get(0));
+    for (uint32_t other : fairTo)
+    {
+        fair->AddDestination(other);
+    }
 }
 
 // UDP at `rateBps` during on-periods (onS = 0: always on), `payload` bytes per datagram; with
