@@ -70,6 +70,21 @@ def test_sizes_only_ring_sends_what_the_values_ring_sends(tmp_path):
     assert "Final test accuracy: sizes only" in (sizes / "report.md").read_text()
 
 
+def test_sizes_only_dssync_averages_parameters_it_does_not_carry(tmp_path):
+    """DS-Sync's parameter averaging (the default `average`) with sizes only: the group rings go
+    as with values, and the iteration ends without parameters to average (it used to stop the run
+    with an AttributeError on the missing aggregates)."""
+    dssync = ("comm.collective=dssync", 'comm.dssync.average="parameters"')
+    values, sizes = _run(tmp_path, "values", *dssync), _run(tmp_path, "sizes", 'workload.payload="sizes"', *dssync)
+    for run in (values, sizes):
+        assert json.loads((run / "meta.json").read_text())["status"] == "ok"
+        assert [r["iter"] for r in read_csv(run / "records" / "h1-iterations.csv")] == ["0", "1"]
+    for h in range(1, WORKERS + 1):
+        shape = {run: sorted(tuple(r[k] for k in MESSAGE_SHAPE) for r in read_csv(run / "records" / f"h{h}-messages.csv"))
+                 for run in (values, sizes)}
+        assert shape[sizes] == shape[values] and shape[sizes]
+
+
 def test_sizes_only_with_a_torch_model_is_refused_in_one_line(tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text(RING.format(profile="resnet50").replace('model = "synthetic"', 'model = "cnn"'))

@@ -225,9 +225,10 @@ class SimWorker(_Agent):
         short = self.engine.short_values(it) if self.run.sizes_only else 0
         aggs = self.engine.collect(it)
         if self.params_average:
-            for msg_id, chunk in param_means(aggs).items():
+            means = {} if self.run.sizes_only else param_means(aggs)  # sizes only: no parameters to average
+            for msg_id, chunk in means.items():
                 self.workload.apply_parameters(it, msg_id, chunk)
-            lost = short if self.run.sizes_only else int(sum(int(c.lost.sum()) for c in param_means(aggs).values()))
+            lost = short if self.run.sizes_only else int(sum(int(c.lost.sum()) for c in means.values()))
         else:
             self.workload.apply_gradients(it, aggs)
             lost = short if self.run.sizes_only else int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
