@@ -175,16 +175,14 @@ def _keepup_section(doc: Doc, k: dict) -> None:
               "paced link began each packet started; and the bytes of a host's earlier frames still on its link "
               "when its next frame came (more than a frame or two: the kernel delivered the host's frames in "
               "bursts).")
-        t = k["switch_timing"]
-        row = (lambda w, share=True: [w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms")]
-               + ([pct(w.get("p99_share_of_mct_p50"))] if share else []))
+        spread = (lambda w: f"{w.get('p50_ms')} / {w.get('p99_ms')} / {w.get('max_ms')}")
+        rows = []
+        for sw, t in sorted(k["switch_timing"].items()):
+            read, late, burst = t.get("read_lag", {}), t.get("send_late", {}), t.get("host_burst", {})
+            rows.append([sw, spread(read), pct(read.get("p99_share_of_mct_p50")), spread(late),
+                         pct(late.get("p99_share_of_mct_p50")), f"{burst.get('p99_bytes')} / {burst.get('max_bytes')}"])
         doc.table(["switch", "read p50 / p99 / max (ms)", "read p99 of the median MCT", "late p50 / p99 / max (ms)",
-                   "late p99 of the median MCT", "host burst p99 / max (bytes)"],
-                  [[sw, " / ".join(str(x) for x in row(w.get("read_lag", {}))[:3]),
-                    row(w.get("read_lag", {}))[3], " / ".join(str(x) for x in row(w.get("send_late", {}))[:3]),
-                    row(w.get("send_late", {}))[3],
-                    f"{w.get('host_burst', {}).get('p99_bytes')} / {w.get('host_burst', {}).get('max_bytes')}"]
-                   for sw, w in sorted(t.items())])
+                   "late p99 of the median MCT", "host burst p99 / max (bytes)"], rows)
     if k.get("socket_wait"):
         doc.p("Host receive path: how long data datagrams waited in each host's socket buffer before its "
               "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "

@@ -943,7 +943,6 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
     if (put_waits(d, "rx_lag", e->lag_bins, e->lag_n, e->lag_max) < 0
         || put_waits(d, "tx_late", e->late_bins, e->late_n, e->late_max) < 0
         || put_waits(d, "rx_burst", e->burst_bins, e->burst_n, e->burst_max) < 0) { Py_DECREF(d); return NULL; }
-    if (!d) return NULL;
     PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
     if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
         Py_XDECREF(cp); Py_XDECREF(cb); Py_DECREF(d);

@@ -98,6 +98,7 @@ class MsgBatch:
         self._keep = (iov, msgs)
         self.u32 = memoryview(self.msg_raw).cast("I")  # msg_len / msg_flags of each message
         self.u64 = memoryview(self.msg_raw).cast("Q")  # msg_controllen of each message
+        self.filled = 0  # messages the last receive filled (their control lengths need resetting)
         self.iov_len = memoryview(self.iov_raw).cast("Q")  # [2 * i + 1] is iov_len of message i
 
 
@@ -151,7 +152,7 @@ class PortSocket:
 
         Raises OSError for anything but "nothing to read" (ENETDOWN when the link went away)."""
         u64 = self.rx.u64
-        for i in range(self.rx.n):  # the kernel leaves each message's control length at what it wrote
+        for i in range(self.rx.filled):  # the kernel left the messages it filled at the length it wrote
             u64[i * 8 + _MSG_CONTROLLEN_U64] = RXCTL
         n = _recvmmsg(self.fd, self.rx.msgs_addr, self.rx.n, MSG_DONTWAIT, None)
         if n < 0:
@@ -159,6 +160,7 @@ class PortSocket:
             if e in (errno.EAGAIN, errno.EINTR):
                 return 0
             raise OSError(e, f"recvmmsg on {self.intf}: {os.strerror(e)}")
+        self.rx.filled = n
         return n
 
     def frame(self, i: int):

@@ -96,6 +96,11 @@ def non_dlcp_rows(raw: dict) -> list[dict]:
     return rows
 
 
+def engine_waits(raw: dict, prefix: str) -> WaitHistogram:
+    """An engine's wait histogram from its counters `<prefix>_bins`, `_n`, `_max_s`."""
+    return WaitHistogram.from_bins(raw[f"{prefix}_bins"], raw[f"{prefix}_n"], raw[f"{prefix}_max_s"])
+
+
 def burst_bytes(h: WaitHistogram) -> dict:
     """The engines' host-burst histogram (bytes still on a host's link as its next frame came,
     recorded one byte per microsecond) in bytes: count, p50_bytes, p99_bytes, max_bytes."""
@@ -121,10 +126,9 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
         "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
     }
     if "rx_lag_bins" in raw:  # the built-in switch's engines; not the ns-3 switch, which is never late
-        dump["read_lag"] = WaitHistogram.from_bins(raw["rx_lag_bins"], raw["rx_lag_n"], raw["rx_lag_max_s"]).as_dict()
-        dump["send_late"] = WaitHistogram.from_bins(raw["tx_late_bins"], raw["tx_late_n"], raw["tx_late_max_s"]).as_dict()
-        dump["host_burst"] = burst_bytes(WaitHistogram.from_bins(raw["rx_burst_bins"], raw["rx_burst_n"],
-                                                                 raw["rx_burst_max_s"]))
+        dump["read_lag"] = engine_waits(raw, "rx_lag").as_dict()
+        dump["send_late"] = engine_waits(raw, "tx_late").as_dict()
+        dump["host_burst"] = burst_bytes(engine_waits(raw, "rx_burst"))
     if "non_dlcp" in raw:  # the ns-3 switch does not split non-DLCP frames by DSCP class: reports fall back
         dump["non_dlcp"] = non_dlcp_rows(raw)
     return dump

@@ -232,13 +232,6 @@ class PyEngine:
         c["delay_coarse"] = self.delays.counts
         c["delay_n"] = self.delays.n
         c["delay_max"] = self.delays.max
-        c["rx_lag_bins"] = list(self.read_lag.bins)
-        c["rx_lag_n"] = self.read_lag.count
-        c["rx_lag_max_s"] = self.read_lag.max_s
-        c["tx_late_bins"] = list(self.tx_late.bins)
-        c["tx_late_n"] = self.tx_late.count
-        c["tx_late_max_s"] = self.tx_late.max_s
-        c["rx_burst_bins"] = list(self.rx_burst.bins)
-        c["rx_burst_n"] = self.rx_burst.count
-        c["rx_burst_max_s"] = self.rx_burst.max_s
+        for prefix, h in (("rx_lag", self.read_lag), ("tx_late", self.tx_late), ("rx_burst", self.rx_burst)):
+            c[f"{prefix}_bins"], c[f"{prefix}_n"], c[f"{prefix}_max_s"] = list(h.bins), h.count, h.max_s
         return c
