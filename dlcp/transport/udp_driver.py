@@ -33,6 +33,7 @@ from dlcp.transport.core.endpoint import for_receiver, merged_stats, parse_contr
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone
 from dlcp.transport.core.receiver import ReceiverCore
 from dlcp.transport.core.sender import SenderCore
+from dlcp.transport.deadline_timer import DeadlineTimer
 from dlcp.transport.sockets import connect_retrying, control_socket_options, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.transport.threadtime import ThreadClock, set_realtime
@@ -155,6 +156,8 @@ class UdpTransport:
         self._sel.register(self.udp_rx, selectors.EVENT_READ, "udp")
         self._sel.register(self.listener, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._rx_timer = DeadlineTimer()  # the receiver's timers, to the microsecond (epoll's are ms)
+        self._sel.register(self._rx_timer, selectors.EVENT_READ, "timer")
         self._dests = {r: sockaddr_in(p.ip, p.data_port) for r, p in self.peers.items()}
 
     def _close_sockets(self) -> None:
@@ -257,6 +260,7 @@ class UdpTransport:
         for c in list(self._conns.values()) + list(self._out.values()):
             c.sock.close()
         self._sel.close()
+        self._rx_timer.close()
         self._close_sockets()
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -386,15 +390,14 @@ class UdpTransport:
     def _rx_loop(self) -> None:
         try:
             while not self._closing:
-                wait = IDLE_S
                 with self._rx:
-                    t = self.receiver.next_timer()
-                if t < float("inf"):
-                    wait = min(wait, max(0.0, t - time.monotonic()))
-                for key, events in self._sel.select(wait):
+                    self._rx_timer.arm(self.receiver.next_timer())
+                for key, events in self._sel.select(IDLE_S):
                     what = key.data
                     if what == "udp":
                         self._rx_data(RX_BURST)
+                    elif what == "timer":
+                        self._rx_timer.clear()
                     elif what == "listen":
                         self._accept()
                     elif what == "wake":
