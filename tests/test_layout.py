@@ -92,7 +92,8 @@ def test_transport_core_does_no_io():
     assert core
     bad = {m: sorted(t for t in imports_of(p) if t.split(".")[0] in NO_IO or
                      (t.startswith("dlcp.transport.") and t.split(".")[2] in ("udp_driver", "udpio", "sockets", "sync",
-                                                                             "virtual", "tcp_baseline", "factory")))
+                                                                             "virtual", "tcp_baseline", "factory",
+                                                                             "deadline_timer")))
            for m, p in core.items()}
     assert not {m: v for m, v in bad.items() if v}
 
