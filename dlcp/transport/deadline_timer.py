@@ -13,7 +13,6 @@ precision at any dilation; Python 3.11 has no os.timerfd_create, hence ctypes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import os
 
@@ -31,7 +30,7 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc, as the other ctypes users load it
 _libc.timerfd_create.argtypes = (ctypes.c_int, ctypes.c_int)
 _libc.timerfd_settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec),
                                   ctypes.c_void_p)
