@@ -18,6 +18,16 @@ _spec.loader.exec_module(fastpath_source)
 SHA = fastpath_source.source_sha(HERE / "emulation/refswitch")
 SOURCE, *HEADERS = (f"emulation/refswitch/{name}" for name in fastpath_source.SOURCES)
 
-setup(ext_modules=[Extension("emulation.refswitch._fastpath", [SOURCE], depends=HEADERS,
-                             extra_compile_args=["-O2", "-Wall"], libraries=["m"],
-                             define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')], optional=True)])
+setup(
+    ext_modules=[
+        Extension(
+            "emulation.refswitch._fastpath",
+            [SOURCE],
+            depends=HEADERS,
+            extra_compile_args=["-O2", "-Wall"],
+            libraries=["m"],
+            define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')],
+            optional=True,
+        )
+    ]
+)

@@ -113,7 +113,7 @@ def send_tcp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
             break
         except OSError:
             if time.monotonic() > deadline:
-                raise SystemExit(f"background: no TCP sink at {bg.dst_ip}:{bg.port}")
+                raise SystemExit(f"background: no TCP sink at {bg.dst_ip}:{bg.port}") from None
             time.sleep(0.2)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, bg.dscp << 2)
     s.settimeout(1.0)
@@ -121,7 +121,7 @@ def send_tcp(bg: BackgroundFlow, stop_at: float | None, totals: dict) -> None:
     while stop_at is None or time.monotonic() < stop_at:
         try:
             totals["bytes"] += s.send(chunk)
-        except socket.timeout:
+        except TimeoutError:
             continue
     s.close()
 
@@ -170,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     bg, host = cfg.background, cfg.host
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    totals = {"host": host, "kind": bg.kind, "pkts": 0, "bytes": 0, "send_errors": 0,
-              "start_unix": time.time()}
+    totals = {"host": host, "kind": bg.kind, "pkts": 0, "bytes": 0, "send_errors": 0, "start_unix": time.time()}
     try:
         if bg.kind == "sink":
             sink(bg, totals)

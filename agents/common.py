@@ -33,6 +33,7 @@ class Terminated(Exception):
 
 # --- run state: progress, records, exit ----------------------------------------------------------------
 
+
 @dataclass
 class Agent:
     role: str
@@ -80,9 +81,17 @@ class Agent:
         if self.resync_rows:
             R.write_rows(rec / f"{self.host}-resync.csv", R.RESYNC_COLUMNS, self.resync_rows)
         end = time.time()
-        totals = {"host": self.host, "role": self.role, "rank": self.cfg.rank, "status": status,
-                  "error": error, "iterations_done": self.done, "start_unix": self.start_unix, "end_unix": end,
-                  "wall_s": end - self.start_unix}
+        totals = {
+            "host": self.host,
+            "role": self.role,
+            "rank": self.cfg.rank,
+            "status": status,
+            "error": error,
+            "iterations_done": self.done,
+            "start_unix": self.start_unix,
+            "end_unix": end,
+            "wall_s": end - self.start_unix,
+        }
         if t is not None:
             totals.update(t.stats())
         main = thread_times()  # write_records runs on the agent's main thread

@@ -32,7 +32,7 @@ import signal
 import sys
 import traceback
 
-import agents  # noqa: F401  (one intra-op thread: set before numpy and torch load)
+import agents
 import agents.background
 import agents.ps
 import agents.worker
@@ -100,7 +100,7 @@ def spawn(req: dict) -> int:
     code = 1
     try:
         code = become_agent(server, req)
-    except BaseException:
+    except BaseException:  # noqa: BLE001
         traceback.print_exc()
     exit_fast(code)
 

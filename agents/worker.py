@@ -70,8 +70,9 @@ def iteration_dssync(agent: Agent, workload, engine: TransportEngine, it: int) -
     own = []
     t = compute_and_send(workload, it, lambda it, msg: own.append(msg))
     c0 = time.perf_counter()
-    workload.apply_gradients(it, {m.msg_id: Aggregate(m.msg_id, m.values, np.ones(m.values.size, np.uint16), 1)
-                                  for m in own})
+    workload.apply_gradients(
+        it, {m.msg_id: Aggregate(m.msg_id, m.values, np.ones(m.values.size, np.uint16), 1) for m in own}
+    )
     params = {lay.msg_id: workload.parameters(lay.msg_id) for lay in workload.layouts()}
     t["compute_s"] += time.perf_counter() - c0
     t["first_send_us"] = now_us()
@@ -123,14 +124,26 @@ def run(agent: Agent) -> None:
         step = iteration_ps
     else:
         transport.connect()  # trees, groups and rank 0's order announcements reach any rank
-        coll = TransportEngine(transport, comm, cfg.comm, layouts, workload.n_layers, host_mbps=cfg.links.host_mbps,
-                               fabric_mbps=cfg.links.fabric_mbps, spec=cfg.topology_spec(),
-                               backward_ms=planning_backward_ms(cfg.workload),
-                               layer_times=planning_layer_times(workload))
+        coll = TransportEngine(
+            transport,
+            comm,
+            cfg.comm,
+            layouts,
+            workload.n_layers,
+            host_mbps=cfg.links.host_mbps,
+            fabric_mbps=cfg.links.fabric_mbps,
+            spec=cfg.topology_spec(),
+            backward_ms=planning_backward_ms(cfg.workload),
+            layer_times=planning_layer_times(workload),
+        )
         params_average = cfg.comm.collective == "dssync" and cfg.comm.dssync.average == "parameters"
         step = iteration_dssync if params_average else iteration_allreduce
-        log.info("comm: scheduler %s over %s, %d operations per iteration", cfg.comm.scheduler, cfg.comm.collective,
-                 coll.sched.ops_per_iteration())
+        log.info(
+            "comm: scheduler %s over %s, %d operations per iteration",
+            cfg.comm.scheduler,
+            cfg.comm.collective,
+            coll.sched.ops_per_iteration(),
+        )
     # DS-Sync reaches consensus by shuffling its groups: no re-sync to rank 0
     resync_every = cfg.dlcp.resync_every if cfg.comm.collective != "dssync" else 0
     if planning_layer_times(workload) is not None:  # profile compute sleeps until deadlines; real compute stays CFS
@@ -145,12 +158,22 @@ def run(agent: Agent) -> None:
             end = now_us()  # evaluation is the observer's work, not the training's: not in the iteration
             metrics = workload.evaluate(it) or {}
             first = t["first_send_us"] or t["comm_end_us"]
-            agent.iteration_rows.append({
-                "host": agent.host, "rank": rank, "iter": it, "start_us": t["start_us"], "end_us": end,
-                "iteration_us": end - t["start_us"], "compute_us": int(t["compute_s"] * 1e6),
-                "comm_us": t["comm_end_us"] - first,
-                "lost_values": metrics.get("lost_values", lost_values), "train_loss": metrics.get("train_loss"),
-                "test_loss": metrics.get("test_loss"), "test_accuracy": metrics.get("test_accuracy")})
+            agent.iteration_rows.append(
+                {
+                    "host": agent.host,
+                    "rank": rank,
+                    "iter": it,
+                    "start_us": t["start_us"],
+                    "end_us": end,
+                    "iteration_us": end - t["start_us"],
+                    "compute_us": int(t["compute_s"] * 1e6),
+                    "comm_us": t["comm_end_us"] - first,
+                    "lost_values": metrics.get("lost_values", lost_values),
+                    "train_loss": metrics.get("train_loss"),
+                    "test_loss": metrics.get("test_loss"),
+                    "test_accuracy": metrics.get("test_accuracy"),
+                }
+            )
             agent.done = it + 1
             agent.progress()
     finally:

@@ -2,7 +2,7 @@
 definition: `dlcp/wire/layout.py` (LAYOUT) and `dlcp/network/pipeline_names.py` (PIPELINE).
 
     python -m dlcp.codegen            # (re)write every generated file (make gen, dlcp gen)
-    python -m dlcp.codegen --check    # list the stale ones and fail (tests/test_codegen.py does too)
+    python -m dlcp.codegen --check    # list the stale ones and fail (tests/unit/test_codegen.py does too)
 
 Outputs (paths relative to the repository):
 
@@ -52,6 +52,7 @@ def _quoted(s: str) -> str:
 
 # --- P4 ----------------------------------------------------------------------------------------
 
+
 def _p4_header(name: str, fields: tuple[Field, ...], comment: str) -> list[str]:
     out = [f"/* {comment} */", f"header {name} {{"]
     for f in fields:
@@ -64,16 +65,30 @@ def p4_wire(layout: WireLayout = LAYOUT) -> str:
     """The DLCP header types and constants in P4_16."""
     bits = {f.name: f.bits for f in layout.header}
     dscp = bit_shifts(layout.dscp)
-    lines = [_banner("dlcp/wire/layout.py"), "#ifndef DLCP_GENERATED_WIRE_P4", "#define DLCP_GENERATED_WIRE_P4", "",
-             "/* the DLCP data port can be moved at build time: `dlcp build --data-port N` passes",
-             " * -DDLCP_DATA_PORT=N to p4c */",
-             "#ifndef DLCP_DATA_PORT", _define("DLCP_DATA_PORT", layout.data_port), "#endif", "",
-             f"const bit<{bits['ver']}> DLCP_VERSION = {layout.version};"]
-    for part, field, prefix in (("types", "type", "DLCP_TYPE_"), ("phases", "phase", "DLCP_PHASE_"),
-                                ("flags", "flags", "DLCP_FLAG_")):
+    lines = [
+        _banner("dlcp/wire/layout.py"),
+        "#ifndef DLCP_GENERATED_WIRE_P4",
+        "#define DLCP_GENERATED_WIRE_P4",
+        "",
+        "/* the DLCP data port can be moved at build time: `dlcp build --data-port N` passes",
+        " * -DDLCP_DATA_PORT=N to p4c */",
+        "#ifndef DLCP_DATA_PORT",
+        _define("DLCP_DATA_PORT", layout.data_port),
+        "#endif",
+        "",
+        f"const bit<{bits['ver']}> DLCP_VERSION = {layout.version};",
+    ]
+    for part, field, prefix in (
+        ("types", "type", "DLCP_TYPE_"),
+        ("phases", "phase", "DLCP_PHASE_"),
+        ("flags", "flags", "DLCP_FLAG_"),
+    ):
         for c in getattr(layout, part):
-            lines.append(f"const bit<{bits[field]}> {prefix}{c.name} = {c.value:#04x};" if part == "flags"
-                         else f"const bit<{bits[field]}> {prefix}{c.name} = {c.value};")
+            lines.append(
+                f"const bit<{bits[field]}> {prefix}{c.name} = {c.value:#04x};"
+                if part == "flags"
+                else f"const bit<{bits[field]}> {prefix}{c.name} = {c.value};"
+            )
     lines += ["", "/* bit positions of prio and drop_prec in the IPv4 DSCP (for slices dscp[HI:LO]) */"]
     for f in layout.dscp:
         if f.name in ("prio", "drop_prec"):
@@ -81,19 +96,31 @@ def p4_wire(layout: WireLayout = LAYOUT) -> str:
             lines += [_define(f"DSCP_{f.name.upper()}_HI", lo + f.bits - 1), _define(f"DSCP_{f.name.upper()}_LO", lo)]
     lines += ["", "/* ECN codepoints of the IPv4 TOS byte's two low bits */"]
     lines += [f"const bit<{ECN_BITS}> ECN_{c.name} = {c.value};" for c in layout.ecn]
-    lines += ["", _define("DLCP_HEADER_LEN", length(layout.header)),
-              _define("DLCP_TELEMETRY_LEN", length(layout.telemetry)), ""]
+    lines += [
+        "",
+        _define("DLCP_HEADER_LEN", length(layout.header)),
+        _define("DLCP_TELEMETRY_LEN", length(layout.telemetry)),
+        "",
+    ]
     lines += _p4_header("dlcp_t", layout.header, f"{length(layout.header)} bytes, big-endian")
-    lines += _p4_header("dlcp_telemetry_t", layout.telemetry,
-                        f"{length(layout.telemetry)} bytes after the DLCP header when flags.TELEMETRY is set; "
-                        "filled in place by every switch")
+    lines += _p4_header(
+        "dlcp_telemetry_t",
+        layout.telemetry,
+        f"{length(layout.telemetry)} bytes after the DLCP header when flags.TELEMETRY is set; "
+        "filled in place by every switch",
+    )
     return "\n".join(lines + ["#endif", ""])
 
 
 def p4_pipeline(spec: PipelineSpec = PIPELINE) -> str:
     """Sizes, codes and every control-plane name of the pipeline in P4_16."""
-    lines = [_banner("dlcp/network/pipeline_names.py"), "#ifndef DLCP_GENERATED_PIPELINE_P4",
-             "#define DLCP_GENERATED_PIPELINE_P4", "", "/* sizes */"]
+    lines = [
+        _banner("dlcp/network/pipeline_names.py"),
+        "#ifndef DLCP_GENERATED_PIPELINE_P4",
+        "#define DLCP_GENERATED_PIPELINE_P4",
+        "",
+        "/* sizes */",
+    ]
     lines += [f"const bit<32> {n} = {v};" for n, v in _sizes(spec)]
     lines += ["", "/* drop reasons: index of the drops counter */"]
     lines += [f"const bit<32> DROP_{r.upper()} = {i};" for r, i in spec.drop_reasons.items()]
@@ -121,17 +148,26 @@ def p4_pipeline(spec: PipelineSpec = PIPELINE) -> str:
         lines += [_define(f"{a.sym}_{p.name.upper()}_BITS", p.bits) for p in a.params]
     lines += ["", "/* registers and counters: names, widths, sizes */"]
     for r in spec.registers:
-        lines += [_define(f"REGISTER_{r.sym}", _quoted("." + r.name)), _define(f"REGISTER_{r.sym}_BITS", r.bits),
-                  _define(f"REGISTER_{r.sym}_SIZE", r.size)]
+        lines += [
+            _define(f"REGISTER_{r.sym}", _quoted("." + r.name)),
+            _define(f"REGISTER_{r.sym}_BITS", r.bits),
+            _define(f"REGISTER_{r.sym}_SIZE", r.size),
+        ]
     for c in spec.counters:
-        lines += [_define(f"COUNTER_{c.sym}", _quoted("." + c.name)) + f"  /* index: {c.index} */",
-                  _define(f"COUNTER_{c.sym}_SIZE", c.size)]
+        lines += [
+            _define(f"COUNTER_{c.sym}", _quoted("." + c.name)) + f"  /* index: {c.index} */",
+            _define(f"COUNTER_{c.sym}_SIZE", c.size),
+        ]
     return "\n".join(lines + ["", "#endif", ""])
 
 
 def _sizes(spec: PipelineSpec) -> list[tuple[str, int]]:
-    return [("MAX_PORTS", spec.max_ports), ("N_QUEUES", spec.n_queues), ("N_COLORS", spec.n_colors),
-            ("MAX_GROUPS", spec.max_groups)]
+    return [
+        ("MAX_PORTS", spec.max_ports),
+        ("N_QUEUES", spec.n_queues),
+        ("N_COLORS", spec.n_colors),
+        ("MAX_GROUPS", spec.max_groups),
+    ]
 
 
 def _lb_action(spec: PipelineSpec) -> str:
@@ -141,22 +177,36 @@ def _lb_action(spec: PipelineSpec) -> str:
 
 # --- C -----------------------------------------------------------------------------------------
 
+
 def c_header(layout: WireLayout = LAYOUT, spec: PipelineSpec = PIPELINE) -> str:
     """The fast path's view of the wire format and the pipeline."""
     eth, l4 = layout.eth_len, layout.eth_len + layout.ipv4_len
-    lines = [_banner(SOURCES), "#ifndef DLCP_WIRE_H", "#define DLCP_WIRE_H", "",
-             "/* a frame: Ethernet, IPv4 (transport headers only behind a 20-byte header), UDP, DLCP */",
-             _define("ETH_LEN", eth), _define("L4_OFF", l4), _define("DLCP_OFF", l4 + layout.udp_len),
-             _define("DLCP_DATA_PORT", layout.data_port), "",
-             "/* DLCP header: each field's word starts at byte _OFF (_SIZE bytes, big-endian); the field is",
-             " * (word >> _SHIFT) & _MASK */",
-             _define("DLCP_VERSION", layout.version), _define("DLCP_HEADER_LEN", length(layout.header))]
+    lines = [
+        _banner(SOURCES),
+        "#ifndef DLCP_WIRE_H",
+        "#define DLCP_WIRE_H",
+        "",
+        "/* a frame: Ethernet, IPv4 (transport headers only behind a 20-byte header), UDP, DLCP */",
+        _define("ETH_LEN", eth),
+        _define("L4_OFF", l4),
+        _define("DLCP_OFF", l4 + layout.udp_len),
+        _define("DLCP_DATA_PORT", layout.data_port),
+        "",
+        "/* DLCP header: each field's word starts at byte _OFF (_SIZE bytes, big-endian); the field is",
+        " * (word >> _SHIFT) & _MASK */",
+        _define("DLCP_VERSION", layout.version),
+        _define("DLCP_HEADER_LEN", length(layout.header)),
+    ]
     lines += _c_fields("DLCP", layout.header)
     for part, prefix in (("types", "DLCP_TYPE_"), ("phases", "DLCP_PHASE_"), ("flags", "DLCP_FLAG_")):
-        lines += [_define(prefix + c.name, f"{c.value:#04x}" if part == "flags" else c.value)
-                  for c in getattr(layout, part)]
-    lines += ["", "/* telemetry block (after the header when DLCP_FLAG_TELEMETRY is set) and PROBE body */",
-              _define("DLCP_TELEMETRY_LEN", length(layout.telemetry))]
+        lines += [
+            _define(prefix + c.name, f"{c.value:#04x}" if part == "flags" else c.value) for c in getattr(layout, part)
+        ]
+    lines += [
+        "",
+        "/* telemetry block (after the header when DLCP_FLAG_TELEMETRY is set) and PROBE body */",
+        _define("DLCP_TELEMETRY_LEN", length(layout.telemetry)),
+    ]
     lines += _c_fields("DLCP_TEL", layout.telemetry)
     lines += [_define("DLCP_PROBE_LEN", length(layout.probe))]
     lines += _c_fields("DLCP_PROBE", layout.probe)
@@ -191,12 +241,17 @@ def _c_fields(prefix: str, fields: tuple[Field, ...]) -> list[str]:
     out = []
     for s in slots(fields):
         n = f"{prefix}_{s.name.upper()}"
-        out += [_define(f"{n}_OFF", s.offset), _define(f"{n}_SIZE", s.size), _define(f"{n}_SHIFT", s.shift),
-                _define(f"{n}_MASK", f"{s.mask:#x}")]
+        out += [
+            _define(f"{n}_OFF", s.offset),
+            _define(f"{n}_SIZE", s.size),
+            _define(f"{n}_SHIFT", s.shift),
+            _define(f"{n}_MASK", f"{s.mask:#x}"),
+        ]
     return out
 
 
 # --- Markdown ----------------------------------------------------------------------------------
+
 
 def _md_fields(fields: tuple[Field, ...]) -> list[str]:
     out = ["| bytes | bits | field | meaning |", "|---|---|---|---|"]
@@ -216,20 +271,34 @@ def _md_fields(fields: tuple[Field, ...]) -> list[str]:
 def wire_tables_markdown(layout: WireLayout = LAYOUT) -> str:
     """The byte tables of docs/wire-format.md."""
     dscp = bit_shifts(layout.dscp)
-    lines = [DOC_BEGIN, "", f"DLCP header, {length(layout.header)} bytes (version {layout.version}); packed fields "
-             "list their bits within the byte, 7 = most significant:", ""]
+    lines = [
+        DOC_BEGIN,
+        "",
+        f"DLCP header, {length(layout.header)} bytes (version {layout.version}); packed fields "
+        "list their bits within the byte, 7 = most significant:",
+        "",
+    ]
     lines += _md_fields(layout.header)
     lines += ["", f"Telemetry block, {length(layout.telemetry)} bytes:", ""] + _md_fields(layout.telemetry)
     lines += ["", f"PROBE body, {length(layout.probe)} bytes:", ""] + _md_fields(layout.probe)
     lines += ["", "| field | value | name | in records and pcaps |", "|---|---|---|---|"]
     for part, field in (("types", "type"), ("phases", "phase"), ("flags", "flags")):
-        lines += [f"| `{field}` | {c.value:#04x} | {c.name} | {c.label} |" if part == "flags" else
-                  f"| `{field}` | {c.value} | {c.name} | {c.label} |" for c in getattr(layout, part)]
+        lines += [
+            f"| `{field}` | {c.value:#04x} | {c.name} | {c.label} |"
+            if part == "flags"
+            else f"| `{field}` | {c.value} | {c.name} | {c.label} |"
+            for c in getattr(layout, part)
+        ]
     terms = " | ".join(f"({f.name} << {dscp[f.name]})" for f in layout.dscp if f.name != "zero")
     ecn = ", ".join(f"{c.label} {c.value}" for c in layout.ecn)
-    lines += ["", f"IPv4 DSCP of a DLCP packet: `{terms}` (TOS = DSCP << 2; the ECN bits: {ecn}). UDP destination port "
-              f"{layout.data_port}; payload at most {layout.max_payload_bytes} bytes of little-endian "
-              f"{8 * layout.value_bytes}-bit floats.", "", DOC_END]
+    lines += [
+        "",
+        f"IPv4 DSCP of a DLCP packet: `{terms}` (TOS = DSCP << 2; the ECN bits: {ecn}). UDP destination port "
+        f"{layout.data_port}; payload at most {layout.max_payload_bytes} bytes of little-endian "
+        f"{8 * layout.value_bytes}-bit floats.",
+        "",
+        DOC_END,
+    ]
     return "\n".join(lines)
 
 
@@ -242,12 +311,17 @@ def _with_doc_tables(text: str, tables: str, path: str) -> str:
 
 # --- files -------------------------------------------------------------------------------------
 
+
 def outputs(layout: WireLayout = LAYOUT, spec: PipelineSpec = PIPELINE, root: Path = ROOT) -> dict[str, str]:
     """Every generated file's text, by path relative to `root` (the doc keeps its hand-written
     prose around the generated tables)."""
     doc = root / WIRE_DOC
-    return {P4_WIRE: p4_wire(layout), P4_PIPELINE: p4_pipeline(spec), C_HEADER: c_header(layout, spec),
-            WIRE_DOC: _with_doc_tables(doc.read_text(), wire_tables_markdown(layout), WIRE_DOC)}
+    return {
+        P4_WIRE: p4_wire(layout),
+        P4_PIPELINE: p4_pipeline(spec),
+        C_HEADER: c_header(layout, spec),
+        WIRE_DOC: _with_doc_tables(doc.read_text(), wire_tables_markdown(layout), WIRE_DOC),
+    }
 
 
 def stale(root: Path = ROOT, layout: WireLayout = LAYOUT, spec: PipelineSpec = PIPELINE) -> list[str]:

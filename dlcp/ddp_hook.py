@@ -68,11 +68,30 @@ class DlcpHookState:
     `budget_violations` (buckets over `loss_budget`).
     """
 
-    __slots__ = ("transport", "fill", "tagging", "loss_budget", "n_layers", "iteration", "exchanged_values",
-                 "filled_values", "budget_violations", "_layer_of", "_layouts", "_previous", "_executor")
+    __slots__ = (
+        "_executor",
+        "_layer_of",
+        "_layouts",
+        "_previous",
+        "budget_violations",
+        "exchanged_values",
+        "fill",
+        "filled_values",
+        "iteration",
+        "loss_budget",
+        "n_layers",
+        "tagging",
+        "transport",
+    )
 
-    def __init__(self, model: torch.nn.Module, transport=None, fill: str = "rescale",
-                 tagging: TaggingConfig = TaggingConfig(policy="dlcp"), loss_budget: float | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        transport=None,
+        fill: str = "rescale",
+        tagging: TaggingConfig = TaggingConfig(policy="dlcp"),
+        loss_budget: float | None = None,
+    ):
         module = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
         layers = parameter_layers(module)
         self.fill = check_fill(fill)
@@ -99,7 +118,9 @@ class DlcpHookState:
             starts, ids, offset = [], [], 0
             for p in params:
                 if id(p) not in self._layer_of:
-                    raise ValueError("dlcp_hook: a bucket holds a parameter that is not in the model given to DlcpHookState")
+                    raise ValueError(
+                        "dlcp_hook: a bucket holds a parameter that is not in the model given to DlcpHookState"
+                    )
                 layer = self._layer_of[id(p)]
                 if not ids or ids[-1] != layer:
                     starts.append(offset)
@@ -124,8 +145,13 @@ class DlcpHookState:
         self.filled_values += filled
         if self.loss_budget is not None and filled > self.loss_budget * values.size:
             self.budget_violations += 1
-            logger.warning("dlcp_hook: bucket %d of iteration %d: %.2f %% of values filled, budget %.2f %%",
-                           index, iteration, 100.0 * filled / values.size, 100.0 * self.loss_budget)
+            logger.warning(
+                "dlcp_hook: bucket %d of iteration %d: %.2f %% of values filled, budget %.2f %%",
+                index,
+                iteration,
+                100.0 * filled / values.size,
+                100.0 * self.loss_budget,
+            )
         return avg.view_as(buffer)
 
     def close(self) -> None:
@@ -148,7 +174,7 @@ def dlcp_hook(state: DlcpHookState, bucket: dist.GradBucket) -> torch.futures.Fu
     def run():
         try:
             fut.set_result(state._reduce(iteration, index, signature, starts, ids, buffer))
-        except BaseException as e:  # DDP re-raises it in backward
+        except BaseException as e:  # noqa: BLE001 (DDP re-raises it in backward)
             logger.error("dlcp_hook: bucket %d of iteration %d failed: %s", index, iteration, e)
             fut.set_exception(e)
 

@@ -16,17 +16,56 @@ from pathlib import Path
 import numpy as np
 
 MESSAGE_COLUMNS = (
-    "host", "rank", "side", "peer", "iter", "msg_id", "phase", "step", "layer_first", "layer_last",
-    "prio", "bytes", "pkts", "lost_pkts", "retx_pkts", "rounds", "forced", "protected_lost",
-    "start_us", "first_byte_us", "complete_us", "mct_us",
+    "host",
+    "rank",
+    "side",
+    "peer",
+    "iter",
+    "msg_id",
+    "phase",
+    "step",
+    "layer_first",
+    "layer_last",
+    "prio",
+    "bytes",
+    "pkts",
+    "lost_pkts",
+    "retx_pkts",
+    "rounds",
+    "forced",
+    "protected_lost",
+    "start_us",
+    "first_byte_us",
+    "complete_us",
+    "mct_us",
 )
 ITERATION_COLUMNS = (
-    "host", "rank", "iter", "start_us", "end_us", "iteration_us", "compute_us", "comm_us",
-    "lost_values", "train_loss", "test_loss", "test_accuracy",
+    "host",
+    "rank",
+    "iter",
+    "start_us",
+    "end_us",
+    "iteration_us",
+    "compute_us",
+    "comm_us",
+    "lost_values",
+    "train_loss",
+    "test_loss",
+    "test_accuracy",
 )
 PACKET_COLUMNS = (
-    "side", "src_rank", "dst_rank", "phase", "iter", "msg_id", "seq", "prio", "drop_prec",
-    "send_us", "recv_us", "retx",
+    "side",
+    "src_rank",
+    "dst_rank",
+    "phase",
+    "iter",
+    "msg_id",
+    "seq",
+    "prio",
+    "drop_prec",
+    "send_us",
+    "recv_us",
+    "retx",
 )
 RESYNC_COLUMNS = ("host", "rank", "iter", "drift_l2", "drift_max", "param_l2")
 
@@ -53,17 +92,20 @@ def _cell(v):
 
 def write_rows(path: Path, columns, rows: list[dict]) -> None:
     """CSV with a header row; missing keys and None become empty cells."""
+
     def write(f):
         w = csv.writer(f)
         w.writerow(columns)
         for r in rows:
             w.writerow([_cell(r.get(c)) for c in columns])
+
     _replace(Path(path), write)
 
 
 def write_packet_arrays(path: Path, chunks: list[dict]) -> None:
     """Per-packet records: `chunks` are dicts of equal-length numpy arrays (one per message and
     side); `send_us` / `recv_us` entries < 0 become empty cells."""
+
     def write(f):
         w = csv.writer(f)
         w.writerow(PACKET_COLUMNS)
@@ -80,6 +122,7 @@ def write_packet_arrays(path: Path, chunks: list[dict]) -> None:
                 else:
                     cols.append([v] * n)
             w.writerows(zip(*cols))
+
     _replace(Path(path), write)
 
 

@@ -43,6 +43,7 @@ class BadValue(ConfigError):
 @dataclass(frozen=True)
 class Named:
     """Annotated metadata: what the values of a bounded type are called, for error messages."""
+
     noun: str
 
 
@@ -69,8 +70,8 @@ class Settings(BaseModel):
     """Strict (TOML's true is not 1, "1%" is not a number), unknown keys rejected, immutable,
     defaults checked like values. `section` prefixes the keys in errors of a direct construction
     (`TransportConfig(loss_budget=2)` -> `dlcp.loss_budget: ...`)."""
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=True,
-                              allow_inf_nan=False)
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
     section: ClassVar[str] = ""
 
     def __init__(self, /, **data: Any):
@@ -116,8 +117,16 @@ def check_argument(name: str, ann, value, section: str = ""):
 
 # --- one line per validation error ---------------------------------------------------------------
 
-TYPE_NOUNS = {"int_type": "integer", "int_parsing": "integer", "float_type": "number", "float_parsing": "number",
-              "bool_type": "boolean", "bool_parsing": "boolean", "string_type": "string", "list_type": "list"}
+TYPE_NOUNS = {
+    "int_type": "integer",
+    "int_parsing": "integer",
+    "float_type": "number",
+    "float_parsing": "number",
+    "bool_type": "boolean",
+    "bool_parsing": "boolean",
+    "string_type": "string",
+    "list_type": "list",
+}
 TABLE_ERRORS = ("dict_type", "model_type", "model_attributes_type")
 
 
@@ -273,6 +282,7 @@ def _config_error(error: ValidationError, root: type[Settings]) -> ConfigError:
 
 # --- reference documentation -----------------------------------------------------------------------
 
+
 def type_name(ann) -> str:
     ann, _ = unwrap(ann)
     if get_origin(ann) is Literal:
@@ -281,12 +291,18 @@ def type_name(ann) -> str:
         return f"list of {type_name(get_args(ann)[0])}"
     if get_origin(ann) is dict:
         return f"table of {type_name(get_args(ann)[1])}"
-    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(ann, getattr(ann, "__name__", str(ann)))
+    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(
+        ann, getattr(ann, "__name__", str(ann))
+    )
 
 
 def _limits(meta: list) -> str:
-    lo = [f">= {_num(m.ge)}" for m in meta if isinstance(m, Ge)] + [f"> {_num(m.gt)}" for m in meta if isinstance(m, Gt)]
-    hi = [f"<= {_num(m.le)}" for m in meta if isinstance(m, Le)] + [f"< {_num(m.lt)}" for m in meta if isinstance(m, Lt)]
+    lo = [f">= {_num(m.ge)}" for m in meta if isinstance(m, Ge)] + [
+        f"> {_num(m.gt)}" for m in meta if isinstance(m, Gt)
+    ]
+    hi = [f"<= {_num(m.le)}" for m in meta if isinstance(m, Le)] + [
+        f"< {_num(m.lt)}" for m in meta if isinstance(m, Lt)
+    ]
     ge, le = _bounds(meta)
     if ge is not None and le is not None:
         return f"{_num(ge)}..{_num(le)}"
@@ -307,11 +323,18 @@ def reference_rows(model: type[BaseModel], prefix: str, show_value, note: str = 
             disc, _ = variant_tag(variants[0])
             tags = [variant_tag(v)[1][0] for v in variants]
             default = f.get_default(call_default_factory=True)
-            rows.append((f"{key}.{disc}", "string", f"`{show_value(getattr(default, disc))}`",
-                         "; ".join(x for x in (f.description, " / ".join(f"`{t}`" for t in tags)) if x)))
+            rows.append(
+                (
+                    f"{key}.{disc}",
+                    "string",
+                    f"`{show_value(getattr(default, disc))}`",
+                    "; ".join(x for x in (f.description, " / ".join(f"`{t}`" for t in tags)) if x),
+                )
+            )
             for v, tag in zip(variants, tags):
-                rows += [r for r in reference_rows(v, f"{key}.", show_value, note=f"{tag}: ")
-                         if r[0] != f"{key}.{disc}"]
+                rows += [
+                    r for r in reference_rows(v, f"{key}.", show_value, note=f"{tag}: ") if r[0] != f"{key}.{disc}"
+                ]
             continue
         if is_model(ann):
             rows += reference_rows(ann, f"{key}.", show_value)

@@ -8,26 +8,31 @@ from collections.abc import Callable
 
 def _tagging(argv):
     from dlcp.wire.tagging_bench import bench_tagging
+
     return bench_tagging(argv)
 
 
 def _switch(argv):
     from emulation.benches.switch import bench_switch
+
     return bench_switch(argv)
 
 
 def _transport(argv):
     from emulation.benches.transport import main
+
     return main(argv)
 
 
 def _incast(argv):
     from emulation.benches.incast import main
+
     return main(argv)
 
 
 def _accuracy(argv):
     from dlcp.comm.accuracy_bench import bench_accuracy
+
     return bench_accuracy(argv)
 
 
@@ -39,15 +44,30 @@ def _schedulers(argv):
 
     from dlcp.comm.bench import parser, print_timeline, timeline_result
     from dlcp.tables import format_table
+
     ap = parser()
-    ap.add_argument("--emulated-repeats", type=int, default=0, metavar="N",
-                    help="also run the schedulers through Mininet N times each (root; hold the netns lock)")
+    ap.add_argument(
+        "--emulated-repeats",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run the schedulers through Mininet N times each (root; hold the netns lock)",
+    )
     ap.add_argument("--emulated-config", default="experiments/schedulers-allreduce.toml")
-    ap.add_argument("--emulated-vary", default="comm.scheduler=wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear",
-                    metavar="KEY=V1,V2,...", help="the key the emulated runs compare; the first value is the baseline")
+    ap.add_argument(
+        "--emulated-vary",
+        default="comm.scheduler=wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear",
+        metavar="KEY=V1,V2,...",
+        help="the key the emulated runs compare; the first value is the baseline",
+    )
     ap.add_argument("--emulated-iterations", type=int, default=20)
-    ap.add_argument("--emulated-set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a key of the emulated experiment (repeatable)")
+    ap.add_argument(
+        "--emulated-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the emulated experiment (repeatable)",
+    )
     ap.add_argument("--out", default="results/bench-schedulers", help="where the emulated runs go")
     args = ap.parse_args(argv)
     key, _, values = args.emulated_vary.partition("=")
@@ -58,19 +78,38 @@ def _schedulers(argv):
         raise SystemExit("dlcp bench schedulers: --emulated-repeats needs root (Mininet)")
     t0 = time.perf_counter()
     try:
-        result = timeline_result(args.profiles, args.workers, args.rate_gbps, args.latency_s, args.collective_profile,
-                                 args.topologies, args.fabric_gbps, args.kary, args.group)
+        result = timeline_result(
+            args.profiles,
+            args.workers,
+            args.rate_gbps,
+            args.latency_s,
+            args.collective_profile,
+            args.topologies,
+            args.fabric_gbps,
+            args.kary,
+            args.group,
+        )
     except ValueError as e:
-        raise SystemExit(f"dlcp bench schedulers: {e}")
+        raise SystemExit(f"dlcp bench schedulers: {e}") from None
     result["seconds"] = round(time.perf_counter() - t0, 2)
     print_timeline(result)
     if args.emulated_repeats:
         from emulation.benches.schedulers import emulated
-        em = emulated(args.emulated_config, key.strip(), values, args.emulated_repeats, args.emulated_iterations,
-                      Path(args.out) / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), overrides=args.emulated_set)
+
+        em = emulated(
+            args.emulated_config,
+            key.strip(),
+            values,
+            args.emulated_repeats,
+            args.emulated_iterations,
+            Path(args.out) / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+            overrides=args.emulated_set,
+        )
         result["emulated"] = em
-        print(f"\nemulated: {em['config']}, {em['repeats']} repeats x {em['iterations']} iterations; median over "
-              f"repeats of each run's median iteration (slowest worker); ratio to {em['baseline']} with a 95 % interval")
+        print(
+            f"\nemulated: {em['config']}, {em['repeats']} repeats x {em['iterations']} iterations; median over "
+            f"repeats of each run's median iteration (slowest worker); ratio to {em['baseline']} with a 95 % interval"
+        )
         print(format_table([{k: v for k, v in r.items() if k != "per_repeat_ms"} for r in em["rows"]]))
     if args.json:
         print(json.dumps(result))
@@ -79,11 +118,13 @@ def _schedulers(argv):
 
 def _bmv2(argv):
     from emulation.bmv2.bench import bench_bmv2
+
     return bench_bmv2(argv)
 
 
 def _sim(argv):
     from simulation.ns3.bench import bench_sim
+
     return bench_sim(argv)
 
 

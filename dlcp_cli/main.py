@@ -19,6 +19,7 @@ from dlcp_cli.benches import BENCHES, run_bench
 
 def _run(args: argparse.Namespace) -> int:
     from dlcp.experiment import config as configmod
+
     try:
         backend = configmod.load(args.config, args.set or [])["backend"]
     except configmod.ConfigError as e:
@@ -26,33 +27,40 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if backend == "ns3":
         from simulation.ns3 import runner as sim_runner
+
         return sim_runner.main(args)
     from emulation import runner
+
     return runner.main(args)
 
 
 def _sweep(argv: list[str]) -> int:
     from dlcp_cli import sweep
+
     return sweep.main(argv)
 
 
 def _clean(args: argparse.Namespace) -> int:
     from emulation import clean
+
     return clean.main(args)
 
 
 def _schedule(argv: list[str]) -> int:
     from dlcp_cli.schedule_cmd import main as schedule_main
+
     return schedule_main(argv)
 
 
 def _build(args: argparse.Namespace) -> int:
     from emulation.bmv2 import build
+
     return build.main(args)
 
 
 def _gen(args: argparse.Namespace) -> int:
     from dlcp import codegen
+
     return codegen.main(["--check"] if args.check else [])
 
 
@@ -61,32 +69,60 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"dlcp {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    r = sub.add_parser("run", help="run an experiment on an emulated network (root)",
-                       description="Run an experiment config (TOML) on Mininet; results go to "
-                                   "results/<UTC time>-<name>/<variant>/.")
+    r = sub.add_parser(
+        "run",
+        help="run an experiment on an emulated network (root)",
+        description="Run an experiment config (TOML) on Mininet; results go to results/<UTC time>-<name>/<variant>/.",
+    )
     r.add_argument("config", help="experiment file, e.g. experiments/ps-incast.toml")
-    r.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)")
-    r.add_argument("--policies", metavar="P1,P2",
-                   help="run one variant per tagging policy, back to back on the same topology and seed "
-                        "(= --vary dlcp.policy=P1,P2)")
-    r.add_argument("--vary", action="append", metavar="KEY=V1,V2",
-                   help="run one variant per value of any config key, e.g. --vary comm.scheduler=wfbp,dear "
-                        "(repeatable: every combination)")
-    r.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="run the variants N times as interleaved pairs a1 b1 a2 b2 ... (a new seed per pair, "
-                        "the same within a pair) and compare them with 95%% confidence intervals")
+    r.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set dlcp.policy=fifo (repeatable)",
+    )
+    r.add_argument(
+        "--policies",
+        metavar="P1,P2",
+        help="run one variant per tagging policy, back to back on the same topology and seed "
+        "(= --vary dlcp.policy=P1,P2)",
+    )
+    r.add_argument(
+        "--vary",
+        action="append",
+        metavar="KEY=V1,V2",
+        help="run one variant per value of any config key, e.g. --vary comm.scheduler=wfbp,dear "
+        "(repeatable: every combination)",
+    )
+    r.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the variants N times as interleaved pairs a1 b1 a2 b2 ... (a new seed per pair, "
+        "the same within a pair) and compare them with 95%% confidence intervals",
+    )
     r.add_argument("--out", metavar="DIR", help="results root (default: output.dir of the config)")
-    r.add_argument("--name", help="name of the run directory (default: the keys of --set, e.g. "
-                                  "load_balancing=per_flow, else the policy); with --policies/--vary: <variant>+NAME")
+    r.add_argument(
+        "--name",
+        help="name of the run directory (default: the keys of --set, e.g. "
+        "load_balancing=per_flow, else the policy); with --policies/--vary: <variant>+NAME",
+    )
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
-    r.add_argument("--run-dir", metavar="DIR",
-                   help="write the (single-variant) run exactly into DIR instead of OUT/<UTC time>-NAME/run "
-                        "(what dlcp sweep uses, so points land in known places)")
+    r.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="write the (single-variant) run exactly into DIR instead of OUT/<UTC time>-NAME/run "
+        "(what dlcp sweep uses, so points land in known places)",
+    )
     r.set_defaults(func=_run)
 
-    sw = sub.add_parser("sweep", help="run an experiment over a grid of config values, points in parallel",
-                        description="See `dlcp sweep --help`.", add_help=False)
+    sw = sub.add_parser(
+        "sweep",
+        help="run an experiment over a grid of config values, points in parallel",
+        description="See `dlcp sweep --help`.",
+        add_help=False,
+    )
     sw.add_argument("sweep_args", nargs=argparse.REMAINDER)
     sw.set_defaults(func=lambda a: _sweep(a.sweep_args))
 
@@ -95,49 +131,75 @@ def build_parser() -> argparse.ArgumentParser:
 
     bd = sub.add_parser("build", help="compile p4/dlcp.p4 for bmv2 with p4c (into build/p4/)")
     bd.add_argument("--out", help="output directory (default: build/p4 in the repository)")
-    bd.add_argument("--data-port", type=int, default=DATA_PORT,
-                    help=f"UDP destination port parsed as DLCP (default: {DATA_PORT})")
+    bd.add_argument(
+        "--data-port", type=int, default=DATA_PORT, help=f"UDP destination port parsed as DLCP (default: {DATA_PORT})"
+    )
     bd.set_defaults(func=_build)
 
-    g = sub.add_parser("gen", help="write the P4, C and doc views of the wire format and switch names",
-                       description="Regenerate p4/include/generated/*.p4, emulation/refswitch/dlcp_wire.h and the "
-                                   "tables of docs/wire-format.md from dlcp/wire/layout.py and "
-                                   "dlcp/network/pipeline_names.py (docs/wire-format.md).")
+    g = sub.add_parser(
+        "gen",
+        help="write the P4, C and doc views of the wire format and switch names",
+        description="Regenerate p4/include/generated/*.p4, emulation/refswitch/dlcp_wire.h and the "
+        "tables of docs/wire-format.md from dlcp/wire/layout.py and "
+        "dlcp/network/pipeline_names.py (docs/wire-format.md).",
+    )
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 if a generated file is stale")
     g.set_defaults(func=_gen)
 
-    b = sub.add_parser("bench", help="run a benchmark and print its figures",
-                       description="Benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()))
+    b = sub.add_parser(
+        "bench",
+        help="run a benchmark and print its figures",
+        description="Benchmarks: " + "; ".join(f"{k}: {v[1]}" for k, v in BENCHES.items()),
+    )
     b.add_argument("name", choices=sorted(BENCHES))
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="options of the benchmark (--help)")
     b.set_defaults(func=lambda a: run_bench(a.name, a.bench_args))
 
-    sc = sub.add_parser("schedule", help="a scheduler's or a collective's plan (--json: last line)",
-                        description="The plan of a communication scheduler on a profile, or of a collective on a "
-                                    "topology: dlcp schedule --help")
+    sc = sub.add_parser(
+        "schedule",
+        help="a scheduler's or a collective's plan (--json: last line)",
+        description="The plan of a communication scheduler on a profile, or of a collective on a "
+        "topology: dlcp schedule --help",
+    )
     sc.add_argument("schedule_args", nargs=argparse.REMAINDER, help="options (dlcp schedule --help)")
     sc.set_defaults(func=lambda a: _schedule(a.schedule_args))
 
-    r = sub.add_parser("report", help="summarise a run: summary.json, report.md, report.html, plots/",
-                       description="Tail-latency report of one run directory (docs/reports.md).")
+    r = sub.add_parser(
+        "report",
+        help="summarise a run: summary.json, report.md, report.html, plots/",
+        description="Tail-latency report of one run directory (docs/reports.md).",
+    )
     r.add_argument("run_dir", help="a run directory, e.g. results/<time>-NAME/dlcp")
     r.add_argument("--out", help="write the report here instead of into the run directory")
     r.set_defaults(func=report_cmds.cmd_report)
 
     profile_cmd.add_parser(sub)
 
-    c = sub.add_parser("compare", help="compare runs against the first (baseline): compare.md/.html/.json",
-                       description="Side-by-side metrics of runs with ratios against the first run; or, given "
-                                   "results directories of `dlcp run --repeat` (one or several, pooled), their "
-                                   "variants over all their pairs with 95%% confidence intervals.")
-    c.add_argument("run_dirs", nargs="+", metavar="DIR",
-                   help="run directories (the first is the baseline), repeat groups (results/T-NAME/VARIANT), "
-                        "or results directories of repeated runs (results/T-NAME) to pool")
-    c.add_argument("--out", help="output directory (default: the runs' common parent directory if they "
-                                 "share one, else the current directory; several pooled results directories: "
-                                 "pooled-FIRST+N beside them)")
-    c.add_argument("--baseline", metavar="VARIANT",
-                   help="with results directories: the baseline variant (default: the one their compare.json names)")
+    c = sub.add_parser(
+        "compare",
+        help="compare runs against the first (baseline): compare.md/.html/.json",
+        description="Side-by-side metrics of runs with ratios against the first run; or, given "
+        "results directories of `dlcp run --repeat` (one or several, pooled), their "
+        "variants over all their pairs with 95%% confidence intervals.",
+    )
+    c.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="DIR",
+        help="run directories (the first is the baseline), repeat groups (results/T-NAME/VARIANT), "
+        "or results directories of repeated runs (results/T-NAME) to pool",
+    )
+    c.add_argument(
+        "--out",
+        help="output directory (default: the runs' common parent directory if they "
+        "share one, else the current directory; several pooled results directories: "
+        "pooled-FIRST+N beside them)",
+    )
+    c.add_argument(
+        "--baseline",
+        metavar="VARIANT",
+        help="with results directories: the baseline variant (default: the one their compare.json names)",
+    )
     c.set_defaults(func=report_cmds.cmd_compare)
     return ap
 

@@ -12,9 +12,12 @@ MODELS = ("mlp", "cnn", "resnet")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("profile", help="measure a model's per-layer compute times into a profile JSON",
-                       description="Measure one of our torch models layer by layer, in isolation (one process, "
-                                   "no network), and write a profile usable as workload.profile.")
+    p = sub.add_parser(
+        "profile",
+        help="measure a model's per-layer compute times into a profile JSON",
+        description="Measure one of our torch models layer by layer, in isolation (one process, "
+        "no network), and write a profile usable as workload.profile.",
+    )
     p.add_argument("model", choices=MODELS)
     p.add_argument("--dataset", default="digits", choices=("digits", "synthetic"))
     p.add_argument("--batch-size", type=int, default=32, help="per-worker batch (default 32)")
@@ -28,6 +31,7 @@ def add_parser(sub) -> None:
 def cmd_profile(args: argparse.Namespace) -> int:
     from dlcp.workloads.profile import profile_from_dict
     from dlcp.workloads.trainer.profiler import measure_profile
+
     try:
         data = measure_profile(args.model, args.dataset, args.batch_size, args.repeats, args.warmup, args.threads)
     except ValueError as e:
@@ -41,7 +45,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"dlcp profile: cannot write {out}: {e.strerror or e}", file=sys.stderr)
         return 1
     fwd, bwd = sum(data["forward_s"]), sum(data["backward_s"])
-    print(f"{data['model']}: {data['tensors']} tensors, {data['parameters']:,} parameters; forward "
-          f"{fwd * 1e3:.3g} ms + backward {bwd * 1e3:.3g} ms per step")
+    print(
+        f"{data['model']}: {data['tensors']} tensors, {data['parameters']:,} parameters; forward "
+        f"{fwd * 1e3:.3g} ms + backward {bwd * 1e3:.3g} ms per step"
+    )
     print(f"profile: {out}")
     return 0

@@ -14,6 +14,7 @@ import sys
 def cmd_report(args: argparse.Namespace) -> int:
     from dlcp.reporting.load import NotARunDirectory
     from dlcp.reporting.runreport import headline_lines, protected_warning, report_run
+
     run_dir = pathlib.Path(args.run_dir)
     out = pathlib.Path(args.out) if args.out else run_dir
     try:
@@ -22,8 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"dlcp report: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        print(f"dlcp report: cannot write the report into {out}: {e.strerror or e} (use --out DIR)",
-              file=sys.stderr)
+        print(f"dlcp report: cannot write the report into {out}: {e.strerror or e} (use --out DIR)", file=sys.stderr)
         return 1
     print(f"{summary['run']['name']} (policy {summary['run']['policy'] or 'unknown'})")
     for line in headline_lines(summary):
@@ -40,6 +40,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from dlcp.reporting.compare import compare_runs
     from dlcp.reporting.load import ReportInputError
+
     try:
         path = compare_runs(args.run_dirs, args.out, echo=True, baseline=args.baseline)
     except ReportInputError as e:  # NotARunDirectory too; any other ValueError is a bug: its traceback stays

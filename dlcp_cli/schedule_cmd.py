@@ -40,8 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--beta", type=float, help="all-reduce seconds per byte")
     ap.add_argument("--rate-gbps", type=float, help="instead of alpha/beta: link rate (ring all-reduce)")
     ap.add_argument("--latency-s", type=float, default=30e-6, help="with --rate-gbps: per step (default 30 us)")
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="a scheduler option, e.g. credit_bytes=8000000 (repeatable)")
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a scheduler option, e.g. credit_bytes=8000000 (repeatable)",
+    )
     ap.add_argument("--collective", choices=("ring", "multitree", "dssync"), help="a collective's plan")
     ap.add_argument("--topology", help='e.g. "torus:4x4", "mesh:4x4", "leaf_spine:2x2x4", "star:8"')
     ap.add_argument("--fabric-mbps", type=float, default=50.0, help="switch-to-switch rate (default 50)")
@@ -73,8 +78,11 @@ def _cost(args, spec) -> CostModel:
     if args.rate_gbps is not None:
         return CostModel.from_link(args.rate_gbps * 1e9, args.latency_s, args.workers)
     if args.collective and spec is not None:
-        plan = multitree_plan(args.workers, spec, args.kary, args.paths) if args.collective == "multitree" \
+        plan = (
+            multitree_plan(args.workers, spec, args.kary, args.paths)
+            if args.collective == "multitree"
             else ring_plan(args.workers, spec)
+        )
         return collective_cost(plan.schedule(0), spec, args.latency_s, args.fabric_mbps)
     raise ValueError("give --alpha and --beta, or --rate-gbps (or --collective with --topology)")
 
@@ -111,13 +119,17 @@ def collective_plan(args) -> dict:
 def summary(plan: dict) -> list[str]:
     if "scheduler" in plan:
         ops = plan["send_order"]
-        return [f"{plan['scheduler']} on {plan['profile']} with {plan['workers']} workers: "
-                f"{len(plan.get('groups', []))} groups, {len(ops)} operations per iteration",
-                f"predicted iteration {plan['predicted_iteration_s'] * 1e3:.2f} ms "
-                f"(compute {plan['compute_s'] * 1e3:.2f} ms)"]
+        return [
+            f"{plan['scheduler']} on {plan['profile']} with {plan['workers']} workers: "
+            f"{len(plan.get('groups', []))} groups, {len(ops)} operations per iteration",
+            f"predicted iteration {plan['predicted_iteration_s'] * 1e3:.2f} ms "
+            f"(compute {plan['compute_s'] * 1e3:.2f} ms)",
+        ]
     if plan["collective"] == "dssync":
-        return [f"dssync: {plan['workers']} workers in groups of {plan['group']}: exact average after "
-                f"{plan['rounds_to_average']} iterations; {plan['steps_per_phase']} steps per phase"]
+        return [
+            f"dssync: {plan['workers']} workers in groups of {plan['group']}: exact average after "
+            f"{plan['rounds_to_average']} iterations; {plan['steps_per_phase']} steps per phase"
+        ]
     where = plan.get("topology", "")
     lines = [f"{plan['collective']} on {where}: {plan['steps_per_phase']} steps per phase"]
     if plan["collective"] == "multitree":

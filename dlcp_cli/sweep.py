@@ -36,11 +36,17 @@ from pathlib import Path
 
 from dlcp.experiment import config as configmod
 
-ALIASES = {"workers": "workload.workers", "policy": "dlcp.policy", "scheduler": "dlcp.scheduler",
-           "mode": "workload.mode"}
+ALIASES = {
+    "workers": "workload.workers",
+    "policy": "dlcp.policy",
+    "scheduler": "dlcp.scheduler",
+    "mode": "workload.mode",
+}
 PARALLEL_BACKENDS = {"ns3"}  # backends whose runs share nothing on one machine
-SERIAL_NOTE = ("dlcp sweep: backend {backend} runs points one at a time (Mininet runs on one machine collide "
-               "on interface names and clean-up); use backend ns3 for parallel points")
+SERIAL_NOTE = (
+    "dlcp sweep: backend {backend} runs points one at a time (Mininet runs on one machine collide "
+    "on interface names and clean-up); use backend ns3 for parallel points"
+)
 
 
 class SweepError(ValueError):
@@ -139,8 +145,14 @@ def run_points(cmds: list[tuple[Point, list[str], Path]], jobs: int, log_dir: Pa
             point, cmd, _run_dir = todo.pop(0)
             log = open(log_dir / f"{point.name}.log", "wb")  # noqa: SIM115 (closed when the process ends)
             print(f"dlcp sweep: start {point.name}", file=sys.stderr, flush=True)
-            running.append((point, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                    stdin=subprocess.DEVNULL), time.monotonic(), log))
+            running.append(
+                (
+                    point,
+                    subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
+                    time.monotonic(),
+                    log,
+                )
+            )
         time.sleep(0.2)
         for item in list(running):
             point, proc, t0, log = item
@@ -149,10 +161,19 @@ def run_points(cmds: list[tuple[Point, list[str], Path]], jobs: int, log_dir: Pa
                 continue
             log.close()
             running.remove(item)
-            status[point.name] = {"index": point.index, "values": dict(point.values), "returncode": rc,
-                                  "wall_s": round(time.monotonic() - t0, 3), "log": str(Path(log.name))}
-            print(f"dlcp sweep: {'done' if rc == 0 else f'FAILED ({rc})'} {point.name} "
-                  f"({status[point.name]['wall_s']:.1f} s)", file=sys.stderr, flush=True)
+            status[point.name] = {
+                "index": point.index,
+                "values": dict(point.values),
+                "returncode": rc,
+                "wall_s": round(time.monotonic() - t0, 3),
+                "log": str(Path(log.name)),
+            }
+            print(
+                f"dlcp sweep: {'done' if rc == 0 else f'FAILED ({rc})'} {point.name} "
+                f"({status[point.name]['wall_s']:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     return status
 
 
@@ -166,8 +187,12 @@ def summary_rows(out: Path) -> list[dict]:
             meta = json.loads(meta_path.read_text())
         except (OSError, ValueError):
             meta = {}
-        row = {"point": point.name, "status": meta.get("status", "?"), "backend": meta.get("backend"),
-               "wall_s": meta.get("wall_s")}
+        row = {
+            "point": point.name,
+            "status": meta.get("status", "?"),
+            "backend": meta.get("backend"),
+            "wall_s": meta.get("wall_s"),
+        }
         try:
             head = json.loads((point / "summary.json").read_text())["headline"]
             row["mct_p99_us"] = head.get("mct_p99_us")
@@ -198,8 +223,13 @@ def _cell(v) -> str:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp sweep", description=__doc__.splitlines()[0])
     ap.add_argument("config", nargs="?", help="experiment file")
-    ap.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                    help="a grid dimension (repeatable); short keys: " + ", ".join(ALIASES))
+    ap.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a grid dimension (repeatable); short keys: " + ", ".join(ALIASES),
+    )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points at once (simulator only)")
     ap.add_argument("--shard", metavar="I/N", help="run only shard I of N (points I, I+N, ...)")
@@ -240,13 +270,21 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cmds = [(p, run_command(args.config, args.set, p, out / p.name), out / p.name) for p in pts]
     status = run_points(cmds, jobs, out / "logs")
-    index = {"config": args.config, "set": args.set, "grid": args.grid, "shard": list(shard),
-             "jobs": jobs, "points": status}
+    index = {
+        "config": args.config,
+        "set": args.set,
+        "grid": args.grid,
+        "shard": list(shard),
+        "jobs": jobs,
+        "points": status,
+    }
     (out / f"shard-{shard[0]}-of-{shard[1]}.json").write_text(json.dumps(index, indent=1) + "\n")
     print_summary([r for r in summary_rows(out) if r["point"] in status])
     failed = [n for n, s in status.items() if s["returncode"]]
     if failed:
-        print(f"dlcp sweep: {len(failed)} of {len(status)} points failed: {', '.join(failed)} "
-              f"(logs in {out / 'logs'})", file=sys.stderr)
+        print(
+            f"dlcp sweep: {len(failed)} of {len(status)} points failed: {', '.join(failed)} (logs in {out / 'logs'})",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -62,19 +62,30 @@ def clean(verbose: bool = True, keep: frozenset[int] = frozenset()) -> dict:
     links = [] if running else _our_links()
     for name in links:
         subprocess.run(["ip", "link", "del", name], capture_output=True)
-    summary = {"processes": [f"{p['role']} {p['name']} (pid {p['pid']})" for p in stopped],
-               "host_shells": len(shells), "links": links, "running_owners": sorted(running)}
+    summary = {
+        "processes": [f"{p['role']} {p['name']} (pid {p['pid']})" for p in stopped],
+        "host_shells": len(shells),
+        "links": links,
+        "running_owners": sorted(running),
+    }
     if verbose:
-        print(f"dlcp clean: stopped {len(stopped)} recorded processes"
-              + (f" ({', '.join(summary['processes'])})" if stopped else "")
-              + f", {len(shells)} orphaned node shells, removed {len(links)} links"
-              + (f"; left alone what running experiments own (pids {', '.join(map(str, sorted(running)))})"
-                 if running else ""))
+        print(
+            f"dlcp clean: stopped {len(stopped)} recorded processes"
+            + (f" ({', '.join(summary['processes'])})" if stopped else "")
+            + f", {len(shells)} orphaned node shells, removed {len(links)} links"
+            + (
+                f"; left alone what running experiments own (pids {', '.join(map(str, sorted(running)))})"
+                if running
+                else ""
+            )
+        )
     return summary
 
 
 def main(args) -> int:
     if os.geteuid() != 0:
-        raise SystemExit("dlcp clean: needs root (it removes network links and stops root processes); run: sudo dlcp clean")
+        raise SystemExit(
+            "dlcp clean: needs root (it removes network links and stops root processes); run: sudo dlcp clean"
+        )
     clean()
     return 0

@@ -23,8 +23,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from emulation import procs
 
@@ -46,8 +46,15 @@ class DataplaneProcess:
     stop_grace_s = 5.0
     realtime_priority = 10  # SCHED_RR priority of the switch process (1..99)
 
-    def __init__(self, name: str, runtime_json: str | Path, run_dir: str | Path,
-                 interfaces: Mapping[int, str] | None = None, debug_log: bool = False, pcap_ports=()):
+    def __init__(
+        self,
+        name: str,
+        runtime_json: str | Path,
+        run_dir: str | Path,
+        interfaces: Mapping[int, str] | None = None,
+        debug_log: bool = False,
+        pcap_ports=(),
+    ):
         """interfaces: port -> interface the process must attach (None: the runtime's own)."""
         self.name = name
         self.runtime_json = Path(runtime_json).resolve()
@@ -119,11 +126,12 @@ class DataplaneProcess:
         by_intf = {intf: port for port, intf in self.interfaces.items()}
         for port, intf in sorted(ports.items()):
             if intf not in by_intf:
-                self._refuse(f"{self.runtime_json}: port {port} names interface {intf}, not one of "
-                             f"{sorted(by_intf)}")
+                self._refuse(f"{self.runtime_json}: port {port} names interface {intf}, not one of {sorted(by_intf)}")
             if by_intf[intf] != port:
-                self._refuse(f"{self.runtime_json}: {intf} is port {by_intf[intf]} in the topology but port "
-                             f"{port} in the runtime file")
+                self._refuse(
+                    f"{self.runtime_json}: {intf} is port {by_intf[intf]} in the topology but port "
+                    f"{port} in the runtime file"
+                )
         for port, intf in sorted(self.interfaces.items()):
             if not Path("/sys/class/net", intf).exists():
                 self._refuse(f"interface {intf} (port {port}) does not exist")
@@ -137,8 +145,14 @@ class DataplaneProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"dlcp: {subprocess.list2cmdline(self.cmdline)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(procs.dying_with_parent(self.cmdline), cwd=ROOT, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                procs.dying_with_parent(self.cmdline),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         procs.record(self.proc.pid, "switch", self.name, self.cmdline)
         try:
             self._wait_ready()
@@ -148,8 +162,10 @@ class DataplaneProcess:
                 self._refuse(f"{self.program} exited with status {self.proc.returncode} after start-up")
         except SwitchStartError as e:
             self.stop(dump_counters=False)
-            raise SwitchStartError(f"{e}\n  command: {subprocess.list2cmdline(self.cmdline)}\n"
-                                   f"  last lines of {self.log_path}:\n{procs.log_tail(self.log_path)}") from None
+            raise SwitchStartError(
+                f"{e}\n  command: {subprocess.list2cmdline(self.cmdline)}\n"
+                f"  last lines of {self.log_path}:\n{procs.log_tail(self.log_path)}"
+            ) from None
         except BaseException:
             self.stop(dump_counters=False)
             raise
@@ -227,6 +243,7 @@ class RefProcess(DataplaneProcess):
 
     def runtime_ports(self) -> dict[int, str]:
         from dlcp.network.runtime_file import RuntimeFileError, load_runtime
+
         try:
             return {p.port: p.intf for p in load_runtime(self.runtime_json).ports}
         except RuntimeFileError as e:
@@ -234,8 +251,19 @@ class RefProcess(DataplaneProcess):
 
     def command(self) -> list[str]:
         self.control_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "emulation.refswitch", "--runtime", str(self.runtime_json), "--name", self.name,
-               "--counters", str(self.counters_path), "--control", str(self.control_path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "emulation.refswitch",
+            "--runtime",
+            str(self.runtime_json),
+            "--name",
+            self.name,
+            "--counters",
+            str(self.counters_path),
+            "--control",
+            str(self.control_path),
+        ]
         if self.pcap_ports:
             cmd += ["--pcap-dir", str(self.pcap_dir)]
             for port in self.pcap_ports:
@@ -257,6 +285,7 @@ class RefProcess(DataplaneProcess):
     def control(self, command: str, timeout: float = 5.0) -> dict:
         """One control-socket request (ping, counters, dump)."""
         from emulation.refswitch.switch import control_request
+
         return control_request(self.control_path, command, timeout=timeout)
 
     def request_counters(self) -> None:

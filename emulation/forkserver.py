@@ -76,9 +76,14 @@ class ForkServer:
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as err:
-            self.proc = subprocess.Popen(procs.dying_with_parent([sys.executable, "-m", "agents.forkserver"]),
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-                                         start_new_session=True)  # the terminal's Ctrl-C is the runner's to handle
+            self.proc = subprocess.Popen(
+                procs.dying_with_parent([sys.executable, "-m", "agents.forkserver"]),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=REPO,
+                start_new_session=True,
+            )  # the terminal's Ctrl-C is the runner's to handle
         procs.record(self.proc.pid, "agent-forkserver", "-", self.proc.args)
         self._reader = threading.Thread(target=self._read, name="forkserver-reader", daemon=True)
         self._reader.start()
@@ -109,12 +114,15 @@ class ForkServer:
         with self._lock:
             while not done():
                 if self.proc.poll() is not None:
-                    raise ForkServerError(f"the agents' fork server exited with status {self.proc.returncode} "
-                                          f"before it could {what}; last lines of {self.log}:\n{procs.log_tail(self.log)}")
+                    raise ForkServerError(
+                        f"the agents' fork server exited with status {self.proc.returncode} "
+                        f"before it could {what}; last lines of {self.log}:\n{procs.log_tail(self.log)}"
+                    )
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ForkServerError(f"the agents' fork server did not {what} within {timeout_s:g} s "
-                                          f"(log: {self.log})")
+                    raise ForkServerError(
+                        f"the agents' fork server did not {what} within {timeout_s:g} s (log: {self.log})"
+                    )
                 self._lock.wait(min(left, 0.2))
 
     def spawn(self, netns_pid: int, module: str, config: Path, log: Path, nice: int = 0) -> AgentProcess:
@@ -123,14 +131,22 @@ class ForkServer:
         with self._lock:
             self._next_id += 1
             rid = self._next_id
-        req = {"id": rid, "netns_pid": netns_pid, "module": module, "config": str(config), "log": str(log),
-               "nice": nice}
+        req = {
+            "id": rid,
+            "netns_pid": netns_pid,
+            "module": module,
+            "config": str(config),
+            "log": str(log),
+            "nice": nice,
+        }
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
         except BrokenPipeError:
-            raise ForkServerError(f"the agents' fork server is gone (exit status {self.proc.wait()}); last lines "
-                                  f"of {self.log}:\n{procs.log_tail(self.log)}") from None
+            raise ForkServerError(
+                f"the agents' fork server is gone (exit status {self.proc.wait()}); last lines "
+                f"of {self.log}:\n{procs.log_tail(self.log)}"
+            ) from None
         self._await(lambda: rid in self._replies, SPAWN_TIMEOUT_S, f"fork agent {module}")
         reply = self._replies.pop(rid)
         if "error" in reply:

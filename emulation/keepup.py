@@ -79,15 +79,19 @@ class CpuSampler:
             self._stop.set()
             self._thread.join(2 * self.period_s + 1)
             self._sample()
-        return {name: busy_summary(s, self.window_s) for name, s in self.samples.items()
-                if name != MACHINE and len(s) >= 2}
+        return {
+            name: busy_summary(s, self.window_s) for name, s in self.samples.items() if name != MACHINE and len(s) >= 2
+        }
 
     def machine(self) -> dict:
         """The whole machine during the run (meta.json `machine`): CPUs, load averages at the start
         and the end, busy share of all CPUs (others' work included) overall and in the busiest
         window. Call after stop()."""
-        out = {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in self.loadavg_start],
-               "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+        out = {
+            "cpus": os.cpu_count(),
+            "loadavg_start": [round(x, 2) for x in self.loadavg_start],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        }
         if len(self.samples[MACHINE]) >= 2:
             s = busy_summary(self.samples[MACHINE], self.window_s)
             out.update(busy=s["busy"], busy_peak=s["busy_peak"], window_s=self.window_s)
@@ -110,5 +114,10 @@ def busy_summary(samples: list[tuple[float, float]], window_s: float) -> dict:
         share = (samples[j][1] - samples[i][1]) / dt
         peak = share if peak is None else max(peak, share)
     busy = cpu / wall if wall > 0 else None
-    return {"cpu_s": round(cpu, 3), "wall_s": round(wall, 3), "busy": busy,
-            "busy_peak": busy if peak is None else peak, "window_s": window_s}
+    return {
+        "cpu_s": round(cpu, 3),
+        "wall_s": round(wall, 3),
+        "busy": busy,
+        "busy_peak": busy if peak is None else peak,
+        "window_s": window_s,
+    }

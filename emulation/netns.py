@@ -73,6 +73,7 @@ def unique_prefix(tag: str) -> str:
 
 # --- namespaces and links ------------------------------------------------------------------------------
 
+
 class Lab:
     """Namespaces joined by veth pairs, all removed on close()."""
 
@@ -98,24 +99,53 @@ class Lab:
         sh("ip", "link", "set", "lo", "up", ns=name)
         return name
 
-    def veth(self, a: str, ns_a: str | None, b: str, ns_b: str | None, mtu: int = 1500,
-             offloads: bool = False) -> None:
+    def veth(self, a: str, ns_a: str | None, b: str, ns_b: str | None, mtu: int = 1500, offloads: bool = False) -> None:
         """A veth pair a@ns_a <-> b@ns_b (None: the root namespace), both up and without IPv6;
         offloads off unless asked (then frames can be GSO super-frames with partial checksums, as
         from a host with default settings)."""
         for name, ns in ((a, ns_a), (b, ns_b)):
             if ns is None and len(name) > IFNAMSIZ:
                 raise ValueError(f"interface name {name!r} longer than {IFNAMSIZ} characters")
-        where = lambda ns: ["netns", ns] if ns else []  # noqa: E731
-        sh("ip", "link", "add", a, *where(ns_a), "mtu", str(mtu), "type", "veth", "peer", "name", b,
-           *where(ns_b), "mtu", str(mtu))
+        where = lambda ns: ["netns", ns] if ns else []
+        sh(
+            "ip",
+            "link",
+            "add",
+            a,
+            *where(ns_a),
+            "mtu",
+            str(mtu),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            b,
+            *where(ns_b),
+            "mtu",
+            str(mtu),
+        )
         self.root_links += [name for name, ns in ((a, ns_a), (b, ns_b)) if ns is None]
         for name, ns in ((a, ns_a), (b, ns_b)):
             if ns is None:  # namespaces made here have IPv6 off already
                 sh("sysctl", "-qw", f"net.ipv6.conf.{name}.disable_ipv6=1")
             if not offloads:
-                sh("ethtool", "-K", name, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off",
-                   ns=ns, check=False)
+                sh(
+                    "ethtool",
+                    "-K",
+                    name,
+                    "tx",
+                    "off",
+                    "rx",
+                    "off",
+                    "tso",
+                    "off",
+                    "gso",
+                    "off",
+                    "gro",
+                    "off",
+                    ns=ns,
+                    check=False,
+                )
             sh("ip", "link", "set", name, "up", ns=ns)
 
     def close(self) -> None:
@@ -178,8 +208,22 @@ class RateLink(Lab):
             sh("ip", "addr", "add", "10.78.0.1/24", "dev", "eth0", ns=a)
             sh("ip", "addr", "add", "10.78.0.2/24", "dev", "eth0", ns=b)
             burst = max(16_000, int(rate_mbps * 1e6 / 8 * 1e-3))
-            sh("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", f"{rate_mbps}mbit",
-               "burst", str(burst), "latency", f"{queue_ms}ms", ns=a)
+            sh(
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_mbps}mbit",
+                "burst",
+                str(burst),
+                "latency",
+                f"{queue_ms}ms",
+                ns=a,
+            )
             self.a = Host("a", a, "10.78.0.1")
             self.b = Host("b", b, "10.78.0.2")
         except BaseException:
@@ -198,6 +242,7 @@ def link_counters(intf: str, ns: str | None = None) -> dict:
 
 
 # --- raw frames --------------------------------------------------------------------------------------
+
 
 def raw_socket(intf: str, ns: str | None = None, rcvbuf: int = 8 << 20) -> socket.socket:
     """An AF_PACKET socket bound to `intf` (in namespace `ns`) that sends whole frames and captures
@@ -226,8 +271,9 @@ def drain(s: socket.socket) -> None:
         s.setblocking(blocking)
 
 
-def receive(s: socket.socket, quiet_s: float = 0.3, limit_s: float = 10.0,
-            want: int | None = None) -> list[tuple[float, bytes]]:
+def receive(
+    s: socket.socket, quiet_s: float = 0.3, limit_s: float = 10.0, want: int | None = None
+) -> list[tuple[float, bytes]]:
     """(monotonic arrival time, frame) until `quiet_s` passes without a frame, `want` frames came, or
     `limit_s` is over."""
     out = []

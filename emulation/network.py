@@ -54,41 +54,75 @@ class DlcpHost(DiesWithRun, Host):
             share = rate_mbps / (len(fair_to) + 1)
             for k, ip in enumerate([None] + list(fair_to)):  # leaf 1:2 takes what no filter matches
                 cls = f"1:{k + 2:x}"
-                cmds += [f"tc class replace dev {intf} parent 1:1 classid {cls} htb rate {share}mbit "
-                         f"ceil {rate_mbps}mbit quantum 1514",
-                         f"tc qdisc replace dev {intf} parent {cls} handle {k + 16:x}: pfifo limit {queue_pkts}"]
+                cmds += [
+                    f"tc class replace dev {intf} parent 1:1 classid {cls} htb rate {share}mbit "
+                    f"ceil {rate_mbps}mbit quantum 1514",
+                    f"tc qdisc replace dev {intf} parent {cls} handle {k + 16:x}: pfifo limit {queue_pkts}",
+                ]
                 if ip is not None:
-                    cmds.append(f"tc filter add dev {intf} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 "
-                                f"flowid {cls}")
+                    cmds.append(
+                        f"tc filter add dev {intf} parent 1: protocol ip prio 1 u32 match ip dst {ip}/32 flowid {cls}"
+                    )
         for cmd in cmds:
             out = self.cmd(cmd + " 2>&1; echo rc=$?")
             if not out.rstrip().endswith("rc=0"):
                 raise RuntimeError(f"{self.name}: host set-up failed: {cmd}: {out.strip()}")
 
 
-def build_network(spec: TopologySpec, switch_cls, switch_params: dict[str, dict],
-                  host_queue_pkts: int, host_fair_queueing: bool = False) -> Mininet:
+def build_network(
+    spec: TopologySpec,
+    switch_cls,
+    switch_params: dict[str, dict],
+    host_queue_pkts: int,
+    host_fair_queueing: bool = False,
+) -> Mininet:
     """A started Mininet network for `spec`.
 
     `switch_params[name]` are keyword arguments of `switch_cls` (runtime file, run directory, ...).
     Interfaces are named sN-ethK / hN-eth0 so port K of sN is exactly sN-ethK.
     """
-    net = Mininet(topo=None, controller=None, switch=switch_cls, host=DlcpHost, link=Link,
-                  autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
+    net = Mininet(
+        topo=None,
+        controller=None,
+        switch=switch_cls,
+        host=DlcpHost,
+        link=Link,
+        autoSetMacs=False,
+        autoStaticArp=False,
+        build=False,
+        waitConnected=False,
+    )
     for h in spec.hosts.values():
         net.addHost(h.name, ip=f"{h.ip}/24", mac=h.mac)
     for s in spec.switches.values():
         net.addSwitch(s.name, dpid=f"{s.device_id:016x}", **switch_params.get(s.name, {}))
+
     def mac(switch: str, port: int) -> str:  # the MACs the runtime entries use as next hops
         return switch_port_mac(spec.switches[switch].device_id, port)
 
     for a, pa, b, pb, _rate in spec.links():
         if b in spec.hosts:
-            net.addLink(b, a, port1=0, port2=pa, intfName1=f"{b}-eth0", intfName2=f"{a}-eth{pa}",
-                        addr1=spec.hosts[b].mac, addr2=mac(a, pa))
+            net.addLink(
+                b,
+                a,
+                port1=0,
+                port2=pa,
+                intfName1=f"{b}-eth0",
+                intfName2=f"{a}-eth{pa}",
+                addr1=spec.hosts[b].mac,
+                addr2=mac(a, pa),
+            )
         else:
-            net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
-                        addr1=mac(a, pa), addr2=mac(b, pb))
+            net.addLink(
+                a,
+                b,
+                port1=pa,
+                port2=pb,
+                intfName1=f"{a}-eth{pa}",
+                intfName2=f"{b}-eth{pb}",
+                addr1=mac(a, pa),
+                addr2=mac(b, pb),
+            )
     net.build()
     for h in spec.hosts.values():
         node = net.get(h.name)
@@ -102,7 +136,9 @@ def build_network(spec: TopologySpec, switch_cls, switch_params: dict[str, dict]
         # of IPv6 (the kernel would send its own neighbour discovery out of the switch's ports)
         for intf in net.get(s.name).intfList():
             if intf.name != "lo":
-                intf.cmd(f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1; "
-                         f"ethtool -K {intf.name} rx off tx off sg off tso off gso off gro off >/dev/null 2>&1")
+                intf.cmd(
+                    f"sysctl -qw net.ipv6.conf.{intf.name}.disable_ipv6=1; "
+                    f"ethtool -K {intf.name} rx off tx off sg off tso off gso off gro off >/dev/null 2>&1"
+                )
     net.start()
     return net

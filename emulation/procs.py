@@ -58,8 +58,16 @@ def record(pid: int, role: str, name: str, cmdline: list[str] | str) -> None:
     lives, `dlcp clean` leaves the process alone (it belongs to an experiment still running)."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     owner = os.getpid()
-    info = {"pid": pid, "role": role, "name": name, "cmdline": cmdline, "started_unix": time.time(),
-            "create_time": _create_time(pid), "owner": owner, "owner_create_time": _create_time(owner)}
+    info = {
+        "pid": pid,
+        "role": role,
+        "name": name,
+        "cmdline": cmdline,
+        "started_unix": time.time(),
+        "create_time": _create_time(pid),
+        "owner": owner,
+        "owner_create_time": _create_time(owner),
+    }
     (STATE_DIR / str(pid)).write_text(json.dumps(info))
 
 
@@ -142,7 +150,7 @@ def stop_child(p, grace_s: float = 3.0) -> int | None:
         p.terminate()
         try:
             p.wait(timeout=grace_s)
-        except Exception:  # subprocess.TimeoutExpired
+        except Exception:  # noqa: BLE001 (subprocess.TimeoutExpired)
             p.kill()
             p.wait()
     forget(p.pid)

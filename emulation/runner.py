@@ -77,6 +77,7 @@ def _raise_interrupted(signum, frame):
 
 # --- run directory ---------------------------------------------------------------------------------
 
+
 def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
@@ -89,13 +90,17 @@ def make_run_dir(path: Path) -> Path:
 
 def git_revision() -> str | None:
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         # --no-optional-locks: no index refresh, so git run as root (sudo) writes nothing into a
         # user's checkout
-        dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(REPO), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "--no-optional-locks", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (rev + ("+dirty" if dirty else "")) if rev else None
@@ -107,22 +112,26 @@ def check_backend(cfg: dict) -> dict[str, str]:
     Raises RunFailed with the one-line reason and how to point the project at an installation."""
     from emulation.dataplane import SwitchStartError
     from emulation.switches import switch_class
+
     try:
         return switch_class(cfg["backend"]).toolchain(cfg["dlcp"]["data_port"])
     except SwitchStartError as e:
         raise RunFailed(f"backend {cfg['backend']}: {e}") from None
 
 
-BMV2_RATE_NOTE = ("dlcp run: note: on bmv2 every priority queue of a port drains at the link rate on its own "
-                  "(docs/pipeline.md, bmv2 specifics): priorities do not share a bottleneck's rate")
+BMV2_RATE_NOTE = (
+    "dlcp run: note: on bmv2 every priority queue of a port drains at the link rate on its own "
+    "(docs/pipeline.md, bmv2 specifics): priorities do not share a bottleneck's rate"
+)
 
 
 def unprocessed_frames(dump: dict) -> tuple[int, int]:
     """(frames that reached the switch's ports but not its P4 program, frames that reached them),
     from a counter dump whose `ports` rows count received frames (bmv2: the kernel's counts)."""
     rx = sum(p.get("rx_pkts", 0) for p in dump.get("ports", []))
-    seen = sum(dump["drops"].values()) + sum(q["admitted_pkts"] + q["early_drop_pkts"] + q["tail_drop_pkts"]
-                                             for q in dump["queues"])
+    seen = sum(dump["drops"].values()) + sum(
+        q["admitted_pkts"] + q["early_drop_pkts"] + q["tail_drop_pkts"] for q in dump["queues"]
+    )
     return max(0, rx - seen), rx
 
 
@@ -135,13 +144,17 @@ def report_unprocessed(run_dir: Path) -> None:
         except (OSError, ValueError, KeyError):
             continue
         if lost:
-            print(f"dlcp run: {path.stem}: {lost} of {rx} frames reached the switch's ports but not its "
-                  f"pipeline (lost before the parser: the switch could not keep up)", file=sys.stderr)
+            print(
+                f"dlcp run: {path.stem}: {lost} of {rx} frames reached the switch's ports but not its "
+                f"pipeline (lost before the parser: the switch could not keep up)",
+                file=sys.stderr,
+            )
 
 
 def collect_meta(cfg: dict, variant: str, tools: dict[str, str]) -> dict:
     """meta.json: versions (with the backend's tools: p4c and simple_switch_grpc on bmv2), backend,
     git revision, kernel, host, start time."""
+
     def version(pkg):
         try:
             return metadata.version(pkg)
@@ -149,11 +162,16 @@ def collect_meta(cfg: dict, variant: str, tools: dict[str, str]) -> dict:
             return None
 
     meta = {
-        "name": cfg["name"], "variant": variant, "policy": cfg["dlcp"]["policy"],
+        "name": cfg["name"],
+        "variant": variant,
+        "policy": cfg["dlcp"]["policy"],
         "backend": cfg["backend"],
         "versions": {**{p: version(p) for p in ("dlcp", "torch", "numpy", "scapy", "mininet")}, **tools},
-        "python": platform.python_version(), "kernel": platform.release(), "hostname": platform.node(),
-        "git_revision": git_revision(), "start_utc": datetime.now(timezone.utc).isoformat(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "hostname": platform.node(),
+        "git_revision": git_revision(),
+        "start_utc": datetime.now(timezone.utc).isoformat(),
     }
     return meta
 
@@ -178,6 +196,7 @@ def agent_command(module: str, cfg_path: Path) -> list[str]:
 
 
 # --- progress ------------------------------------------------------------------------------------------
+
 
 def read_progress(run_dir: Path, host: str) -> dict:
     try:
@@ -214,9 +233,17 @@ class Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
-            self.bar = Bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                           console=Console(file=self.stream), transient=False)
+
+            self.bar = Bar(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                console=Console(file=self.stream),
+                transient=False,
+            )
             self.bar.start()
             self.task = self.bar.add_task("", total=None, detail="")
         return self.bar
@@ -233,8 +260,13 @@ class Progress:
         """Training: iterations finished per worker, out of `per_worker` each."""
         total = per_worker * max(len(done), 1)
         if self.tty:
-            self._live().update(self.task, description="training", total=total, completed=sum(done.values()),
-                                detail=" ".join(f"{h}:{n}" for h, n in done.items()))
+            self._live().update(
+                self.task,
+                description="training",
+                total=total,
+                completed=sum(done.values()),
+                detail=" ".join(f"{h}:{n}" for h, n in done.items()),
+            )
             return
         now = time.monotonic()
         if now - self.last_time >= self.LINE_PERIOD_S:
@@ -250,6 +282,7 @@ class Progress:
 
 
 # --- one run -------------------------------------------------------------------------------------------
+
 
 class Experiment:
     """Everything one run starts, so it can all be stopped from one place. `cfg` is the system the
@@ -277,13 +310,23 @@ class Experiment:
         from emulation.switches import switch_class
 
         pcap = self.cfg["output"]["pcap_ports"]
-        params = {s: {"runtime_json": str(self.run_dir / "runtime" / f"{s}-runtime.json"),
-                      "run_dir": str(self.run_dir), "debug_log": self.cfg["output"]["debug_log"],
-                      "pcap_ports": [int(p.rsplit("eth", 1)[1]) for p in pcap if p.startswith(f"{s}-eth")]}
-                  for s in self.spec.switches}
+        params = {
+            s: {
+                "runtime_json": str(self.run_dir / "runtime" / f"{s}-runtime.json"),
+                "run_dir": str(self.run_dir),
+                "debug_log": self.cfg["output"]["debug_log"],
+                "pcap_ports": [int(p.rsplit("eth", 1)[1]) for p in pcap if p.startswith(f"{s}-eth")],
+            }
+            for s in self.spec.switches
+        }
         try:
-            self.net = build_network(self.spec, switch_class(self.cfg["backend"]), params,
-                                     self.cfg["links"]["host_queue_pkts"], self.cfg["links"]["host_fair_queueing"])
+            self.net = build_network(
+                self.spec,
+                switch_class(self.cfg["backend"]),
+                params,
+                self.cfg["links"]["host_queue_pkts"],
+                self.cfg["links"]["host_fair_queueing"],
+            )
         except Exception as e:  # Mininet raises bare Exceptions; the cause is in the message
             hint = " (a killed run may have left it behind: sudo dlcp clean)" if "File exists" in str(e) else ""
             raise RunFailed(f"network set-up failed: {e}{hint}") from e
@@ -328,9 +371,10 @@ class Experiment:
             for host, role, p, log in self.agents:
                 rc = p.poll()
                 if rc not in (None, 0):
-                    raise RunFailed(f"{role} on {host} exited with status {rc}; last lines of {log}:\n{procs.log_tail(log)}")
-            done = {h: read_progress(self.run_dir, h).get("iter", 0)
-                    for h, r, _, _ in self.agents if r == "worker"}
+                    raise RunFailed(
+                        f"{role} on {host} exited with status {rc}; last lines of {log}:\n{procs.log_tail(log)}"
+                    )
+            done = {h: read_progress(self.run_dir, h).get("iter", 0) for h, r, _, _ in self.agents if r == "worker"}
             if self.background_held and min(done.values()) >= 1:
                 self.release_background()
             if sum(done.values()) == 0:
@@ -342,8 +386,10 @@ class Experiment:
             if _pending_signal:  # a signal whose exception was swallowed (above)
                 raise _pending_signal[-1]()
             if time.monotonic() - start > limit:
-                raise RunFailed(f"the run exceeded timeout_s = {limit:g} s "
-                                f"(progress: {sum(done.values())}/{iters * len(done)} iterations)")
+                raise RunFailed(
+                    f"the run exceeded timeout_s = {limit:g} s "
+                    f"(progress: {sum(done.values())}/{iters * len(done)} iterations)"
+                )
             # while the background waits, look often: its release should not lag the first iteration
             time.sleep(RELEASE_POLL_S if self.background_held else PROGRESS_PERIOD_S)
 
@@ -382,23 +428,29 @@ class Experiment:
         nodes = self.net.hosts + self.net.switches
         dead = [n.name for n in nodes if n.shell is None or n.shell.poll() is not None]
         if dead:
-            print(f"dlcp run: shells of {', '.join(dead)} are gone; tearing the network down directly",
-                  file=sys.stderr)
+            print(f"dlcp run: shells of {', '.join(dead)} are gone; tearing the network down directly", file=sys.stderr)
             return
         old = signal.signal(signal.SIGALRM, _raise_stop_timeout)
         signal.alarm(NET_STOP_TIMEOUT_S)
         try:
             self.net.stop()
         except StopTimeout:
-            print(f"dlcp run: Mininet's stop hung for {NET_STOP_TIMEOUT_S} s; tearing down directly",
-                  file=sys.stderr)
+            print(f"dlcp run: Mininet's stop hung for {NET_STOP_TIMEOUT_S} s; tearing down directly", file=sys.stderr)
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
 
 
-def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tools: dict[str, str],
-                forkserver: ForkServer, overrides: list[str] = (), extra_meta: dict | None = None) -> None:
+def run_variant(
+    cfg: dict,
+    run_dir: Path,
+    variant: str,
+    progress: Progress,
+    tools: dict[str, str],
+    forkserver: ForkServer,
+    overrides: list[str] = (),
+    extra_meta: dict | None = None,
+) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
     exp = Experiment(cfg, run_dir, variant, forkserver)
     exp.prepare()
@@ -436,8 +488,7 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
             report_unprocessed(run_dir)
         finally:
             clean(verbose=False, keep=frozenset({forkserver.pid}))  # anything the orderly stop missed
-            meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=time.monotonic() - t0,
-                        status=status)
+            meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=time.monotonic() - t0, status=status)
             write_json(run_dir / "meta.json", meta)
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
@@ -446,13 +497,18 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, progress: Progress, tool
 def sample_switch_cpu(exp: Experiment):
     """Start sampling the CPU time of the run's switch processes (emulation/keepup.py)."""
     from emulation.keepup import CpuSampler
-    pids = {sw.name: sw.dataplane.pid for sw in exp.net.switches
-            if getattr(sw, "dataplane", None) is not None and sw.dataplane.pid}
+
+    pids = {
+        sw.name: sw.dataplane.pid
+        for sw in exp.net.switches
+        if getattr(sw, "dataplane", None) is not None and sw.dataplane.pid
+    }
     return CpuSampler(pids).start()
 
 
 def report_variant(run_dir: Path, figures: bool = True) -> None:
     from dlcp.reporting import report_run
+
     report_run(run_dir, figures=figures)
 
 
@@ -460,6 +516,7 @@ def preflight(cfg: dict) -> None:
     """What the compute and the dilation need, checked before anything starts: the profile loads
     and fits the model, dilation has something it can slow down. ConfigError naming the key."""
     from dlcp.workloads.profiled import check_workload
+
     try:
         check_workload(configmod.Experiment.parse(cfg).workload)
     except ValueError as e:
@@ -515,15 +572,17 @@ def write_partial_report(run_dir: Path, progress: Progress) -> Path | None:
 
 def interrupted_message(run_dir: Path, report: Path | None, status: str) -> str:
     what = "interrupted (Ctrl-C)" if status == "interrupted" else "terminated (SIGTERM)"
-    lines = [f"dlcp run: {what}; everything it started was stopped and cleaned up",
-             f"  partial run: {run_dir} ({iterations_done(run_dir)})"]
+    lines = [
+        f"dlcp run: {what}; everything it started was stopped and cleaned up",
+        f"  partial run: {run_dir} ({iterations_done(run_dir)})",
+    ]
     if report is not None:
         lines.append(f"  partial report: {report}")
     return "\n".join(lines)
 
 
 def iterations_done(run_dir: Path) -> str:
-    """"k of n iterations" from the agents' progress files (the slowest agent)."""
+    """ "k of n iterations" from the agents' progress files (the slowest agent)."""
     done, total = [], None
     for path in sorted((run_dir / "progress").glob("*")):
         try:
@@ -538,9 +597,17 @@ def iterations_done(run_dir: Path) -> str:
     return f"{min(done)} of {total if total is not None else '?'} iterations"
 
 
-def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, vary: list[str] = (), run_dir: str | None = None, repeat: int = 1,
-        name: str | None = None) -> Path:
+def run(
+    config_path: str,
+    overrides: list[str],
+    policies: list[str] | None,
+    out_root: str | None = None,
+    with_report: bool = True,
+    vary: list[str] = (),
+    run_dir: str | None = None,
+    repeat: int = 1,
+    name: str | None = None,
+) -> Path:
     """Run an experiment, one variant per combination of `--vary` values (`--policies P1,P2` is
     `--vary dlcp.policy=P1,P2`), `repeat` interleaved pairs; returns the results directory.
     `run_dir`: the one variant's directory itself (dlcp sweep), instead of OUT/<UTC time>-NAME/<variant>."""
@@ -582,8 +649,16 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
             label = f"{variant} rep {rep}, seed {cfg['seed']}" if rep else variant
             print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) -> {vdir}", file=sys.stderr)
             try:
-                run_variant(cfg, vdir, variant, progress, tools, forkserver, overrides,
-                            extra_meta={"repeat": rep, "seed": cfg["seed"], "dilation": dilationmod.dilation(cfg)})
+                run_variant(
+                    cfg,
+                    vdir,
+                    variant,
+                    progress,
+                    tools,
+                    forkserver,
+                    overrides,
+                    extra_meta={"repeat": rep, "seed": cfg["seed"], "dilation": dilationmod.dilation(cfg)},
+                )
             except (KeyboardInterrupt, Terminated) as e:
                 _pending_signal.clear()  # handled: it stops the series here
                 stop_by_signal(vdir, progress, with_report, e)
@@ -594,6 +669,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
         ran = list(dict.fromkeys(v for v, _, _ in runs))
         if with_report and len(ran) > 1:
             from dlcp.reporting import compare_runs
+
             compare_runs([results / v for v in ran], results, echo=True)
     finally:
         if forkserver is not None:
@@ -629,9 +705,17 @@ def hand_over_to_sudo_user(path: Path, created: list[Path]) -> None:
 def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
-        results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      vary=args.vary or [], run_dir=getattr(args, "run_dir", None),
-                      repeat=getattr(args, "repeat", 1), name=getattr(args, "name", None))
+        results = run(
+            args.config,
+            args.set or [],
+            policies,
+            args.out,
+            with_report=not args.no_report,
+            vary=args.vary or [],
+            run_dir=getattr(args, "run_dir", None),
+            repeat=getattr(args, "repeat", 1),
+            name=getattr(args, "name", None),
+        )
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
@@ -643,7 +727,10 @@ def main(args) -> int:
     except Terminated:
         return 128 + signal.SIGTERM
     print(f"dlcp run: results in {results}")
-    for report in sorted(results.glob("*/report.html")) + sorted(results.glob("*/rep*/report.html")) \
-            + sorted(results.glob("compare.html")):
+    for report in (
+        sorted(results.glob("*/report.html"))
+        + sorted(results.glob("*/rep*/report.html"))
+        + sorted(results.glob("compare.html"))
+    ):
         print(f"  {report}")
     return 0

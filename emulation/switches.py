@@ -20,8 +20,15 @@ from mininet.node import Switch
 from emulation.dataplane import DataplaneProcess, RefProcess, SwitchStartError
 from emulation.network import DiesWithRun
 
-__all__ = ["DlcpSwitch", "RefSwitch", "Bmv2Switch", "SwitchStartError", "BACKENDS", "DEFAULT_BACKEND",
-           "switch_class"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Bmv2Switch",
+    "DlcpSwitch",
+    "RefSwitch",
+    "SwitchStartError",
+    "switch_class",
+]
 
 
 class DlcpSwitch(DiesWithRun, Switch):
@@ -53,8 +60,15 @@ class DlcpSwitch(DiesWithRun, Switch):
         return {self.ports[intf]: intf.name for intf in self.intfList() if intf.name != "lo"}
 
     def start(self, controllers) -> None:
-        self.dataplane = self.process_class()(self.name, self.runtime_json, self.run_dir, self.interfaces(),
-                                              debug_log=self.debug_log, pcap_ports=self.pcap_ports, **self.options)
+        self.dataplane = self.process_class()(
+            self.name,
+            self.runtime_json,
+            self.run_dir,
+            self.interfaces(),
+            debug_log=self.debug_log,
+            pcap_ports=self.pcap_ports,
+            **self.options,
+        )
         try:
             self.dataplane.start()
         except BaseException:
@@ -67,7 +81,7 @@ class DlcpSwitch(DiesWithRun, Switch):
             self.dataplane.stop()
             self.dataplane = None
 
-    def stop(self, deleteIntfs=True) -> None:  # noqa: N803 (Mininet's signature)
+    def stop(self, deleteIntfs=True) -> None:
         try:
             self.stop_process()
         finally:
@@ -107,11 +121,13 @@ class Bmv2Switch(DlcpSwitch):
     @staticmethod
     def process_class() -> type[DataplaneProcess]:
         from emulation.bmv2.switch import Bmv2Process
+
         return Bmv2Process
 
     @classmethod
     def toolchain(cls, data_port: int | None = None) -> dict[str, str]:
         from emulation.bmv2.switch import toolchain
+
         return toolchain(data_port)
 
 

@@ -29,7 +29,7 @@ def _floats(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}")
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
     if not values or any(not 0 <= v < 1 for v in values):
         raise argparse.ArgumentTypeError(f"loss rates must lie in [0, 1): {text!r}")
     return values
@@ -50,8 +50,10 @@ def train_once(cfg: WorkloadConfig, data, workers: int, fill: str, loss: PacketL
     engines, _ = memory_engines(workers, workloads[0].layouts(), workloads[0].n_layers, loss=loss)
     train_allreduce(workloads, engines, cfg.iterations)
     metrics = [w.evaluate(cfg.iterations - 1) for w in workloads]
-    return (100.0 * float(np.mean([m["test_accuracy"] for m in metrics])),
-            float(np.mean([m["test_loss"] for m in metrics])))
+    return (
+        100.0 * float(np.mean([m["test_accuracy"] for m in metrics])),
+        float(np.mean([m["test_loss"] for m in metrics])),
+    )
 
 
 def bench_accuracy(argv: list[str]) -> int:
@@ -63,13 +65,25 @@ def bench_accuracy(argv: list[str]) -> int:
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--bucket-values", type=int, default=0, help="0: one message per layer")
-    ap.add_argument("--losses", type=_floats, default=[0.0, 0.01, 0.05, 0.1],
-                    help="per-packet loss rates (0 is always run, as the baseline)")
+    ap.add_argument(
+        "--losses",
+        type=_floats,
+        default=[0.0, 0.01, 0.05, 0.1],
+        help="per-packet loss rates (0 is always run, as the baseline)",
+    )
     ap.add_argument("--fills", type=_fills, default=list(FILLS))
-    ap.add_argument("--mode", choices=LOSS_MODES, default="uniform",
-                    help="uniform: any packet may be lost; protected: only drop_prec > 0 packets")
-    ap.add_argument("--seeds", type=int, default=4,
-                    help="average over this many seeds (1, 2, ...): one run's accuracy varies by ~0.5 points")
+    ap.add_argument(
+        "--mode",
+        choices=LOSS_MODES,
+        default="uniform",
+        help="uniform: any packet may be lost; protected: only drop_prec > 0 packets",
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=4,
+        help="average over this many seeds (1, 2, ...): one run's accuracy varies by ~0.5 points",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -80,12 +94,22 @@ def bench_accuracy(argv: list[str]) -> int:
     torch.use_deterministic_algorithms(True)
     try:
         seeds = list(range(1, args.seeds + 1))
-        configs = {s: WorkloadConfig(model=args.model, dataset=args.dataset, iterations=args.iterations,
-                                     batch_size=args.batch_size, lr=args.lr, seed=s, eval_every=0,
-                                     bucket_values=args.bucket_values) for s in seeds}
+        configs = {
+            s: WorkloadConfig(
+                model=args.model,
+                dataset=args.dataset,
+                iterations=args.iterations,
+                batch_size=args.batch_size,
+                lr=args.lr,
+                seed=s,
+                eval_every=0,
+                bucket_values=args.bucket_values,
+            )
+            for s in seeds
+        }
         data = load_dataset(args.dataset)
     except ValueError as e:
-        raise SystemExit(f"dlcp bench accuracy: {e}")
+        raise SystemExit(f"dlcp bench accuracy: {e}") from None
     lossy = [r for r in args.losses if r > 0]
     runs = [(0.0, "all")] + [(rate, fill) for rate in lossy for fill in args.fills]
     total_runs, done, t_start = len(runs) * len(seeds), 0, time.perf_counter()
@@ -101,25 +125,61 @@ def bench_accuracy(argv: list[str]) -> int:
                 lost, sent = lost + loss.lost_pkts, sent + loss.sent_pkts
             done += 1
         acc = float(np.mean(accs))
-        results.append({"loss": rate, "fill": fill, "accuracy": acc, "std": float(np.std(accs)),
-                        "test_loss": float(np.mean(test_losses)),
-                        "lost_pkts_pct": 100.0 * lost / sent if sent else 0.0,
-                        "seconds": time.perf_counter() - t0})
-        print(f"[{done}/{total_runs}] loss {rate:.0%} fill {fill}: accuracy {acc:.2f} % "
-              f"({time.perf_counter() - t_start:.0f} s so far)", file=sys.stderr, flush=True)
+        results.append(
+            {
+                "loss": rate,
+                "fill": fill,
+                "accuracy": acc,
+                "std": float(np.std(accs)),
+                "test_loss": float(np.mean(test_losses)),
+                "lost_pkts_pct": 100.0 * lost / sent if sent else 0.0,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        print(
+            f"[{done}/{total_runs}] loss {rate:.0%} fill {fill}: accuracy {acc:.2f} % "
+            f"({time.perf_counter() - t_start:.0f} s so far)",
+            file=sys.stderr,
+            flush=True,
+        )
     baseline = results[0]["accuracy"]
-    rows = [{"loss": r["loss"], "fill": r["fill"], "accuracy": round(r["accuracy"], 3),
-             "delta_points": round(r["accuracy"] - baseline, 3) + 0.0, "seed_std_points": round(r["std"], 3),
-             "test_loss": round(r["test_loss"], 4), "lost_pkts_pct": round(r["lost_pkts_pct"], 3),
-             "seconds": round(r["seconds"], 2)} for r in results]
-    title = (f"{args.model} on {args.dataset}: test accuracy (%) after {args.iterations} iterations, "
-             f"{args.workers} workers, loss mode {args.mode}, {args.seeds} seed(s); "
-             f"delta against lossless ({baseline:.2f} %)")
+    rows = [
+        {
+            "loss": r["loss"],
+            "fill": r["fill"],
+            "accuracy": round(r["accuracy"], 3),
+            "delta_points": round(r["accuracy"] - baseline, 3) + 0.0,
+            "seed_std_points": round(r["std"], 3),
+            "test_loss": round(r["test_loss"], 4),
+            "lost_pkts_pct": round(r["lost_pkts_pct"], 3),
+            "seconds": round(r["seconds"], 2),
+        }
+        for r in results
+    ]
+    title = (
+        f"{args.model} on {args.dataset}: test accuracy (%) after {args.iterations} iterations, "
+        f"{args.workers} workers, loss mode {args.mode}, {args.seeds} seed(s); "
+        f"delta against lossless ({baseline:.2f} %)"
+    )
     target = next((r for r in rows if r["loss"] == 0.01 and r["fill"] == "rescale"), None)
     if target is not None:
-        title += (f"\ntarget rescale @ 1 %: within 0.5 points: {'yes' if abs(target['delta_points']) <= 0.5 else 'NO'}"
-                  f" (lossless seed-to-seed std {rows[0]['seed_std_points']:.2f} points)")
-    emit(title, rows, {"model": args.model, "dataset": args.dataset, "iterations": args.iterations,
-                       "workers": args.workers, "mode": args.mode, "seeds": args.seeds,
-                       "lossless_accuracy": round(baseline, 3), "rows": rows}, args.json)
+        title += (
+            f"\ntarget rescale @ 1 %: within 0.5 points: {'yes' if abs(target['delta_points']) <= 0.5 else 'NO'}"
+            f" (lossless seed-to-seed std {rows[0]['seed_std_points']:.2f} points)"
+        )
+    emit(
+        title,
+        rows,
+        {
+            "model": args.model,
+            "dataset": args.dataset,
+            "iterations": args.iterations,
+            "workers": args.workers,
+            "mode": args.mode,
+            "seeds": args.seeds,
+            "lossless_accuracy": round(baseline, 3),
+            "rows": rows,
+        },
+        args.json,
+    )
     return 0

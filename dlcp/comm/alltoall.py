@@ -71,8 +71,14 @@ def bucket_op(iteration: int, msg_id: int, values: np.ndarray, tags: Tags) -> Op
     """The OpData of one bucket exchange (layer segments are in `tags`, the layout is a label)."""
     BUCKET_IDS.message(msg_id)
     first = int(tags.layer_id.min()) if len(tags) else 0
-    return OpData(iteration, msg_id, np.asarray(values, dtype=np.float32).reshape(-1),
-                  MessageLayout(msg_id, int(np.size(values)), (0,), (first,)), first + 1, tags=tags)
+    return OpData(
+        iteration,
+        msg_id,
+        np.asarray(values, dtype=np.float32).reshape(-1),
+        MessageLayout(msg_id, int(np.size(values)), (0,), (first,)),
+        first + 1,
+        tags=tags,
+    )
 
 
 class _Exchange(Collective):
@@ -86,6 +92,7 @@ class _Exchange(Collective):
 @dataclass
 class ExchangeStats:
     """Cumulative counts of one rank's exchanges."""
+
     exchanges: int = 0
     sent_pkts: int = 0  # packets of this rank's contributions, first transmissions, all destinations
     retx_pkts: int = 0  # of those, retransmissions the receivers asked for
@@ -135,8 +142,15 @@ class TransportAllToAll(_Exchange):
         self.message_rows: collections.deque = collections.deque(maxlen=keep_rows)
 
     @classmethod
-    def for_process_group(cls, config: TransportConfig | None = None, group=None, host: str | None = None,
-                          data_port: int = 0, control_port: int = 0, **kwargs) -> TransportAllToAll:
+    def for_process_group(
+        cls,
+        config: TransportConfig | None = None,
+        group=None,
+        host: str | None = None,
+        data_port: int = 0,
+        control_port: int = 0,
+        **kwargs,
+    ) -> TransportAllToAll:
         """Open this rank's endpoint on `host` (default: the address towards MASTER_ADDR, or
         127.0.0.1 without it; pass it where that guess is wrong) and the given ports (0: any free
         port), learn every rank's addresses through the (already initialised) torch.distributed
@@ -145,11 +159,17 @@ class TransportAllToAll(_Exchange):
         deadline_ms, inject_loss, ...); its rank, ip and ports are replaced, and rank r draws
         injected losses from inject_seed * 1000 + r. `kwargs` go to the constructor."""
         import torch.distributed as dist
+
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         config = config or TransportConfig()
-        config = config.replace(rank=rank, ip=host or _local_address(), data_port=data_port,
-                                control_port=control_port, host=config.host or f"rank{rank}",
-                                inject_seed=config.inject_seed * 1000 + rank)
+        config = config.replace(
+            rank=rank,
+            ip=host or _local_address(),
+            data_port=data_port,
+            control_port=control_port,
+            host=config.host or f"rank{rank}",
+            inject_seed=config.inject_seed * 1000 + rank,
+        )
         endpoint = UdpTransport(config, [])
         try:
             addresses = [None] * world
@@ -173,7 +193,7 @@ class TransportAllToAll(_Exchange):
         def run():
             try:
                 h.set_result(self._all_to_all(op.iteration, op.slot, op.values, op.tags))
-            except BaseException as e:  # the waiter re-raises it
+            except BaseException as e:  # noqa: BLE001 (the waiter re-raises it)
                 h.set_error(e)
 
         threading.Thread(target=run, name=f"alltoall-{self.rank}-{op.slot}", daemon=True).start()
@@ -184,8 +204,9 @@ class TransportAllToAll(_Exchange):
         it16 = iteration & 0xFFFF
         t = self.endpoint
         t.advance(it16)
-        batch = packetize(values, MessageId(self.job_id, self.rank, it16, msg_id, PHASE_P2P, TYPE_DATA), tags,
-                          self.values_per_pkt)
+        batch = packetize(
+            values, MessageId(self.job_id, self.rank, it16, msg_id, PHASE_P2P, TYPE_DATA), tags, self.values_per_pkt
+        )
         info = SendInfo(rec_msg_id=msg_id, layer_first=int(tags.layer_id.min()), layer_last=int(tags.layer_id.max()))
         # the same packets go to every peer: the header names the source, not the destination
         handles = {r: t.send(r, batch, info) for r in range(self.world) if r != self.rank}
@@ -207,8 +228,9 @@ class TransportAllToAll(_Exchange):
         for r, h in handles.items():
             sent = h.wait(self.timeout_s)
             if sent.error:
-                raise TransportError(f"rank {self.rank}: bucket {msg_id} of iteration {iteration} to rank {r}: "
-                                     f"{sent.error}")
+                raise TransportError(
+                    f"rank {self.rank}: bucket {msg_id} of iteration {iteration} to rank {r}: {sent.error}"
+                )
             self.stats.retx_pkts += sent.retx_pkts
             if sent.forced:
                 self.stats._forced(iteration, msg_id, r, "sent")
@@ -230,6 +252,7 @@ class GlooAllReduce(_Exchange):
 
     def __init__(self, group=None, drop_rate: float = 0.0, seed: int = 0):
         import torch.distributed as dist
+
         self._dist = dist
         self.group = dist.new_group(ranks=list(range(dist.get_world_size(group))), backend="gloo")
         self.world = dist.get_world_size(self.group)
@@ -240,6 +263,7 @@ class GlooAllReduce(_Exchange):
     def all_reduce(self, op: OpData) -> Handle:
         """Blocking (gloo's all-reduce is collective): the handle is done when it returns."""
         import torch
+
         tags = op.tags
         total = torch.from_numpy(np.array(op.values, dtype=np.float32, copy=True).reshape(-1))
         count = torch.ones(total.numel(), dtype=torch.int32)

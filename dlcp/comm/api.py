@@ -92,6 +92,7 @@ class OpData:
     """This rank's part of one operation. `slot` names the operation within its iteration (the
     wire ids derive from it: dlcp/comm/wire_ids.py); `layout` gives the layer segments of `values`
     (its msg_id is the slot) for tagging; `tags` may carry ready-made packet tags instead."""
+
     iteration: int
     slot: int
     values: np.ndarray  # flat float32; the collective reads it, never writes it
@@ -130,7 +131,7 @@ class Collective(ABC):
     rank: int  # this rank (group rank = worker rank)
     world: int  # ranks in the job
 
-    def begin(self, iteration: int) -> None:
+    def begin(self, iteration: int) -> None:  # noqa: B027
         """A new iteration starts (transports forget stale messages)."""
 
     @abstractmethod
@@ -152,5 +153,5 @@ class Collective(ABC):
         """How many ranks an operation of `iteration` reduces over (the job's workers, or a group's)."""
         return self.world
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027
         pass

@@ -37,8 +37,10 @@ def timeline_rows(profiles, workers, rate_gbps: float, latency_s: float) -> list
     rows = sweep(profiles, workers, lambda p: CostModel.from_link(rate_gbps * 1e9, latency_s, p))
     out: dict = {}
     for r in rows:
-        row = out.setdefault((r["profile"], r["workers"]), {"profile": r["profile"], "workers": r["workers"],
-                                                            "compute_ms": round(r["compute_s"] * 1e3, 2)})
+        row = out.setdefault(
+            (r["profile"], r["workers"]),
+            {"profile": r["profile"], "workers": r["workers"], "compute_ms": round(r["compute_s"] * 1e3, 2)},
+        )
         row[r["scheduler"]] = round(r["iteration_s"] * 1e3, 2)
     return list(out.values())
 
@@ -50,8 +52,9 @@ def _plans(topology: str, spec, kary: int, group: int):
     yield f"dssync g{group}", DsSyncRounds(topology_plan(spec, group), spec)
 
 
-def collective_rows(profile, topologies, fabric_gbps: float, latency_s: float, kary: int = 5,
-                    group: int = 4) -> list[dict]:
+def collective_rows(
+    profile, topologies, fabric_gbps: float, latency_s: float, kary: int = 5, group: int = 4
+) -> list[dict]:
     """One row per topology x collective (see the module docstring)."""
     nbytes = BYTES_PER_ELEMENT * profile.parameters
     link_beta = 8.0 / (fabric_gbps * 1e9)
@@ -62,30 +65,58 @@ def collective_rows(profile, topologies, fabric_gbps: float, latency_s: float, k
             scheds = [plan.schedule(k) for k in range(plan.period)]
             allreduce = statistics.fmean(alpha_beta_cost(s, nbytes, latency_s, link_beta, spec) for s in scheds)
             costs = [collective_cost(s, spec, latency_s, fabric_gbps * 1e3) for s in scheds]
-            cost = CostModel(alpha=statistics.fmean(c.alpha for c in costs), beta=statistics.fmean(c.beta for c in costs),
-                             workers=plan.workers)
-            row = {"topology": topology, "collective": name, "workers": plan.workers,
-                   "steps_per_phase": max(s.steps_per_phase for s in scheds),
-                   "rounds": plan.period, "allreduce_ms": round(allreduce * 1e3, 2)}
+            cost = CostModel(
+                alpha=statistics.fmean(c.alpha for c in costs),
+                beta=statistics.fmean(c.beta for c in costs),
+                workers=plan.workers,
+            )
+            row = {
+                "topology": topology,
+                "collective": name,
+                "workers": plan.workers,
+                "steps_per_phase": max(s.steps_per_phase for s in scheds),
+                "rounds": plan.period,
+                "allreduce_ms": round(allreduce * 1e3, 2),
+            }
             for s in COLLECTIVE_SCHEDULERS:
                 row[s] = round(predict(s, profile, plan.workers, cost)[1].iteration_s * 1e3, 2)
             rows.append(row)
     return rows
 
 
-def timeline_result(profiles: list[str], workers, rate_gbps: float, latency_s: float, collective_profile: str,
-                    topologies, fabric_gbps: float, kary: int, group: int) -> dict:
+def timeline_result(
+    profiles: list[str],
+    workers,
+    rate_gbps: float,
+    latency_s: float,
+    collective_profile: str,
+    topologies,
+    fabric_gbps: float,
+    kary: int,
+    group: int,
+) -> dict:
     loaded = [load_profile(p) for p in profiles]
-    return {"timeline": {"rate_gbps": rate_gbps, "latency_s": latency_s, "schedulers": list(SCHEDULERS),
-                         "rows": timeline_rows(loaded, workers, rate_gbps, latency_s)},
-            "collectives": {"profile": collective_profile, "fabric_gbps": fabric_gbps, "latency_s": latency_s,
-                            "kary": kary, "group": group,
-                            "rows": collective_rows(load_profile(collective_profile), topologies, fabric_gbps,
-                                                    latency_s, kary, group)}}
+    return {
+        "timeline": {
+            "rate_gbps": rate_gbps,
+            "latency_s": latency_s,
+            "schedulers": list(SCHEDULERS),
+            "rows": timeline_rows(loaded, workers, rate_gbps, latency_s),
+        },
+        "collectives": {
+            "profile": collective_profile,
+            "fabric_gbps": fabric_gbps,
+            "latency_s": latency_s,
+            "kary": kary,
+            "group": group,
+            "rows": collective_rows(load_profile(collective_profile), topologies, fabric_gbps, latency_s, kary, group),
+        },
+    }
 
 
 def _ints(text: str) -> tuple[int, ...]:
     import argparse
+
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
@@ -101,6 +132,7 @@ def _names(text: str) -> list[str]:
 
 def parser():
     import argparse
+
     ap = argparse.ArgumentParser(prog="dlcp bench schedulers", description=__doc__.splitlines()[0])
     ap.add_argument("--profiles", type=_names, default=["resnet50", "vgg16"])
     ap.add_argument("--workers", type=_ints, default=WORKERS, help="comma-separated worker counts")
@@ -117,11 +149,16 @@ def parser():
 
 def print_timeline(result: dict) -> None:
     from dlcp.tables import format_table
+
     t, c = result["timeline"], result["collectives"]
-    print(f"timeline: predicted iteration time (ms) per scheduler, ring all-reduce at {t['rate_gbps']:g} Gb/s, "
-          f"{t['latency_s'] * 1e6:g} us per step")
+    print(
+        f"timeline: predicted iteration time (ms) per scheduler, ring all-reduce at {t['rate_gbps']:g} Gb/s, "
+        f"{t['latency_s'] * 1e6:g} us per step"
+    )
     print(format_table(t["rows"]))
-    print(f"\ncollectives: {c['profile']} gradient over each collective's schedule, fabric {c['fabric_gbps']:g} Gb/s "
-          f"(torus/mesh host links at degree x fabric), {c['latency_s'] * 1e6:g} us per step, with contention; "
-          f"iteration ms of three schedulers planning with that collective")
+    print(
+        f"\ncollectives: {c['profile']} gradient over each collective's schedule, fabric {c['fabric_gbps']:g} Gb/s "
+        f"(torus/mesh host links at degree x fabric), {c['latency_s'] * 1e6:g} us per step, with contention; "
+        f"iteration ms of three schedulers planning with that collective"
+    )
     print(format_table(c["rows"]))

@@ -71,6 +71,7 @@ class _Collective:
 
 # --- parameter server --------------------------------------------------------------------------------
 
+
 class PSClient(_Collective):
     """Worker side: push gradients to the PS, pull parameters back."""
 
@@ -82,7 +83,9 @@ class PSClient(_Collective):
     def push(self, iteration: int, msg: GradMessage) -> Handle:
         lay = msg.layout
         values = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
-        ident = MessageId(self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(lay.msg_id), PHASE_PUSH, TYPE_DATA)
+        ident = MessageId(
+            self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(lay.msg_id), PHASE_PUSH, TYPE_DATA
+        )
         batch, lf, ll = tagged_packets(values, ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp)
         h = self.t.send(self.ps, batch, SendInfo(rec_msg_id=lay.msg_id, layer_first=lf, layer_last=ll))
         self._handles[iteration].append(h)
@@ -126,10 +129,12 @@ class PSServer(_Collective):
             prev = self._previous.get(msg_id)
             delta = np.abs(values - prev) if prev is not None else np.abs(values)
             self._previous[msg_id] = values
-            ident = MessageId(self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(msg_id), PHASE_PULL,
-                              TYPE_PARAM)
-            batch, lf, ll = tagged_packets(values, ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp,
-                                           magnitudes=delta)
+            ident = MessageId(
+                self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(msg_id), PHASE_PULL, TYPE_PARAM
+            )
+            batch, lf, ll = tagged_packets(
+                values, ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp, magnitudes=delta
+            )
             for rank in range(self.cfg.world):  # same packets for every worker
                 handles.append(self.t.send(rank, batch, SendInfo(rec_msg_id=msg_id, layer_first=lf, layer_last=ll)))
         for h in handles:
@@ -138,23 +143,45 @@ class PSServer(_Collective):
 
 # --- all-reduce ----------------------------------------------------------------------------------------
 
+
 class TransportEngine(CommEngine):
     """One worker's communication layer over the transport for the `[comm]` settings: the
     scheduler planned on the workload's messages (dlcp/comm/policy.py), the collective's step plan
     on the topology (`spec`; None: a star), one set of wire ids, and rank 0's order announcements
     when the scheduler needs them (dlcp/comm/engine.py). Adds `resync`."""
 
-    def __init__(self, transport, cfg: CommConfig, policy: CommPolicy, layouts: list[MessageLayout], n_layers: int,
-                 *, host_mbps: float = 50.0, spec: TopologySpec | None = None, backward_ms: float = 0.0,
-                 fabric_mbps: float | None = None, on_final=None, layer_times: LayerTimes | None = None):
-        scheduler, plan, self.ids = comm_plan(policy, cfg.world, layouts, host_mbps=host_mbps, spec=spec,
-                                              backward_ms=backward_ms, fabric_mbps=fabric_mbps, layer_times=layer_times)
+    def __init__(
+        self,
+        transport,
+        cfg: CommConfig,
+        policy: CommPolicy,
+        layouts: list[MessageLayout],
+        n_layers: int,
+        *,
+        host_mbps: float = 50.0,
+        spec: TopologySpec | None = None,
+        backward_ms: float = 0.0,
+        fabric_mbps: float | None = None,
+        on_final=None,
+        layer_times: LayerTimes | None = None,
+    ):
+        scheduler, plan, self.ids = comm_plan(
+            policy,
+            cfg.world,
+            layouts,
+            host_mbps=host_mbps,
+            spec=spec,
+            backward_ms=backward_ms,
+            fabric_mbps=fabric_mbps,
+            layer_times=layer_times,
+        )
         self.t, self.cfg, self.policy, self.plan = transport, cfg, policy, plan
         self.layouts = {lay.msg_id: lay for lay in layouts}
         collective = SteppedCollective(transport, cfg, plan, self.ids, lockstep=policy.lockstep)
         order = TransportOrder(transport, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
-        super().__init__(scheduler, collective, layouts, n_layers, order=order, timeout_s=cfg.timeout_s,
-                         on_final=on_final)
+        super().__init__(
+            scheduler, collective, layouts, n_layers, order=order, timeout_s=cfg.timeout_s, on_final=on_final
+        )
 
     def resync(self, iteration: int, params: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict]:
         return resync(self.t, self.cfg, self.ids, self.layouts, self.n_layers, iteration, params)
@@ -167,25 +194,41 @@ class RingAllReduce(TransportEngine):
         super().__init__(transport, cfg, CommPolicy(), layouts, n_layers)
 
 
-def resync(transport, cfg: CommConfig, ids: WireIds, layouts: dict[int, MessageLayout], n_layers: int,
-           iteration: int, params: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict]:
+def resync(
+    transport,
+    cfg: CommConfig,
+    ids: WireIds,
+    layouts: dict[int, MessageLayout],
+    n_layers: int,
+    iteration: int,
+    params: dict[int, np.ndarray],
+) -> tuple[dict[int, np.ndarray], dict]:
     """Rank 0 sends `params` to every rank (reliably); returns (rank 0's parameters, drift of
     this rank's `params` from them: {"drift_l2", "drift_max", "param_l2"})."""
     order = sorted(layouts)
     if cfg.rank == 0:
-        handles = [transport.send(*m) for m in resync_messages(cfg, ids, layouts, n_layers, transport.vpp, iteration,
-                                                                params)]
+        handles = [
+            transport.send(*m) for m in resync_messages(cfg, ids, layouts, n_layers, transport.vpp, iteration, params)
+        ]
         for h in handles:
             h.wait(cfg.timeout_s)
         ref = params
     else:
-        ref = {m: transport.recv(0, iteration, PHASE_P2P, ids.resync(order.index(m)), cfg.timeout_s).values
-               for m in order}
+        ref = {
+            m: transport.recv(0, iteration, PHASE_P2P, ids.resync(order.index(m)), cfg.timeout_s).values for m in order
+        }
     return ref, drift(params, ref)
 
 
-def resync_messages(cfg: CommConfig, ids: WireIds, layouts: dict[int, MessageLayout], n_layers: int, vpp: int,
-                    iteration: int, params: dict[int, np.ndarray] | None) -> list[tuple[int, object, SendInfo]]:
+def resync_messages(
+    cfg: CommConfig,
+    ids: WireIds,
+    layouts: dict[int, MessageLayout],
+    n_layers: int,
+    vpp: int,
+    iteration: int,
+    params: dict[int, np.ndarray] | None,
+) -> list[tuple[int, object, SendInfo]]:
     """Rank 0's re-sync: (destination, packets, SendInfo) of every message to every other rank
     (P2P, TYPE_PARAM, wire id `ids.resync(index in msg_id order)`, protected, budget 0). `params`
     None: packets of the right sizes without values (workload.payload = "sizes")."""
@@ -209,5 +252,8 @@ def drift(params: dict[int, np.ndarray], ref: dict[int, np.ndarray]) -> dict:
     diff = [np.asarray(params[m], np.float32) - ref[m] for m in order]
     d = np.concatenate(diff) if diff else np.zeros(0, np.float32)
     ref_all = np.concatenate([np.asarray(ref[m], np.float32) for m in order])
-    return {"drift_l2": float(np.linalg.norm(d)), "drift_max": float(np.abs(d).max(initial=0.0)),
-            "param_l2": float(np.linalg.norm(ref_all))}
+    return {
+        "drift_l2": float(np.linalg.norm(d)),
+        "drift_max": float(np.abs(d).max(initial=0.0)),
+        "param_l2": float(np.linalg.norm(ref_all)),
+    }

@@ -31,8 +31,12 @@ ALGORITHMS = ("ring", "halving_doubling")
 
 
 def _check(name: str, value, minimum: float = 0.0, integer: bool = False):
-    ok = (not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-          and math.isfinite(value) and value >= minimum)
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int if integer else (int, float))
+        and math.isfinite(value)
+        and value >= minimum
+    )
     if not ok:
         kind = "an integer" if integer else "a finite number"
         raise ValueError(f"cost model: {name}: must be {kind} >= {minimum:g}, got {value!r}")
@@ -43,6 +47,7 @@ class CostModel:
     """alpha: start-up of one all-reduce, seconds. beta: seconds per byte of all-reduce message.
     workers: the P these constants hold for (needed only for PS costs when no link constants are
     given). link_alpha (s) / link_beta (s/B): one point-to-point message on one link."""
+
     alpha: float
     beta: float
     workers: int | None = None
@@ -59,8 +64,7 @@ class CostModel:
                 _check(key, getattr(self, key))
 
     @classmethod
-    def from_link(cls, rate_bps: float, latency_s: float, workers: int,
-                  algorithm: str = "ring") -> CostModel:
+    def from_link(cls, rate_bps: float, latency_s: float, workers: int, algorithm: str = "ring") -> CostModel:
         """Constants of an all-reduce over `workers` ranks on links of `rate_bps` bits/s with
         `latency_s` per message step: ring 2(P-1)a + 2(P-1)/P M b; halving-doubling
         2 log2(P) a + 2(P-1)/P M b (P a power of two), with a = latency_s, b = 8 / rate_bps."""
@@ -77,8 +81,13 @@ class CostModel:
             steps = 2 * int(math.log2(p))
         else:
             raise ValueError(f"cost model: algorithm: {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-        return cls(alpha=steps * latency_s, beta=2 * (p - 1) / p * link_beta, workers=p,
-                   link_alpha=latency_s, link_beta=link_beta)
+        return cls(
+            alpha=steps * latency_s,
+            beta=2 * (p - 1) / p * link_beta,
+            workers=p,
+            link_alpha=latency_s,
+            link_beta=link_beta,
+        )
 
     def allreduce_s(self, nbytes: float) -> float:
         return self.alpha + self.beta * nbytes
@@ -95,8 +104,10 @@ class CostModel:
         if self.link_alpha is not None and self.link_beta is not None:
             return self.link_alpha, self.link_beta
         if self.workers is None or self.workers < 2:
-            raise ValueError("cost model: PS costs need link_alpha/link_beta or workers >= 2 "
-                             "(to back them out of the all-reduce fit)")
+            raise ValueError(
+                "cost model: PS costs need link_alpha/link_beta or workers >= 2 "
+                "(to back them out of the all-reduce fit)"
+            )
         p = self.workers
         return self.alpha / (2 * (p - 1)), self.beta * p / (2 * (p - 1))
 

@@ -119,16 +119,27 @@ class CommEngine:
     # (rank, iteration, slot, primitive) of every operation as it starts, when set (tests, diagnostics)
     on_start: Callable[[int, int, int, str], None] | None = None
 
-    def __init__(self, scheduler: Scheduler, collective: Collective, layouts: list[MessageLayout], n_layers: int,
-                 *, order: OrderChannel | None = None, timeout_s: float = 60.0,
-                 on_final: Callable[[int, int, Aggregate], None] | None = None,
-                 on_done: Callable[[int], None] | None = None, clock: Callable[[], float] = time.monotonic,
-                 sizes_only: bool = False):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        collective: Collective,
+        layouts: list[MessageLayout],
+        n_layers: int,
+        *,
+        order: OrderChannel | None = None,
+        timeout_s: float = 60.0,
+        on_final: Callable[[int, int, Aggregate], None] | None = None,
+        on_done: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sizes_only: bool = False,
+    ):
         self.sched, self.coll = scheduler, collective
         self.tensors = forward_order(layouts)
         if [t.n_values for t in self.tensors] != list(scheduler.sizes):
-            raise ValueError(f"scheduler {scheduler.name!r} plans {len(scheduler.sizes)} tensors of sizes that do not "
-                             f"match the workload's {len(self.tensors)} messages")
+            raise ValueError(
+                f"scheduler {scheduler.name!r} plans {len(scheduler.sizes)} tensors of sizes that do not "
+                f"match the workload's {len(self.tensors)} messages"
+            )
         self.index = {t.msg_id: i for i, t in enumerate(self.tensors)}
         self.n_layers, self.timeout_s, self.on_final, self.on_done = n_layers, timeout_s, on_final, on_done
         self.clock, self.sizes_only = clock, sizes_only
@@ -138,7 +149,9 @@ class CommEngine:
         self.follower = scheduler.timing_dependent_order and collective.world > 1 and collective.rank != 0
         self.leader = scheduler.timing_dependent_order and collective.world > 1 and collective.rank == 0
         if (self.follower or self.leader) and order is None:
-            raise ValueError(f"scheduler {scheduler.name!r} decides its order at run time: the ranks need an order channel")
+            raise ValueError(
+                f"scheduler {scheduler.name!r} decides its order at run time: the ranks need an order channel"
+            )
         self.order = order
         self._lock = threading.Lock()
         self._iters: dict[int, _Iteration] = {}
@@ -184,8 +197,10 @@ class CommEngine:
         st = self.backward_done(iteration)
         limit = self.timeout_s * max(4, 2 * self.sched.ops_per_iteration())
         if not st.done.wait(limit):
-            raise TransportError(f"communication of iteration {iteration} not done after {limit:g} s "
-                                 f"({st.n_final} of {len(self.tensors)} messages final)")
+            raise TransportError(
+                f"communication of iteration {iteration} not done after {limit:g} s "
+                f"({st.n_final} of {len(self.tensors)} messages final)"
+            )
         return self.collect(iteration)
 
     def backward_done(self, iteration: int) -> _Iteration:
@@ -210,7 +225,9 @@ class CommEngine:
         if self.sizes_only:
             return {lay.msg_id: None for lay in self.tensors}
         world = self.coll.group_size(iteration)
-        return {lay.msg_id: Aggregate(lay.msg_id, st.total[i], st.count[i], world) for i, lay in enumerate(self.tensors)}
+        return {
+            lay.msg_id: Aggregate(lay.msg_id, st.total[i], st.count[i], world) for i, lay in enumerate(self.tensors)
+        }
 
     def short_values(self, iteration: int) -> int:
         """Sizes only: values of `iteration` holding fewer contributions than the group (before collect)."""
@@ -238,7 +255,9 @@ class CommEngine:
         s = op.segments[0]
         slot = self.slot_of.get((s.tensor, s.start))
         if slot is None or tuple(op.segments) != self.units[slot]:
-            raise ValueError(f"scheduler {self.sched.name!r}: op {op.op_id} carries {op.segments}, not one of its units")
+            raise ValueError(
+                f"scheduler {self.sched.name!r}: op {op.op_id} carries {op.segments}, not one of its units"
+            )
         return slot
 
     def _release(self, ops: list[Op]) -> None:
@@ -254,8 +273,9 @@ class CommEngine:
     def _follow(self, iteration: int, st: _Iteration) -> None:
         """Start this iteration's announcement reader (follower; lock held)."""
         if st.follower is None and not self.order.pushes:
-            st.follower = threading.Thread(target=self._read_order, args=(iteration, st), daemon=True,
-                                           name=f"order-{self.coll.rank}-{iteration}")
+            st.follower = threading.Thread(
+                target=self._read_order, args=(iteration, st), daemon=True, name=f"order-{self.coll.rank}-{iteration}"
+            )
             st.follower.start()
 
     def _read_order(self, iteration: int, st: _Iteration) -> None:
@@ -263,7 +283,7 @@ class CommEngine:
             for seq in range(self.sched.ops_per_iteration()):
                 slot, primitive = self.order.receive(iteration, seq, self.timeout_s * 4)
                 self.announced(iteration, seq, slot, primitive)
-        except BaseException as e:  # the iteration cannot finish: tell wait()
+        except BaseException as e:  # noqa: BLE001 (the iteration cannot finish: tell wait())
             self._fail(st, e)
 
     def announced(self, iteration: int, seq: int, slot: int, primitive: str) -> None:
@@ -304,7 +324,7 @@ class CommEngine:
         elif self.sizes_only:
             values = None
         else:
-            values = np.concatenate([st.values[s.tensor][s.start:s.stop] for s in op.segments])
+            values = np.concatenate([st.values[s.tensor][s.start : s.stop] for s in op.segments])
         label = self.tensors[op.segments[0].tensor].msg_id
         return op, OpData(op.iteration, slot, values, self.unit_layouts[slot], self.n_layers, label=label), st
 
@@ -327,7 +347,7 @@ class CommEngine:
                 h = self.coll.all_gather(data, partial)
             else:
                 raise ValueError(f"scheduler {self.sched.name!r}: primitive {op.primitive!r} needs a parameter server")
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001
             self._fail(st, e)
             return
         h.add_done_callback(lambda done, op=op, st=st: self._on_done(op, st, done))
@@ -348,15 +368,18 @@ class CommEngine:
                     self._release(self.sched.on_complete(op.op_id, self.clock()))
                 start = self._next()
                 done = st.n_final == len(self.tensors)
-        except BaseException as e:  # a scheduler or plan bug: the iteration cannot finish
+        except BaseException as e:  # noqa: BLE001 (a scheduler or plan bug: the iteration cannot finish)
             self._fail(st, e)
             return
         self._start(start)
         if self.on_final is not None and not self.sizes_only:
             for t in finals:
                 lay = self.tensors[t]
-                self.on_final(op.iteration, lay.msg_id, Aggregate(lay.msg_id, st.total[t], st.count[t],
-                                                                  self.coll.group_size(op.iteration)))
+                self.on_final(
+                    op.iteration,
+                    lay.msg_id,
+                    Aggregate(lay.msg_id, st.total[t], st.count[t], self.coll.group_size(op.iteration)),
+                )
         if done:
             self._finished(op.iteration, st)
 
@@ -368,8 +391,8 @@ class CommEngine:
         for s in op.segments:
             n = s.elements
             if not self.sizes_only:
-                st.total[s.tensor][s.start:s.stop] = res.total[offset:offset + n]
-                st.count[s.tensor][s.start:s.stop] = res.count[offset:offset + n]
+                st.total[s.tensor][s.start : s.stop] = res.total[offset : offset + n]
+                st.count[s.tensor][s.start : s.stop] = res.count[offset : offset + n]
             offset += n
             st.final[s.tensor] += n
             if st.final[s.tensor] > self.tensors[s.tensor].n_values:

@@ -87,13 +87,13 @@ class EventSteppedCollective(Collective):
     """One rank's side of a StepPlan, event-driven (see the module docstring). `sizes_only`:
     operations carry no values (OpData.values None), only per-packet contribution counts."""
 
-    def __init__(self, send: Callable, vpp: int, cfg: CommConfig, plan: StepPlan, ids: WireIds,
-                 lockstep: bool = True):
+    def __init__(self, send: Callable, vpp: int, cfg: CommConfig, plan: StepPlan, ids: WireIds, lockstep: bool = True):
         if plan.workers != cfg.world:
             raise ValueError(f"{plan.collective}: plan for {plan.workers} ranks, job of {cfg.world}")
         if ids.stride < plan.stride:
-            raise ValueError(f"{plan.collective}: wire ids give {ids.stride} step ids per operation, "
-                             f"the plan needs {plan.stride}")
+            raise ValueError(
+                f"{plan.collective}: wire ids give {ids.stride} step ids per operation, the plan needs {plan.stride}"
+            )
         self.send, self.vpp, self.cfg, self.plan, self.ids, self.lockstep = send, vpp, cfg, plan, ids, lockstep
         self.rank, self.world = cfg.rank, cfg.world
         self.rules = StepRules(cfg, plan, ids, vpp)
@@ -111,8 +111,11 @@ class EventSteppedCollective(Collective):
         return self.plan.group_size(iteration, self.rank)
 
     def all_reduce(self, op: OpData) -> Handle:
-        return self._start(_State(op, self.plan.schedule(op.iteration), self.vpp), (RS, AG),
-                           lambda st: st.reduced(self.group_size(op.iteration)))
+        return self._start(
+            _State(op, self.plan.schedule(op.iteration), self.vpp),
+            (RS, AG),
+            lambda st: st.reduced(self.group_size(op.iteration)),
+        )
 
     def reduce_scatter(self, op: OpData) -> Handle:
         return self._start(_State(op, self.plan.schedule(op.iteration), self.vpp), (RS,), Partial)
@@ -120,7 +123,9 @@ class EventSteppedCollective(Collective):
     def all_gather(self, op: OpData, partial: Partial) -> Handle:
         st = partial.state
         if not isinstance(st, _State) or st.op.slot != op.slot or st.op.iteration != op.iteration:
-            raise ValueError(f"{self.plan.collective}: all_gather of {op.what} needs the reduce-scatter of the same operation")
+            raise ValueError(
+                f"{self.plan.collective}: all_gather of {op.what} needs the reduce-scatter of the same operation"
+            )
         return self._start(st, (AG,), lambda st: st.reduced(self.group_size(op.iteration)))
 
     def _start(self, st: _State, phases, result) -> Handle:
@@ -128,7 +133,7 @@ class EventSteppedCollective(Collective):
         run = _Run(self, st, phases if self.world > 1 else (), h, result)
         try:
             run.advance()
-        except BaseException as e:  # handed to the handle's callbacks, as the threaded collective does
+        except BaseException as e:  # noqa: BLE001 (handed to the handle's callbacks, as the threaded collective does)
             h.set_error(e)
         return h
 
@@ -155,7 +160,7 @@ class EventSteppedCollective(Collective):
             return
         try:
             fn()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001
             run.done = True
             run.h.set_error(e)
 
@@ -186,19 +191,52 @@ class EventEngine(CommEngine):
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
     Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""
 
-    def __init__(self, send: Callable, vpp: int, cfg: CommConfig, policy: CommPolicy, layouts: list[MessageLayout],
-                 n_layers: int, *, clock: Callable[[], float], on_done: Callable[[int], None] | None = None,
-                 sizes_only: bool = False, host_mbps: float = 50.0, spec: TopologySpec | None = None,
-                 backward_ms: float = 0.0, fabric_mbps: float | None = None, layer_times: LayerTimes | None = None,
-                 plan: StepPlan | None = None, cost: CostModel | None = None):
-        scheduler, plan, self.ids = comm_plan(policy, cfg.world, layouts, host_mbps=host_mbps, spec=spec,
-                                              backward_ms=backward_ms, fabric_mbps=fabric_mbps,
-                                              layer_times=layer_times, plan=plan, cost=cost)
+    def __init__(
+        self,
+        send: Callable,
+        vpp: int,
+        cfg: CommConfig,
+        policy: CommPolicy,
+        layouts: list[MessageLayout],
+        n_layers: int,
+        *,
+        clock: Callable[[], float],
+        on_done: Callable[[int], None] | None = None,
+        sizes_only: bool = False,
+        host_mbps: float = 50.0,
+        spec: TopologySpec | None = None,
+        backward_ms: float = 0.0,
+        fabric_mbps: float | None = None,
+        layer_times: LayerTimes | None = None,
+        plan: StepPlan | None = None,
+        cost: CostModel | None = None,
+    ):
+        scheduler, plan, self.ids = comm_plan(
+            policy,
+            cfg.world,
+            layouts,
+            host_mbps=host_mbps,
+            spec=spec,
+            backward_ms=backward_ms,
+            fabric_mbps=fabric_mbps,
+            layer_times=layer_times,
+            plan=plan,
+            cost=cost,
+        )
         self.policy, self.plan = policy, plan
         collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=policy.lockstep)
         order = PushedOrder(send, vpp, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
-        super().__init__(scheduler, collective, layouts, n_layers, order=order, timeout_s=cfg.timeout_s,
-                         on_done=on_done, clock=clock, sizes_only=sizes_only)
+        super().__init__(
+            scheduler,
+            collective,
+            layouts,
+            n_layers,
+            order=order,
+            timeout_s=cfg.timeout_s,
+            on_done=on_done,
+            clock=clock,
+            sizes_only=sizes_only,
+        )
 
     def sent(self, key, result) -> None:
         """A send finished (the leader's announcements need nothing more)."""

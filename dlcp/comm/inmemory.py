@@ -60,16 +60,18 @@ class PacketLoss:
             raise ValueError(f"loss mode {self.mode!r} is not one of {', '.join(LOSS_MODES)}")
         self._lock = threading.Lock()
 
-    def lost_values(self, values: np.ndarray, layout: MessageLayout, n_layers: int,
-                    direction: int, iteration: int, rank: int) -> np.ndarray:
+    def lost_values(
+        self, values: np.ndarray, layout: MessageLayout, n_layers: int, direction: int, iteration: int, rank: int
+    ) -> np.ndarray:
         """Boolean per value: True where the value's packet was lost."""
         n = n_packets(layout.n_values, self.values_per_pkt)
         rng = np.random.default_rng([self.seed, direction, iteration, rank, layout.msg_id])
         if self.mode == "uniform":
             lost = rng.random(n) < self.rate
         else:
-            tags = tag_message(values, layout.layer_starts, layout.layer_ids, n_layers, self.tagging,
-                               self.values_per_pkt)
+            tags = tag_message(
+                values, layout.layer_starts, layout.layer_ids, n_layers, self.tagging, self.values_per_pkt
+            )
             eligible = tags.drop_prec > 0
             p = min(1.0, self.rate * n / eligible.sum()) if eligible.any() else 0.0
             lost = (rng.random(n) < p) & eligible
@@ -215,9 +217,15 @@ class MemberCollective(Collective):
 class InMemoryPS:
     """Parameter server in memory: pushes summed at `gather`, parameters handed out at `pull`."""
 
-    def __init__(self, world: int, layouts: list[MessageLayout], n_layers: int,
-                 push_loss: PacketLoss | None = None, pull_loss: PacketLoss | None = None,
-                 timeout_s: float = 120.0):
+    def __init__(
+        self,
+        world: int,
+        layouts: list[MessageLayout],
+        n_layers: int,
+        push_loss: PacketLoss | None = None,
+        pull_loss: PacketLoss | None = None,
+        timeout_s: float = 120.0,
+    ):
         self.world, self.n_layers = world, n_layers
         self.push_loss, self.pull_loss = push_loss, pull_loss
         self.layouts = {l.msg_id: l for l in layouts}
@@ -248,9 +256,11 @@ class InMemoryPS:
 
     def _gather(self, it) -> dict[int, Aggregate]:
         with self._rv.cond:
+
             def complete():
                 msgs = self._pushed.get(it, {})
                 return len(msgs) == len(self._sizes) and all(len(r) == self.world for r in msgs.values())
+
             self._rv.wait_for(complete, f"every worker's push of iteration {it}")
             return _sum_contributions(self._sizes, self._pushed.pop(it), self.world)
 
@@ -299,8 +309,15 @@ class PSServer:
         self.ps._scatter(iteration, params)
 
 
-def memory_engines(world: int, layouts: list[MessageLayout], n_layers: int, policy=None,
-                   loss: PacketLoss | None = None, backward_ms: float = 0.0, timeout_s: float = 120.0):
+def memory_engines(
+    world: int,
+    layouts: list[MessageLayout],
+    n_layers: int,
+    policy=None,
+    loss: PacketLoss | None = None,
+    backward_ms: float = 0.0,
+    timeout_s: float = 120.0,
+):
     """One CommEngine per rank over one InMemoryGroup, for the `[comm]` settings `policy`
     (default: WFBP): the same scheduler and order rules as over the transport (the collective's
     algorithm does not change an exact in-process sum; DS-Sync's groups do). Returns (engines,
@@ -309,6 +326,7 @@ def memory_engines(world: int, layouts: list[MessageLayout], n_layers: int, poli
     from dlcp.comm.order import MemoryOrder
     from dlcp.comm.policy import build_scheduler, cost_model, planning_profile, step_plan
     from dlcp.comm.settings import CommPolicy
+
     policy = policy or CommPolicy()
     plan = step_plan(policy, world)
     groups = plan.plan.groups if policy.collective == "dssync" else None
@@ -316,6 +334,15 @@ def memory_engines(world: int, layouts: list[MessageLayout], n_layers: int, poli
     profile = planning_profile(forward_order(layouts), backward_ms)
     cost = cost_model(policy, world, 50.0)
     order = MemoryOrder()
-    engines = [CommEngine(build_scheduler(policy, profile, world, cost), group.collective(r), layouts, n_layers,
-                          order=order, timeout_s=timeout_s) for r in range(world)]
+    engines = [
+        CommEngine(
+            build_scheduler(policy, profile, world, cost),
+            group.collective(r),
+            layouts,
+            n_layers,
+            order=order,
+            timeout_s=timeout_s,
+        )
+        for r in range(world)
+    ]
     return engines, group.abort

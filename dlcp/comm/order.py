@@ -41,8 +41,9 @@ class TransportOrder(OrderChannel):
         return read_announcement(res, iteration, seq)
 
 
-def announcement_packets(cfg: CommConfig, ids: WireIds, n_layers: int, vpp: int, iteration: int, seq: int, slot: int,
-                         primitive: str):
+def announcement_packets(
+    cfg: CommConfig, ids: WireIds, n_layers: int, vpp: int, iteration: int, seq: int, slot: int, primitive: str
+):
     """The packets of the leader's seq-th announcement of `iteration` (see TransportOrder); they
     carry their two values even when the run carries sizes only."""
     values = np.array([slot, PRIMITIVE_CODES[primitive]], np.float32)

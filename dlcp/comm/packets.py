@@ -30,9 +30,19 @@ def sub_layers(layout: MessageLayout, lo: int, hi: int) -> tuple[list[int], list
     return out_s, out_i
 
 
-def tagged_packets(values: np.ndarray, ident: MessageId, layout: MessageLayout, lo: int, hi: int, n_layers: int,
-                   cfg: CommConfig, vpp: int, magnitudes: np.ndarray | None = None, protect: bool = False,
-                   copy: bool = False):
+def tagged_packets(
+    values: np.ndarray,
+    ident: MessageId,
+    layout: MessageLayout,
+    lo: int,
+    hi: int,
+    n_layers: int,
+    cfg: CommConfig,
+    vpp: int,
+    magnitudes: np.ndarray | None = None,
+    protect: bool = False,
+    copy: bool = False,
+):
     """Tagged packets of values[lo:hi] of a message (`magnitudes` ranks drop precedence instead of
     the values themselves, e.g. parameter deltas; `protect`: every packet drop precedence 0;
     `copy`: the packets point into a copy of the values, so the caller may change them while the
@@ -45,8 +55,16 @@ def tagged_packets(values: np.ndarray, ident: MessageId, layout: MessageLayout, 
     return packetize(chunk, ident, tags, vpp, cfg.telemetry), min(ids), max(ids)
 
 
-def sized_packets(ident: MessageId, layout: MessageLayout, lo: int, hi: int, n_layers: int, cfg: CommConfig,
-                  vpp: int, protect: bool = False):
+def sized_packets(
+    ident: MessageId,
+    layout: MessageLayout,
+    lo: int,
+    hi: int,
+    n_layers: int,
+    cfg: CommConfig,
+    vpp: int,
+    protect: bool = False,
+):
     """The packets of values [lo:hi) of a message that carries no values (`workload.payload =
     "sizes"`): headers, lengths, priorities and layer ids as `tagged_packets` makes them, payloads of
     zeros read from one shared zero (no buffer of the message's size). Drop precedence and magnitude

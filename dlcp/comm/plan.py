@@ -21,8 +21,7 @@ from dlcp.workloads.profile import Profile
 ITERATIONS = 2  # every period is the steady state (timeline.py); 2 shows it is
 
 
-def predict(scheduler: str, profile: Profile, workers: int, cost: CostModel,
-            iterations: int = ITERATIONS, **options):
+def predict(scheduler: str, profile: Profile, workers: int, cost: CostModel, iterations: int = ITERATIONS, **options):
     """(scheduler object, Timeline) of `scheduler` on `profile` with `workers` ranks."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: must be an integer >= 1, got {workers!r}")
@@ -36,10 +35,17 @@ def _ops_json(tl: Timeline) -> list[dict]:
     """The last iteration's operations in send order, times from that iteration's backward start."""
     last = tl.iterations - 1
     t0 = tl.backward_start_s[last]
-    return [{"primitive": r.op.primitive, "priority": r.op.priority, "bytes": r.op.nbytes,
-             "segments": [[s.tensor, s.start, s.stop] for s in r.op.segments],
-             "start_s": r.start_s - t0, "end_s": r.end_s - t0}
-            for r in tl.ops_of(last)]
+    return [
+        {
+            "primitive": r.op.primitive,
+            "priority": r.op.priority,
+            "bytes": r.op.nbytes,
+            "segments": [[s.tensor, s.start, s.stop] for s in r.op.segments],
+            "start_s": r.start_s - t0,
+            "end_s": r.end_s - t0,
+        }
+        for r in tl.ops_of(last)
+    ]
 
 
 def plan_json(scheduler: str, profile: Profile, workers: int, cost: CostModel, **options) -> dict:
@@ -66,9 +72,16 @@ def sweep(profiles, workers_list, cost_for, schedulers=tuple(SCHEDULERS), option
     rows = []
     for profile, workers, name in itertools.product(profiles, workers_list, schedulers):
         _, tl = predict(name, profile, workers, cost_for(workers), **options.get(name, {}))
-        rows.append({"profile": profile.name, "workers": workers, "scheduler": name,
-                     "iteration_s": tl.iteration_s, "compute_s": tl.compute_s,
-                     "periods_s": tl.periods})
+        rows.append(
+            {
+                "profile": profile.name,
+                "workers": workers,
+                "scheduler": name,
+                "iteration_s": tl.iteration_s,
+                "compute_s": tl.compute_s,
+                "periods_s": tl.periods,
+            }
+        )
     return rows
 
 
@@ -102,7 +115,8 @@ def format_table(rows: list[dict]) -> str:
         by_key.setdefault((r["profile"], r["workers"]), {})[r["scheduler"]] = r
     for (prof, w), cells in by_key.items():
         compute = next(iter(cells.values()))["compute_s"]
-        lines.append(f"{prof:9s} {w:7d}  {compute * 1e3:10.2f}  " +
-                     "  ".join(f"{cells[n]['iteration_s'] * 1e3:13.2f}" if n in cells else f"{'':13s}"
-                               for n in names))
+        lines.append(
+            f"{prof:9s} {w:7d}  {compute * 1e3:10.2f}  "
+            + "  ".join(f"{cells[n]['iteration_s'] * 1e3:13.2f}" if n in cells else f"{'':13s}" for n in names)
+        )
     return "\n".join(lines)

@@ -38,8 +38,13 @@ from dlcp.workloads.profile import Profile
 LayerTimes = tuple[Sequence[float], Sequence[float]]  # (forward_s, backward_s) per model layer
 
 
-def planning_profile(tensors: list[MessageLayout], backward_ms: float = 0.0, forward_ms: float = 0.0,
-                     name: str = "workload", layer_times: LayerTimes | None = None) -> Profile:
+def planning_profile(
+    tensors: list[MessageLayout],
+    backward_ms: float = 0.0,
+    forward_ms: float = 0.0,
+    name: str = "workload",
+    layer_times: LayerTimes | None = None,
+) -> Profile:
     """The scheduler's view of the workload: one tensor per message (forward order), with the
     per-layer times of `layer_times` (forward_s, backward_s per layer) when the workload computes
     from a profile, else `backward_ms` and `forward_ms` spread equally (see the module docstring)."""
@@ -47,16 +52,28 @@ def planning_profile(tensors: list[MessageLayout], backward_ms: float = 0.0, for
     names, sizes = tuple(f"msg{t.msg_id}" for t in tensors), tuple(t.n_values for t in tensors)
     if layer_times is not None:
         fwd, bwd = (message_times(tensors, per_layer) for per_layer in layer_times)
-        return Profile(name=name, names=names, sizes=sizes, forward_s=fwd, backward_s=bwd,
-                       note=f"{n} workload messages, times of the workload's profile summed per message")
-    return Profile(name=name, names=names, sizes=sizes,
-                   forward_s=(forward_ms / 1e3 / n,) * n, backward_s=(backward_ms / 1e3 / n,) * n,
-                   note=f"{n} workload messages, {backward_ms:g} ms backward and {forward_ms:g} ms forward spread equally")
+        return Profile(
+            name=name,
+            names=names,
+            sizes=sizes,
+            forward_s=fwd,
+            backward_s=bwd,
+            note=f"{n} workload messages, times of the workload's profile summed per message",
+        )
+    return Profile(
+        name=name,
+        names=names,
+        sizes=sizes,
+        forward_s=(forward_ms / 1e3 / n,) * n,
+        backward_s=(backward_ms / 1e3 / n,) * n,
+        note=f"{n} workload messages, {backward_ms:g} ms backward and {forward_ms:g} ms forward spread equally",
+    )
 
 
 def message_times(tensors: list[MessageLayout], per_layer: Sequence[float]) -> tuple[float, ...]:
     """Each message's share of per-layer times: the sum over its layer segments, a layer split over
     several messages shared in proportion to the values each holds."""
+
     def segments(t: MessageLayout):
         ends = (*t.layer_starts[1:], t.n_values)
         return [(layer, end - start) for layer, start, end in zip(t.layer_ids, t.layer_starts, ends)]
@@ -65,8 +82,9 @@ def message_times(tensors: list[MessageLayout], per_layer: Sequence[float]) -> t
     for t in tensors:
         for layer, size in segments(t):
             layer_values[layer] = layer_values.get(layer, 0) + size
-    return tuple(sum(per_layer[layer] * size / layer_values[layer] for layer, size in segments(t) if size)
-                 for t in tensors)
+    return tuple(
+        sum(per_layer[layer] * size / layer_values[layer] for layer, size in segments(t) if size) for t in tensors
+    )
 
 
 def collective_cost(sched: Schedule, spec: TopologySpec | None, step_latency_s: float, fabric_mbps: float) -> CostModel:
@@ -78,8 +96,14 @@ def collective_cost(sched: Schedule, spec: TopologySpec | None, step_latency_s: 
     return CostModel(alpha=a, beta=b, workers=sched.ranks)
 
 
-def cost_model(policy: CommPolicy, workers: int, host_mbps: float, plan: StepPlan | None = None,
-               spec: TopologySpec | None = None, fabric_mbps: float | None = None) -> CostModel:
+def cost_model(
+    policy: CommPolicy,
+    workers: int,
+    host_mbps: float,
+    plan: StepPlan | None = None,
+    spec: TopologySpec | None = None,
+    fabric_mbps: float | None = None,
+) -> CostModel:
     """The planners' cost model (see the module docstring)."""
     if policy.alpha_s or policy.beta_s_per_byte:
         return CostModel(alpha=policy.alpha_s, beta=policy.beta_s_per_byte, workers=workers)
@@ -104,14 +128,28 @@ def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None
 
 
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
-    return WireIds(len(scheduler.units()), plan.stride, scheduler.ops_per_iteration(), messages,
-                   what=f"{scheduler.name} over {plan.collective} ({plan.workers} ranks)")
+    return WireIds(
+        len(scheduler.units()),
+        plan.stride,
+        scheduler.ops_per_iteration(),
+        messages,
+        what=f"{scheduler.name} over {plan.collective} ({plan.workers} ranks)",
+    )
 
 
-def comm_plan(policy: CommPolicy, workers: int, layouts: list[MessageLayout], *, host_mbps: float = 50.0,
-              spec: TopologySpec | None = None, backward_ms: float = 0.0, fabric_mbps: float | None = None,
-              layer_times: LayerTimes | None = None, plan: StepPlan | None = None,
-              cost: CostModel | None = None) -> tuple[Scheduler, StepPlan, WireIds]:
+def comm_plan(
+    policy: CommPolicy,
+    workers: int,
+    layouts: list[MessageLayout],
+    *,
+    host_mbps: float = 50.0,
+    spec: TopologySpec | None = None,
+    backward_ms: float = 0.0,
+    fabric_mbps: float | None = None,
+    layer_times: LayerTimes | None = None,
+    plan: StepPlan | None = None,
+    cost: CostModel | None = None,
+) -> tuple[Scheduler, StepPlan, WireIds]:
     """One rank's (scheduler, step plan, wire ids) for the `[comm]` settings on the workload's
     messages; `plan`, `cost`: the step plan and cost model when the caller already has them (the
     same for every rank; a 128-rank MultiTree costs seconds to plan and price)."""

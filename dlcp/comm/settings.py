@@ -35,15 +35,18 @@ CollectiveName = Literal["ring", "multitree", "dssync"]
 
 class CommSettings(Settings):
     """What an experiment sets about the collectives (keys of its `dlcp` section)."""
+
     section: ClassVar[str] = "dlcp"
     ring_budget: RingBudget = Field(
-        "protect_rs", description="all-reduce steps: reliable reduce-scatter, or a budget per step")
+        "protect_rs", description="all-reduce steps: reliable reduce-scatter, or a budget per step"
+    )
     resync_every: int = Field(50, ge=0, description="all-reduce: replica re-sync period in iterations (0 = never)")
     telemetry: bool = Field(False, description="ask switches to stamp queue telemetry into data packets")
 
 
 class CommConfig(CommSettings):
     """What the collectives of one rank need besides the transport."""
+
     rank: WireByte  # wire rank (PS_RANK at the PS)
     world: World  # workers
     job_id: WireByte = 1
@@ -53,14 +56,21 @@ class CommConfig(CommSettings):
 
 # --- [comm]: scheduler and collective ---------------------------------------------------------------
 
+
 class MGWFBPOptions(Settings):
-    small_merge_elems: int = Field(0, ge=0, description="mgwfbp: also merge groups below this many elements "
-                                                         "(DeAR's copy: 8192; 0 = the authors' rule only)")
+    small_merge_elems: int = Field(
+        0,
+        ge=0,
+        description="mgwfbp: also merge groups below this many elements "
+        "(DeAR's copy: 8192; 0 = the authors' rule only)",
+    )
 
 
 class ByteSchedulerOptions(Settings):
     partition_bytes: int = Field(DEFAULT_PARTITION_BYTES, ge=4, description="bytescheduler: partition size")
-    credit_bytes: int = Field(DEFAULT_CREDIT_BYTES, ge=4, description="bytescheduler: bytes in flight (>= the largest partition)")
+    credit_bytes: int = Field(
+        DEFAULT_CREDIT_BYTES, ge=4, description="bytescheduler: bytes in flight (>= the largest partition)"
+    )
 
 
 class USByteOptions(Settings):
@@ -74,19 +84,24 @@ class DeAROptions(Settings):
 
 class MultiTreeOptions(Settings):
     kary: int = Field(2, ge=2, le=16, description="multitree: a parent gains up to kary-1 children per tree and step")
-    paths: Literal["spray", "pinned"] = Field("spray", description="multitree: links allocated so the schedule "
-                                                                   "holds when sprayed too, or on pinned paths only")
+    paths: Literal["spray", "pinned"] = Field(
+        "spray",
+        description="multitree: links allocated so the schedule holds when sprayed too, or on pinned paths only",
+    )
 
 
 class DsSyncOptions(Settings):
     group: int = Field(2, ge=2, le=PS_RANK - 1, description="dssync: workers per group (divides workload.workers)")
     average: Literal["parameters", "gradients"] = Field(
-        "parameters", description="dssync: local SGD step then parameter average in the group (the paper's), or "
-                                  "the group's mean gradient")
+        "parameters",
+        description="dssync: local SGD step then parameter average in the group (the paper's), or "
+        "the group's mean gradient",
+    )
 
 
 class CommPolicy(Settings):
     """`[comm]`: the communication scheduler, the collective, and their parameters."""
+
     section: ClassVar[str] = "comm"
     scheduler: SchedulerName = Field("wfbp", description="what to send when: merge, partition, order, credit")
     collective: CollectiveName = Field("ring", description="the all-reduce algorithm (workload.mode = 'allreduce')")
@@ -104,12 +119,18 @@ class CommPolicy(Settings):
     @model_validator(mode="after")
     def _compose(self):
         if self.bytescheduler.credit_bytes < self.bytescheduler.partition_bytes:
-            raise BadValue("bytescheduler.credit_bytes", f"{self.bytescheduler.credit_bytes} is below "
-                           f"partition_bytes {self.bytescheduler.partition_bytes} (the queue could never drain)")
-        if (self.collective == "dssync" and self.dssync.average == "parameters" and self.scheduler != "wfbp"):
-            raise BadValue("scheduler", f"{self.scheduler!r} schedules gradient all-reduces, but dssync.average = "
-                                        "'parameters' averages parameters after the local step: use 'wfbp', or "
-                                        "dssync.average = 'gradients'")
+            raise BadValue(
+                "bytescheduler.credit_bytes",
+                f"{self.bytescheduler.credit_bytes} is below "
+                f"partition_bytes {self.bytescheduler.partition_bytes} (the queue could never drain)",
+            )
+        if self.collective == "dssync" and self.dssync.average == "parameters" and self.scheduler != "wfbp":
+            raise BadValue(
+                "scheduler",
+                f"{self.scheduler!r} schedules gradient all-reduces, but dssync.average = "
+                "'parameters' averages parameters after the local step: use 'wfbp', or "
+                "dssync.average = 'gradients'",
+            )
         return self
 
     def scheduler_options(self) -> dict:
@@ -118,7 +139,10 @@ class CommPolicy(Settings):
         if s == "mgwfbp":
             return {"small_merge_elems": self.mgwfbp.small_merge_elems}
         if s == "bytescheduler":
-            return {"partition_bytes": self.bytescheduler.partition_bytes, "credit_bytes": self.bytescheduler.credit_bytes}
+            return {
+                "partition_bytes": self.bytescheduler.partition_bytes,
+                "credit_bytes": self.bytescheduler.credit_bytes,
+            }
         if s == "usbyte":
             return {"unit_elems": self.usbyte.unit_elems, "credit_bytes": self.usbyte.credit_bytes or None}
         if s == "dear":

@@ -58,6 +58,7 @@ RS, AG = "reduce_scatter", "all_gather"
 
 class StepPlan(ABC):
     """The schedule an operation of an iteration runs; ranks 0..workers-1 are worker ranks."""
+
     collective = "steps"
 
     def __init__(self, workers: int):
@@ -99,7 +100,9 @@ def ring_plan(workers: int, spec: TopologySpec | None = None) -> FixedSchedule:
     return FixedSchedule("ring", ring_schedule(spec, _hosts(spec, workers)))
 
 
-def multitree_plan(workers: int, spec: TopologySpec | None = None, kary: int = 2, paths: str = "spray") -> FixedSchedule:
+def multitree_plan(
+    workers: int, spec: TopologySpec | None = None, kary: int = 2, paths: str = "spray"
+) -> FixedSchedule:
     spec = _spec_for(workers, spec)
     return FixedSchedule("multitree", multitree_schedule(spec, kary, _hosts(spec, workers), paths))
 
@@ -113,6 +116,7 @@ def _hosts(spec: TopologySpec, workers: int) -> list[str]:
 
 class DsSyncRounds(StepPlan):
     """DS-Sync: iteration k runs the group rings of round k mod period (plans/dssync.py)."""
+
     collective = "dssync"
 
     def __init__(self, plan: DsSyncPlan, spec: TopologySpec | None = None):
@@ -157,8 +161,16 @@ class _State:
     def reduced(self, world: int) -> Reduced:
         if self.buf is None:  # sizes only: no per-value arrays, just how many values fell short
             return Reduced(None, None, world, short=self.short(world))
-        count = np.concatenate([np.repeat(self.cnt[c].astype(np.uint16), self.vpp)[: self.bounds[c + 1] - self.bounds[c]]
-                                for c in range(self.chunks)]) if self.n else np.zeros(0, np.uint16)
+        count = (
+            np.concatenate(
+                [
+                    np.repeat(self.cnt[c].astype(np.uint16), self.vpp)[: self.bounds[c + 1] - self.bounds[c]]
+                    for c in range(self.chunks)
+                ]
+            )
+            if self.n
+            else np.zeros(0, np.uint16)
+        )
         return Reduced(self.buf, count, world)
 
     def short(self, world: int) -> int:
@@ -178,7 +190,7 @@ class RankSteps:
     and merge in). Built in one pass over the schedule for every rank and kept while the schedule
     lives, so 128 simulated ranks share one index."""
 
-    _cache: dict[int, tuple[weakref.ref, list, int]] = {}  # an entry lives as long as its schedule
+    _cache: dict[int, tuple[weakref.ref, list, int]] = {}  # noqa: RUF012 (an entry lives as long as its schedule)
 
     @classmethod
     def of(cls, sched: Schedule, rank: int) -> list[tuple[list, list]]:
@@ -227,19 +239,23 @@ class StepRules:
         op = st.op
         phase = phase_of(t.op)
         lo, hi = int(st.bounds[t.chunk]), int(st.bounds[t.chunk + 1])
-        ident = MessageId(self.cfg.job_id, self.rank, op.iteration & 0xFFFF, self.ids.step(op.slot, local), phase, TYPE_DATA)
+        ident = MessageId(
+            self.cfg.job_id, self.rank, op.iteration & 0xFFFF, self.ids.step(op.slot, local), phase, TYPE_DATA
+        )
         protect = phase == PHASE_RS and self.cfg.ring_budget == "protect_rs"
         if st.buf is None:
             batch, lf, ll = sized_packets(ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp, protect=protect)
         else:  # copy: the step reads the buffer as it began, and later steps may write the chunk
-            batch, lf, ll = tagged_packets(st.buf, ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp,
-                                           protect=protect, copy=True)
+            batch, lf, ll = tagged_packets(
+                st.buf, ident, op.layout, lo, hi, op.n_layers, self.cfg, self.vpp, protect=protect, copy=True
+            )
         if self.cfg.ring_budget == "per_step":
             budget = {"budget_share": 1 / (2 * max(1, st.sched.steps_per_phase))}
         else:
             budget = {"budget": 0.0} if protect else {}
-        info = SendInfo(rec_msg_id=op.record_id, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(),
-                        **budget)
+        info = SendInfo(
+            rec_msg_id=op.record_id, step=s, layer_first=lf, layer_last=ll, counts=st.cnt[t.chunk].copy(), **budget
+        )
         return t.dst, batch, info
 
     def recv_key(self, st: _State, t, local: int) -> tuple[int, int]:
@@ -267,8 +283,9 @@ class SteppedCollective(Collective):
         if plan.workers != cfg.world:
             raise ValueError(f"{plan.collective}: plan for {plan.workers} ranks, job of {cfg.world}")
         if ids.stride < plan.stride:
-            raise ValueError(f"{plan.collective}: wire ids give {ids.stride} step ids per operation, "
-                             f"the plan needs {plan.stride}")
+            raise ValueError(
+                f"{plan.collective}: wire ids give {ids.stride} step ids per operation, the plan needs {plan.stride}"
+            )
         self.t, self.cfg, self.plan, self.ids, self.lockstep = transport, cfg, plan, ids, lockstep
         self.rank, self.world = cfg.rank, cfg.world
         self.vpp = transport.vpp
@@ -291,7 +308,9 @@ class SteppedCollective(Collective):
     def all_gather(self, op: OpData, partial: Partial) -> Handle:
         st = partial.state
         if not isinstance(st, _State) or st.op.slot != op.slot or st.op.iteration != op.iteration:
-            raise ValueError(f"{self.plan.collective}: all_gather of {op.what} needs the reduce-scatter of the same operation")
+            raise ValueError(
+                f"{self.plan.collective}: all_gather of {op.what} needs the reduce-scatter of the same operation"
+            )
         return self._start(op, lambda: self._run(st, (AG,)).reduced(self.group_size(op.iteration)))
 
     def _new(self, op: OpData) -> _State:
@@ -303,7 +322,7 @@ class SteppedCollective(Collective):
         def run():
             try:
                 h.set_result(body())
-            except BaseException as e:  # handed to the handle's waiters and callbacks
+            except BaseException as e:  # noqa: BLE001 (handed to the handle's waiters and callbacks)
                 h.set_error(e)
 
         threading.Thread(target=run, name=f"{self.plan.collective}-{self.rank}-{op.slot}", daemon=True).start()

@@ -66,11 +66,12 @@ class OpRecord:
 @dataclass
 class Timeline:
     """What happened. Times in seconds from the start of iteration 0's forward."""
+
     scheduler: str
     iterations: int
     compute_s: float
-    backward_start_s: list[float]          # iterations + 1 entries; the last = end of the final forward
-    forward_start_s: list[list[float]]     # per iteration 0..iterations, per tensor
+    backward_start_s: list[float]  # iterations + 1 entries; the last = end of the final forward
+    forward_start_s: list[list[float]]  # per iteration 0..iterations, per tensor
     ops: list[OpRecord] = field(default_factory=list)  # in completion order
 
     @property
@@ -100,8 +101,10 @@ class _Coverage:
         ivs = self.intervals.setdefault(key, [])
         i = bisect.bisect_left(ivs, (start, stop))
         if (i > 0 and ivs[i - 1][1] > start) or (i < len(ivs) and ivs[i][0] < stop):
-            raise ValueError(f"scheduler {self.name!r}: elements [{start}, {stop}) of tensor {tensor} "
-                             f"(iteration {iteration}) made final twice")
+            raise ValueError(
+                f"scheduler {self.name!r}: elements [{start}, {stop}) of tensor {tensor} "
+                f"(iteration {iteration}) made final twice"
+            )
         ivs.insert(i, (start, stop))
         self.count[key] = self.count.get(key, 0) + stop - start
 
@@ -115,13 +118,18 @@ def simulate(profile: Profile, scheduler: Scheduler, cost: CostModel, iterations
         raise ValueError(f"timeline: iterations must be an integer >= 1, got {iterations!r}")
     L, sizes, tf, tb = len(profile), profile.sizes, profile.forward_s, profile.backward_s
     name = getattr(scheduler, "name", type(scheduler).__name__)
-    tl = Timeline(name, iterations, profile.compute_s, [math.nan] * (iterations + 1),
-                  [[math.nan] * L for _ in range(iterations + 1)])
+    tl = Timeline(
+        name,
+        iterations,
+        profile.compute_s,
+        [math.nan] * (iterations + 1),
+        [[math.nan] * L for _ in range(iterations + 1)],
+    )
     coverage = _Coverage(sizes, name)
-    ready = [0] * (iterations + 1)          # per iteration: gradients ready so far (L-1 down)
+    ready = [0] * (iterations + 1)  # per iteration: gradients ready so far (L-1 down)
     events: list = []
     seq = 0
-    queue: list[tuple[Op, float]] = []     # released, not started (FIFO)
+    queue: list[tuple[Op, float]] = []  # released, not started (FIFO)
     qhead = 0
     running: dict[int, tuple[Op, float, float]] = {}
     seen_ids: set[int] = set()
@@ -139,15 +147,18 @@ def simulate(profile: Profile, scheduler: Scheduler, cost: CostModel, iterations
             raise ValueError(f"scheduler {name!r}: op id {op.op_id} used twice")
         seen_ids.add(op.op_id)
         if not 0 <= op.iteration < iterations:
-            raise ValueError(f"scheduler {name!r}: op {op.op_id} is for iteration {op.iteration}, "
-                             f"outside 0..{iterations - 1}")
+            raise ValueError(
+                f"scheduler {name!r}: op {op.op_id} is for iteration {op.iteration}, outside 0..{iterations - 1}"
+            )
         for s in op.segments:
             if not 0 <= s.tensor < L or not 0 <= s.start < s.stop <= sizes[s.tensor]:
                 raise ValueError(f"scheduler {name!r}: op {op.op_id} segment {s} is outside the tensor")
             # tensors become ready from L-1 down: tensor l is ready once L - l of them are
             if ready[op.iteration] < L - s.tensor:
-                raise ValueError(f"scheduler {name!r}: op {op.op_id} sends tensor {s.tensor} of "
-                                 f"iteration {op.iteration} before its gradient is ready")
+                raise ValueError(
+                    f"scheduler {name!r}: op {op.op_id} sends tensor {s.tensor} of "
+                    f"iteration {op.iteration} before its gradient is ready"
+                )
 
     def release(ops):
         for op in ops:
@@ -219,6 +230,8 @@ def simulate(profile: Profile, scheduler: Scheduler, cost: CostModel, iterations
                 start_forward(it, l)
     if not done:
         it, l = waiting if waiting else (None, None)
-        raise RuntimeError(f"scheduler {name!r} stalled: the forward of iteration {it} waits for "
-                           f"tensor {l}, which no pending operation will make final")
+        raise RuntimeError(
+            f"scheduler {name!r} stalled: the forward of iteration {it} waits for "
+            f"tensor {l}, which no pending operation will make final"
+        )
     return tl

@@ -44,14 +44,20 @@ class WireIds:
 
     def __init__(self, slots: int, stride: int = 1, announcements: int = 0, messages: int = 0, what: str = "plan"):
         if slots < 1 or stride < 1 or messages < 0 or announcements < 0:
-            raise WireIdError(f"wire msg_id: {what}: slots {slots}, stride {stride}, announcements {announcements} "
-                              f"and messages {messages} must be positive")
+            raise WireIdError(
+                f"wire msg_id: {what}: slots {slots}, stride {stride}, announcements {announcements} "
+                f"and messages {messages} must be positive"
+            )
         if slots * stride > MSG_ID_SPACE:
-            raise WireIdError(f"wire msg_id: {what} needs {slots} operations x {stride} step ids = "
-                              f"{slots * stride} ids per iteration and phase; the 16-bit msg_id holds {MSG_ID_SPACE}")
+            raise WireIdError(
+                f"wire msg_id: {what} needs {slots} operations x {stride} step ids = "
+                f"{slots * stride} ids per iteration and phase; the 16-bit msg_id holds {MSG_ID_SPACE}"
+            )
         if announcements + messages > MSG_ID_SPACE:
-            raise WireIdError(f"wire msg_id: {what} needs {announcements + messages} control ids per iteration; "
-                              f"the 16-bit msg_id holds {MSG_ID_SPACE}")
+            raise WireIdError(
+                f"wire msg_id: {what} needs {announcements + messages} control ids per iteration; "
+                f"the 16-bit msg_id holds {MSG_ID_SPACE}"
+            )
         self.slots, self.stride, self.what = slots, stride, what
         self.announcements, self.messages = announcements, messages
 

@@ -55,6 +55,7 @@ class Records(Settings):
 
 class WorkloadAgentConfig(Settings):
     """A worker's or the PS's configuration."""
+
     run_dir: str
     host: str
     role: Literal["worker", "ps"]
@@ -99,24 +100,47 @@ class WorkloadAgentConfig(Settings):
 
     def transport_config(self) -> TransportConfig:
         return self.dlcp.project(
-            TransportConfig, rank=self.wire_rank, job_id=self.job_id, ip=self.ip, data_port=self.ports.data,
-            control_port=self.ports.control, host=self.host, per_packet=self.records.per_packet,
-            inject_seed=self.workload.seed * 1000 + self.wire_rank, time_scale=self.workload.dilation,
-            connect_timeout_s=min(CONNECT_TIMEOUT_S, self.timeout_s))
+            TransportConfig,
+            rank=self.wire_rank,
+            job_id=self.job_id,
+            ip=self.ip,
+            data_port=self.ports.data,
+            control_port=self.ports.control,
+            host=self.host,
+            per_packet=self.records.per_packet,
+            inject_seed=self.workload.seed * 1000 + self.wire_rank,
+            time_scale=self.workload.dilation,
+            connect_timeout_s=min(CONNECT_TIMEOUT_S, self.timeout_s),
+        )
 
     def comm_config(self) -> CommConfig:
-        return self.dlcp.project(CommConfig, rank=self.wire_rank, world=self.world, job_id=self.job_id,
-                                 tagging=self.dlcp.project(TaggingConfig), timeout_s=self.timeout_s)
+        return self.dlcp.project(
+            CommConfig,
+            rank=self.wire_rank,
+            world=self.world,
+            job_id=self.job_id,
+            tagging=self.dlcp.project(TaggingConfig),
+            timeout_s=self.timeout_s,
+        )
 
     def topology_spec(self) -> TopologySpec:
         """The experiment's topology with the roles the runner placed (rank r on the same host)."""
-        spec = topospec.from_config({"topology": self.topology.model_dump(), "links": self.links.model_dump(),
-                                     "workload": {"workers": self.world, "mode": self.mode}, "background": []})
+        spec = topospec.from_config(
+            {
+                "topology": self.topology.model_dump(),
+                "links": self.links.model_dump(),
+                "workload": {"workers": self.world, "mode": self.mode},
+                "background": [],
+            }
+        )
         placed = {h.rank: h.name for h in spec.by_role("worker")}
         for w in self.workers:
             if placed.get(w.rank) != w.host:
-                raise BadValue("workers", f"rank {w.rank} is on {w.host}, but topology.{self.topology.kind} places it "
-                                          f"on {placed.get(w.rank)}")
+                raise BadValue(
+                    "workers",
+                    f"rank {w.rank} is on {w.host}, but topology.{self.topology.kind} places it "
+                    f"on {placed.get(w.rank)}",
+                )
         return spec
 
     def peers(self) -> list[Peer]:
@@ -130,6 +154,7 @@ class WorkloadAgentConfig(Settings):
 
 class BackgroundFlow(Background):
     """One `[[background]]` entry with its resolved destination."""
+
     dst_ip: IPv4
     port: Port
     index: int = Field(ge=0)
@@ -138,6 +163,7 @@ class BackgroundFlow(Background):
 
 class Sink(Settings):
     """The receiving end of background flows on the destination host."""
+
     kind: Literal["sink"]
     port: Port
 
@@ -166,35 +192,59 @@ def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[st
     (role "sinkPORT")."""
     exp = Experiment.parse(cfg)
     workers, ps = spec.by_role("worker"), spec.by_role("ps")
-    common = dict(
-        run_dir=str(run_dir), job_id=JOB_ID, world=len(workers), mode=exp.workload.mode,
-        ps=HostAddress(host=ps[0].name, ip=ps[0].ip) if ps else None,
-        workers=[WorkerAddress(rank=h.rank, host=h.name, ip=h.ip) for h in workers],
-        ports=Ports(data=exp.dlcp.data_port, control=exp.dlcp.control_port),
-        workload=exp.workload.project(WorkloadConfig, seed=exp.seed, dilation=exp.scale.dilation,
-                                      profile=_agent_path(exp.workload.profile)),
-        dlcp=exp.dlcp.project(HostDlcp),
-        comm=exp.comm, topology=exp.topology, links=exp.links,
-        records=Records(per_packet=exp.output.per_packet),
-        timeout_s=exp.timeout_s)
+    common = {
+        "run_dir": str(run_dir),
+        "job_id": JOB_ID,
+        "world": len(workers),
+        "mode": exp.workload.mode,
+        "ps": HostAddress(host=ps[0].name, ip=ps[0].ip) if ps else None,
+        "workers": [WorkerAddress(rank=h.rank, host=h.name, ip=h.ip) for h in workers],
+        "ports": Ports(data=exp.dlcp.data_port, control=exp.dlcp.control_port),
+        "workload": exp.workload.project(
+            WorkloadConfig, seed=exp.seed, dilation=exp.scale.dilation, profile=_agent_path(exp.workload.profile)
+        ),
+        "dlcp": exp.dlcp.project(HostDlcp),
+        "comm": exp.comm,
+        "topology": exp.topology,
+        "links": exp.links,
+        "records": Records(per_packet=exp.output.per_packet),
+        "timeout_s": exp.timeout_s,
+    }
     out: list[tuple[str, str, AgentConfig]] = [
         (h.name, "worker", WorkloadAgentConfig(**common, host=h.name, role="worker", ip=h.ip, rank=h.rank))
-        for h in workers]
+        for h in workers
+    ]
     out += [(h.name, "ps", WorkloadAgentConfig(**common, host=h.name, role="ps", ip=h.ip, rank=-1)) for h in ps]
     sinks: dict[str, tuple] = {}
     for i, bg in enumerate(exp.background):
         src = spec.hosts[spec.background_sources[i]]
         dst = spec.host_named(bg.dst)
-        flow = bg.project(BackgroundFlow, dst_ip=dst.ip, port=BACKGROUND_PORT + i, index=i,
-                          seed=exp.seed * 1000 + i)
-        out.append((src.name, "background", BackgroundAgentConfig(
-            run_dir=str(run_dir), host=src.name, role="background", ip=src.ip, background=flow)))
+        flow = bg.project(BackgroundFlow, dst_ip=dst.ip, port=BACKGROUND_PORT + i, index=i, seed=exp.seed * 1000 + i)
+        out.append(
+            (
+                src.name,
+                "background",
+                BackgroundAgentConfig(
+                    run_dir=str(run_dir), host=src.name, role="background", ip=src.ip, background=flow
+                ),
+            )
+        )
         sinks.setdefault(dst.name, (dst, []))[1].append(BACKGROUND_PORT + i)
     for name, (dst, ports) in sinks.items():
         for port in ports:
-            out.append((name, f"sink{port}", BackgroundAgentConfig(
-                run_dir=str(run_dir), host=name, role="background", ip=dst.ip,
-                background=Sink(kind="sink", port=port))))
+            out.append(
+                (
+                    name,
+                    f"sink{port}",
+                    BackgroundAgentConfig(
+                        run_dir=str(run_dir),
+                        host=name,
+                        role="background",
+                        ip=dst.ip,
+                        background=Sink(kind="sink", port=port),
+                    ),
+                )
+            )
     return out
 
 

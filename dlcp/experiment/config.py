@@ -57,6 +57,7 @@ def _experiment_name(v: str) -> str:
 
 # --- sections ----------------------------------------------------------------------------------------
 
+
 class Star(Settings):
     kind: Literal["star"] = "star"
     hosts: int = Field(6, ge=2, le=64, description="hosts on the switch")
@@ -86,7 +87,8 @@ class LeafSpine(Settings):
 
 class _Grid(Settings):
     dims: list[Annotated[int, Field(ge=1, le=254)]] = Field(
-        [4, 4], min_length=2, max_length=2, description="rows, cols: one switch (and host) per grid point")
+        [4, 4], min_length=2, max_length=2, description="rows, cols: one switch (and host) per grid point"
+    )
 
     def n_hosts(self) -> int:
         return self.dims[0] * self.dims[1]
@@ -94,7 +96,9 @@ class _Grid(Settings):
     @model_validator(mode="after")
     def _size(self):
         if not 2 <= self.n_hosts() <= 254:
-            raise BadValue("dims", f"{self.dims[0]}x{self.dims[1]} needs 2..254 switches (host addresses 10.0.0.1..254)")
+            raise BadValue(
+                "dims", f"{self.dims[0]}x{self.dims[1]} needs 2..254 switches (host addresses 10.0.0.1..254)"
+            )
         return self
 
 
@@ -120,33 +124,49 @@ class Links(Settings):
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
     loss: Fraction = Field(0.0, description="random loss per switch egress")
     host_queue_pkts: int = Field(256, ge=2, le=100000, description="host NIC queue (tc) in packets")
-    host_fair_queueing: bool = Field(False, description="host NIC serves destinations round-robin (a multi-port "
-                                                        "NI feeding several router ports at once), not one FIFO")
-    mtu: int = Field(STANDARD_MTU, ge=STANDARD_MTU, le=JUMBO_MTU,
-                     description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)")
+    host_fair_queueing: bool = Field(
+        False,
+        description="host NIC serves destinations round-robin (a multi-port "
+        "NI feeding several router ports at once), not one FIFO",
+    )
+    mtu: int = Field(
+        STANDARD_MTU,
+        ge=STANDARD_MTU,
+        le=JUMBO_MTU,
+        description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)",
+    )
 
 
 class Placement(Settings):
     mode: Mode = Field("ps", description="parameter server or ring all-reduce")
-    workers: int = Field(4, ge=1, le=253, description="training workers (one host each; more than "
-                                                       f"{EMULATED_MAX_WORKERS} only on backend ns3)")
+    workers: int = Field(
+        4,
+        ge=1,
+        le=253,
+        description=f"training workers (one host each; more than {EMULATED_MAX_WORKERS} only on backend ns3)",
+    )
 
 
 class Workload(TrainingSettings, Placement):
     """`[workload]`: what is trained (TrainingSettings) and by whom."""
+
     payload: Literal["values", "sizes"] = Field(
-        "values", description="what gradient packets carry: real values (trained), or only their sizes (backend "
-                              "ns3, synthetic model timed by a profile: nothing trained, memory per worker "
-                              "independent of the model size)")
+        "values",
+        description="what gradient packets carry: real values (trained), or only their sizes (backend "
+        "ns3, synthetic model timed by a profile: nothing trained, memory per worker "
+        "independent of the model size)",
+    )
 
 
 class HostDlcp(CommSettings, TransportSettings, TaggingConfig):
     """The `[dlcp]` keys the hosts use: tagging, transport, collectives, fill (agent configs carry these)."""
+
     fill: Fill = Field("rescale", description="how the trainer fills lost values")
 
 
 class Dlcp(SwitchSettings, HostDlcp):
     """`[dlcp]`: what the hosts use, the switches' load balancing and thresholds, and the ports."""
+
     data_port: Port = Field(DATA_PORT, description="UDP port of DLCP data")
     control_port: Port = Field(CONTROL_PORT, description="TCP port of the control channel")
 
@@ -159,16 +179,23 @@ class Dlcp(SwitchSettings, HostDlcp):
 
 class Background(Settings):
     kind: Literal["udp_cbr", "udp_onoff", "tcp"] = Field(
-        "udp_onoff", description="constant-rate UDP, on/off UDP bursts, or one long TCP flow")
+        "udp_onoff", description="constant-rate UDP, on/off UDP bursts, or one long TCP flow"
+    )
     src: str = Field("", description="host name; empty = the next free host")
     dst: str = Field("ps", description="'ps', 'workerN' or a host name")
     rate_mbps: float = Field(20.0, ge=0.01, description="UDP sending rate (during on-periods)")
     on_ms: float = Field(50.0, ge=1, description="udp_onoff: burst length")
     off_ms: float = Field(50.0, ge=0, description="udp_onoff: silence between bursts")
     pattern: Literal["periodic", "exponential"] = Field(
-        "periodic", description="udp_onoff: every burst on_ms and every silence off_ms, or each drawn from an "
-        "exponential distribution with those means (from the run's seed: both runs of a pair get the same sequence)")
-    start_s: float = Field(0.0, ge=0, description="start this long after every worker finished its first iteration (the senders' processes start with the other agents and wait)")
+        "periodic",
+        description="udp_onoff: every burst on_ms and every silence off_ms, or each drawn from an "
+        "exponential distribution with those means (from the run's seed: both runs of a pair get the same sequence)",
+    )
+    start_s: float = Field(
+        0.0,
+        ge=0,
+        description="start this long after every worker finished its first iteration (the senders' processes start with the other agents and wait)",
+    )
     stop_s: float = Field(0.0, ge=0, description="0 = until the workload ends")
     dscp: int = Field(0, ge=0, le=63, description="0 = background priority")
     packet_bytes: int = Field(1400, ge=64, le=1472, description="UDP payload bytes")
@@ -191,14 +218,18 @@ class Output(Settings):
 
 class Experiment(Settings):
     """One experiment file."""
+
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
     backend: Literal["ref", "bmv2", "ns3"] = Field(
-        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)")
+        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)"
+    )
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
-    topology: Topology = Field(default_factory=Star, description="one switch, two joined by one link, leaves under "
-                                                                 "spines, or a 2-D torus / mesh of switches")
+    topology: Topology = Field(
+        default_factory=Star,
+        description="one switch, two joined by one link, leaves under spines, or a 2-D torus / mesh of switches",
+    )
     links: Links = Field(default_factory=Links)
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
@@ -222,39 +253,65 @@ class Experiment(Settings):
         needed = w.workers + (1 if w.mode == "ps" else 0)
         hosts = self.topology.n_hosts()
         if needed > hosts:  # background sources are checked when roles are placed (topology.py)
-            raise BadValue("workload.workers", f"{w.workers} workers{' + 1 PS' if w.mode == 'ps' else ''} need "
-                                               f"{needed} hosts, topology.{self.topology.kind} has {hosts}")
+            raise BadValue(
+                "workload.workers",
+                f"{w.workers} workers{' + 1 PS' if w.mode == 'ps' else ''} need "
+                f"{needed} hosts, topology.{self.topology.kind} has {hosts}",
+            )
         if w.mode == "allreduce" and w.workers < 2:
             raise BadValue("workload.workers", "ring all-reduce needs at least 2 workers")
         if d.qmax >= links.queue_pkts:
-            raise BadValue("dlcp.qmax", f"{d.qmax} must be below links.queue_pkts {links.queue_pkts} (admission "
-                                        "control must act before the queue is full)")
+            raise BadValue(
+                "dlcp.qmax",
+                f"{d.qmax} must be below links.queue_pkts {links.queue_pkts} (admission "
+                "control must act before the queue is full)",
+            )
         c = self.comm
         if w.mode == "ps" and (c.scheduler != "wfbp" or c.collective != "ring"):
             key, val = ("scheduler", c.scheduler) if c.scheduler != "wfbp" else ("collective", c.collective)
-            raise BadValue(f"comm.{key}", f"{val!r} runs all-reduces: it needs workload.mode = 'allreduce' "
-                                          "(the parameter server pushes and pulls one message per layer)")
+            raise BadValue(
+                f"comm.{key}",
+                f"{val!r} runs all-reduces: it needs workload.mode = 'allreduce' "
+                "(the parameter server pushes and pulls one message per layer)",
+            )
         if c.collective == "dssync" and w.workers % c.dssync.group:
             raise BadValue("comm.dssync.group", f"{c.dssync.group} does not divide workload.workers = {w.workers}")
         if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
-            raise BadValue("workload.workers", f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
-                                               "backend = 'ns3' (Mininet hosts on one machine)")
+            raise BadValue(
+                "workload.workers",
+                f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
+                "backend = 'ns3' (Mininet hosts on one machine)",
+            )
         if links.mtu != STANDARD_MTU and self.backend != "ns3":
-            raise BadValue("links.mtu", f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
-                                        f"hosts and switches use {STANDARD_MTU})")
+            raise BadValue(
+                "links.mtu",
+                f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
+                f"hosts and switches use {STANDARD_MTU})",
+            )
         if self.scale.dilation != 1 and w.model in TORCH_MODELS and w.compute == "real":
-            raise BadValue("scale.dilation", f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
-                                             f"torch model {w.model} (real compute cannot be slowed down)")
+            raise BadValue(
+                "scale.dilation",
+                f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
+                f"torch model {w.model} (real compute cannot be slowed down)",
+            )
         if w.payload == "sizes" and self.backend != "ns3":
-            raise BadValue("workload.payload", "'sizes' exists only on backend = 'ns3' (emulated hosts carry and "
-                                               "reduce real gradient values)")
+            raise BadValue(
+                "workload.payload",
+                "'sizes' exists only on backend = 'ns3' (emulated hosts carry and reduce real gradient values)",
+            )
         if w.payload == "sizes" and (w.model != "synthetic" or w.compute != "profile"):
-            raise BadValue("workload.payload", f"'sizes' needs model = 'synthetic' with compute = 'profile' (a "
-                                               f"layer profile without a model); model {w.model!r} with compute "
-                                               f"{w.compute!r} trains on the values it carries")
+            raise BadValue(
+                "workload.payload",
+                f"'sizes' needs model = 'synthetic' with compute = 'profile' (a "
+                f"layer profile without a model); model {w.model!r} with compute "
+                f"{w.compute!r} trains on the values it carries",
+            )
         if self.backend == "bmv2" and (links.delay_us or links.loss):
-            raise BadValue("links.delay_us", "delay and loss emulation exist only in the built-in dataplane "
-                                             "(backend = 'ref'); bmv2 has no such knob")
+            raise BadValue(
+                "links.delay_us",
+                "delay and loss emulation exist only in the built-in dataplane "
+                "(backend = 'ref'); bmv2 has no such knob",
+            )
         return self
 
 
@@ -266,8 +323,11 @@ def _keys_fit_kind(raw: dict) -> None:
     others = {k for t in TOPOLOGIES.values() for k in t.model_fields} - set(own.model_fields)
     for key in raw:
         if key in others:
-            raise BadValue(key, f"not a setting of kind {raw['kind']!r} "
-                                f"(it takes {', '.join(k for k in own.model_fields if k != 'kind')})")
+            raise BadValue(
+                key,
+                f"not a setting of kind {raw['kind']!r} "
+                f"(it takes {', '.join(k for k in own.model_fields if k != 'kind')})",
+            )
 
 
 def validate(raw: dict) -> dict:
@@ -333,6 +393,7 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
     named "run"."""
     import copy
     import itertools
+
     parsed = [parse_vary(v) for v in varies]
     keys = [k for k, _ in parsed]
     if len(set(keys)) != len(keys):
@@ -374,6 +435,7 @@ def load(path: str | Path, overrides: list[str] = ()) -> dict:
 
 # --- writing TOML (tomllib only reads) ------------------------------------------------------------
 
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -394,8 +456,11 @@ def _toml_key(k: str) -> str:
 
 def dumps(cfg: dict) -> str:
     """The resolved config as TOML (top-level values, then one table per section)."""
-    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in cfg.items() if not isinstance(v, (dict, list))
-             or (isinstance(v, list) and not (v and isinstance(v[0], dict)))]
+    lines = [
+        f"{_toml_key(k)} = {_toml_value(v)}"
+        for k, v in cfg.items()
+        if not isinstance(v, (dict, list)) or (isinstance(v, list) and not (v and isinstance(v[0], dict)))
+    ]
     for k, v in cfg.items():
         if isinstance(v, dict):
             lines += ["", f"[{k}]"] + [f"{_toml_key(a)} = {_toml_value(b)}" for a, b in v.items()]
@@ -407,11 +472,17 @@ def dumps(cfg: dict) -> str:
 
 # --- reference documentation (docs/experiments.md is generated from the model) --------------------
 
+
 def schema_markdown() -> str:
     """The table of every config key (kept in docs/experiments.md; a test checks it is current)."""
     rows = reference_rows(Experiment, "", _toml_value)
-    return "\n".join(["| key | type | default | meaning |", "|---|---|---|---|"] +
-                     [f"| `{k}` | {t} | {d} | {m} |" for k, t, d, m in rows]) + "\n"
+    return (
+        "\n".join(
+            ["| key | type | default | meaning |", "|---|---|---|---|"]
+            + [f"| `{k}` | {t} | {d} | {m} |" for k, t, d, m in rows]
+        )
+        + "\n"
+    )
 
 
 def write_reference(path: str | Path) -> None:
@@ -445,4 +516,5 @@ def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, 
 
 if __name__ == "__main__":  # regenerate the table of docs/experiments.md after changing a settings model
     import sys
+
     write_reference(sys.argv[1] if len(sys.argv) > 1 else "docs/experiments.md")

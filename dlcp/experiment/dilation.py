@@ -54,9 +54,14 @@ SCALED = (
 
 class ScaleSettings(Settings):
     """`[scale]`: how much slower than the system it describes the emulation runs."""
+
     section: ClassVar[str] = "scale"
-    dilation: float = Field(1.0, ge=1, le=10000, description="run D times slower than the system described: "
-                                                             "rates / D, times x D, reports / D")
+    dilation: float = Field(
+        1.0,
+        ge=1,
+        le=10000,
+        description="run D times slower than the system described: rates / D, times x D, reports / D",
+    )
 
 
 def dilation(cfg: dict) -> float:

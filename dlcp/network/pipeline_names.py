@@ -12,9 +12,9 @@ a counter: docs/pipeline.md, "Changing the pipeline".
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Mapping
 
 from dlcp.wire.layout import LAYOUT
 
@@ -180,25 +180,62 @@ def _queue_counter(name: str) -> Counter:
 
 
 PIPELINE = PipelineSpec(
-    max_ports=MAX_PORTS, n_queues=N_QUEUES, n_colors=N_COLORS, max_groups=MAX_GROUPS,
+    max_ports=MAX_PORTS,
+    n_queues=N_QUEUES,
+    n_colors=N_COLORS,
+    max_groups=MAX_GROUPS,
     tables=(
-        Table(IPV4_LPM, (Key("ipv4_dst", "lpm", IPV4_BITS),), (SET_NHOP_GROUP, MARK_NO_ROUTE),
-              MARK_NO_ROUTE, {}, size=1024, const_default=True, direct_counter=IPV4_LPM_HITS),
-        Table(NHOP, (Key("nhop_group", "exact", GROUP_BITS), Key("nhop_member", "exact", GROUP_BITS)),
-              (SET_NHOP, MARK_NO_ROUTE), MARK_NO_ROUTE, {}, size=4096, const_default=True),
+        Table(
+            IPV4_LPM,
+            (Key("ipv4_dst", "lpm", IPV4_BITS),),
+            (SET_NHOP_GROUP, MARK_NO_ROUTE),
+            MARK_NO_ROUTE,
+            {},
+            size=1024,
+            const_default=True,
+            direct_counter=IPV4_LPM_HITS,
+        ),
+        Table(
+            NHOP,
+            (Key("nhop_group", "exact", GROUP_BITS), Key("nhop_member", "exact", GROUP_BITS)),
+            (SET_NHOP, MARK_NO_ROUTE),
+            MARK_NO_ROUTE,
+            {},
+            size=4096,
+            const_default=True,
+        ),
         Table(LB_CONFIG, (), (SET_LB_MODE,), SET_LB_MODE, {"mode": 0}, size=1),
-        Table(CLASSIFY, (Key("dlcp_valid", "exact", 1),
-                         Key("dlcp_prio", "ternary", LAYOUT.field("prio").bits),
-                         Key("dlcp_drop_prec", "ternary", LAYOUT.field("drop_prec").bits),
-                         Key("dscp", "ternary", DSCP_BITS)),
-              (CLASSIFY_FROM_DLCP, CLASSIFY_FROM_DSCP, SET_CLASS), SET_CLASS, {"qid": 0, "color": 0},
-              size=64, direct_counter=CLASSIFY_HITS),
-        Table(QUEUE_THRESHOLDS, (Key("egress_port", "exact", PORT_BITS),), (SET_THRESHOLDS,), SET_THRESHOLDS,
-              {"qmax": 64, "k1": 48, "k2": 32, "k3": 16}, size=MAX_PORTS),
+        Table(
+            CLASSIFY,
+            (
+                Key("dlcp_valid", "exact", 1),
+                Key("dlcp_prio", "ternary", LAYOUT.field("prio").bits),
+                Key("dlcp_drop_prec", "ternary", LAYOUT.field("drop_prec").bits),
+                Key("dscp", "ternary", DSCP_BITS),
+            ),
+            (CLASSIFY_FROM_DLCP, CLASSIFY_FROM_DSCP, SET_CLASS),
+            SET_CLASS,
+            {"qid": 0, "color": 0},
+            size=64,
+            direct_counter=CLASSIFY_HITS,
+        ),
+        Table(
+            QUEUE_THRESHOLDS,
+            (Key("egress_port", "exact", PORT_BITS),),
+            (SET_THRESHOLDS,),
+            SET_THRESHOLDS,
+            {"qmax": 64, "k1": 48, "k2": 32, "k3": 16},
+            size=MAX_PORTS,
+        ),
         # ternary on both: an entry names a port, a queue or both; the default holds the switch-wide K
-        Table(ECN_THRESHOLD, (Key("egress_port", "ternary", PORT_BITS),
-                              Key("qid", "ternary", QID_BITS)),
-              (SET_ECN_THRESHOLD,), SET_ECN_THRESHOLD, {"k": 10}, size=64),
+        Table(
+            ECN_THRESHOLD,
+            (Key("egress_port", "ternary", PORT_BITS), Key("qid", "ternary", QID_BITS)),
+            (SET_ECN_THRESHOLD,),
+            SET_ECN_THRESHOLD,
+            {"k": 10},
+            size=64,
+        ),
     ),
     actions=(
         Action(SET_NHOP_GROUP, (Param("group", GROUP_BITS), Param("size", GROUP_BITS))),
@@ -216,7 +253,9 @@ PIPELINE = PipelineSpec(
         Register(RR_NEXT, GROUP_BITS, MAX_GROUPS, writable=True),
     ),
     counters=(
-        _queue_counter(ADMITTED), _queue_counter(EARLY_DROPS), _queue_counter(TAIL_DROPS),
+        _queue_counter(ADMITTED),
+        _queue_counter(EARLY_DROPS),
+        _queue_counter(TAIL_DROPS),
         Counter(DROPS, 8, "drop reason"),
         Counter(CE_MARKED, MAX_PORTS * N_QUEUES, "port * N_QUEUES + qid"),
     ),
@@ -249,8 +288,9 @@ def check(spec: PipelineSpec) -> None:
             raise PipelineSpecError(f"{t.name}: default action {t.default_action} is not one of its actions")
         params = {p.name: p.bits for p in spec.action[t.default_action].params}
         if set(t.default_params) != set(params):
-            raise PipelineSpecError(f"{t.name}: default parameters {sorted(t.default_params)}, "
-                                    f"{t.default_action} takes {sorted(params)}")
+            raise PipelineSpecError(
+                f"{t.name}: default parameters {sorted(t.default_params)}, {t.default_action} takes {sorted(params)}"
+            )
         for p, v in t.default_params.items():
             if not 0 <= v < 1 << params[p]:
                 raise PipelineSpecError(f"{t.name}: default {p}={v} does not fit {params[p]} bits")

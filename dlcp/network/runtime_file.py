@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dlcp.network.pipeline_names import (
     PIPELINE,
@@ -88,6 +89,7 @@ class Runtime:
 
 # --- values ----------------------------------------------------------------------------------------
 
+
 def int_value(v: Any, bits: int, where: str) -> int:
     """A number, a MAC string (48-bit fields) or an IPv4 string (32-bit fields) as an int that fits."""
     if isinstance(v, bool):
@@ -116,8 +118,7 @@ def int_value(v: Any, bits: int, where: str) -> int:
     return out
 
 
-def _number(raw: Mapping, key: str, where: str, default, lo: float, hi: float = float("inf"), *,
-            above: bool = False):
+def _number(raw: Mapping, key: str, where: str, default, lo: float, hi: float = float("inf"), *, above: bool = False):
     v = raw.get(key, default)
     if v is None:
         return None
@@ -130,14 +131,14 @@ def _number(raw: Mapping, key: str, where: str, default, lo: float, hi: float = 
 
 # --- table entries ---------------------------------------------------------------------------------
 
+
 def _match(table: Table, raw: Any, where: str) -> dict:
     if not isinstance(raw, dict):
         raise RuntimeFileError(f"{where}: match must be an object")
     keys = {k.name: k for k in table.keys}
     unknown = sorted(set(raw) - set(keys))
     if unknown:
-        raise RuntimeFileError(f"{where}: unknown match key {unknown[0]!r} (keys of {table.name}: "
-                               f"{', '.join(keys)})")
+        raise RuntimeFileError(f"{where}: unknown match key {unknown[0]!r} (keys of {table.name}: {', '.join(keys)})")
     out = {}
     for key in table.keys:
         w = f"{where}: match.{key.name}"
@@ -175,35 +176,41 @@ def _entry(raw: Any, where: str, spec: PipelineSpec) -> Entry:
         raise RuntimeFileError(f"{where}: unknown table {raw.get('table')!r} (tables: {', '.join(spec.table)})")
     action = raw.get("action_name")
     if action not in table.actions:
-        raise RuntimeFileError(f"{where}: action {action!r} is not an action of {table.name} "
-                               f"({', '.join(table.actions)})")
+        raise RuntimeFileError(
+            f"{where}: action {action!r} is not an action of {table.name} ({', '.join(table.actions)})"
+        )
     params_raw = raw.get("action_params", {}) or {}
     declared = spec.action[action].params
     if not isinstance(params_raw, dict) or set(params_raw) != {p.name for p in declared}:
-        raise RuntimeFileError(f"{where}: {action} takes parameters ({', '.join(p.name for p in declared) or 'none'}), "
-                               f"got ({', '.join(sorted(params_raw)) or 'none'})")
+        raise RuntimeFileError(
+            f"{where}: {action} takes parameters ({', '.join(p.name for p in declared) or 'none'}), "
+            f"got ({', '.join(sorted(params_raw)) or 'none'})"
+        )
     params = {p.name: int_value(params_raw[p.name], p.bits, f"{where}: action_params.{p.name}") for p in declared}
     if raw.get("default_action", False):
         if raw.get("match"):
             raise RuntimeFileError(f"{where}: a default_action entry takes no match")
         if table.const_default:
-            raise RuntimeFileError(f"{where}: the default action of {table.name} is fixed by the P4 program "
-                                   f"({table.default_action})")
+            raise RuntimeFileError(
+                f"{where}: the default action of {table.name} is fixed by the P4 program ({table.default_action})"
+            )
         return Entry(table.name, action, params, default=True)
     if not table.keys:
         raise RuntimeFileError(f"{where}: {table.name} is keyless: set its default_action")
     match = _match(table, raw.get("match", {}), where)
     if not match:
-        raise RuntimeFileError(f"{where}: an entry of {table.name} needs a match (keys: "
-                               f"{', '.join(k.name for k in table.keys)})")
+        raise RuntimeFileError(
+            f"{where}: an entry of {table.name} needs a match (keys: {', '.join(k.name for k in table.keys)})"
+        )
     priority = raw.get("priority", None if table.has_ternary else 0)
     if table.has_ternary and (not isinstance(priority, int) or isinstance(priority, bool) or priority < 1):
         raise RuntimeFileError(f"{where}: entries of {table.name} need an integer priority >= 1")
     return Entry(table.name, action, params, match, int(priority or 0))
 
 
-def _check_entries(entries: tuple[Entry, ...], ports: dict[int, PortConfig], target: str, source: str,
-                   spec: PipelineSpec) -> None:
+def _check_entries(
+    entries: tuple[Entry, ...], ports: dict[int, PortConfig], target: str, source: str, spec: PipelineSpec
+) -> None:
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
     qmax = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
@@ -215,8 +222,9 @@ def _check_entries(entries: tuple[Entry, ...], ports: dict[int, PortConfig], tar
             raise RuntimeFileError(f"{where}: {e.table} {what} already set by table_entries[{seen[key]}]")
         seen[key] = i
         if e.action == SET_NHOP and e.params["port"] not in ports:
-            raise RuntimeFileError(f"{where}: set_nhop to port {e.params['port']}, which is not in ports "
-                                   f"({sorted(ports)})")
+            raise RuntimeFileError(
+                f"{where}: set_nhop to port {e.params['port']}, which is not in ports ({sorted(ports)})"
+            )
         if e.action == SET_NHOP_GROUP:
             if e.params["size"] < 1:
                 raise RuntimeFileError(f"{where}: set_nhop_group size must be >= 1")
@@ -225,8 +233,10 @@ def _check_entries(entries: tuple[Entry, ...], ports: dict[int, PortConfig], tar
         if e.action == SET_THRESHOLDS:
             p = e.params
             if not 0 <= p["k3"] <= p["k2"] <= p["k1"] <= p["qmax"] or p["qmax"] < 1:
-                raise RuntimeFileError(f"{where}: need 0 <= k3 <= k2 <= k1 <= qmax and qmax >= 1, got "
-                                       f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}")
+                raise RuntimeFileError(
+                    f"{where}: need 0 <= k3 <= k2 <= k1 <= qmax and qmax >= 1, got "
+                    f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}"
+                )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
     for i, p in enumerate(ports.values()):
         limit = qmax.get(p.port, qmax[None])
@@ -234,11 +244,13 @@ def _check_entries(entries: tuple[Entry, ...], ports: dict[int, PortConfig], tar
             # bmv2's own queue would drop before admission control does, and its occupancy register
             # would never get those packets back (the built-in dataplane gives them back and counts
             # them as queue_overflow_pkts)
-            raise RuntimeFileError(f"{source}: ports[{i}]: queue_depth_pkts {p.queue_depth_pkts} must exceed "
-                                   f"qmax {limit}")
+            raise RuntimeFileError(
+                f"{source}: ports[{i}]: queue_depth_pkts {p.queue_depth_pkts} must exceed qmax {limit}"
+            )
 
 
 # --- ports and registers ---------------------------------------------------------------------------
+
 
 def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     if not isinstance(raw, dict):
@@ -248,8 +260,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
         raise RuntimeFileError(f"{where}: port must be an integer 1..{spec.max_ports - 1}, got {port!r}")
     intf = raw.get("intf")
     if not isinstance(intf, str) or not 0 < len(intf) <= MAX_INTF_NAME:
-        raise RuntimeFileError(f"{where}: intf must be an interface name (1-{MAX_INTF_NAME} characters), "
-                               f"got {intf!r}")
+        raise RuntimeFileError(f"{where}: intf must be an interface name (1-{MAX_INTF_NAME} characters), got {intf!r}")
     peer = raw.get("peer")
     if peer is not None and not isinstance(peer, str):
         raise RuntimeFileError(f"{where}: peer must be a node name, got {peer!r}")
@@ -263,10 +274,17 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     host_nic = raw.get("host_nic", False)
     if not isinstance(host_nic, bool):
         raise RuntimeFileError(f"{where}: host_nic must be true or false, got {host_nic!r}")
-    return PortConfig(port=port, intf=intf, peer=peer, rate_mbps=mbps, rate_pps=pps,
-                      queue_depth_pkts=None if depth is None else int(depth),
-                      delay_us=_number(raw, "delay_us", where, 0, 0), loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),
-                      host_nic=host_nic)
+    return PortConfig(
+        port=port,
+        intf=intf,
+        peer=peer,
+        rate_mbps=mbps,
+        rate_pps=pps,
+        queue_depth_pkts=None if depth is None else int(depth),
+        delay_us=_number(raw, "delay_us", where, 0, 0),
+        loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),
+        host_nic=host_nic,
+    )
 
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
@@ -283,6 +301,7 @@ def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
 
 
 # --- the file --------------------------------------------------------------------------------------
+
 
 def _list(doc: Mapping, key: str, source: str) -> list:
     v = doc.get(key)
@@ -315,14 +334,24 @@ def parse_runtime(doc: Any, source: str = "<runtime>", spec: PipelineSpec = PIPE
             if getattr(p, attr) in seen:
                 raise RuntimeFileError(f"{source}: ports[{i}]: {attr} {getattr(p, attr)!r} already used")
         ports[p.port], intfs[p.intf] = p, i
-    entries = tuple(_entry(e, f"{source}: table_entries[{i}]", spec)
-                    for i, e in enumerate(_list(doc, "table_entries", source)))
+    entries = tuple(
+        _entry(e, f"{source}: table_entries[{i}]", spec) for i, e in enumerate(_list(doc, "table_entries", source))
+    )
     _check_entries(entries, ports, target, source, spec)
-    registers = tuple(_register(r, f"{source}: registers[{i}]", spec)
-                      for i, r in enumerate(_list(doc, "registers", source)))
-    return Runtime(switch=switch, device_id=device_id, ports=tuple(ports.values()), entries=entries,
-                   registers=registers, target=target, p4info=doc.get("p4info", DEFAULT_P4INFO),
-                   bmv2_json=doc.get("bmv2_json", DEFAULT_BMV2_JSON), source=source)
+    registers = tuple(
+        _register(r, f"{source}: registers[{i}]", spec) for i, r in enumerate(_list(doc, "registers", source))
+    )
+    return Runtime(
+        switch=switch,
+        device_id=device_id,
+        ports=tuple(ports.values()),
+        entries=entries,
+        registers=registers,
+        target=target,
+        p4info=doc.get("p4info", DEFAULT_P4INFO),
+        bmv2_json=doc.get("bmv2_json", DEFAULT_BMV2_JSON),
+        source=source,
+    )
 
 
 def load_runtime(path: str | Path, spec: PipelineSpec = PIPELINE) -> Runtime:

@@ -29,9 +29,10 @@ import ipaddress
 import json
 import re
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Iterable, Literal, Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -65,9 +66,11 @@ class RuntimeSpecError(ValueError):
 
 # --- input -----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Port:
     """One switch port: Mininet interface sN-ethK is port K."""
+
     port: int
     intf: str
     peer: str  # node on the other end ("h1", "s2")
@@ -99,8 +102,11 @@ _DEFAULT_THRESHOLDS = pn.DEFAULT_THRESHOLDS  # the P4 program's
 
 class Thresholds(Settings):
     """Admission thresholds in packets: drop_prec 0 only at qmax, drop_prec c early at k_c."""
+
     section: ClassVar[str] = "dlcp"
-    qmax: int = Field(_DEFAULT_THRESHOLDS["qmax"], ge=1, description="tail-drop threshold (packets) per port and priority")
+    qmax: int = Field(
+        _DEFAULT_THRESHOLDS["qmax"], ge=1, description="tail-drop threshold (packets) per port and priority"
+    )
     k1: int = Field(_DEFAULT_THRESHOLDS["k1"], ge=0, description="early-drop threshold of drop precedence 1")
     k2: int = Field(_DEFAULT_THRESHOLDS["k2"], ge=0, description="early-drop threshold of drop precedence 2")
     k3: int = Field(_DEFAULT_THRESHOLDS["k3"], ge=0, description="early-drop threshold of drop precedence 3")
@@ -108,8 +114,11 @@ class Thresholds(Settings):
     @model_validator(mode="after")
     def _ordered(self):
         if not self.k3 <= self.k2 <= self.k1 <= self.qmax:
-            raise BadValue("k1", f"thresholds must satisfy k3 <= k2 <= k1 <= qmax, got "
-                                 f"k3={self.k3} k2={self.k2} k1={self.k1} qmax={self.qmax}")
+            raise BadValue(
+                "k1",
+                f"thresholds must satisfy k3 <= k2 <= k1 <= qmax, got "
+                f"k3={self.k3} k2={self.k2} k1={self.k1} qmax={self.qmax}",
+            )
         return self
 
     def params(self) -> dict[str, int]:
@@ -122,17 +131,20 @@ EcnK = Annotated[int, Field(ge=0, le=(1 << pn.THRESHOLD_BITS) - 1)]
 
 class SwitchSettings(Thresholds):
     """What an experiment sets about its switches besides the policy (keys of its `dlcp` section)."""
+
     load_balancing: LbMode = Field("spray_random", description="member choice for DLCP packets")
-    ecn_k: EcnK = Field(pn.DEFAULT_ECN_K,
-                        description="switches mark CE on ECN-capable packets once their queue holds this many")
+    ecn_k: EcnK = Field(
+        pn.DEFAULT_ECN_K, description="switches mark CE on ECN-capable packets once their queue holds this many"
+    )
     ecn_k_prio: dict[QueueId, EcnK] = Field({}, description="priority (queue id 0..7) -> its own ecn_k")
 
 
 class SwitchConfig(SwitchSettings):
     """Everything the runtime entries of a switch depend on besides its topology (the switch-wide
     thresholds are its qmax, k1, k2, k3)."""
+
     policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
-    port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}
+    port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}  # noqa: RUF012
     target: Target = "bmv2"
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
@@ -148,6 +160,7 @@ class Host:
 @dataclass(frozen=True)
 class Link:
     """node1:port1 <-> node2:port2 (a host's port is its interface index, usually 0)."""
+
     node1: str
     port1: int
     node2: str
@@ -158,10 +171,11 @@ class Link:
 
 def switch_port_mac(device_id: int, port: int) -> str:
     """The MAC the topologies give switch interfaces (locally administered, unique per port)."""
-    return f"02:dc:00:{device_id >> 8 & 0xff:02x}:{device_id & 0xff:02x}:{port:02x}"
+    return f"02:dc:00:{device_id >> 8 & 0xFF:02x}:{device_id & 0xFF:02x}:{port:02x}"
 
 
 # --- generation ------------------------------------------------------------------------------------
+
 
 def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
     """The runtime dict (docs/pipeline.md) of one switch."""
@@ -172,14 +186,26 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
         _default(pn.ECN_THRESHOLD, pn.SET_ECN_THRESHOLD, {"k": cfg.ecn_k}),
     ]
     for qid in sorted(cfg.ecn_k_prio):
-        entries.append({"table": pn.ECN_THRESHOLD, "match": {"qid": qid}, "priority": 10,
-                        "action_name": pn.SET_ECN_THRESHOLD, "action_params": {"k": cfg.ecn_k_prio[qid]}})
+        entries.append(
+            {
+                "table": pn.ECN_THRESHOLD,
+                "match": {"qid": qid},
+                "priority": 10,
+                "action_name": pn.SET_ECN_THRESHOLD,
+                "action_params": {"k": cfg.ecn_k_prio[qid]},
+            }
+        )
     for port in sorted(cfg.port_thresholds):
         if port not in ports:
             raise RuntimeSpecError(f"{sw.name}: thresholds for port {port}, which the switch does not have")
-        entries.append({"table": pn.QUEUE_THRESHOLDS, "match": {"egress_port": port},
-                        "action_name": pn.SET_THRESHOLDS,
-                        "action_params": cfg.port_thresholds[port].params()})
+        entries.append(
+            {
+                "table": pn.QUEUE_THRESHOLDS,
+                "match": {"egress_port": port},
+                "action_name": pn.SET_THRESHOLDS,
+                "action_params": cfg.port_thresholds[port].params(),
+            }
+        )
 
     groups: dict[tuple[int, ...], int] = {}
     lpm, nhop = [], []
@@ -190,20 +216,30 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
             raise RuntimeSpecError(f"{sw.name}: route {route.prefix} has no egress port")
         for p in members:
             if p not in ports:
-                raise RuntimeSpecError(f"{sw.name}: route {route.prefix} leaves through port {p}, "
-                                    "which the switch does not have")
+                raise RuntimeSpecError(
+                    f"{sw.name}: route {route.prefix} leaves through port {p}, which the switch does not have"
+                )
         if members not in groups:
             group = groups[members] = len(groups) + 1
             if group >= pn.MAX_GROUPS:
                 raise RuntimeSpecError(f"{sw.name}: more than {pn.MAX_GROUPS - 1} next-hop groups")
             for member, p in enumerate(members):
-                nhop.append({"table": pn.NHOP, "match": {"nhop_group": group, "nhop_member": member},
-                             "action_name": pn.SET_NHOP,
-                             "action_params": {"dmac": ports[p].peer_mac, "port": p}})
-        lpm.append({"table": pn.IPV4_LPM,
-                    "match": {"ipv4_dst": [str(net.network_address), net.prefixlen]},
-                    "action_name": pn.SET_NHOP_GROUP,
-                    "action_params": {"group": groups[members], "size": len(members)}})
+                nhop.append(
+                    {
+                        "table": pn.NHOP,
+                        "match": {"nhop_group": group, "nhop_member": member},
+                        "action_name": pn.SET_NHOP,
+                        "action_params": {"dmac": ports[p].peer_mac, "port": p},
+                    }
+                )
+        lpm.append(
+            {
+                "table": pn.IPV4_LPM,
+                "match": {"ipv4_dst": [str(net.network_address), net.prefixlen]},
+                "action_name": pn.SET_NHOP_GROUP,
+                "action_params": {"group": groups[members], "size": len(members)},
+            }
+        )
     entries += lpm + nhop
     entries += classify_entries(cfg.policy)
 
@@ -214,10 +250,20 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
         "p4info": cfg.p4info,
         "bmv2_json": cfg.bmv2_json,
         "table_entries": entries,
-        "ports": [{"port": p.port, "intf": p.intf, "peer": p.peer, "rate_mbps": p.rate_mbps,
-                   "rate_pps": p.rate_pps, "queue_depth_pkts": p.queue_depth_pkts,
-                   "delay_us": p.delay_us, "loss": p.loss, "host_nic": p.host_nic}
-                  for p in sorted(sw.ports, key=lambda p: p.port)],
+        "ports": [
+            {
+                "port": p.port,
+                "intf": p.intf,
+                "peer": p.peer,
+                "rate_mbps": p.rate_mbps,
+                "rate_pps": p.rate_pps,
+                "queue_depth_pkts": p.queue_depth_pkts,
+                "delay_us": p.delay_us,
+                "loss": p.loss,
+                "host_nic": p.host_nic,
+            }
+            for p in sorted(sw.ports, key=lambda p: p.port)
+        ],
         "registers": [],
     }
     try:
@@ -233,10 +279,20 @@ def classify_entries(policy: Policy) -> list[dict[str, Any]]:
     if policy == "fifo":
         return []
     return [
-        {"table": pn.CLASSIFY, "match": {"dlcp_valid": 1}, "priority": 10,
-         "action_name": pn.CLASSIFY_FROM_DLCP, "action_params": {}},
-        {"table": pn.CLASSIFY, "match": {"dlcp_valid": 0}, "priority": 10,
-         "action_name": pn.CLASSIFY_FROM_DSCP, "action_params": {}},
+        {
+            "table": pn.CLASSIFY,
+            "match": {"dlcp_valid": 1},
+            "priority": 10,
+            "action_name": pn.CLASSIFY_FROM_DLCP,
+            "action_params": {},
+        },
+        {
+            "table": pn.CLASSIFY,
+            "match": {"dlcp_valid": 0},
+            "priority": 10,
+            "action_name": pn.CLASSIFY_FROM_DSCP,
+            "action_params": {},
+        },
     ]
 
 
@@ -258,6 +314,7 @@ def write_runtime(runtime: Mapping[str, Any], directory: str | Path) -> Path:
 
 
 # --- topology -> routes ----------------------------------------------------------------------------
+
 
 def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iterable[Link]) -> list[SwitchTopo]:
     """Routes for every switch: a /32 per host over all equal-cost shortest-path ports.
@@ -281,16 +338,24 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
     out = []
     dist = {h: _hop_distances(h, adjacency, hosts) for h in hosts}
     for sw, device_id in switches.items():
-        ports = tuple(Port(port=pa, intf=f"{sw}-eth{pa}", peer=b, peer_mac=mac_of(b, pb),
-                           rate_mbps=ln.rate_mbps, queue_depth_pkts=ln.queue_depth_pkts, host_nic=b in hosts)
-                      for pa, b, pb, ln in sorted(adjacency[sw], key=lambda t: t[0]))
+        ports = tuple(
+            Port(
+                port=pa,
+                intf=f"{sw}-eth{pa}",
+                peer=b,
+                peer_mac=mac_of(b, pb),
+                rate_mbps=ln.rate_mbps,
+                queue_depth_pkts=ln.queue_depth_pkts,
+                host_nic=b in hosts,
+            )
+            for pa, b, pb, ln in sorted(adjacency[sw], key=lambda t: t[0])
+        )
         routes = []
         for h in sorted(hosts, key=_natural):
             d = dist[h]
             if sw not in d:
                 continue  # unreachable from this switch
-            via = tuple(pa for pa, b, _, _ in sorted(adjacency[sw], key=lambda t: t[0])
-                        if b in d and d[b] == d[sw] - 1)
+            via = tuple(pa for pa, b, _, _ in sorted(adjacency[sw], key=lambda t: t[0]) if b in d and d[b] == d[sw] - 1)
             routes.append(Route(f"{hosts[h].ip}/32", via))
         out.append(SwitchTopo(sw, device_id, ports, tuple(routes)))
     return out
@@ -316,6 +381,7 @@ def _natural(name: str):
 
 
 # --- validation ------------------------------------------------------------------------------------
+
 
 def _default(table: str, action: str, params: dict) -> dict[str, Any]:
     return {"table": table, "default_action": True, "action_name": action, "action_params": params}

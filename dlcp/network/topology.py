@@ -67,8 +67,14 @@ class TopologySpec:
     def add_host(self, sw: Switch, rate_mbps: float) -> Host:
         n = len(self.hosts) + 1
         port = len(sw.ports) + 1
-        h = Host(f"h{n}", ip=f"10.0.0.{n}", mac=f"00:00:00:00:00:{n:02x}", switch=sw.name,
-                 switch_port=port, rate_mbps=rate_mbps)
+        h = Host(
+            f"h{n}",
+            ip=f"10.0.0.{n}",
+            mac=f"00:00:00:00:00:{n:02x}",
+            switch=sw.name,
+            switch_port=port,
+            rate_mbps=rate_mbps,
+        )
         self.hosts[h.name] = h
         sw.ports[port] = Port(port, f"{sw.name}-eth{port}", h.name, 0, rate_mbps)
         return h
@@ -121,24 +127,31 @@ class TopologySpec:
         classification, load balancing and thresholds, and the links' queue, delay and loss."""
         links_cfg, d = cfg["links"], cfg["dlcp"]
         hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
-        links = [rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
-                 for a, pa, b, pb, rate in self.links()]
-        switch_cfg = rt.SwitchConfig(**{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"],
-                                     target=cfg["backend"])
+        links = [
+            rt.Link(a, pa, b, pb, rate_mbps=float(rate), queue_depth_pkts=links_cfg["queue_pkts"])
+            for a, pa, b, pb, rate in self.links()
+        ]
+        switch_cfg = rt.SwitchConfig(
+            **{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"], target=cfg["backend"]
+        )
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
-            ports = tuple(replace(p, delay_us=links_cfg["delay_us"], loss=float(links_cfg["loss"]))
-                          for p in topo.ports)
+            ports = tuple(replace(p, delay_us=links_cfg["delay_us"], loss=float(links_cfg["loss"])) for p in topo.ports)
             out[topo.name] = rt.runtime_for(replace(topo, ports=ports), switch_cfg)
         return out
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, **({"dims": list(self.dims)} if self.dims else {}),
-                "background_sources": self.background_sources,
-                "hosts": [asdict(h) for h in self.hosts.values()],
-                "switches": [{"name": s.name, "device_id": s.device_id,
-                              "ports": [asdict(p) for p in s.ports.values()]} for s in self.switches.values()],
-                "links": [dict(zip(("a", "a_port", "b", "b_port", "rate_mbps"), link)) for link in self.links()]}
+        return {
+            "kind": self.kind,
+            **({"dims": list(self.dims)} if self.dims else {}),
+            "background_sources": self.background_sources,
+            "hosts": [asdict(h) for h in self.hosts.values()],
+            "switches": [
+                {"name": s.name, "device_id": s.device_id, "ports": [asdict(p) for p in s.ports.values()]}
+                for s in self.switches.values()
+            ],
+            "links": [dict(zip(("a", "a_port", "b", "b_port", "rate_mbps"), link)) for link in self.links()],
+        }
 
 
 def star(hosts: int, host_mbps: float) -> TopologySpec:
@@ -192,8 +205,11 @@ def _grid(kind: str, dims, wrap: bool, host_mbps: float, fabric_mbps: float) -> 
     routes (one next hop per peer) and the planners' link names (node pairs) cannot tell apart.
     So a torus dimension of 2 is a mesh dimension of 2, and a dimension of 1 has no links at all.
     """
-    if (not isinstance(dims, (tuple, list)) or len(dims) != 2
-            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)):
+    if (
+        not isinstance(dims, (tuple, list))
+        or len(dims) != 2
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
+    ):
         raise ConfigError(f"topology.dims: {kind} needs two integer dimensions >= 1, got {dims!r}")
     rows, cols = dims
     if not 2 <= rows * cols <= 254:  # hosts are 10.0.0.1 .. 10.0.0.254
@@ -260,8 +276,10 @@ def assign_roles(spec: TopologySpec, workers: int, with_ps: bool, background: li
         else:
             free = [h for h in order if h.role == "idle"]
             if not free:
-                raise ConfigError(f"background[{i}].src: no free host left for background traffic "
-                                 f"(topology has {len(spec.hosts)} hosts)")
+                raise ConfigError(
+                    f"background[{i}].src: no free host left for background traffic "
+                    f"(topology has {len(spec.hosts)} hosts)"
+                )
             src = free[0]
         if src.role not in ("idle", "background"):
             raise ConfigError(f"background[{i}].src: {src.name} is already a {src.role}")

@@ -13,4 +13,4 @@ Neither needs root; both only read the run directories, so they work on a copied
 from dlcp.reporting.compare import compare_runs
 from dlcp.reporting.runreport import report_run
 
-__all__ = ["report_run", "compare_runs"]
+__all__ = ["compare_runs", "report_run"]

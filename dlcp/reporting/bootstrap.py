@@ -19,7 +19,7 @@ percentiles of the resampled R: with 5-8 pairs those gave intervals that missed 
 of 1 in 9-14 % of simulated comparisons instead of 5 % (the bootstrap spread of n items is
 (n-1)/n of the true one, and 5 pairs leave the spread itself uncertain); this interval missed it
 in 3-5 % (pooled p50 and p99 of lognormal runs whose scale varies +-30 % between pairs, 5 and 10
-pairs, 400 comparisons each; tests/test_repeats.py repeats a smaller version). The random draws are seeded, so the same runs
+pairs, 400 comparisons each; tests/unit/test_repeats.py repeats a smaller version). The random draws are seeded, so the same runs
 give the same interval.
 
 At least MIN_PAIRS (5) pairs are needed: with fewer, the resampled sets are so few and alike
@@ -49,8 +49,12 @@ class RatioCI:
     resamples: int
 
     def as_dict(self) -> dict:
-        return {"point": self.point, "ci95": list(self.ci95) if self.ci95 else None, "n_pairs": self.n_pairs,
-                "resamples": self.resamples}
+        return {
+            "point": self.point,
+            "ci95": list(self.ci95) if self.ci95 else None,
+            "n_pairs": self.n_pairs,
+            "resamples": self.resamples,
+        }
 
 
 def _ratio(b: float | None, a: float | None) -> float | None:
@@ -59,9 +63,15 @@ def _ratio(b: float | None, a: float | None) -> float | None:
     return b / a
 
 
-def paired_ratio(a_runs: Sequence, b_runs: Sequence, stat: Callable[[list], float | None],
-                 resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = SEED,
-                 min_pairs: int = MIN_PAIRS) -> RatioCI:
+def paired_ratio(
+    a_runs: Sequence,
+    b_runs: Sequence,
+    stat: Callable[[list], float | None],
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = SEED,
+    min_pairs: int = MIN_PAIRS,
+) -> RatioCI:
     """R = stat(b_runs) / stat(a_runs) with its paired-bootstrap interval (module docstring).
     a_runs[i] and b_runs[i] form pair i. No interval with fewer than `min_pairs` pairs or when the
     point cannot be computed (a zero or missing baseline)."""
@@ -95,8 +105,9 @@ def _log_t_interval(point: float, se: float, n: int, confidence: float) -> tuple
     return point * math.exp(-half), point * math.exp(half)
 
 
-def geometric_mean_ratio(ratios: Sequence[float | None], confidence: float = CONFIDENCE,
-                         min_pairs: int = MIN_PAIRS) -> RatioCI:
+def geometric_mean_ratio(
+    ratios: Sequence[float | None], confidence: float = CONFIDENCE, min_pairs: int = MIN_PAIRS
+) -> RatioCI:
     """The other estimator: each pair's own ratio, combined as a geometric mean, with a Student-t
     interval on the log ratios (n - 1 degrees of freedom). Pooling (`paired_ratio`) lets the pairs
     with the longest tails set a percentile; here every pair weighs the same, which is what a
@@ -113,7 +124,7 @@ def geometric_mean_ratio(ratios: Sequence[float | None], confidence: float = CON
 
 
 def verdict(ci: RatioCI, kind: str) -> str:
-    """"faster" / "slower" for times (kind "time"), "lower" / "higher" for anything else, when the
+    """ "faster" / "slower" for times (kind "time"), "lower" / "higher" for anything else, when the
     interval lies wholly below / above 1; otherwise "no significant difference"."""
     if ci.ci95 is None:
         if ci.point is None:

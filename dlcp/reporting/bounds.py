@@ -35,7 +35,8 @@ IDEAL_DEFINITION = (
     "Per message: its wire bytes / rate; the slowdown of a message is its MCT / that ideal. "
     "Per iteration: wire bytes through the most loaded host link direction (all messages sent by one "
     "host, or all received by one) / rate, compared with the measured communication time of the "
-    "iteration (slowest worker's comm_us).")
+    "iteration (slowest worker's comm_us)."
+)
 
 
 def _positive(v) -> float | None:
@@ -61,8 +62,13 @@ def bottleneck_mbps(config: dict | None, topology: dict | None) -> tuple[float |
             return rates[key], f"config.toml [links] {key} (smallest link rate)"
     topo_links = (topology or {}).get("links")
     if isinstance(topo_links, list):
-        rates = [r for link in topo_links if isinstance(link, dict)
-                 for r in [_positive(link.get("rate_mbps", link.get("bw")))] if r is not None]
+        rates = [
+            r
+            for link in topo_links
+            if isinstance(link, dict)
+            for r in [_positive(link.get("rate_mbps", link.get("bw")))]
+            if r is not None
+        ]
         if rates:
             return min(rates), "topology.json links (smallest link rate)"
     return None, "no link rate in config.toml [links] or topology.json links"
@@ -97,8 +103,12 @@ def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
     """The lower-bound section of summary.json: rate, its source, ideal times and the measured
     p50/p99 as multiples of them. `iter_comm_us`: measured communication time per iteration."""
     rate, source = bottleneck_mbps(run.config, run.topology)
-    out: dict = {"bottleneck_mbps": rate, "rate_source": source, "definition": IDEAL_DEFINITION,
-                 "frame_overhead_bytes": FRAME_OVERHEAD_BYTES}
+    out: dict = {
+        "bottleneck_mbps": rate,
+        "rate_source": source,
+        "definition": IDEAL_DEFINITION,
+        "frame_overhead_bytes": FRAME_OVERHEAD_BYTES,
+    }
     if rate is None or len(senders) == 0:
         return out
     ideal_msg = wire_bytes(senders.col("bytes"), senders.col("pkts")) * 8 / rate
@@ -124,7 +134,9 @@ def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
             "iterations": len(common),
             "ideal_comm_ms": ideal_med / 1e3,
             "ideal_comm_ms_range": [float(ideal.min()) / 1e3, float(ideal.max()) / 1e3],
-            "comm_p50_ms": _div(p50, 1e3), "comm_p99_ms": _div(p99, 1e3),
-            "p50_multiple": _div(p50, ideal_med), "p99_multiple": _div(p99, ideal_med),
+            "comm_p50_ms": _div(p50, 1e3),
+            "comm_p99_ms": _div(p99, 1e3),
+            "p50_multiple": _div(p50, ideal_med),
+            "p99_multiple": _div(p99, ideal_med),
         }
     return out

@@ -55,17 +55,42 @@ METRICS = (
     Metric("early_drop_pkts", "switch early drops (pkts)", "lower", ("switch", "totals", "early_drop_pkts")),
     Metric("tail_drop_pkts", "switch tail drops (pkts)", "lower", ("switch", "totals", "tail_drop_pkts")),
     Metric("ce_marked_pkts", "switch CE marks (pkts)", "lower", ("switch", "ce_marked", "pkts")),
-    Metric("gradient_drop_pkts", "switch drops of gradient packets", "lower",
-           ("switch", "traffic", "by_traffic", "gradient", "drop_pkts")),
-    Metric("control_drop_pkts", "switch drops of transport control packets", "lower",
-           ("switch", "traffic", "by_traffic", "control", "drop_pkts")),
-    Metric("background_drop_pkts", "switch drops of background packets", "lower",
-           ("switch", "traffic", "by_traffic", "background", "drop_pkts")),
+    Metric(
+        "gradient_drop_pkts",
+        "switch drops of gradient packets",
+        "lower",
+        ("switch", "traffic", "by_traffic", "gradient", "drop_pkts"),
+    ),
+    Metric(
+        "control_drop_pkts",
+        "switch drops of transport control packets",
+        "lower",
+        ("switch", "traffic", "by_traffic", "control", "drop_pkts"),
+    ),
+    Metric(
+        "background_drop_pkts",
+        "switch drops of background packets",
+        "lower",
+        ("switch", "traffic", "by_traffic", "background", "drop_pkts"),
+    ),
 )
 # What the terminal shows: the headline, compactly, with what the transport and the switch did.
-TERMINAL_METRICS = ("mct_p50_us", "mct_p99_us", "mct_p999_us", "iteration_p50_ms", "iteration_p99_ms",
-                    "comm_p99_vs_ideal", "final_accuracy", "lost_fraction", "retx_fraction", "forced",
-                    "protected_lost", "gradient_drop_pkts", "control_drop_pkts", "background_drop_pkts")
+TERMINAL_METRICS = (
+    "mct_p50_us",
+    "mct_p99_us",
+    "mct_p999_us",
+    "iteration_p50_ms",
+    "iteration_p99_ms",
+    "comm_p99_vs_ideal",
+    "final_accuracy",
+    "lost_fraction",
+    "retx_fraction",
+    "forced",
+    "protected_lost",
+    "gradient_drop_pkts",
+    "control_drop_pkts",
+    "background_drop_pkts",
+)
 
 
 def _get(summary: dict, path: tuple):
@@ -97,14 +122,26 @@ def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
     for run, s in zip(runs, summaries):
         values = {m.key: _get(s, m.path) for m in METRICS}
         too_few = {m.key: n for m in METRICS if (n := _refused(s, m.path)) is not None}
-        entries.append({"name": run.name, "policy": run.policy, "dir": str(run.path), **values,
-                        "ratios": {m.key: ratio(values[m.key], _get(base, m.path)) for m in METRICS},
-                        "too_few": too_few, "kept_up": s["keep_up"]["ok"], "keep_up_flags": s["keep_up"]["flags"],
-                        "problems": s["problems"]})
-    return {"baseline": runs[0].name, "percentile_method": PERCENTILE_METHOD_TEXT,
-            "min_samples_rule": MIN_SAMPLES_RULE,
-            "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in METRICS],
-            "runs": entries}
+        entries.append(
+            {
+                "name": run.name,
+                "policy": run.policy,
+                "dir": str(run.path),
+                **values,
+                "ratios": {m.key: ratio(values[m.key], _get(base, m.path)) for m in METRICS},
+                "too_few": too_few,
+                "kept_up": s["keep_up"]["ok"],
+                "keep_up_flags": s["keep_up"]["flags"],
+                "problems": s["problems"],
+            }
+        )
+    return {
+        "baseline": runs[0].name,
+        "percentile_method": PERCENTILE_METHOD_TEXT,
+        "min_samples_rule": MIN_SAMPLES_RULE,
+        "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in METRICS],
+        "runs": entries,
+    }
 
 
 def terminal_table(data: dict, keys: tuple[str, ...] = TERMINAL_METRICS) -> str:
@@ -160,18 +197,26 @@ def _short(v) -> str:
 def build_doc(data: dict, runs: list[RunData]) -> Doc:
     names = [r["name"] for r in data["runs"]]
     doc = Doc(f"DLCP comparison: {' vs '.join(names)} (baseline {data['baseline']})")
-    doc.p("Each metric per run, and each run's value divided by the baseline's (the first run). "
-          "For times, losses and drops a ratio below 1 is better; for accuracy above 1 is better.")
+    doc.p(
+        "Each metric per run, and each run's value divided by the baseline's (the first run). "
+        "For times, losses and drops a ratio below 1 is better; for accuracy above 1 is better."
+    )
     for r in data["runs"]:
         if r["protected_lost"]:
             doc.warn(f"run {r['name']}: {r['protected_lost']} protected packet(s) lost (must be 0).")
         if not r["kept_up"]:
             doc.warn(f"run {r['name']}: the emulation did not keep up: " + "; ".join(r["keep_up_flags"]))
         if r["problems"]:
-            doc.warn(f"run {r['name']}: {len(r['problems'])} data problem(s): " + "; ".join(r["problems"][:3])
-                     + (" ..." if len(r["problems"]) > 3 else ""))
-    header = ["metric"] + [n if n == r["policy"] else f"{n} ({r['policy'] or '?'})" for n, r in zip(names, data["runs"])] \
+            doc.warn(
+                f"run {r['name']}: {len(r['problems'])} data problem(s): "
+                + "; ".join(r["problems"][:3])
+                + (" ..." if len(r["problems"]) > 3 else "")
+            )
+    header = (
+        ["metric"]
+        + [n if n == r["policy"] else f"{n} ({r['policy'] or '?'})" for n, r in zip(names, data["runs"])]
         + [f"{n} ÷ {names[0]}" for n in names[1:]]
+    )
     rows = []
     for m in data["metrics"]:
         vals = [_cell(r, m["key"]) for r in data["runs"]]
@@ -180,33 +225,61 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     doc.table(header, rows)
 
     doc.h("Message completion time")
-    cdf = plots.mct_cdf({n: steady_sender_rows(run).col("mct_us") for n, run in zip(names, runs)},
-                        "CDF of MCT per run (sender rows, after warm-up)")
+    cdf = plots.mct_cdf(
+        {n: steady_sender_rows(run).col("mct_us") for n, run in zip(names, runs)},
+        "CDF of MCT per run (sender rows, after warm-up)",
+    )
     doc.image(image_of(cdf, "compare_mct_cdf", "overlaid MCT CDFs"))
-    bars = plots.compare_bars(names, {q: [None if r[k] is None else r[k] / 1e3 for r in data["runs"]]
-                                      for q, k in (("p50", "mct_p50_us"), ("p99", "mct_p99_us"),
-                                                   ("p99.9", "mct_p999_us"))},
-                              "MCT (ms)", "MCT percentiles per run")
+    bars = plots.compare_bars(
+        names,
+        {
+            q: [None if r[k] is None else r[k] / 1e3 for r in data["runs"]]
+            for q, k in (("p50", "mct_p50_us"), ("p99", "mct_p99_us"), ("p99.9", "mct_p999_us"))
+        },
+        "MCT (ms)",
+        "MCT percentiles per run",
+    )
     doc.image(image_of(bars, "compare_mct_percentiles", "MCT percentiles per run"))
     doc.h("Iteration time")
-    doc.image(image_of(plots.iteration_times({n: iteration_series(run) for n, run in zip(names, runs)},
-                                         "Iteration time per run (slowest worker)"),
-                   "compare_iteration_time", "iteration time per run"))
+    doc.image(
+        image_of(
+            plots.iteration_times(
+                {n: iteration_series(run) for n, run in zip(names, runs)}, "Iteration time per run (slowest worker)"
+            ),
+            "compare_iteration_time",
+            "iteration time per run",
+        )
+    )
     doc.h("Training")
-    doc.image(image_of(plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
-                   "compare_training", "overlaid loss and accuracy curves"))
+    doc.image(
+        image_of(
+            plots.training({n: training_curves(run) for n, run in zip(names, runs)}),
+            "compare_training",
+            "overlaid loss and accuracy curves",
+        )
+    )
     side_by_side_sections(doc, names, runs)
     doc.h("Runs")
-    doc.table(["run", "policy", "directory", "report"],
-              [[n, r["policy"] or "?", r["dir"], str(pathlib.Path(r["dir"]) / "report.html")]
-               for n, r in zip(names, data["runs"])])
-    doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
-          "count and the count it needs (n=144<1,000).")
+    doc.table(
+        ["run", "policy", "directory", "report"],
+        [
+            [n, r["policy"] or "?", r["dir"], str(pathlib.Path(r["dir"]) / "report.html")]
+            for n, r in zip(names, data["runs"])
+        ],
+    )
+    doc.p(
+        f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
+        "count and the count it needs (n=144<1,000)."
+    )
     return doc
 
 
-def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path | None = None,
-                 echo: bool = False, baseline: str | None = None) -> pathlib.Path:
+def compare_runs(
+    run_dirs: list[str | pathlib.Path],
+    out_dir: str | pathlib.Path | None = None,
+    echo: bool = False,
+    baseline: str | None = None,
+) -> pathlib.Path:
     """Compare runs (the first is the baseline); write compare.json, compare.md, compare.html and
     plots/compare_*.png into out_dir (default: see `default_out_dir`) and return compare.html's path.
     With echo, print the compact table to stdout. Run directories are only read.
@@ -219,17 +292,22 @@ def compare_runs(run_dirs: list[str | pathlib.Path], out_dir: str | pathlib.Path
     if any(is_series(p) for p in paths):
         return compare_series(paths, pathlib.Path(out_dir) if out_dir is not None else None, baseline, echo)
     if baseline is not None:
-        raise ReportInputError("--baseline picks a variant of results directories of repeated runs; among run "
-                         "directories the first is the baseline")
+        raise ReportInputError(
+            "--baseline picks a variant of results directories of repeated runs; among run "
+            "directories the first is the baseline"
+        )
     if len(paths) < 2:
-        raise ReportInputError("give at least two run directories (the first is the baseline), or results "
-                         "directories of repeated runs")
+        raise ReportInputError(
+            "give at least two run directories (the first is the baseline), or results directories of repeated runs"
+        )
     groups = [is_repeat_group(p) for p in paths]
     if any(groups):
         if not all(groups):
             bad = next(p for p, g in zip(paths, groups) if not g)
-            raise NotARunDirectory(f"{bad}: not a directory of repeated runs (rep1, rep2, ...) like the others; "
-                                   "compare repeats with repeats, single runs with single runs")
+            raise NotARunDirectory(
+                f"{bad}: not a directory of repeated runs (rep1, rep2, ...) like the others; "
+                "compare repeats with repeats, single runs with single runs"
+            )
         out = pathlib.Path(out_dir) if out_dir is not None else default_out_dir(paths)
         return compare_repeats(paths, run_names(paths), out, echo=echo)
     runs = [undilated(load_run(p, name)) for p, name in zip(paths, run_names(paths))]

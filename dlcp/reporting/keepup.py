@@ -75,11 +75,13 @@ def compute_keepup(run: RunData) -> dict:
         share = c.get("overrun_ms", 0) / wall if wall else None
         c["overrun_share_of_iterations"] = share
         if share is not None and share > COMPUTE_OVERRUN_MAX:
-            flags.append(f"compute on {host} fell behind its profile: the worst lateness per iteration summed to "
-                         f"{100 * share:.3g}% of its iteration time (limit {100 * COMPUTE_OVERRUN_MAX:g}%) and "
-                         f"{100 * (c.get('overrun_share') or 0):.3g}% of the profile's compute time; "
-                         f"{c.get('missed', 0)} of {c.get('deadlines', 0)} deadlines missed by more than "
-                         f"{c.get('tolerance_ms', 1):g} ms, the worst by {c.get('late_max_ms', 0):.3g} ms")
+            flags.append(
+                f"compute on {host} fell behind its profile: the worst lateness per iteration summed to "
+                f"{100 * share:.3g}% of its iteration time (limit {100 * COMPUTE_OVERRUN_MAX:g}%) and "
+                f"{100 * (c.get('overrun_share') or 0):.3g}% of the profile's compute time; "
+                f"{c.get('missed', 0)} of {c.get('deadlines', 0)} deadlines missed by more than "
+                f"{c.get('tolerance_ms', 1):g} ms, the worst by {c.get('late_max_ms', 0):.3g} ms"
+            )
     return {"per_host": per_host, "flags": flags}
 
 
@@ -90,27 +92,36 @@ def switch_cpu_keepup(meta: dict | None) -> dict:
     for sw, c in sorted(cpu.items()):
         peak = c.get("busy_peak") if isinstance(c, dict) else None
         if isinstance(peak, (int, float)) and peak >= SWITCH_BUSY_MAX:
-            flags.append(f"switch {sw} used {100 * peak:.3g}% of a CPU in its busiest {c.get('window_s', 5):g} s "
-                         f"(limit {100 * SWITCH_BUSY_MAX:g}%): it was at its limit")
+            flags.append(
+                f"switch {sw} used {100 * peak:.3g}% of a CPU in its busiest {c.get('window_s', 5):g} s "
+                f"(limit {100 * SWITCH_BUSY_MAX:g}%): it was at its limit"
+            )
     return {"per_switch": cpu, "flags": flags}
 
 
 def kernel_drop_keepup(counters: list[dict]) -> dict:
     per_switch, flags = {}, []
     for dump in counters:
-        ports = {p.get("port"): p.get("rx_kernel_drops", 0) for p in dump.get("ports", [])
-                 if isinstance(p, dict) and isinstance(p.get("rx_kernel_drops", 0), int)}
+        ports = {
+            p.get("port"): p.get("rx_kernel_drops", 0)
+            for p in dump.get("ports", [])
+            if isinstance(p, dict) and isinstance(p.get("rx_kernel_drops", 0), int)
+        }
         total = sum(ports.values())
         per_switch[dump.get("switch", "?")] = total
         if total:
             worst = ", ".join(f"port {p}: {n:,}" for p, n in sorted(ports.items(), key=lambda kv: -kv[1]) if n)
-            flags.append(f"switch {dump.get('switch', '?')}: {total:,} frame(s) dropped by the kernel before the "
-                         f"switch read them ({worst}); those losses are in no emulated queue")
+            flags.append(
+                f"switch {dump.get('switch', '?')}: {total:,} frame(s) dropped by the kernel before the "
+                f"switch read them ({worst}); those losses are in no emulated queue"
+            )
     return {"per_switch": per_switch, "flags": flags}
 
 
-SWITCH_WAITS = (("read_lag", "waited {p99:.3g} ms or more in the kernel before it read them"),
-                ("send_late", "started {p99:.3g} ms or more after their slot on the link began"))
+SWITCH_WAITS = (
+    ("read_lag", "waited {p99:.3g} ms or more in the kernel before it read them"),
+    ("send_late", "started {p99:.3g} ms or more after their slot on the link began"),
+)
 
 
 def switch_timing_keepup(counters: list[dict], mct_ms: float | None) -> dict:
@@ -129,9 +140,11 @@ def switch_timing_keepup(counters: list[dict], mct_ms: float | None) -> dict:
             share = p99 / mct_ms if isinstance(p99, (int, float)) and mct_ms else None
             row[key] = {**w, "p99_share_of_mct_p50": share}
             if share is not None and share > RX_WAIT_SHARE_MAX:
-                flags.append(f"switch {name} fell behind: 1 % of the frames {what.format(p99=p99)} (the longest "
-                             f"{w.get('max_ms', 0):.3g} ms), {100 * share:.3g}% of the median message completion "
-                             f"time ({mct_ms:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)")
+                flags.append(
+                    f"switch {name} fell behind: 1 % of the frames {what.format(p99=p99)} (the longest "
+                    f"{w.get('max_ms', 0):.3g} ms), {100 * share:.3g}% of the median message completion "
+                    f"time ({mct_ms:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)"
+                )
         if row:
             if isinstance(dump.get("host_burst"), dict):
                 row["host_burst"] = dump["host_burst"]
@@ -152,8 +165,11 @@ def receive_thread_cpu(agent: dict) -> dict | None:
     t = (agent.get("threads") or {}).get("rx") if isinstance(agent.get("threads"), dict) else None
     if not isinstance(t, dict) or not t.get("runs"):
         return None
-    return {"cpu_s": t.get("cpu_s"), "runqueue_s": t.get("runqueue_s"),
-            "runqueue_ms_per_run": round(1e3 * t.get("runqueue_s", 0) / t["runs"], 4)}
+    return {
+        "cpu_s": t.get("cpu_s"),
+        "runqueue_s": t.get("runqueue_s"),
+        "runqueue_ms_per_run": round(1e3 * t.get("runqueue_s", 0) / t["runs"], 4),
+    }
 
 
 def frame_wall_ms(run: RunData) -> float | None:
@@ -166,8 +182,11 @@ def frame_wall_ms(run: RunData) -> float | None:
 
 
 def receive_keepup(run: RunData, senders: Table) -> dict:
-    per_host = {h: dict(a["socket_wait"]) for h, a in run.agents.items()
-                if isinstance(a.get("socket_wait"), dict) and a["socket_wait"].get("count")}
+    per_host = {
+        h: dict(a["socket_wait"])
+        for h, a in run.agents.items()
+        if isinstance(a.get("socket_wait"), dict) and a["socket_wait"].get("count")
+    }
     mct = median_mct_wall_ms(senders, run.time_scale)
     frame = frame_wall_ms(run)
     flags = []
@@ -180,17 +199,27 @@ def receive_keepup(run: RunData, senders: Table) -> dict:
         cpu = receive_thread_cpu(run.agents[host])
         if cpu is not None:
             w["rx_thread"] = cpu
-        why = "" if cpu is None else (f"; its receive thread used {cpu['cpu_s']:.3g} s of CPU and waited "
-                                      f"{cpu['runqueue_s']:.3g} s for one ({cpu['runqueue_ms_per_run']:.3g} ms "
-                                      f"per wake-up)")
+        why = (
+            ""
+            if cpu is None
+            else (
+                f"; its receive thread used {cpu['cpu_s']:.3g} s of CPU and waited "
+                f"{cpu['runqueue_s']:.3g} s for one ({cpu['runqueue_ms_per_run']:.3g} ms "
+                f"per wake-up)"
+            )
+        )
         if share is not None and share > RX_WAIT_SHARE_MAX:
-            flags.append(f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
-                         f"in the socket buffer, {100 * share:.3g}% of the median message completion time "
-                         f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock){why}")
+            flags.append(
+                f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
+                f"in the socket buffer, {100 * share:.3g}% of the median message completion time "
+                f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock){why}"
+            )
         elif frames is not None and frames > RX_WAIT_FRAMES_MAX:
-            flags.append(f"the receive path of {host} reacted slower than its link delivers: 1 % of its datagrams "
-                         f"waited {p99:.3g} ms or more in the socket buffer, {frames:.3g} times a full frame's "
-                         f"{frame:.3g} ms on its link (limit {RX_WAIT_FRAMES_MAX:g}; wall clock){why}")
+            flags.append(
+                f"the receive path of {host} reacted slower than its link delivers: 1 % of its datagrams "
+                f"waited {p99:.3g} ms or more in the socket buffer, {frames:.3g} times a full frame's "
+                f"{frame:.3g} ms on its link (limit {RX_WAIT_FRAMES_MAX:g}; wall clock){why}"
+            )
     return {"per_host": per_host, "flags": flags}
 
 
@@ -216,13 +245,21 @@ def background_keepup(run: RunData) -> dict:
         started = b.get("start_unix") if isinstance(b.get("start_unix"), (int, float)) else None
         until = run_time_us(run, started) if started is not None else np.inf
         missed = int(((starts >= run_time_us(run, due)) & (starts < until)).sum())
-        per_flow[name] = {"late_ms": None if started is None else round((started - due) * 1e3, 3),
-                          "measured_iterations_missed": missed, "measured_iterations": int(starts.size)}
+        per_flow[name] = {
+            "late_ms": None if started is None else round((started - due) * 1e3, 3),
+            "measured_iterations_missed": missed,
+            "measured_iterations": int(starts.size),
+        }
         if missed > max(1, BACKGROUND_MISSED_MAX * starts.size):  # one may begin as it is due
-            when = ("never sent" if started is None else
-                    f"started {(started - due) * 1e3:.4g} ms later than due (wall clock)")
-            flags.append(f"background sender {name} {when}: {missed} of the {starts.size} measured iterations "
-                         f"began without it (limit {100 * BACKGROUND_MISSED_MAX:g}%)")
+            when = (
+                "never sent"
+                if started is None
+                else f"started {(started - due) * 1e3:.4g} ms later than due (wall clock)"
+            )
+            flags.append(
+                f"background sender {name} {when}: {missed} of the {starts.size} measured iterations "
+                f"began without it (limit {100 * BACKGROUND_MISSED_MAX:g}%)"
+            )
     return {"per_flow": per_flow, "flags": flags}
 
 
@@ -236,21 +273,37 @@ def keepup_section(run: RunData, senders: Table) -> dict:
     rx = receive_keepup(run, senders)
     bg = background_keepup(run)
     flags = compute["flags"] + cpu["flags"] + drops["flags"] + reads["flags"] + rx["flags"] + bg["flags"]
-    measured = [what for what, present in (("compute deadlines", bool(compute["per_host"])),
-                                           ("switch CPU", bool(cpu["per_switch"])),
-                                           ("kernel drops", bool(drops["per_switch"])),
-                                           ("switch timing", bool(reads["per_switch"])),
-                                           ("host receive waits", bool(rx["per_host"])),
-                                           ("background start", bool(bg["per_flow"]))) if present]
-    return {"ok": not flags, "flags": flags, "measured": measured,
-            "thresholds": {"compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
-                           "switch_busy_peak": SWITCH_BUSY_MAX, "kernel_drops": 0,
-                           "switch_read_lag_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
-                           "switch_send_late_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
-                           "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
-                           "socket_wait_p99_frames": RX_WAIT_FRAMES_MAX,
-                           "background_measured_iterations_missed_share": BACKGROUND_MISSED_MAX},
-            "compute": compute["per_host"], "switch_cpu": cpu["per_switch"], "kernel_drops": drops["per_switch"],
-            "switch_timing": reads["per_switch"],
-            "socket_wait": rx["per_host"], "background": bg["per_flow"],
-            "machine": (run.meta or {}).get("machine")}
+    measured = [
+        what
+        for what, present in (
+            ("compute deadlines", bool(compute["per_host"])),
+            ("switch CPU", bool(cpu["per_switch"])),
+            ("kernel drops", bool(drops["per_switch"])),
+            ("switch timing", bool(reads["per_switch"])),
+            ("host receive waits", bool(rx["per_host"])),
+            ("background start", bool(bg["per_flow"])),
+        )
+        if present
+    ]
+    return {
+        "ok": not flags,
+        "flags": flags,
+        "measured": measured,
+        "thresholds": {
+            "compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,
+            "switch_busy_peak": SWITCH_BUSY_MAX,
+            "kernel_drops": 0,
+            "switch_read_lag_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+            "switch_send_late_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+            "socket_wait_p99_share_of_mct_p50": RX_WAIT_SHARE_MAX,
+            "socket_wait_p99_frames": RX_WAIT_FRAMES_MAX,
+            "background_measured_iterations_missed_share": BACKGROUND_MISSED_MAX,
+        },
+        "compute": compute["per_host"],
+        "switch_cpu": cpu["per_switch"],
+        "kernel_drops": drops["per_switch"],
+        "switch_timing": reads["per_switch"],
+        "socket_wait": rx["per_host"],
+        "background": bg["per_flow"],
+        "machine": (run.meta or {}).get("machine"),
+    }

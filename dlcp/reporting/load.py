@@ -24,16 +24,42 @@ except ModuleNotFoundError:  # Python 3.10
 # Column -> kind ("str" or "num"; numbers load as float64 with NaN for an empty cell, which keeps
 # microsecond Unix timestamps exact: they stay below 2^53).
 MESSAGE_COLUMNS = {
-    "host": "str", "rank": "num", "side": "str", "peer": "num", "iter": "num", "msg_id": "num",
-    "phase": "str", "step": "num", "layer_first": "num", "layer_last": "num", "prio": "num",
-    "bytes": "num", "pkts": "num", "lost_pkts": "num", "retx_pkts": "num", "rounds": "num",
-    "forced": "num", "protected_lost": "num", "start_us": "num", "first_byte_us": "num",
-    "complete_us": "num", "mct_us": "num",
+    "host": "str",
+    "rank": "num",
+    "side": "str",
+    "peer": "num",
+    "iter": "num",
+    "msg_id": "num",
+    "phase": "str",
+    "step": "num",
+    "layer_first": "num",
+    "layer_last": "num",
+    "prio": "num",
+    "bytes": "num",
+    "pkts": "num",
+    "lost_pkts": "num",
+    "retx_pkts": "num",
+    "rounds": "num",
+    "forced": "num",
+    "protected_lost": "num",
+    "start_us": "num",
+    "first_byte_us": "num",
+    "complete_us": "num",
+    "mct_us": "num",
 }
 ITERATION_COLUMNS = {
-    "host": "str", "rank": "num", "iter": "num", "start_us": "num", "end_us": "num",
-    "iteration_us": "num", "compute_us": "num", "comm_us": "num", "lost_values": "num",
-    "train_loss": "num", "test_loss": "num", "test_accuracy": "num",
+    "host": "str",
+    "rank": "num",
+    "iter": "num",
+    "start_us": "num",
+    "end_us": "num",
+    "iteration_us": "num",
+    "compute_us": "num",
+    "comm_us": "num",
+    "lost_values": "num",
+    "train_loss": "num",
+    "test_loss": "num",
+    "test_accuracy": "num",
 }
 # Columns without which a kind of record is useless for the report (others are optional extras).
 MESSAGE_REQUIRED = ("side", "mct_us")
@@ -43,6 +69,7 @@ ITERATION_REQUIRED = ("iter", "iteration_us")
 @dataclass
 class Table:
     """Columns of equal length: numpy float arrays for numbers, object arrays for strings."""
+
     columns: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -51,7 +78,7 @@ class Table:
     def col(self, name: str) -> np.ndarray:
         return self.columns[name]
 
-    def where(self, mask: np.ndarray) -> "Table":
+    def where(self, mask: np.ndarray) -> Table:
         return Table({k: v[mask] for k, v in self.columns.items()})
 
 
@@ -116,8 +143,7 @@ def check_run_dir(path: pathlib.Path) -> None:
     if is_run_dir(path):
         return
     inner = sorted(p.name for p in path.iterdir() if is_run_dir(p))
-    hint = (f"; it holds the runs {', '.join(inner)}: report one of them, or `dlcp compare` them"
-            if inner else "")
+    hint = f"; it holds the runs {', '.join(inner)}: report one of them, or `dlcp compare` them" if inner else ""
     raise NotARunDirectory(f"{path}: not a run directory (none of {', '.join(RUN_MARKERS)}){hint}")
 
 
@@ -140,8 +166,10 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     if run.meta is not None and run.meta.get("exit_status") not in (None, 0, "ok", "success"):
         run.problems.append(f"meta.json: the run ended with exit status {run.meta.get('exit_status')!r}")
     if run.meta is not None and run.meta.get("status") not in (None, "ok"):
-        run.problems.append(f"meta.json: the run ended with status {run.meta.get('status')!r} "
-                            "(a partial run: the figures cover what was recorded until then)")
+        run.problems.append(
+            f"meta.json: the run ended with status {run.meta.get('status')!r} "
+            "(a partial run: the figures cover what was recorded until then)"
+        )
     return run
 
 
@@ -184,8 +212,9 @@ def _one_line(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
-def _read_records(run_path: pathlib.Path, kind: str, schema: dict[str, str], required: tuple[str, ...],
-                  problems: list[str]) -> Table:
+def _read_records(
+    run_path: pathlib.Path, kind: str, schema: dict[str, str], required: tuple[str, ...], problems: list[str]
+) -> Table:
     rec_dir = run_path / "records"
     if not rec_dir.is_dir():
         if kind == "messages":  # say it once, not once per kind
@@ -209,8 +238,9 @@ def concat_tables(tables: list[Table], schema: dict[str, str]) -> Table:
     return Table({c: np.concatenate([t.columns[c] for t in tables]) for c in schema})
 
 
-def read_csv_table(p: pathlib.Path, schema: dict[str, str], required: tuple[str, ...],
-                   problems: list[str], label: str) -> Table | None:
+def read_csv_table(
+    p: pathlib.Path, schema: dict[str, str], required: tuple[str, ...], problems: list[str], label: str
+) -> Table | None:
     """One records CSV as a Table with every schema column (absent ones all-NaN / empty string).
 
     A last line without its newline is a truncated write (the agent died mid-row): it is dropped and
@@ -283,8 +313,9 @@ def _numbers(cells) -> tuple[np.ndarray, np.ndarray]:
     nan = float("nan")
     try:
         # float() accepts surrounding whitespace; "" and "  " are missing cells
-        return np.array([float(x) if x and not x.isspace() else nan for x in cells], dtype=float), \
-            np.ones(len(cells), dtype=bool)
+        return np.array([float(x) if x and not x.isspace() else nan for x in cells], dtype=float), np.ones(
+            len(cells), dtype=bool
+        )
     except ValueError:
         out = np.full(len(cells), np.nan)
         ok = np.ones(len(cells), dtype=bool)
@@ -379,6 +410,8 @@ def _read_progress(run_path: pathlib.Path, problems: list[str]) -> dict[str, dic
         out[p.name] = state
         if state.get("state") != "done":
             detail = f": {state['error']}" if state.get("error") else ""
-            problems.append(f"progress/{p.name}: agent ended in state {state.get('state')!r} at iteration "
-                            f"{state.get('iter')}/{state.get('iters')}{detail}")
+            problems.append(
+                f"progress/{p.name}: agent ended in state {state.get('state')!r} at iteration "
+                f"{state.get('iter')}/{state.get('iters')}{detail}"
+            )
     return out

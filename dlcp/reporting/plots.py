@@ -60,8 +60,7 @@ def mct_cdf(groups: dict[str, np.ndarray], title: str, marks: dict[str, float] |
         ax.axhline(q, color="grey", lw=0.6, ls="-.")
     tail.set_xscale("log")
     tail.set_yscale("log")
-    _style(tail, "tail: fraction of messages slower (log-log)", "message completion time (ms, log)",
-           "fraction ≥ x")
+    _style(tail, "tail: fraction of messages slower (log-log)", "message completion time (ms, log)", "fraction ≥ x")
     tail.axhline(0.01, color="grey", lw=0.6, ls="-.")
     tail.axhline(0.001, color="grey", lw=0.6, ls="-.")
     ax.legend(fontsize=8, loc="lower right")
@@ -103,11 +102,18 @@ def iteration_times(series: dict[str, IterationSeries], title: str = "Iteration 
     for i, (label, s) in enumerate(series.items()):
         c = COLORS[i % len(COLORS)]
         if len(series) == 1:
-            for j, (host, (it, us)) in enumerate(s.per_host.items()):
+            for j, (_host, (it, us)) in enumerate(s.per_host.items()):
                 ax.plot(it, us / 1e3, color="grey", lw=0.7, alpha=0.6, label="each worker" if j == 0 else None)
         name = f"{label}: " if len(series) > 1 else ""
-        ax.plot(s.iters, s.iteration_us / 1e3, "-o" if s.iters.size <= 60 else "-", ms=3, lw=1.8, color=c,
-                label=f"{name}iteration (slowest worker)")
+        ax.plot(
+            s.iters,
+            s.iteration_us / 1e3,
+            "-o" if s.iters.size <= 60 else "-",
+            ms=3,
+            lw=1.8,
+            color=c,
+            label=f"{name}iteration (slowest worker)",
+        )
         if np.isfinite(s.comm_us).any():
             ax.plot(s.iters, s.comm_us / 1e3, "--", lw=1.2, color=c, label=f"{name}communication")
     ax.set_ylim(bottom=0)
@@ -120,8 +126,7 @@ def iteration_times(series: dict[str, IterationSeries], title: str = "Iteration 
 
 def training(curves: dict[str, TrainingCurves]):
     """Training loss and test accuracy against iteration and against wall time (2 x 2)."""
-    curves = {k: c for k, c in curves.items()
-              if np.isfinite(c.train_loss).any() or np.isfinite(c.test_accuracy).any()}
+    curves = {k: c for k, c in curves.items() if np.isfinite(c.train_loss).any() or np.isfinite(c.test_accuracy).any()}
     if not curves:
         return None
     fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), sharey="row")
@@ -160,8 +165,13 @@ def drops_by_precedence(by_drop_prec: dict[str, dict]):
     top = max(int(early.max()), int(tail.max()), 1)
     for xi, k, e, t in zip(x, keys, early, tail):
         frac = by_drop_prec[k]["drop_fraction"]
-        ax.annotate(f"{100 * frac:.2f}%\ndropped" if frac is not None else "none\noffered", (xi, max(e, t) + top * 0.02),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            f"{100 * frac:.2f}%\ndropped" if frac is not None else "none\noffered",
+            (xi, max(e, t) + top * 0.02),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_ylim(0, top * 1.5)  # room for the labels and, above them, the legend
     ax.set_xticks(x, [f"{k}{' (protected)' if k == '0' else ''}" for k in keys])
     _style(ax, "Switch drops by drop precedence (all ports)", "drop precedence (color)", "packets")
@@ -193,11 +203,23 @@ def compare_bars(names: list[str], values: dict[str, list[float | None]], unit: 
     return fig
 
 
-QUEUE_COLORS = {7: COLORS[3], 6: COLORS[1], 5: COLORS[2], 4: COLORS[4], 3: COLORS[0], 2: COLORS[5], 1: COLORS[6],
-                0: "#777777"}
+QUEUE_COLORS = {
+    7: COLORS[3],
+    6: COLORS[1],
+    5: COLORS[2],
+    4: COLORS[4],
+    3: COLORS[0],
+    2: COLORS[5],
+    1: COLORS[6],
+    0: "#777777",
+}
 TRAFFIC_COLORS = {"gradient": COLORS[0], "control": COLORS[2], "background": "#888888", "mixed": COLORS[4]}
-TRAFFIC_LABELS = {"gradient": "gradient", "control": "transport control", "background": "background",
-                  "mixed": "all traffic (not separable)"}
+TRAFFIC_LABELS = {
+    "gradient": "gradient",
+    "control": "transport control",
+    "background": "background",
+    "mixed": "all traffic (not separable)",
+}
 
 
 def _drops(row: dict | None) -> tuple[int, int]:
@@ -217,8 +239,10 @@ def drops_by_traffic(by_traffic_prec: dict[str, dict[str, dict]]):
     for kind in ("control", "background", "mixed"):
         rows = by_traffic_prec.get(kind)
         if rows or kind != "mixed":
-            total = {k: sum(r[k] for r in (rows or {}).values()) for k in ("admitted_pkts", "early_drop_pkts",
-                                                                         "tail_drop_pkts")}
+            total = {
+                k: sum(r[k] for r in (rows or {}).values())
+                for k in ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")
+            }
             offered = sum(total.values())
             total["drop_fraction"] = (total["early_drop_pkts"] + total["tail_drop_pkts"]) / offered if offered else None
             cats.append((TRAFFIC_LABELS[kind].replace(" (", "\n("), total, kind))
@@ -231,13 +255,17 @@ def drops_by_traffic(by_traffic_prec: dict[str, dict[str, dict]]):
     top = max(int(early.max()), int(tail.max()), 1)
     for xi, (_, r, _), e, t in zip(x, cats, early, tail):
         frac = r["drop_fraction"]
-        ax.annotate(f"{100 * frac:.2f}%\ndropped" if frac is not None else "none\noffered", (xi, max(e, t) + top * 0.02),
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            f"{100 * frac:.2f}%\ndropped" if frac is not None else "none\noffered",
+            (xi, max(e, t) + top * 0.02),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.axvline(3.5, color="k", lw=0.8, ls=":")
     ax.set_ylim(0, top * 1.5)
     ax.set_xticks(x, [c[0] for c in cats], fontsize=8)
-    _style(ax, "Switch drops by traffic (all ports): gradient packets by drop precedence, then the rest", "",
-           "packets")
+    _style(ax, "Switch drops by traffic (all ports): gradient packets by drop precedence, then the rest", "", "packets")
     ax.legend(fontsize=8, loc="upper center", ncol=2)
     fig.tight_layout()
     return fig
@@ -292,13 +320,17 @@ def compare_drops(names: list[str], traffic: list[dict]):
     for i, (n, t) in enumerate(zip(names, traffic)):
         pos = xq + (i - (len(names) - 1) / 2) * width
         grad = np.array([sum(_drops(t["by_prio"].get(str(q), {}).get("gradient"))) for q in queues])
-        other = np.array([sum(sum(_drops(r)) for k, r in t["by_prio"].get(str(q), {}).items() if k != "gradient")
-                          for q in queues])
+        other = np.array(
+            [sum(sum(_drops(r)) for k, r in t["by_prio"].get(str(q), {}).items() if k != "gradient") for q in queues]
+        )
         c = COLORS[i % len(COLORS)]
         right.bar(pos, grad, width, color=c, label=f"{n}: gradient")
-        bars = right.bar(pos, other, width, bottom=grad, color=c, alpha=0.4, hatch="..",
-                         label=f"{n}: background / control / mixed")
-        right.bar_label(bars, labels=[f"{g + o:,}" if g + o else "" for g, o in zip(grad, other)], fontsize=7, padding=1)
+        bars = right.bar(
+            pos, other, width, bottom=grad, color=c, alpha=0.4, hatch="..", label=f"{n}: background / control / mixed"
+        )
+        right.bar_label(
+            bars, labels=[f"{g + o:,}" if g + o else "" for g, o in zip(grad, other)], fontsize=7, padding=1
+        )
     right.set_xticks(xq, [f"queue {q}" + (" (first)" if j == 0 else "") for j, q in enumerate(queues)], fontsize=8)
     _style(right, "Switch drops by priority queue (strict priority: higher served first)", "", "packets dropped")
     right.set_ylim(0, right.get_ylim()[1] * 1.35)
@@ -329,8 +361,9 @@ def queue_timelines(timelines: dict[str, object]):
     if not timelines:
         return None
     n = len(timelines)
-    fig, axes = plt.subplots(2 * n, 1, figsize=(11, 4.2 * n), squeeze=False, layout="constrained",
-                             gridspec_kw={"height_ratios": [3, 2] * n})
+    fig, axes = plt.subplots(
+        2 * n, 1, figsize=(11, 4.2 * n), squeeze=False, layout="constrained", gridspec_kw={"height_ratios": [3, 2] * n}
+    )
     t_max = max(float(tl.t.max()) for tl in timelines.values())
     for i, (label, tl) in enumerate(timelines.items()):
         depth, drops = axes[2 * i, 0], axes[2 * i + 1, 0]
@@ -353,8 +386,12 @@ def queue_timelines(timelines: dict[str, object]):
             top.set_xticks(tl.iteration_ends[::step], [str(int(k)) for k in tl.iterations[::step]], fontsize=7)
             top.set_xlabel("iteration ended", fontsize=8)
         bin_s = float(np.median(dt)) if dt.size else 0.1
-        _style(depth, f"{label}: queue depth at {tl.switch} port {tl.port} (highest per {bin_s:.2g} s)", "",
-               "packets queued")
+        _style(
+            depth,
+            f"{label}: queue depth at {tl.switch} port {tl.port} (highest per {bin_s:.2g} s)",
+            "",
+            "packets queued",
+        )
         depth.set_ylim(bottom=0)
         # legends right of the axes: the queues reach their limit, so no corner inside is clear
         depth.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))

@@ -62,7 +62,7 @@ def fmt(v, digits: int = 4) -> str:
     if isinstance(v, float):
         if v != v:
             return "–"
-        if abs(v) >= 10 ** digits:
+        if abs(v) >= 10**digits:
             return f"{v:,.0f}"
         return f"{v:.{digits}g}"
     return str(v)
@@ -115,9 +115,12 @@ def _inline(text: str) -> str:
 
 
 def to_html(doc: Doc) -> str:
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{html.escape(doc.title)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{html.escape(doc.title)}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(doc.title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(doc.title)}</h1>",
+    ]
     for b in doc.blocks:
         kind = b[0]
         if kind == "h":
@@ -129,13 +132,16 @@ def to_html(doc: Doc) -> str:
         elif kind == "ul":
             out.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b[1]) + "</ul>")
         elif kind == "table":
-            out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
-                       + "</tr></thead><tbody>")
+            out.append(
+                "<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in b[1]) + "</tr></thead><tbody>"
+            )
             out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in b[2]]
             out.append("</tbody></table>")
         elif kind == "img":
             data = base64.b64encode(b[1].png).decode("ascii")
-            out.append(f'<img alt="{html.escape(b[1].alt)}" title="{html.escape(b[1].filename)}" '
-                       f'src="data:image/png;base64,{data}">')
+            out.append(
+                f'<img alt="{html.escape(b[1].alt)}" title="{html.escape(b[1].filename)}" '
+                f'src="data:image/png;base64,{data}">'
+            )
     out.append("</body></html>")
     return "\n".join(out)

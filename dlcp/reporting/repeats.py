@@ -32,12 +32,14 @@ from dlcp.reporting.summarise import steady_iteration_series, steady_sender_rows
 from dlcp.tables import format_table
 
 REP_DIR = re.compile(r"rep(\d+)$")
-METHOD_TEXT = (f"bootstrap over pairs: {RESAMPLES:,} times, draw as many pairs as there are, with replacement, the "
-               "same pairs for every variant; recompute each variant's pooled statistic on the runs of the drawn "
-               f"pairs and their ratio; the {100 * CONFIDENCE:g} % interval is log R +- t(n-1) x the standard "
-               "deviation of the resampled log ratios x sqrt(n/(n-1)) (a bootstrap standard error with a Student "
-               f"critical value; at least {MIN_PAIRS} pairs). Runs are the units resampled, never single messages "
-               "or iterations.")
+METHOD_TEXT = (
+    f"bootstrap over pairs: {RESAMPLES:,} times, draw as many pairs as there are, with replacement, the "
+    "same pairs for every variant; recompute each variant's pooled statistic on the runs of the drawn "
+    f"pairs and their ratio; the {100 * CONFIDENCE:g} % interval is log R +- t(n-1) x the standard "
+    "deviation of the resampled log ratios x sqrt(n/(n-1)) (a bootstrap standard error with a Student "
+    f"critical value; at least {MIN_PAIRS} pairs). Runs are the units resampled, never single messages "
+    "or iterations."
+)
 
 
 def repeat_dirs(path: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
@@ -55,6 +57,7 @@ def is_repeat_group(path: pathlib.Path) -> bool:
 @dataclass
 class RunSample:
     """One run, reduced to what the pooled statistics need (times in ms, the system's time)."""
+
     rep: int
     path: pathlib.Path
     seed: object
@@ -76,18 +79,35 @@ def sample_of(rep: int, path: pathlib.Path, series: str = "") -> RunSample:
     steady = steady_iteration_series(run)
     loss, sw = s["loss"], s["switch"]["totals"]
     return RunSample(
-        rep=rep, path=path, seed=(run.meta or {}).get("seed", (run.config or {}).get("seed")),
-        arrays={"mct": steady_sender_rows(run).col("mct_us") / 1e3, "iteration": steady.iteration_us / 1e3,
-                "comm": steady.comm_us / 1e3},
-        scalars={"pkts": loss["pkts"], "lost_pkts": loss["lost_pkts"], "retx_pkts": loss["retx_pkts"],
-                 "forced": loss["forced"], "protected_lost": loss["protected_lost"],
-                 "early_drop_pkts": sw["early_drop_pkts"], "tail_drop_pkts": sw["tail_drop_pkts"],
-                 "final_accuracy": s["training"]["final_accuracy"], "training_wall_s": s["training"]["wall_time_s"]},
-        kept_up=s["keep_up"]["ok"], flags=s["keep_up"]["flags"], problems=s["problems"], series=series,
-        backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")))
+        rep=rep,
+        path=path,
+        seed=(run.meta or {}).get("seed", (run.config or {}).get("seed")),
+        arrays={
+            "mct": steady_sender_rows(run).col("mct_us") / 1e3,
+            "iteration": steady.iteration_us / 1e3,
+            "comm": steady.comm_us / 1e3,
+        },
+        scalars={
+            "pkts": loss["pkts"],
+            "lost_pkts": loss["lost_pkts"],
+            "retx_pkts": loss["retx_pkts"],
+            "forced": loss["forced"],
+            "protected_lost": loss["protected_lost"],
+            "early_drop_pkts": sw["early_drop_pkts"],
+            "tail_drop_pkts": sw["tail_drop_pkts"],
+            "final_accuracy": s["training"]["final_accuracy"],
+            "training_wall_s": s["training"]["wall_time_s"],
+        },
+        kept_up=s["keep_up"]["ok"],
+        flags=s["keep_up"]["flags"],
+        problems=s["problems"],
+        series=series,
+        backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")),
+    )
 
 
 # --- metrics over sets of runs -------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class PooledMetric:
@@ -114,6 +134,7 @@ def _pooled(source: str, q: float | None) -> Callable[[list[RunSample]], float |
         if not x.size:
             return None
         return float(x.mean()) if q is None else float(np.percentile(x, q))
+
     return stat
 
 
@@ -121,6 +142,7 @@ def _fraction(num: str, den: str) -> Callable[[list[RunSample]], float | None]:
     def stat(runs):
         d = sum(r.scalars[den] or 0 for r in runs)
         return sum(r.scalars[num] or 0 for r in runs) / d if d else None
+
     return stat
 
 
@@ -128,6 +150,7 @@ def _mean(key: str) -> Callable[[list[RunSample]], float | None]:
     def stat(runs):
         vals = [r.scalars[key] for r in runs if r.scalars[key] is not None]
         return float(np.mean(vals)) if vals else None
+
     return stat
 
 
@@ -155,12 +178,25 @@ METRICS = (
     PooledMetric("early_drop_pkts", "switch early drops per run", "count", "lower", _mean("early_drop_pkts")),
     PooledMetric("tail_drop_pkts", "switch tail drops per run", "count", "lower", _mean("tail_drop_pkts")),
 )
-TERMINAL_METRICS = ("mct_p50", "mct_p99", "mct_p999", "iteration_p50", "iteration_p90", "iteration_p99",
-                    "final_accuracy", "lost_fraction", "retx_fraction", "forced", "early_drop_pkts", "tail_drop_pkts")
+TERMINAL_METRICS = (
+    "mct_p50",
+    "mct_p99",
+    "mct_p999",
+    "iteration_p50",
+    "iteration_p90",
+    "iteration_p99",
+    "final_accuracy",
+    "lost_fraction",
+    "retx_fraction",
+    "forced",
+    "early_drop_pkts",
+    "tail_drop_pkts",
+)
 HEADLINE_METRICS = ("mct_p99", "mct_p999", "iteration_p50", "iteration_p99", "final_accuracy")
 
 
 # --- the comparison ------------------------------------------------------------------------------------
+
 
 def variant_values(m: PooledMetric, runs: list[RunSample]) -> dict:
     """A variant's pooled value of a metric, its sample count, and the spread of its runs."""
@@ -178,17 +214,25 @@ def ratio_entry(m: PooledMetric, base: list[RunSample], runs: list[RunSample]) -
     """compare.json `ratios[metric]`: point, ci95, n_pairs, verdict, and the per-pair ratios."""
     if m.refused(base) or m.refused(runs):
         n = min(m.count(base), m.count(runs))
-        return {"point": None, "ci95": None, "n_pairs": len(runs),
-                "verdict": f"too few samples (n={n:,} < {min_samples(m.q):,})", "per_pair": None}
+        return {
+            "point": None,
+            "ci95": None,
+            "n_pairs": len(runs),
+            "verdict": f"too few samples (n={n:,} < {min_samples(m.q):,})",
+            "per_pair": None,
+        }
     ci = paired_ratio(base, runs, m.stat)
     per_pair = []
     for a, b in zip(base, runs):
         va, vb = variant_values(m, [a])["value"], variant_values(m, [b])["value"]
         per_pair.append(vb / va if va and vb is not None else None)
     geo = geometric_mean_ratio(per_pair)
-    return {**ci.as_dict(), "verdict": verdict(ci, m.kind), "per_pair": per_pair,
-            "per_pair_geomean": {"point": geo.point, "ci95": list(geo.ci95) if geo.ci95 else None,
-                                 "n_pairs": geo.n_pairs}}
+    return {
+        **ci.as_dict(),
+        "verdict": verdict(ci, m.kind),
+        "per_pair": per_pair,
+        "per_pair_geomean": {"point": geo.point, "ci95": list(geo.ci95) if geo.ci95 else None, "n_pairs": geo.n_pairs},
+    }
 
 
 def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]], series: str = "") -> tuple[list[int], list[str]]:
@@ -196,8 +240,11 @@ def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]], series: str = "
     sets = {name: {i for i, _ in reps} for name, reps in groups.items()}
     common = sorted(set.intersection(*sets.values()))
     where = f"{series}/" if series else ""
-    notes = [f"{where}{name}: rep{i} has no partner in every variant (left out)"
-             for name, s in sets.items() for i in sorted(s - set(common))]
+    notes = [
+        f"{where}{name}: rep{i} has no partner in every variant (left out)"
+        for name, s in sets.items()
+        for i in sorted(s - set(common))
+    ]
     return common, notes
 
 
@@ -208,23 +255,48 @@ def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: l
     variants = []
     for name in names:
         runs = samples[name]
-        entry = {"name": name, "runs": [{"rep": r.rep, "series": r.series, "pair": r.pair_label(pooled),
-                                         "seed": r.seed, "dir": str(r.path), "kept_up": r.kept_up,
-                                         "keep_up_flags": r.flags, "protected_lost": r.scalars["protected_lost"],
-                                         "problems": r.problems} for r in runs],
-                 "values": {m.key: variant_values(m, runs) for m in METRICS}}
+        entry = {
+            "name": name,
+            "runs": [
+                {
+                    "rep": r.rep,
+                    "series": r.series,
+                    "pair": r.pair_label(pooled),
+                    "seed": r.seed,
+                    "dir": str(r.path),
+                    "kept_up": r.kept_up,
+                    "keep_up_flags": r.flags,
+                    "protected_lost": r.scalars["protected_lost"],
+                    "problems": r.problems,
+                }
+                for r in runs
+            ],
+            "values": {m.key: variant_values(m, runs) for m in METRICS},
+        }
         if name != names[0]:
             entry["ratios"] = {m.key: ratio_entry(m, base, runs) for m in METRICS}
         variants.append(entry)
-    return {"kind": "repeats", "baseline": names[0], "n_pairs": len(base), "pairs": [r.rep for r in base],
-            "series": series, "pair_series": [r.series for r in base],
-            "pair_labels": [r.pair_label(pooled) for r in base], "seeds": [r.seed for r in base], "method": METHOD_TEXT, "confidence": CONFIDENCE,
-            "resamples": RESAMPLES, "min_pairs": MIN_PAIRS, "percentile_method": PERCENTILE_METHOD_TEXT,
-            "min_samples_rule": MIN_SAMPLES_RULE, "notes": notes,
-            "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "better": m.better} for m in METRICS],
-            "variants": variants,
-            # the second variant's ratios at the top, the common two-variant case
-            "ratios": variants[1]["ratios"] if len(variants) > 1 else {}}
+    return {
+        "kind": "repeats",
+        "baseline": names[0],
+        "n_pairs": len(base),
+        "pairs": [r.rep for r in base],
+        "series": series,
+        "pair_series": [r.series for r in base],
+        "pair_labels": [r.pair_label(pooled) for r in base],
+        "seeds": [r.seed for r in base],
+        "method": METHOD_TEXT,
+        "confidence": CONFIDENCE,
+        "resamples": RESAMPLES,
+        "min_pairs": MIN_PAIRS,
+        "percentile_method": PERCENTILE_METHOD_TEXT,
+        "min_samples_rule": MIN_SAMPLES_RULE,
+        "notes": notes,
+        "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "better": m.better} for m in METRICS],
+        "variants": variants,
+        # the second variant's ratios at the top, the common two-variant case
+        "ratios": variants[1]["ratios"] if len(variants) > 1 else {},
+    }
 
 
 def _value_text(v: dict) -> str:
@@ -268,15 +340,18 @@ def verdict_lines(data: dict) -> list[str]:
             if r["point"] is None or r["ci95"] is None:
                 out.append(f"{what}: {r['verdict']}")
             elif r["verdict"] == "no significant difference":
-                out.append(f"{what}: no significant difference (ratio {r['point']:.3g}, 95% CI "
-                           f"{r['ci95'][0]:.3g}–{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)")
+                out.append(
+                    f"{what}: no significant difference (ratio {r['point']:.3g}, 95% CI "
+                    f"{r['ci95'][0]:.3g}–{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)"
+                )
             else:
-                out.append(f"{what}: {r['verdict']}, {r['point']:.3g}× (95% CI {r['ci95'][0]:.3g}–"
-                           f"{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)")
+                out.append(
+                    f"{what}: {r['verdict']}, {r['point']:.3g}× (95% CI {r['ci95'][0]:.3g}–"
+                    f"{r['ci95'][1]:.3g}, {r['n_pairs']} pairs)"
+                )
             geo = r.get("per_pair_geomean") or {}
             if geo.get("ci95"):
-                out[-1] += (f"; per-pair geometric mean {geo['point']:.3g}× ({geo['ci95'][0]:.3g}–"
-                            f"{geo['ci95'][1]:.3g})")
+                out[-1] += f"; per-pair geometric mean {geo['point']:.3g}× ({geo['ci95'][0]:.3g}–{geo['ci95'][1]:.3g})"
     return out
 
 
@@ -287,55 +362,84 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
     for v in data["variants"]:
         bad = [r for r in v["runs"] if not r["kept_up"]]
         if bad:
-            doc.warn(f"{v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up: "
-                     + " | ".join(f"{r['pair']}: " + "; ".join(r["keep_up_flags"]) for r in bad))
+            doc.warn(
+                f"{v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up: "
+                + " | ".join(f"{r['pair']}: " + "; ".join(r["keep_up_flags"]) for r in bad)
+            )
         lost = [r for r in v["runs"] if r["protected_lost"]]
         if lost:
-            doc.warn(f"{v['name']}: protected packets lost in {len(lost)} run(s) (must be 0): "
-                     + ", ".join(f"{r['pair']}: {r['protected_lost']}" for r in lost))
+            doc.warn(
+                f"{v['name']}: protected packets lost in {len(lost)} run(s) (must be 0): "
+                + ", ".join(f"{r['pair']}: {r['protected_lost']}" for r in lost)
+            )
     if len(data["series"]) > 1:
-        runs_text = (f"Each variant ran {data['n_pairs']} times, in pairs with the baseline, over {len(data['series'])} "
-                     "series pooled here (each a `dlcp run --repeat`: rep i of a series is one pair, its runs "
-                     "interleaved with the same seed; pairs of different series are different pairs even where their "
-                     "seeds are the same). ")
+        runs_text = (
+            f"Each variant ran {data['n_pairs']} times, in pairs with the baseline, over {len(data['series'])} "
+            "series pooled here (each a `dlcp run --repeat`: rep i of a series is one pair, its runs "
+            "interleaved with the same seed; pairs of different series are different pairs even where their "
+            "seeds are the same). "
+        )
     else:
-        runs_text = (f"Each variant ran {data['n_pairs']} times, in pairs with the baseline (pair i: seed "
-                     f"{data['seeds'][0]} + i - 1, the same for every variant, runs interleaved a1 b1 a2 b2 ...). ")
-    doc.p(runs_text + "Values pool every run of a variant: "
-          "percentiles over all their samples after warm-up (n = samples), fractions as sums, counts and accuracy "
-          f"as means per run. Confidence interval: {data['method']} Verdict: faster / slower (lower / higher) when "
-          "the interval lies wholly below / above 1, otherwise no significant difference.")
+        runs_text = (
+            f"Each variant ran {data['n_pairs']} times, in pairs with the baseline (pair i: seed "
+            f"{data['seeds'][0]} + i - 1, the same for every variant, runs interleaved a1 b1 a2 b2 ...). "
+        )
+    doc.p(
+        runs_text + "Values pool every run of a variant: "
+        "percentiles over all their samples after warm-up (n = samples), fractions as sums, counts and accuracy "
+        f"as means per run. Confidence interval: {data['method']} Verdict: faster / slower (lower / higher) when "
+        "the interval lies wholly below / above 1, otherwise no significant difference."
+    )
     header, rows = table_rows(data)
     doc.table(header, rows)
     doc.h("Per pair")
     keys = ("mct_p99", "iteration_p50", "iteration_mean", "final_accuracy", "lost_fraction")
     labels = {m["key"]: m["label"] for m in data["metrics"]}
     for v in data["variants"][1:]:
-        doc.p(f"{v['name']} ÷ {data['baseline']} in each pair (a run's own percentile only where it has enough "
-              "samples on its own).")
-        doc.table(["pair", "seed"] + [labels[k] for k in keys],
-                  [[label, str(seed)] + ["–" if (pp := v["ratios"][k]["per_pair"]) is None or pp[i] is None
-                                         else f"{pp[i]:.3g}×" for k in keys]
-                   for i, (label, seed) in enumerate(zip(data["pair_labels"], data["seeds"]))])
-    cdf = plots.mct_cdf({n: np.concatenate([r.arrays["mct"] for r in samples[n]]) * 1e3 for n in names},
-                        "CDF of MCT, every run of a variant pooled (after warm-up)")
+        doc.p(
+            f"{v['name']} ÷ {data['baseline']} in each pair (a run's own percentile only where it has enough "
+            "samples on its own)."
+        )
+        doc.table(
+            ["pair", "seed"] + [labels[k] for k in keys],
+            [
+                [label, str(seed)]
+                + [
+                    "–" if (pp := v["ratios"][k]["per_pair"]) is None or pp[i] is None else f"{pp[i]:.3g}×"
+                    for k in keys
+                ]
+                for i, (label, seed) in enumerate(zip(data["pair_labels"], data["seeds"]))
+            ],
+        )
+    cdf = plots.mct_cdf(
+        {n: np.concatenate([r.arrays["mct"] for r in samples[n]]) * 1e3 for n in names},
+        "CDF of MCT, every run of a variant pooled (after warm-up)",
+    )
     doc.image(Image("plots/compare_mct_cdf.png", "pooled MCT CDFs", plots.png_bytes(cdf)) if cdf is not None else None)
     doc.h(f"The first pair side by side ({data['pair_labels'][0]})")
-    doc.p("Each variant's run of the first pair: its switch drops, iteration times and queue timeline. Every run "
-          "has its own report.html (directories below).")
+    doc.p(
+        "Each variant's run of the first pair: its switch drops, iteration times and queue timeline. Every run "
+        "has its own report.html (directories below)."
+    )
     side_by_side_sections(doc, names, [undilated(load_run(samples[n][0].path, n)) for n in names])
     doc.h("Runs")
-    doc.table(["variant", "pair", "seed", "kept up", "directory"],
-              [[v["name"], r["pair"], str(r["seed"]), "yes" if r["kept_up"] else "NO", r["dir"]]
-               for v in data["variants"] for r in v["runs"]])
+    doc.table(
+        ["variant", "pair", "seed", "kept up", "directory"],
+        [
+            [v["name"], r["pair"], str(r["seed"]), "yes" if r["kept_up"] else "NO", r["dir"]]
+            for v in data["variants"]
+            for r in v["runs"]
+        ],
+    )
     if data["notes"]:
         doc.bullets(data["notes"])
     doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}; n=350<1,000 marks a refused one.")
     return doc
 
 
-def load_groups(paths: list[pathlib.Path], names: list[str], series: str = "") \
-        -> tuple[dict[str, list[RunSample]], list[str]]:
+def load_groups(
+    paths: list[pathlib.Path], names: list[str], series: str = ""
+) -> tuple[dict[str, list[RunSample]], list[str]]:
     """The paired runs of repeat groups (one per variant, in `names` order) and notes on what was left out."""
     groups = {name: repeat_dirs(p) for name, p in zip(names, paths)}
     common, notes = pair_runs(groups, series)
@@ -350,8 +454,9 @@ def compare_repeats(paths: list[pathlib.Path], names: list[str], out: pathlib.Pa
     return write_comparison(names, samples, notes, out, echo)
 
 
-def write_comparison(names: list[str], samples: dict[str, list[RunSample]], notes: list[str], out: pathlib.Path,
-                     echo: bool = False) -> pathlib.Path:
+def write_comparison(
+    names: list[str], samples: dict[str, list[RunSample]], notes: list[str], out: pathlib.Path, echo: bool = False
+) -> pathlib.Path:
     """compare.json/.md/.html of paired runs into `out` (and the terminal table with echo); compare.html's path."""
     if not samples[names[0]]:
         raise ReportInputError("the repeat groups have no repeat index in common")
@@ -359,8 +464,10 @@ def write_comparison(names: list[str], samples: dict[str, list[RunSample]], note
     written = write_outputs(out, build_doc(data, samples), data, json_name="compare.json", stem="compare")
     if echo:
         over = f" from {len(data['series'])} series" if len(data["series"]) > 1 else ""
-        print(f"baseline: {data['baseline']}; {data['n_pairs']} pairs{over}; ratio = variant / baseline, 95% CI by "
-              "bootstrap over pairs")
+        print(
+            f"baseline: {data['baseline']}; {data['n_pairs']} pairs{over}; ratio = variant / baseline, 95% CI by "
+            "bootstrap over pairs"
+        )
         header, rows = table_rows(data, TERMINAL_METRICS)
         print(format_table([dict(zip(header, r)) for r in rows]))
         for line in verdict_lines(data):
@@ -368,6 +475,8 @@ def write_comparison(names: list[str], samples: dict[str, list[RunSample]], note
         for v in data["variants"]:
             bad = [r for r in v["runs"] if not r["kept_up"]]
             if bad:
-                print(f"WARNING: {v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up (see compare.md): "
-                      + "; ".join(bad[0]["keep_up_flags"]))
+                print(
+                    f"WARNING: {v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up (see compare.md): "
+                    + "; ".join(bad[0]["keep_up_flags"])
+                )
     return written["html"]

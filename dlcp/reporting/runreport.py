@@ -37,10 +37,20 @@ def pct_cell(d: dict, key: str, scale: float = 1.0):
 
 def dist_row(label: str, d: dict, scale: float = 1.0) -> list:
     """A table row from a distribution dict (values multiplied by scale)."""
+
     def s(v):
         return None if v is None else v * scale
-    return [label, d["count"], s(d["mean"]), pct_cell(d, "p50", scale), pct_cell(d, "p90", scale),
-            pct_cell(d, "p99", scale), pct_cell(d, "p999", scale), s(d["max"])]
+
+    return [
+        label,
+        d["count"],
+        s(d["mean"]),
+        pct_cell(d, "p50", scale),
+        pct_cell(d, "p90", scale),
+        pct_cell(d, "p99", scale),
+        pct_cell(d, "p999", scale),
+        s(d["max"]),
+    ]
 
 
 def _ms_text(d: dict, key: str) -> str:
@@ -59,11 +69,15 @@ def times(v: float | None) -> str:
 def protected_warning(loss: dict) -> str | None:
     if not loss["protected_lost"]:
         return None
-    text = (f"{loss['protected_lost']} PROTECTED packet(s) lost in {loss['protected_lost_messages']} "
-            f"message(s). Protected packets must never be lost.")
+    text = (
+        f"{loss['protected_lost']} PROTECTED packet(s) lost in {loss['protected_lost_messages']} "
+        f"message(s). Protected packets must never be lost."
+    )
     if loss["protected_lost_unforced"]:
-        text += (f" {loss['protected_lost_unforced']} of them in messages that were NOT forced: the transport "
-                 "accepted a message with a protected hole (a transport bug).")
+        text += (
+            f" {loss['protected_lost_unforced']} of them in messages that were NOT forced: the transport "
+            "accepted a message with a protected hole (a transport bug)."
+        )
     else:
         text += " All in forced (FORCE_STOP) messages: the retransmission rounds ran out."
     return text
@@ -84,18 +98,26 @@ def headline_lines(s: dict) -> list[str]:
     ]
     it = lb.get("iteration")
     if it:
-        lines.append(f"Communication p50 / p99 = {times(it['p50_multiple'])} / {times(it['p99_multiple'])} the ideal "
-                     f"{fmt(it['ideal_comm_ms'])} ms at {fmt(lb['bottleneck_mbps'])} Mbit/s")
+        lines.append(
+            f"Communication p50 / p99 = {times(it['p50_multiple'])} / {times(it['p99_multiple'])} the ideal "
+            f"{fmt(it['ideal_comm_ms'])} ms at {fmt(lb['bottleneck_mbps'])} Mbit/s"
+        )
     lines.append(scale_line(s["scale"]))
     return lines
 
 
 def scale_line(sc: dict) -> str:
-    warm = (f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
-            "of MCT and iteration statistics" if sc["warmup_iterations"] else "every iteration counts (no warm-up)")
+    warm = (
+        f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
+        "of MCT and iteration statistics"
+        if sc["warmup_iterations"]
+        else "every iteration counts (no warm-up)"
+    )
     if sc["dilation"] != 1:
-        return (f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
-                f"every time shown is measured / {sc['dilation']:g}; {warm}")
+        return (
+            f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
+            f"every time shown is measured / {sc['dilation']:g}; {warm}"
+        )
     return f"No time dilation; {warm}"
 
 
@@ -107,11 +129,16 @@ def keepup_warning(k: dict) -> str | None:
 
 def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
     info = s["run"]
-    doc = Doc(f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})"
-              + (f" — PARTIAL ({info['status']})" if info["partial"] else ""), figures=figures)
+    doc = Doc(
+        f"DLCP run report: {info['name']} (policy {info['policy'] or 'unknown'})"
+        + (f" — PARTIAL ({info['status']})" if info["partial"] else ""),
+        figures=figures,
+    )
     if info["partial"]:
-        doc.warn(f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
-                 f"covers only the {s['iteration']['count']} iteration(s) recorded until then.")
+        doc.warn(
+            f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
+            f"covers only the {s['iteration']['count']} iteration(s) recorded until then."
+        )
     doc.bullets(headline_lines(s))
     warning = protected_warning(s["loss"])
     if warning:
@@ -124,8 +151,10 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
         doc.h("Missing or damaged data")
         doc.bullets(s["problems"])
     if not figures:
-        doc.p(f"Figures not drawn: this run is one of a repeated series, whose comparison has them. "
-              f"`dlcp report {run.path}` draws them.")
+        doc.p(
+            f"Figures not drawn: this run is one of a repeated series, whose comparison has them. "
+            f"`dlcp report {run.path}` draws them."
+        )
 
     _mct_section(doc, run, s)
     _lower_bound_section(doc, s["lower_bound"])
@@ -144,56 +173,131 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
 def _keepup_section(doc: Doc, k: dict) -> None:
     doc.h("Did the emulation keep up?")
     if not k["measured"]:
-        doc.p("Nothing measured (no compute deadlines, switch CPU samples, port counters, switch read lags or host "
-              "receive waits in this run).")
+        doc.p(
+            "Nothing measured (no compute deadlines, switch CPU samples, port counters, switch read lags or host "
+            "receive waits in this run)."
+        )
         return
-    doc.p(("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
-          "wall-clock figures of the emulation machine).")
+    doc.p(
+        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
+        "wall-clock figures of the emulation machine)."
+    )
     doc.bullets(k["flags"])
     if k["compute"]:
-        doc.p("Compute deadlines (after warm-up): overrun = the worst lateness of each iteration, summed; it "
-              "bounds how much the iterations were stretched.")
-        doc.table(["worker", "deadlines", "missed (> tolerance)", "worst late (ms)", "overrun (ms)",
-                   "of iteration time", "of the profile's compute time"],
-                  [[h, c.get("deadlines"), c.get("missed"), c.get("late_max_ms"), c.get("overrun_ms"),
-                    pct(c.get("overrun_share_of_iterations")), pct(c.get("overrun_share"))]
-                   for h, c in sorted(k["compute"].items())])
+        doc.p(
+            "Compute deadlines (after warm-up): overrun = the worst lateness of each iteration, summed; it "
+            "bounds how much the iterations were stretched."
+        )
+        doc.table(
+            [
+                "worker",
+                "deadlines",
+                "missed (> tolerance)",
+                "worst late (ms)",
+                "overrun (ms)",
+                "of iteration time",
+                "of the profile's compute time",
+            ],
+            [
+                [
+                    h,
+                    c.get("deadlines"),
+                    c.get("missed"),
+                    c.get("late_max_ms"),
+                    c.get("overrun_ms"),
+                    pct(c.get("overrun_share_of_iterations")),
+                    pct(c.get("overrun_share")),
+                ]
+                for h, c in sorted(k["compute"].items())
+            ],
+        )
     m = k.get("machine")
     if m:
-        doc.p(f"The machine: {m.get('cpus')} CPUs, load average {m.get('loadavg_start')} at the start and "
-              f"{m.get('loadavg_end')} at the end; all CPUs together {pct(m.get('busy'))} busy during the run, "
-              f"{pct(m.get('busy_peak'))} in the busiest {m.get('window_s', 5):g} s (other work included).")
+        doc.p(
+            f"The machine: {m.get('cpus')} CPUs, load average {m.get('loadavg_start')} at the start and "
+            f"{m.get('loadavg_end')} at the end; all CPUs together {pct(m.get('busy'))} busy during the run, "
+            f"{pct(m.get('busy_peak'))} in the busiest {m.get('window_s', 5):g} s (other work included)."
+        )
     if k["switch_cpu"]:
-        doc.table(["switch", "CPU (s)", "wall (s)", "busy", "busiest window"],
-                  [[sw, c.get("cpu_s"), c.get("wall_s"), pct(c.get("busy")), pct(c.get("busy_peak"))]
-                   for sw, c in sorted(k["switch_cpu"].items())])
+        doc.table(
+            ["switch", "CPU (s)", "wall (s)", "busy", "busiest window"],
+            [
+                [sw, c.get("cpu_s"), c.get("wall_s"), pct(c.get("busy")), pct(c.get("busy_peak"))]
+                for sw, c in sorted(k["switch_cpu"].items())
+            ],
+        )
     if k["kernel_drops"]:
-        doc.table(["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())])
+        doc.table(
+            ["switch", "kernel drops before the switch"], [[sw, n] for sw, n in sorted(k["kernel_drops"].items())]
+        )
     if k.get("switch_timing"):
-        doc.p("Switch timing (wall clock; percentiles at most 19 % high): how long frames waited at a switch's "
-              "ports, from the kernel's arrival stamp to the switch reading them; how long after its slot on a "
-              "paced link began each packet started; and the bytes of a host's earlier frames still on its link "
-              "when its next frame came (more than a frame or two: the kernel delivered the host's frames in "
-              "bursts).")
-        spread = (lambda w: f"{w.get('p50_ms')} / {w.get('p99_ms')} / {w.get('max_ms')}")
+        doc.p(
+            "Switch timing (wall clock; percentiles at most 19 % high): how long frames waited at a switch's "
+            "ports, from the kernel's arrival stamp to the switch reading them; how long after its slot on a "
+            "paced link began each packet started; and the bytes of a host's earlier frames still on its link "
+            "when its next frame came (more than a frame or two: the kernel delivered the host's frames in "
+            "bursts)."
+        )
+        spread = lambda w: f"{w.get('p50_ms')} / {w.get('p99_ms')} / {w.get('max_ms')}"
         rows = []
         for sw, t in sorted(k["switch_timing"].items()):
             read, late, burst = t.get("read_lag", {}), t.get("send_late", {}), t.get("host_burst", {})
-            rows.append([sw, spread(read), pct(read.get("p99_share_of_mct_p50")), spread(late),
-                         pct(late.get("p99_share_of_mct_p50")), f"{burst.get('p99_bytes')} / {burst.get('max_bytes')}"])
-        doc.table(["switch", "read p50 / p99 / max (ms)", "read p99 of the median MCT", "late p50 / p99 / max (ms)",
-                   "late p99 of the median MCT", "host burst p99 / max (bytes)"], rows)
+            rows.append(
+                [
+                    sw,
+                    spread(read),
+                    pct(read.get("p99_share_of_mct_p50")),
+                    spread(late),
+                    pct(late.get("p99_share_of_mct_p50")),
+                    f"{burst.get('p99_bytes')} / {burst.get('max_bytes')}",
+                ]
+            )
+        doc.table(
+            [
+                "switch",
+                "read p50 / p99 / max (ms)",
+                "read p99 of the median MCT",
+                "late p50 / p99 / max (ms)",
+                "late p99 of the median MCT",
+                "host burst p99 / max (bytes)",
+            ],
+            rows,
+        )
     if k.get("socket_wait"):
-        doc.p("Host receive path: how long data datagrams waited in each host's socket buffer before its "
-              "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "
-              "receive thread's CPU time and its wait for a CPU (run queue), per wake-up.")
-        rx = (lambda w, key: (w.get("rx_thread") or {}).get(key))
-        frames = (lambda w: None if w.get("p99_frames") is None else round(w["p99_frames"], 3))
-        doc.table(["host", "datagrams", "p50 (ms)", "p99 (ms)", "max (ms)", "p99 of the median MCT",
-                   "p99 in full frames on its link", "rx thread CPU (s)", "run-queue wait (ms/wake-up)"],
-                  [[h, w.get("count"), w.get("p50_ms"), w.get("p99_ms"), w.get("max_ms"),
-                    pct(w.get("p99_share_of_mct_p50")), frames(w), rx(w, "cpu_s"), rx(w, "runqueue_ms_per_run")]
-                   for h, w in sorted(k["socket_wait"].items())])
+        doc.p(
+            "Host receive path: how long data datagrams waited in each host's socket buffer before its "
+            "transport read them (wall clock; percentiles at most 19 % high, docs/reports.md), and the "
+            "receive thread's CPU time and its wait for a CPU (run queue), per wake-up."
+        )
+        rx = lambda w, key: (w.get("rx_thread") or {}).get(key)
+        frames = lambda w: None if w.get("p99_frames") is None else round(w["p99_frames"], 3)
+        doc.table(
+            [
+                "host",
+                "datagrams",
+                "p50 (ms)",
+                "p99 (ms)",
+                "max (ms)",
+                "p99 of the median MCT",
+                "p99 in full frames on its link",
+                "rx thread CPU (s)",
+                "run-queue wait (ms/wake-up)",
+            ],
+            [
+                [
+                    h,
+                    w.get("count"),
+                    w.get("p50_ms"),
+                    w.get("p99_ms"),
+                    w.get("max_ms"),
+                    pct(w.get("p99_share_of_mct_p50")),
+                    frames(w),
+                    rx(w, "cpu_s"),
+                    rx(w, "runqueue_ms_per_run"),
+                ]
+                for h, w in sorted(k["socket_wait"].items())
+            ],
+        )
 
 
 def _plot(fig, name: str, alt: str) -> Image | None:
@@ -206,8 +310,10 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     if not mct["overall"]["count"]:
         doc.p("No sender-side message records: MCT unavailable.")
         return
-    doc.p("From the sender's first packet to STOP / FORCE_STOP, sender rows only, warm-up iterations left out. "
-          "Times in ms.")
+    doc.p(
+        "From the sender's first packet to STOP / FORCE_STOP, sender rows only, warm-up iterations left out. "
+        "Times in ms."
+    )
     header = ["group"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
     doc.table(header, [dist_row("all messages", mct["overall"], 1e-3)])
     senders = steady_sender_rows(run)
@@ -216,9 +322,15 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     marks = {"ideal (median message)": lb["ideal_us"]["p50"] / 1e3} if lb and lb["ideal_us"]["p50"] else None
     strict = run.policy != "fifo"
     title = "CDF of MCT: all messages and by priority class " + (
-        "(highest served first)" if strict else "(fifo: one queue, priority unused)")
-    doc.figure(lambda: _plot(plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)}, title, marks),
-                             "mct_cdf", "CDF of MCT"))
+        "(highest served first)" if strict else "(fifo: one queue, priority unused)"
+    )
+    doc.figure(
+        lambda: _plot(
+            plots.mct_cdf({"all": senders.col("mct_us"), **prio_groups(by_prio, strict)}, title, marks),
+            "mct_cdf",
+            "CDF of MCT",
+        )
+    )
     doc.h("By priority class (" + ("7 served first" if strict else "fifo: one queue, served in arrival order") + ")", 3)
     doc.table(["prio"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_prio"].items()])
     doc.h("By phase", 3)
@@ -250,16 +362,34 @@ def _lower_bound_section(doc: Doc, lb: dict) -> None:
     msg = lb.get("message")
     ms = lambda us: None if us is None else us / 1e3
     if msg:
-        rows.append(["message (median)", fmt(ms(msg["ideal_us"]["p50"])), fmt(ms(msg["mct_p50_us"])),
-                     fmt(ms(msg["mct_p99_us"])), times(msg["slowdown"]["p50"]), times(msg["slowdown"]["p99"])])
+        rows.append(
+            [
+                "message (median)",
+                fmt(ms(msg["ideal_us"]["p50"])),
+                fmt(ms(msg["mct_p50_us"])),
+                fmt(ms(msg["mct_p99_us"])),
+                times(msg["slowdown"]["p50"]),
+                times(msg["slowdown"]["p99"]),
+            ]
+        )
     it = lb.get("iteration")
     if it:
-        rows.append(["iteration communication", fmt(it["ideal_comm_ms"]), fmt(it["comm_p50_ms"]),
-                     fmt(it["comm_p99_ms"]), times(it["p50_multiple"]), times(it["p99_multiple"])])
+        rows.append(
+            [
+                "iteration communication",
+                fmt(it["ideal_comm_ms"]),
+                fmt(it["comm_p50_ms"]),
+                fmt(it["comm_p99_ms"]),
+                times(it["p50_multiple"]),
+                times(it["p99_multiple"]),
+            ]
+        )
     doc.table(["what", "ideal (ms)", "measured p50 (ms)", "measured p99 (ms)", "p50 / ideal", "p99 / ideal"], rows)
     if msg:
-        doc.p("For messages the multiples are percentiles of each message's own MCT / ideal (its slowdown); "
-              f"measured communication per iteration from {lb['comm_source']}.")
+        doc.p(
+            "For messages the multiples are percentiles of each message's own MCT / ideal (its slowdown); "
+            f"measured communication per iteration from {lb['comm_source']}."
+        )
 
 
 def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
@@ -267,34 +397,55 @@ def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
     if not it["count"]:
         doc.p("No iteration records.")
         return
-    doc.p(f"{it['count']} iterations after {it['warmup_iterations']} warm-up iteration(s); {it['definition']}. "
-          f"Communication share = total communication time / total "
-          f"iteration time = {pct(it['comm_share'])} (communication overlaps computation, so shares may add to "
-          "more than 100%).")
+    doc.p(
+        f"{it['count']} iterations after {it['warmup_iterations']} warm-up iteration(s); {it['definition']}. "
+        f"Communication share = total communication time / total "
+        f"iteration time = {pct(it['comm_share'])} (communication overlaps computation, so shares may add to "
+        "more than 100%)."
+    )
     header = ["what"] + [f"{h} (ms)" if h != "count" else h for h in DIST_HEADER]
-    doc.table(header, [dist_row("iteration", it["iteration_ms"]), dist_row("communication", it["comm_ms"]),
-                       dist_row("compute", it["compute_ms"])])
-    doc.figure(lambda: _plot(plots.iteration_times({run.name: iteration_series(run)}), "iteration_time", "iteration time"))
+    doc.table(
+        header,
+        [
+            dist_row("iteration", it["iteration_ms"]),
+            dist_row("communication", it["comm_ms"]),
+            dist_row("compute", it["compute_ms"]),
+        ],
+    )
+    doc.figure(
+        lambda: _plot(plots.iteration_times({run.name: iteration_series(run)}), "iteration_time", "iteration time")
+    )
 
 
 def _loss_section(doc: Doc, loss: dict) -> None:
     doc.h("Loss, retransmission, forced completions")
-    doc.p(f"From {loss['rows']} rows. A forced completion is a message finished by FORCE_STOP after the "
-          "retransmission rounds or the deadline ran out: a loss-budget violation.")
+    doc.p(
+        f"From {loss['rows']} rows. A forced completion is a message finished by FORCE_STOP after the "
+        "retransmission rounds or the deadline ran out: a loss-budget violation."
+    )
     r = loss["rounds"]
-    doc.table(["metric", "value"], [
-        ["messages", loss["messages"]], ["packets", loss["pkts"]],
-        ["lost packets", loss["lost_pkts"]], ["lost fraction", pct(loss["lost_fraction"])],
-        ["retransmitted packets", loss["retx_pkts"]], ["retransmitted fraction", pct(loss["retx_fraction"])],
-        ["probe rounds, mean", r["mean"]], ["probe rounds, max", r["max"]],
-        ["messages with retransmission (rounds > 1)", r["messages_retransmitted"]],
-        ["forced completions", loss["forced"]], ["forced fraction", pct(loss["forced_fraction"])],
-        ["protected packets lost (must be 0)", loss["protected_lost"]],
-        ["gradient/parameter values filled (iterations)", loss["lost_values"]],
-    ])
-    doc.table(["prio", "packets", "lost packets", "lost fraction", "forced"],
-              [[k, v["pkts"], v["lost_pkts"], pct(v["lost_fraction"]), v["forced"]]
-               for k, v in loss["by_prio"].items()])
+    doc.table(
+        ["metric", "value"],
+        [
+            ["messages", loss["messages"]],
+            ["packets", loss["pkts"]],
+            ["lost packets", loss["lost_pkts"]],
+            ["lost fraction", pct(loss["lost_fraction"])],
+            ["retransmitted packets", loss["retx_pkts"]],
+            ["retransmitted fraction", pct(loss["retx_fraction"])],
+            ["probe rounds, mean", r["mean"]],
+            ["probe rounds, max", r["max"]],
+            ["messages with retransmission (rounds > 1)", r["messages_retransmitted"]],
+            ["forced completions", loss["forced"]],
+            ["forced fraction", pct(loss["forced_fraction"])],
+            ["protected packets lost (must be 0)", loss["protected_lost"]],
+            ["gradient/parameter values filled (iterations)", loss["lost_values"]],
+        ],
+    )
+    doc.table(
+        ["prio", "packets", "lost packets", "lost fraction", "forced"],
+        [[k, v["pkts"], v["lost_pkts"], pct(v["lost_fraction"]), v["forced"]] for k, v in loss["by_prio"].items()],
+    )
 
 
 def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
@@ -303,51 +454,71 @@ def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
         doc.p("No switch counter dumps.")
         return
     tr = sw["traffic"]
-    doc.p(f"Switches: {', '.join(sw['switches'])}. Packets offered to a queue are admitted, dropped early "
-          "(drop precedence above its threshold) or dropped at the tail (queue full). Traffic kinds: gradient "
-          "(packets with a DLCP header: data, retransmissions, probes), transport control (TCP at priority 7) "
-          f"and background (the `[[background]]` flows); told apart by {tr['source_text']}.")
+    doc.p(
+        f"Switches: {', '.join(sw['switches'])}. Packets offered to a queue are admitted, dropped early "
+        "(drop precedence above its threshold) or dropped at the tail (queue full). Traffic kinds: gradient "
+        "(packets with a DLCP header: data, retransmissions, probes), transport control (TCP at priority 7) "
+        f"and background (the `[[background]]` flows); told apart by {tr['source_text']}."
+    )
     cols = ["admitted_pkts", "early_drop_pkts", "tail_drop_pkts"]
     header = ["admitted (pkts)", "early-dropped (pkts)", "tail-dropped (pkts)", "dropped"]
 
     def row(label, r):
         return [label] + [r[c] for c in cols] + [pct(r["drop_fraction"])]
-    doc.table(["traffic"] + header, [row(TRAFFIC_LABELS[k], r) for k, r in tr["by_traffic"].items()]
-              + [row("all traffic", sw["totals"])])
-    doc.figure(lambda: _plot(plots.drops_by_traffic(tr["by_traffic_drop_prec"]), "drops_by_traffic", "drops by traffic"))
+
+    doc.table(
+        ["traffic"] + header,
+        [row(TRAFFIC_LABELS[k], r) for k, r in tr["by_traffic"].items()] + [row("all traffic", sw["totals"])],
+    )
+    doc.figure(
+        lambda: _plot(plots.drops_by_traffic(tr["by_traffic_drop_prec"]), "drops_by_traffic", "drops by traffic")
+    )
     doc.h("Gradient packets by drop precedence (0 = protected)", 3)
-    doc.table(["drop precedence"] + header,
-              [row(k, r) for k, r in tr["by_traffic_drop_prec"].get("gradient", {}).items()])
+    doc.table(
+        ["drop precedence"] + header, [row(k, r) for k, r in tr["by_traffic_drop_prec"].get("gradient", {}).items()]
+    )
     doc.h("By priority queue and traffic (7 served first)", 3)
-    doc.table(["priority", "traffic"] + header,
-              [[q] + row(TRAFFIC_LABELS[k], r) for q, d in tr["by_prio"].items() for k, r in d.items()])
+    doc.table(
+        ["priority", "traffic"] + header,
+        [[q] + row(TRAFFIC_LABELS[k], r) for q, d in tr["by_prio"].items() for k, r in d.items()],
+    )
     doc.h("By port and traffic", 3)
-    doc.table(["switch:port", "traffic"] + header,
-              [[p] + row(TRAFFIC_LABELS[k], r) for p, d in tr["by_port"].items() for k, r in d.items()])
+    doc.table(
+        ["switch:port", "traffic"] + header,
+        [[p] + row(TRAFFIC_LABELS[k], r) for p, d in tr["by_port"].items() for k, r in d.items()],
+    )
     doc.h("By queue, drop precedence and traffic (non-zero counters)", 3)
-    doc.table(["switch:port", "priority", "drop precedence", "traffic"] + header,
-              [[f"{r['switch']}:{r['port']}", r["qid"], r["color"]] + row(TRAFFIC_LABELS[r["traffic"]], r)
-               for r in tr["by_queue"]])
+    doc.table(
+        ["switch:port", "priority", "drop precedence", "traffic"] + header,
+        [
+            [f"{r['switch']}:{r['port']}", r["qid"], r["color"]] + row(TRAFFIC_LABELS[r["traffic"]], r)
+            for r in tr["by_queue"]
+        ],
+    )
     timeline = run_timeline(run) if doc.figures else None
     if timeline is not None:
         doc.h("Queue depth and drops over time", 3)
-        doc.p(f"{timeline.switch} port {timeline.port}, the port with the most drops: the highest occupancy of each "
-              "priority queue and the drops in each 0.1 s interval (the built-in switch's samples, "
-              f"`counters/{timeline.switch}-samples.jsonl`); thin lines mark iteration ends.")
-        doc.figure(lambda: _plot(plots.queue_timelines({run.name: timeline}), "queue_timeline", "queue depth and drops"))
+        doc.p(
+            f"{timeline.switch} port {timeline.port}, the port with the most drops: the highest occupancy of each "
+            "priority queue and the drops in each 0.1 s interval (the built-in switch's samples, "
+            f"`counters/{timeline.switch}-samples.jsonl`); thin lines mark iteration ends."
+        )
+        doc.figure(
+            lambda: _plot(plots.queue_timelines({run.name: timeline}), "queue_timeline", "queue depth and drops")
+        )
     drops = {s: d for s, d in sw["drops"].items() if any(v for v in d.values())}
     if drops:
         doc.h("Pipeline drops (not queue drops)", 3)
-        doc.table(["switch"] + list(next(iter(drops.values()))),
-                  [[s] + list(d.values()) for s, d in drops.items()])
+        doc.table(["switch"] + list(next(iter(drops.values()))), [[s] + list(d.values()) for s, d in drops.items()])
     if sw["telemetry"]:
         doc.h("Queue telemetry", 3)
         rows = []
         for s, t in sw["telemetry"].items():
             dq = t.get("deq_timedelta_us") or {}
             rows.append([s, t.get("max_enq_qdepth"), dq.get("p50"), dq.get("p99"), dq.get("max")])
-        doc.table(["switch", "max queue depth (pkts)", "queueing p50 (us)", "queueing p99 (us)",
-                   "queueing max (us)"], rows)
+        doc.table(
+            ["switch", "max queue depth (pkts)", "queueing p50 (us)", "queueing p99 (us)", "queueing max (us)"], rows
+        )
 
 
 def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
@@ -358,11 +529,17 @@ def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
     if not tr["iterations"]:
         doc.p("No iteration records: no training curves.")
         return
-    doc.table(["metric", "value"], [
-        ["final test accuracy", tr["final_accuracy"]], ["best test accuracy", tr["best_accuracy"]],
-        ["final test loss", tr["final_test_loss"]], ["final training loss", tr["final_train_loss"]],
-        ["evaluations", tr["evaluations"]], ["wall time of the iterations (s)", tr["wall_time_s"]],
-    ])
+    doc.table(
+        ["metric", "value"],
+        [
+            ["final test accuracy", tr["final_accuracy"]],
+            ["best test accuracy", tr["best_accuracy"]],
+            ["final test loss", tr["final_test_loss"]],
+            ["final training loss", tr["final_train_loss"]],
+            ["evaluations", tr["evaluations"]],
+            ["wall time of the iterations (s)", tr["wall_time_s"]],
+        ],
+    )
     doc.figure(lambda: _plot(plots.training({run.name: training_curves(run)}), "training", "loss and accuracy"))
 
 

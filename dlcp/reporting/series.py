@@ -43,19 +43,21 @@ def recorded_order(path: pathlib.Path) -> list[str]:
     return [v["name"] for v in data["variants"] if isinstance(v, dict) and isinstance(v.get("name"), str)]
 
 
-def variant_order(paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]],
-                  baseline: str | None) -> list[str]:
+def variant_order(paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]], baseline: str | None) -> list[str]:
     """The variants every series has (`groups`: each series' `series_groups`), the baseline first.
     Raises ReportInputError with a one-line reason."""
     common = [name for name in groups[0] if all(name in g for g in groups[1:])]
     if len(common) < 2:
-        raise ReportInputError(f"{paths[0]}: the series have fewer than two variants in common "
-                         f"({', '.join(common) or 'none'})")
+        raise ReportInputError(
+            f"{paths[0]}: the series have fewer than two variants in common ({', '.join(common) or 'none'})"
+        )
     recorded = [n for n in recorded_order(paths[0]) if n in common]
     if baseline is None:
         if not recorded:
-            raise ReportInputError(f"{paths[0]}: no compare.json says which variant is the baseline; "
-                             f"give --baseline (one of {', '.join(common)})")
+            raise ReportInputError(
+                f"{paths[0]}: no compare.json says which variant is the baseline; "
+                f"give --baseline (one of {', '.join(common)})"
+            )
         baseline = recorded[0]
     if baseline not in common:
         raise ReportInputError(f"--baseline {baseline}: not a variant of every series (they have {', '.join(common)})")
@@ -74,13 +76,16 @@ def groups_of_series(paths: list[pathlib.Path]) -> list[dict[str, pathlib.Path]]
     groups = [series_groups(p) for p in paths]
     for p, g in zip(paths, groups):
         if not g:
-            raise NotARunDirectory(f"{p}: not a results directory of repeated runs (variant/rep1, ...) like "
-                                   "the others; pool series with series")
+            raise NotARunDirectory(
+                f"{p}: not a results directory of repeated runs (variant/rep1, ...) like "
+                "the others; pool series with series"
+            )
     return groups
 
 
-def load_pooled(paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]], names: list[str]) \
-        -> tuple[dict[str, list[RunSample]], list[str]]:
+def load_pooled(
+    paths: list[pathlib.Path], groups: list[dict[str, pathlib.Path]], names: list[str]
+) -> tuple[dict[str, list[RunSample]], list[str]]:
     """The pairs of every series, series after series, and the notes on what was left out."""
     samples: dict[str, list[RunSample]] = {n: [] for n in names}
     notes: list[str] = []
@@ -100,9 +105,11 @@ def check_independent(samples: dict[str, list[RunSample]]) -> None:
             continue
         other = seen.setdefault(r.seed, r.pair_label(True))
         if other != r.pair_label(True):
-            raise ReportInputError(f"{other} and {r.pair_label(True)} both ran seed {r.seed} on {r.backend}, where a seed "
-                             "fixes the run: they are one pair, not two; pool series run with other seeds "
-                             "(--set seed=N)")
+            raise ReportInputError(
+                f"{other} and {r.pair_label(True)} both ran seed {r.seed} on {r.backend}, where a seed "
+                "fixes the run: they are one pair, not two; pool series run with other seeds "
+                "(--set seed=N)"
+            )
 
 
 def default_pooled_out(paths: list[pathlib.Path]) -> pathlib.Path:
@@ -113,8 +120,9 @@ def default_pooled_out(paths: list[pathlib.Path]) -> pathlib.Path:
     return default_out_dir(paths) / f"pooled-{series_labels(paths)[0]}+{len(paths) - 1}"
 
 
-def compare_series(paths: list[pathlib.Path], out: pathlib.Path | None = None, baseline: str | None = None,
-                   echo: bool = False) -> pathlib.Path:
+def compare_series(
+    paths: list[pathlib.Path], out: pathlib.Path | None = None, baseline: str | None = None, echo: bool = False
+) -> pathlib.Path:
     """Compare the variants of one or more series over all their pairs; compare.html's path."""
     groups = groups_of_series(paths)
     names = variant_order(paths, groups, baseline)

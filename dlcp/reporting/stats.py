@@ -17,18 +17,22 @@ print "too few (n < 1,000)" instead of a number. The maximum and the mean are al
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 PERCENTILE_METHOD = "linear"
-PERCENTILE_METHOD_TEXT = ("numpy.percentile with method='linear' (numpy's default; Hyndman & Fan type 7: "
-                          "linear interpolation between the order statistics at rank (n-1)*q/100)")
+PERCENTILE_METHOD_TEXT = (
+    "numpy.percentile with method='linear' (numpy's default; Hyndman & Fan type 7: "
+    "linear interpolation between the order statistics at rank (n-1)*q/100)"
+)
 # Percentiles every distribution summary carries, and their key names (p999 = p99.9).
 QUANTILES = ((50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p999"))
 MIN_BEYOND = 10  # samples that must lie beyond a percentile for it to be reported
-MIN_SAMPLES_RULE = (f"a percentile q is reported only when at least {MIN_BEYOND} samples lie beyond it "
-                    f"(n x (1 - q/100) >= {MIN_BEYOND}: p50 needs 20 samples, p90 100, p99 1,000, p99.9 10,000)")
+MIN_SAMPLES_RULE = (
+    f"a percentile q is reported only when at least {MIN_BEYOND} samples lie beyond it "
+    f"(n x (1 - q/100) >= {MIN_BEYOND}: p50 needs 20 samples, p90 100, p99 1,000, p99.9 10,000)"
+)
 
 
 def min_samples(q: float, min_beyond: int = MIN_BEYOND) -> int:
@@ -99,8 +103,9 @@ def ecdf(values: Iterable[float]) -> tuple[np.ndarray, np.ndarray]:
     return arr, np.arange(1, arr.size + 1) / max(arr.size, 1)
 
 
-def drawable_ecdf(values: Iterable[float], body_points: int = 2000, tail_points: int = 2000
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def drawable_ecdf(
+    values: Iterable[float], body_points: int = 2000, tail_points: int = 2000
+) -> tuple[np.ndarray, np.ndarray]:
     """`ecdf` thinned for drawing: the largest `tail_points` samples all kept (the tail panel shows
     them one by one), the rest at `body_points` evenly spaced ranks (a CDF step of at most
     1/body_points, below what a figure shows). A plot of 10^6 messages then renders in the time of

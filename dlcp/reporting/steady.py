@@ -39,8 +39,12 @@ def warmup_iterations(config: dict | None) -> int:
 
 
 def _first_timestamp(*tables: Table) -> float | None:
-    firsts = [np.nanmin(t.col(c)) for t in tables for c in TIMESTAMP_COLUMNS
-              if c in t.columns and len(t) and np.isfinite(t.col(c)).any()]
+    firsts = [
+        np.nanmin(t.col(c))
+        for t in tables
+        for c in TIMESTAMP_COLUMNS
+        if c in t.columns and len(t) and np.isfinite(t.col(c)).any()
+    ]
     return min(firsts) if firsts else None
 
 
@@ -73,8 +77,13 @@ def undilated(run: RunData) -> RunData:
         return run
     t0 = _first_timestamp(run.messages, run.iterations)
     counters = [_scaled_telemetry(c, d) for c in run.counters]
-    return dataclasses.replace(run, messages=_scaled(run.messages, d, t0), iterations=_scaled(run.iterations, d, t0),
-                               counters=counters, time_scale=d)
+    return dataclasses.replace(
+        run,
+        messages=_scaled(run.messages, d, t0),
+        iterations=_scaled(run.iterations, d, t0),
+        counters=counters,
+        time_scale=d,
+    )
 
 
 def _scaled_telemetry(dump: dict, d: float) -> dict:
@@ -96,5 +105,8 @@ def after_warmup(table: Table, warmup: int) -> Table:
 def scale_info(run: RunData) -> dict:
     """summary.json `scale`: the dilation applied and the warm-up left out."""
     d = dilation_factor(run.config)
-    return {"dilation": d, "times": "measured / dilation (the system's time)" if d != 1 else "measured",
-            "warmup_iterations": warmup_iterations(run.config)}
+    return {
+        "dilation": d,
+        "times": "measured / dilation (the system's time)" if d != 1 else "measured",
+        "warmup_iterations": warmup_iterations(run.config),
+    }

@@ -55,8 +55,9 @@ def grouped_mct(senders: Table, by: str) -> dict[str, np.ndarray]:
     """MCT values (us) of the sender rows grouped by "prio", "layer" or "phase", in display order."""
     mct = senders.col("mct_us")
     if by == "layer":
-        keys = np.array([layer_key(a, b) for a, b in zip(senders.col("layer_first"), senders.col("layer_last"))],
-                        dtype=object)
+        keys = np.array(
+            [layer_key(a, b) for a, b in zip(senders.col("layer_first"), senders.col("layer_last"))], dtype=object
+        )
         order = sorted(set(keys), key=_layer_sort)
     elif by == "prio":
         # highest priority (served first) first; a missing prio groups under "?"
@@ -74,14 +75,17 @@ def mct_section(senders: Table) -> dict:
     return {
         "rows": "sender",
         "overall": distribution(senders.col("mct_us")),
-        **{f"by_{g}": {k: distribution(v) for k, v in grouped_mct(senders, g).items()}
-           for g in ("prio", "layer", "phase")},
+        **{
+            f"by_{g}": {k: distribution(v) for k, v in grouped_mct(senders, g).items()}
+            for g in ("prio", "layer", "phase")
+        },
     }
 
 
 @dataclass
 class IterationSeries:
     """Per iteration (sorted), over workers: the slowest worker's times, and every worker's."""
+
     iters: np.ndarray
     iteration_us: np.ndarray  # max over workers
     comm_us: np.ndarray  # max over workers (NaN where no worker recorded it)
@@ -165,9 +169,12 @@ def loss_section(rows: Table, run: RunData, which: str) -> dict:
     for p in sorted({int(x) for x in rows.col("prio") if np.isfinite(x)}, reverse=True):
         m = rows.col("prio") == p
         n = _sum(rows.col("pkts")[m])
-        by_prio[str(p)] = {"pkts": n, "lost_pkts": _sum(rows.col("lost_pkts")[m]),
-                           "lost_fraction": _sum(rows.col("lost_pkts")[m]) / n if n else None,
-                           "forced": int(forced[m].sum())}
+        by_prio[str(p)] = {
+            "pkts": n,
+            "lost_pkts": _sum(rows.col("lost_pkts")[m]),
+            "lost_fraction": _sum(rows.col("lost_pkts")[m]) / n if n else None,
+            "forced": int(forced[m].sum()),
+        }
     return {
         "rows": which,
         "messages": len(rows),
@@ -176,9 +183,11 @@ def loss_section(rows: Table, run: RunData, which: str) -> dict:
         "lost_fraction": lost / pkts if pkts else None,
         "retx_pkts": retx,
         "retx_fraction": retx / pkts if pkts else None,
-        "rounds": {"mean": float(np.nanmean(rounds)) if np.isfinite(rounds).any() else None,
-                   "max": int(np.nanmax(rounds)) if np.isfinite(rounds).any() else None,
-                   "messages_retransmitted": int((np.nan_to_num(rounds) > 1).sum())},
+        "rounds": {
+            "mean": float(np.nanmean(rounds)) if np.isfinite(rounds).any() else None,
+            "max": int(np.nanmax(rounds)) if np.isfinite(rounds).any() else None,
+            "messages_retransmitted": int((np.nan_to_num(rounds) > 1).sum()),
+        },
         "forced": int(forced.sum()),
         "forced_fraction": float(forced.mean()) if len(rows) else None,
         "protected_lost": int(prot.sum()),
@@ -200,8 +209,9 @@ def _ce_marked(counters: list[dict]) -> dict:
     for dump in counters:
         for r in dump.get("ecn_marks", []) or []:
             if isinstance(r, dict):
-                by_prio[str(int(_num(r.get("qid"))))] = by_prio.get(str(int(_num(r.get("qid")))), 0) + \
-                    int(_num(r.get("ce_marked_pkts")))
+                by_prio[str(int(_num(r.get("qid"))))] = by_prio.get(str(int(_num(r.get("qid")))), 0) + int(
+                    _num(r.get("ce_marked_pkts"))
+                )
     return {"pkts": sum(by_prio.values()), "by_prio": dict(sorted(by_prio.items(), reverse=True))}
 
 
@@ -216,8 +226,12 @@ def switch_section(counters: list[dict]) -> dict:
             if not isinstance(q, dict):
                 continue
             port, qid, color = (int(_num(q.get(k))) for k in ("port", "qid", "color"))
-            for key, table in (((dump["switch"], port, qid, color), by_queue), ((dump["switch"], port), by_port),
-                               (qid, by_prio), (color, by_color)):
+            for key, table in (
+                ((dump["switch"], port, qid, color), by_queue),
+                ((dump["switch"], port), by_port),
+                (qid, by_prio),
+                (color, by_color),
+            ):
                 row = table.setdefault(key, dict.fromkeys(COUNTER_KINDS, 0))
                 for k in COUNTER_KINDS:
                     row[k] += int(_num(q.get(k)))
@@ -233,9 +247,10 @@ def switch_section(counters: list[dict]) -> dict:
         "switches": [d["switch"] for d in counters],
         "totals": with_rate(totals),
         "by_port": [{"switch": s, "port": p, **with_rate(r)} for (s, p), r in sorted(by_port.items())],
-        "by_queue": [{"switch": s, "port": p, "prio": q, "drop_prec": c, **with_rate(r)}
-                     for (s, p, q, c), r in sorted(by_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2],
-                                                                                    kv[0][3]))],
+        "by_queue": [
+            {"switch": s, "port": p, "prio": q, "drop_prec": c, **with_rate(r)}
+            for (s, p, q, c), r in sorted(by_queue.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2], kv[0][3]))
+        ],
         "by_prio": {str(k): with_rate(r) for k, r in sorted(by_prio.items(), reverse=True)},
         "by_drop_prec": {str(k): with_rate(r) for k, r in sorted(by_color.items())},
         "ce_marked": _ce_marked(counters),
@@ -249,6 +264,7 @@ def switch_section(counters: list[dict]) -> dict:
 class TrainingCurves:
     """Worker means per iteration: train loss at every iteration, test metrics at evaluations.
     Wall time is seconds since the first iteration started (end of the iteration)."""
+
     iters: np.ndarray
     wall_s: np.ndarray
     train_loss: np.ndarray
@@ -269,8 +285,15 @@ def training_curves(run: RunData) -> TrainingCurves:
     iters = np.unique(it[np.isfinite(it)])
     acc, tl = t.col("test_accuracy"), t.col("test_loss")
     ev = np.unique(it[np.isfinite(it) & (np.isfinite(acc) | np.isfinite(tl))])
-    return TrainingCurves(iters, (mean_at(end, iters) - t0) / 1e6, mean_at(t.col("train_loss"), iters),
-                          ev, (mean_at(end, ev) - t0) / 1e6, mean_at(tl, ev), mean_at(acc, ev))
+    return TrainingCurves(
+        iters,
+        (mean_at(end, iters) - t0) / 1e6,
+        mean_at(t.col("train_loss"), iters),
+        ev,
+        (mean_at(end, ev) - t0) / 1e6,
+        mean_at(tl, ev),
+        mean_at(acc, ev),
+    )
 
 
 def _last_finite(x: np.ndarray):
@@ -289,8 +312,12 @@ def training_section(c: TrainingCurves) -> dict:
         "final_test_loss": _last_finite(c.test_loss),
         "final_train_loss": _last_finite(c.train_loss),
         "wall_time_s": float(wall.max()) if wall.size else None,
-        "curve": {"iter": c.eval_iters.tolist(), "wall_s": c.eval_wall_s.tolist(),
-                  "test_accuracy": c.test_accuracy.tolist(), "test_loss": c.test_loss.tolist()},
+        "curve": {
+            "iter": c.eval_iters.tolist(),
+            "wall_s": c.eval_wall_s.tolist(),
+            "test_accuracy": c.test_accuracy.tolist(),
+            "test_loss": c.test_loss.tolist(),
+        },
     }
 
 
@@ -319,8 +346,11 @@ def summarise(run: RunData) -> dict:
         run.problems.append("records: no sender rows; MCT unavailable, loss counted from receiver rows")
         loss_rows, loss_which = run.messages, "receiver"
     series = iteration_series(run, warmup)
-    all_iters = np.unique(run.iterations.col("iter")[np.isfinite(run.iterations.col("iter"))]) \
-        if len(run.iterations) else np.empty(0)
+    all_iters = (
+        np.unique(run.iterations.col("iter")[np.isfinite(run.iterations.col("iter"))])
+        if len(run.iterations)
+        else np.empty(0)
+    )
     comm = {int(i): float(c) for i, c in zip(series.iters, series.comm_us) if np.isfinite(c)}
     comm_source = "iterations comm_us"
     if not comm and len(senders):
@@ -332,8 +362,11 @@ def summarise(run: RunData) -> dict:
         "percentile_method": PERCENTILE_METHOD_TEXT,
         "min_samples_rule": MIN_SAMPLES_RULE,
         "problems": list(run.problems),
-        "scale": {**scale_info(run), "warmup_iterations_left_out": int((all_iters < warmup).sum()),
-                  "warmup_messages_left_out": len(all_senders) - len(senders)},
+        "scale": {
+            **scale_info(run),
+            "warmup_iterations_left_out": int((all_iters < warmup).sum()),
+            "warmup_messages_left_out": len(all_senders) - len(senders),
+        },
         "keep_up": keepup_section(run, senders),
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series, warmup),
@@ -407,4 +440,3 @@ def json_ready(obj):
     if isinstance(obj, (float, np.floating)):
         return float(obj) if np.isfinite(obj) else None
     return obj
-

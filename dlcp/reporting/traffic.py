@@ -36,7 +36,7 @@ KINDS = ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")
 SOURCE_TEXT = {
     "switch": "the switch's non-DLCP counters (frames without a DLCP header, by DSCP class)",
     "queues": "the queue: 7 = transport control, the background flows' queue = background, others = gradient "
-              "(the counter dump has no non-DLCP split)",
+    "(the counter dump has no non-DLCP split)",
     "none": "not separable: one FIFO queue holds every packet and the counter dump has no non-DLCP split",
 }
 
@@ -64,8 +64,11 @@ def _counts(row: dict) -> dict[str, int]:
 def split_queues(dump: dict, policy: str | None, bg_classes: set[int]) -> tuple[list[dict], str]:
     """The dump's queue rows split by traffic kind: (rows with port, qid, color, traffic and the
     three counts; how they were split: "switch", "queues" or "none")."""
-    totals = {(int(q.get("port", 0)), int(q.get("qid", 0)), int(q.get("color", 0))): _counts(q)
-              for q in dump.get("queues", []) if isinstance(q, dict)}
+    totals = {
+        (int(q.get("port", 0)), int(q.get("qid", 0)), int(q.get("color", 0))): _counts(q)
+        for q in dump.get("queues", [])
+        if isinstance(q, dict)
+    }
     out: dict[tuple, dict[str, int]] = {}
 
     def add(key, kind, counts):
@@ -120,8 +123,12 @@ def traffic_section(counters: list[dict], config: dict | None, policy: str | Non
         for r in split:
             counts = {k: r[k] for k in KINDS}
             rows.append({"switch": dump.get("switch"), **r})
-            for table, key in ((by_kind, None), (by_kind_prec, str(r["color"])), (by_prio, str(r["qid"])),
-                               (by_port, f"{dump.get('switch')}:{r['port']}")):
+            for table, key in (
+                (by_kind, None),
+                (by_kind_prec, str(r["color"])),
+                (by_prio, str(r["qid"])),
+                (by_port, f"{dump.get('switch')}:{r['port']}"),
+            ):
                 if key is None:
                     cell = table.setdefault(r["traffic"], dict.fromkeys(KINDS, 0))
                 elif table is by_kind_prec:
@@ -137,12 +144,18 @@ def traffic_section(counters: list[dict], config: dict | None, policy: str | Non
         "source_text": SOURCE_TEXT.get(source, "no counter dumps"),
         "background_dscp_classes": sorted(bg),
         "by_traffic": {k: with_rate(v) for k, v in sorted(by_kind.items(), key=lambda kv: order[kv[0]])},
-        "by_traffic_drop_prec": {k: {c: with_rate(v) for c, v in sorted(d.items())}
-                                 for k, d in sorted(by_kind_prec.items(), key=lambda kv: order[kv[0]])},
-        "by_prio": {q: {k: with_rate(v) for k, v in sorted(d.items(), key=lambda kv: order[kv[0]])}
-                    for q, d in sorted(by_prio.items(), key=lambda kv: -int(kv[0]))},
-        "by_port": {p: {k: with_rate(v) for k, v in sorted(d.items(), key=lambda kv: order[kv[0]])}
-                    for p, d in sorted(by_port.items())},
+        "by_traffic_drop_prec": {
+            k: {c: with_rate(v) for c, v in sorted(d.items())}
+            for k, d in sorted(by_kind_prec.items(), key=lambda kv: order[kv[0]])
+        },
+        "by_prio": {
+            q: {k: with_rate(v) for k, v in sorted(d.items(), key=lambda kv: order[kv[0]])}
+            for q, d in sorted(by_prio.items(), key=lambda kv: -int(kv[0]))
+        },
+        "by_port": {
+            p: {k: with_rate(v) for k, v in sorted(d.items(), key=lambda kv: order[kv[0]])}
+            for p, d in sorted(by_port.items())
+        },
         "by_queue": [with_rate(r) for r in rows],
     }
 
@@ -153,9 +166,11 @@ def drops(row: dict | None) -> int:
 
 # --- timeline ------------------------------------------------------------------------------------------
 
+
 @dataclass
 class QueueTimeline:
     """One switch port over time (seconds since the first iteration started), per sample interval."""
+
     switch: str
     port: int
     t: np.ndarray  # end of each sample interval
@@ -191,8 +206,9 @@ def busiest_port(samples: list[dict]) -> str | None:
     return None if best is None else best[1]
 
 
-def queue_timeline(samples: dict[str, list[dict]], iteration_ends_unix: dict[int, float],
-                   start_unix: float | None = None) -> QueueTimeline | None:
+def queue_timeline(
+    samples: dict[str, list[dict]], iteration_ends_unix: dict[int, float], start_unix: float | None = None
+) -> QueueTimeline | None:
     """The timeline of the busiest port of any switch (the bottleneck, where the policy acts), from
     a second before `start_unix` (the first iteration's start; default: the first sample) on, in
     seconds since `start_unix`."""

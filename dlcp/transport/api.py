@@ -39,31 +39,37 @@ class TransportError(RuntimeError):
 
 class TransportSettings(Settings):
     """What an experiment sets about the transport (keys of its `dlcp` section)."""
+
     section: ClassVar[str] = "dlcp"
     transport: TransportKind = Field("dlcp", description="gradient transport; tcp = plain TCP baseline")
     loss_budget: Fraction = Field(0.01, description="p_msg: lost fraction a message may end with")
     iter_budget: Fraction = Field(0.02, description="cap on the lost fraction of an iteration (per source)")
     layer_budgets: dict[LayerId, Fraction] = Field(
-        {}, description="layer id -> budget; a message takes the smallest budget of its layers and loss_budget")
+        {}, description="layer id -> budget; a message takes the smallest budget of its layers and loss_budget"
+    )
     r_max: int = Field(3, ge=0, le=MAX_R, description="retransmission rounds before FORCE_STOP (0 = none)")
     deadline_ms: float = Field(2000.0, ge=1, description="message deadline (from the first PROBE) before FORCE_STOP")
     reliable: bool = Field(False, description="budget 0: every packet recovered (TCP-like baseline)")
     pacing_mbps: float = Field(0.0, ge=0, description="sender pacing in Ethernet frames; 0 = none")
     inject_loss: Fraction = Field(
-        0.0, description="fraction of data packets senders skip on purpose (loss without a lossy switch)")
+        0.0, description="fraction of data packets senders skip on purpose (loss without a lossy switch)"
+    )
     send_impl: SendImpl = Field("sendmmsg", description="system call the sender uses for data")
     probe_quiet_ms: float = Field(
-        2.0, ge=0.1, description="receiver's initial quiet time before answering a PROBE whose round is incomplete")
+        2.0, ge=0.1, description="receiver's initial quiet time before answering a PROBE whose round is incomplete"
+    )
     probe_rto_ms: float = Field(20.0, ge=1, description="floor of the sender's PROBE timeout (re-probe)")
     cc: CcMode = Field("dctcp", description="sender congestion control: an ECN-driven window per destination, or none")
     cc_init_window: int = Field(10, ge=1, le=4096, description="packets in flight before the first FEEDBACK")
     feedback_every: int = Field(16, ge=1, le=4096, description="receivers report at least every this many packets")
     host_mark_ms: float = Field(
-        5.0, ge=0, description="a packet that waited longer in its receiving host counts as CE (0 = never)")
+        5.0, ge=0, description="a packet that waited longer in its receiving host counts as CE (0 = never)"
+    )
 
 
 class TransportConfig(TransportSettings):
     """One endpoint: the experiment's transport settings plus who and where it is."""
+
     rank: WireByte = 0  # wire rank: 0..254 for workers, control_frames.PS_RANK for the PS
     job_id: WireByte = 1
     ip: str = "127.0.0.1"
@@ -79,7 +85,9 @@ class TransportConfig(TransportSettings):
     time_scale: float = Field(1.0, ge=1)
     send_batch: int = Field(32, ge=1)
     rcvbuf_bytes: int = Field(16 << 20, ge=0)
-    sndbuf_bytes: int = Field(128 << 10, ge=0)  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
+    sndbuf_bytes: int = Field(
+        128 << 10, ge=0
+    )  # (doubled by Linux) below a host queue: the socket blocks before the qdisc drops
     connect_timeout_s: float = Field(15.0, gt=0)
     # SCHED_RR priority the driver's threads take when they start (0: normal scheduling); agents
     # set it (agents/common.py), tests and tools leave it
@@ -107,6 +115,7 @@ class Peer:
 @dataclass
 class SendInfo:
     """What the transport cannot read from the packets: record labels, budget, ring counts."""
+
     rec_msg_id: int  # msg_id shown in records (the gradient message a ring step belongs to)
     step: int = 0
     layer_first: int = 0
@@ -135,6 +144,7 @@ class SendResult:
 @dataclass
 class RecvResult:
     """A received message: values (zeros where lost), which packets arrived, contribution counts."""
+
     src: int
     iter: int
     phase: int
@@ -166,5 +176,3 @@ def key_text(key) -> str:
 
 def record_rank(rank: int) -> int:
     return -1 if rank == C.PS_RANK else rank
-
-

@@ -32,8 +32,7 @@ class _Itimerspec(ctypes.Structure):
 
 _libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc, as the other ctypes users load it
 _libc.timerfd_create.argtypes = (ctypes.c_int, ctypes.c_int)
-_libc.timerfd_settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec),
-                                  ctypes.c_void_p)
+_libc.timerfd_settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p)
 
 
 class DeadlineTimer:

@@ -15,8 +15,9 @@ CONTROL_RTO_MIN_US = 10_000  # the system's: times the dilation on the emulated 
 KERNEL_TIMER_MAX_US = 200_000  # the kernel refuses larger values of either option
 
 
-def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str,
-                     prepare=None) -> socket.socket:
+def connect_retrying(
+    local_ip: str, addr: tuple[str, int], timeout: float, closing, what: str, prepare=None
+) -> socket.socket:
     """A TCP connection from `local_ip` to `addr`, retried until `timeout` s (peers start within
     seconds of each other); `prepare(sock)` sets options before connecting. Raises TransportError
     naming `what` and the address."""
@@ -33,8 +34,9 @@ def connect_retrying(local_ip: str, addr: tuple[str, int], timeout: float, closi
         except OSError as e:
             s.close()
             if time.monotonic() >= deadline or closing():
-                raise TransportError(f"no {what} at {addr[0]}:{addr[1]} after {timeout:.0f} s: "
-                                     f"{e.strerror or e}") from None
+                raise TransportError(
+                    f"no {what} at {addr[0]}:{addr[1]} after {timeout:.0f} s: {e.strerror or e}"
+                ) from None
             time.sleep(0.05)
 
 

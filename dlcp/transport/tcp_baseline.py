@@ -76,7 +76,9 @@ class TcpTransport:
             self.listener.listen(64)
         except OSError as e:
             self.listener.close()
-            raise TransportError(f"cannot open TCP data port {config.ip}:{config.data_port}: {e.strerror or e}") from None
+            raise TransportError(
+                f"cannot open TCP data port {config.ip}:{config.data_port}: {e.strerror or e}"
+            ) from None
         self.data_port = self.listener.getsockname()[1]
         self.control_port = self.data_port
         self._spawn(self._accept_loop, "tcp-accept")
@@ -99,7 +101,7 @@ class TcpTransport:
         self.peers = {**self.peers, peer.rank: peer}
 
     def connect(self, ranks=None, timeout: float | None = None) -> None:
-        for r in (self.peers if ranks is None else ranks):
+        for r in self.peers if ranks is None else ranks:
             self._conn_to(r, timeout)
 
     def send(self, dst: int, batch, info: SendInfo) -> SendHandle:
@@ -118,8 +120,9 @@ class TcpTransport:
 
     def recv(self, src: int, iteration: int, phase: int, msg_id: int, timeout: float | None = None) -> RecvResult:
         key = (src, iteration & 0xFFFF, phase, msg_id)
-        return wait_for_done(self._cond, self._done, key, timeout, lambda: self._closing,
-                             lambda: "not the whole message")
+        return wait_for_done(
+            self._cond, self._done, key, timeout, lambda: self._closing, lambda: "not the whole message"
+        )
 
     def advance(self, iteration: int) -> None:
         cur = iteration & 0xFFFF
@@ -129,10 +132,19 @@ class TcpTransport:
 
     def stats(self) -> dict:
         with self._lock:
-            return {"packets_sent": 0, "bytes_sent": self.totals["bytes_sent"], "packets_retransmitted": 0,
-                    "packets_received": 0, "bytes_received": self.totals["bytes_rcvd"],
-                    "messages_sent": self.totals["msgs_sent"], "messages_received": self.totals["msgs_rcvd"],
-                    "forced_sent": 0, "forced_received": 0, "drops": dict(self.drops), "send_impl": "tcp"}
+            return {
+                "packets_sent": 0,
+                "bytes_sent": self.totals["bytes_sent"],
+                "packets_retransmitted": 0,
+                "packets_received": 0,
+                "bytes_received": self.totals["bytes_rcvd"],
+                "messages_sent": self.totals["msgs_sent"],
+                "messages_received": self.totals["msgs_rcvd"],
+                "forced_sent": 0,
+                "forced_received": 0,
+                "drops": dict(self.drops),
+                "send_impl": "tcp",
+            }
 
     def close(self) -> None:
         with self._cond:
@@ -161,8 +173,9 @@ class TcpTransport:
             return s
         peer = self.peers[dst]
         timeout = self.cfg.connect_timeout_s if timeout is None else timeout
-        s = connect_retrying(self.cfg.ip, (peer.ip, peer.data_port), timeout, lambda: self._closing,
-                             f"TCP connection to rank {dst}")
+        s = connect_retrying(
+            self.cfg.ip, (peer.ip, peer.data_port), timeout, lambda: self._closing, f"TCP connection to rank {dst}"
+        )
         s.settimeout(None)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         set_socket_buffer(s, socket.SO_SNDBUF, self.cfg.sndbuf_bytes)
@@ -188,9 +201,23 @@ class TcpTransport:
             f = header_fields(batch.headers[:1])
             prio = int(field_values(f, "prio")[0])
             counts = b"" if info.counts is None else np.asarray(info.counts, np.uint8).tobytes()
-            hdr = HDR.pack(TCP_VERSION, KIND_MSG, self.cfg.job_id, self.cfg.rank, dst, key[2], key[1], key[3],
-                           info.rec_msg_id, info.layer_first, info.layer_last, info.step, prio,
-                           batch.values.size, len(counts))
+            hdr = HDR.pack(
+                TCP_VERSION,
+                KIND_MSG,
+                self.cfg.job_id,
+                self.cfg.rank,
+                dst,
+                key[2],
+                key[1],
+                key[3],
+                info.rec_msg_id,
+                info.layer_first,
+                info.layer_last,
+                info.step,
+                prio,
+                batch.values.size,
+                len(counts),
+            )
             entry[3] = now_us()
             try:
                 s = self._conn_to(dst)
@@ -227,9 +254,24 @@ class TcpTransport:
         f = header_fields(batch.headers[:1])
         with self._lock:
             self.totals["msgs_sent"] += 1
-            self.message_rows.append(_row(self.cfg, "sender", key[0], key, info.rec_msg_id, info.step,
-                                          info.layer_first, info.layer_last, int(field_values(f, "prio")[0]),
-                                          batch.values.size, n_pkts, res.start_us, None, done))
+            self.message_rows.append(
+                _row(
+                    self.cfg,
+                    "sender",
+                    key[0],
+                    key,
+                    info.rec_msg_id,
+                    info.step,
+                    info.layer_first,
+                    info.layer_last,
+                    int(field_values(f, "prio")[0]),
+                    batch.values.size,
+                    n_pkts,
+                    res.start_us,
+                    None,
+                    done,
+                )
+            )
         handle._finish(res)
 
     # --- receiving ----------------------------------------------------------------------------------
@@ -251,13 +293,26 @@ class TcpTransport:
         try:
             while _recv_exact(s, memoryview(hdr)):
                 start = now_us()
-                (ver, kind, job, src, dst, phase, it, msg, rec, lf, ll, step, prio, n_values,
-                 counts_len) = HDR.unpack(hdr)
-                bad = ("version" if ver != TCP_VERSION else "kind" if kind != KIND_MSG else
-                       "job_id" if job != self.cfg.job_id else "dst_rank" if dst != self.cfg.rank else
-                       "phase" if phase not in PHASE_NAMES else
-                       "n_values" if not 0 < n_values <= MAX_MSG_PKTS * self.vpp else
-                       "counts_len" if counts_len not in (0, n_packets(n_values, self.vpp)) else None)
+                (ver, kind, job, src, dst, phase, it, msg, rec, lf, ll, step, prio, n_values, counts_len) = HDR.unpack(
+                    hdr
+                )
+                bad = (
+                    "version"
+                    if ver != TCP_VERSION
+                    else "kind"
+                    if kind != KIND_MSG
+                    else "job_id"
+                    if job != self.cfg.job_id
+                    else "dst_rank"
+                    if dst != self.cfg.rank
+                    else "phase"
+                    if phase not in PHASE_NAMES
+                    else "n_values"
+                    if not 0 < n_values <= MAX_MSG_PKTS * self.vpp
+                    else "counts_len"
+                    if counts_len not in (0, n_packets(n_values, self.vpp))
+                    else None
+                )
                 if bad:  # a TCP stream cannot be resynchronised: count, say so, close
                     self.drops[f"tcp.{bad}"] += 1
                     log.warning("rank %s: malformed TCP message (%s): closing the connection", self.cfg.rank, bad)
@@ -274,13 +329,30 @@ class TcpTransport:
                 key = (src, it, phase, msg)
                 n_pkts = n_packets(n_values, self.vpp)
                 res = RecvResult(src, it, phase, msg, values, np.ones(n_pkts, bool), counts, self.vpp, 0, 0, False, 1)
-                s.sendall(HDR.pack(TCP_VERSION, KIND_ACK, job, src, dst, phase, it, msg, rec, lf, ll, step, prio,
-                                   n_values, 0))
+                s.sendall(
+                    HDR.pack(TCP_VERSION, KIND_ACK, job, src, dst, phase, it, msg, rec, lf, ll, step, prio, n_values, 0)
+                )
                 with self._cond:
                     self.totals["msgs_rcvd"] += 1
                     self.totals["bytes_rcvd"] += n_values * VALUE_BYTES
-                    self.message_rows.append(_row(self.cfg, "receiver", src, key, rec, step, lf, ll, prio,
-                                                  n_values, n_pkts, start, start, done))
+                    self.message_rows.append(
+                        _row(
+                            self.cfg,
+                            "receiver",
+                            src,
+                            key,
+                            rec,
+                            step,
+                            lf,
+                            ll,
+                            prio,
+                            n_values,
+                            n_pkts,
+                            start,
+                            start,
+                            done,
+                        )
+                    )
                     self._done[key] = res
                     self._cond.notify_all()
         except (OSError, ConnectionError) as e:
@@ -289,10 +361,28 @@ class TcpTransport:
 
 
 def _row(cfg, side, peer, key, rec_msg_id, step, lf, ll, prio, n_values, n_pkts, start, first, done) -> dict:
-    return message_row(cfg.host, cfg.rank, side, peer, key, rec_msg_id=rec_msg_id, step=step, layer_first=lf,
-                       layer_last=ll, prio=prio, nbytes=n_values * VALUE_BYTES, pkts=n_pkts, lost_pkts=0,
-                       retx_pkts=0, rounds=1, forced=False, protected_lost=0, start_us=start, first_byte_us=first,
-                       complete_us=done)
+    return message_row(
+        cfg.host,
+        cfg.rank,
+        side,
+        peer,
+        key,
+        rec_msg_id=rec_msg_id,
+        step=step,
+        layer_first=lf,
+        layer_last=ll,
+        prio=prio,
+        nbytes=n_values * VALUE_BYTES,
+        pkts=n_pkts,
+        lost_pkts=0,
+        retx_pkts=0,
+        rounds=1,
+        forced=False,
+        protected_lost=0,
+        start_us=start,
+        first_byte_us=first,
+        complete_us=done,
+    )
 
 
-__all__ = ["TcpTransport", "PS_RANK"]
+__all__ = ["PS_RANK", "TcpTransport"]

@@ -114,10 +114,18 @@ class UdpTransport:
         self._control_received = 0
         self._clock = ThreadClock()
         self._open_sockets()
-        self._rx_thread = threading.Thread(target=self._thread_main, args=("rx", "receive thread", self._rx_loop),
-                                           name=f"dlcp-rx-{config.rank}", daemon=True)
-        self._tx_thread = threading.Thread(target=self._thread_main, args=("tx", "send thread", self._tx_loop),
-                                           name=f"dlcp-tx-{config.rank}", daemon=True)
+        self._rx_thread = threading.Thread(
+            target=self._thread_main,
+            args=("rx", "receive thread", self._rx_loop),
+            name=f"dlcp-rx-{config.rank}",
+            daemon=True,
+        )
+        self._tx_thread = threading.Thread(
+            target=self._thread_main,
+            args=("tx", "send thread", self._tx_loop),
+            name=f"dlcp-tx-{config.rank}",
+            daemon=True,
+        )
         self._rx_thread.start()
         self._tx_thread.start()
 
@@ -143,8 +151,9 @@ class UdpTransport:
             self.listener.setblocking(False)
         except OSError as e:
             self._close_sockets()
-            raise TransportError(f"cannot open data port {cfg.ip}:{cfg.data_port} / control port "
-                                 f"{cfg.control_port}: {e.strerror or e}") from None
+            raise TransportError(
+                f"cannot open data port {cfg.ip}:{cfg.data_port} / control port {cfg.control_port}: {e.strerror or e}"
+            ) from None
         self.data_port = self.udp_rx.getsockname()[1]
         self.control_port = self.listener.getsockname()[1]
         self.batch_sender = BatchSender(self.udp_tx, cfg.send_impl, cfg.send_batch)
@@ -185,7 +194,7 @@ class UdpTransport:
     def connect(self, ranks=None, timeout: float | None = None) -> None:
         """Open control connections to `ranks` (default: every peer), waiting until each peer is
         listening: after this, data sent to them will find their sockets bound."""
-        for r in (self.peers if ranks is None else ranks):
+        for r in self.peers if ranks is None else ranks:
             self._conn_to(r, timeout)
 
     def send(self, dst: int, batch, info: SendInfo) -> SendHandle:
@@ -202,8 +211,9 @@ class UdpTransport:
     def recv(self, src: int, iteration: int, phase: int, msg_id: int, timeout: float | None = None) -> RecvResult:
         """Wait for message (src, iteration, phase, msg_id) to finish (STOP or FORCE_STOP)."""
         key = (src, iteration & 0xFFFF, phase, msg_id)
-        return wait_for_done(self._rx, self._rx_done, key, timeout, lambda: self._closing,
-                             lambda: self.receiver.progress(key))
+        return wait_for_done(
+            self._rx, self._rx_done, key, timeout, lambda: self._closing, lambda: self.receiver.progress(key)
+        )
 
     def advance(self, iteration: int) -> None:
         """The caller moved on to `iteration`: older messages become stale (ReceiverCore.advance)."""
@@ -242,8 +252,12 @@ class UdpTransport:
         with self._rx:
             r, r_drops = self.receiver.stats(), dict(self.receiver.drops)
         out = merged_stats(s, r, s_drops, r_drops)
-        out.update(send_errors=dict(self.batch_sender.error_codes), send_impl=self.batch_sender.impl,
-                   control_received=self._control_received, threads=self._clock.times())
+        out.update(
+            send_errors=dict(self.batch_sender.error_codes),
+            send_impl=self.batch_sender.impl,
+            control_received=self._control_received,
+            threads=self._clock.times(),
+        )
         return out
 
     def close(self) -> None:
@@ -360,8 +374,14 @@ class UdpTransport:
             return conn
         peer = self.peers[dst]
         timeout = self.cfg.connect_timeout_s if timeout is None else timeout
-        s = connect_retrying(self.cfg.ip, (peer.ip, peer.control_port), timeout, lambda: self._closing,
-                             f"control connection to rank {dst}", prepare=self._control_options)
+        s = connect_retrying(
+            self.cfg.ip,
+            (peer.ip, peer.control_port),
+            timeout,
+            lambda: self._closing,
+            f"control connection to rank {dst}",
+            prepare=self._control_options,
+        )
         s.setblocking(False)
         conn = _Conn(s, dst)
         with self._conn_lock:
@@ -445,8 +465,7 @@ class UdpTransport:
                         receiver.count_drop("length", f"a datagram longer than {RECV_SLOT} bytes")
                         continue
                     off = i * RECV_SLOT
-                    receiver.on_datagram(mv[off: off + ln], tos & ECN_MASK, mono(),
-                                         wall - arrived if arrived else 0.0)
+                    receiver.on_datagram(mv[off : off + ln], tos & ECN_MASK, mono(), wall - arrived if arrived else 0.0)
                 outs = receiver.take_outputs()
             self._rx_outputs(outs)
             if n < rcv.batch:

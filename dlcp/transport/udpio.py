@@ -34,13 +34,21 @@ from dlcp.wire.header import HEADER_LEN, TELEMETRY_LEN, VALUE_BYTES
 
 _IOVEC = np.dtype([("base", "<u8"), ("len", "<u8")])
 # struct mmsghdr on x86-64 / aarch64 Linux: struct msghdr (56 bytes) + unsigned int msg_len + pad
-_MMSGHDR = np.dtype([
-    ("name", "<u8"), ("namelen", "<u4"), ("_pad0", "<u4"),
-    ("iov", "<u8"), ("iovlen", "<u8"),
-    ("control", "<u8"), ("controllen", "<u8"),
-    ("flags", "<i4"), ("_pad1", "<u4"),
-    ("len", "<u4"), ("_pad2", "<u4"),
-])
+_MMSGHDR = np.dtype(
+    [
+        ("name", "<u8"),
+        ("namelen", "<u4"),
+        ("_pad0", "<u4"),
+        ("iov", "<u8"),
+        ("iovlen", "<u8"),
+        ("control", "<u8"),
+        ("controllen", "<u8"),
+        ("flags", "<i4"),
+        ("_pad1", "<u4"),
+        ("len", "<u4"),
+        ("_pad2", "<u4"),
+    ]
+)
 assert _MMSGHDR.itemsize == 64
 # one cmsghdr (len: size_t, level: int, type: int) + int data, padded to CMSG_SPACE(4) = 24
 _CMSG = np.dtype([("len", "<u8"), ("level", "<i4"), ("type", "<i4"), ("tos", "<i4"), ("_pad", "<u4")])
@@ -90,8 +98,16 @@ class SendPlan:
     datagram size of packet j (pacing, totals).
     """
 
-    def __init__(self, rows: np.ndarray, values: np.ndarray, values_per_pkt: int, order: np.ndarray,
-                 tos: np.ndarray, dest: np.ndarray, telemetry: bool = False):
+    def __init__(
+        self,
+        rows: np.ndarray,
+        values: np.ndarray,
+        values_per_pkt: int,
+        order: np.ndarray,
+        tos: np.ndarray,
+        dest: np.ndarray,
+        telemetry: bool = False,
+    ):
         n = len(order)
         if rows.shape != (n, HEADER_LEN):
             raise ValueError(f"{rows.shape[0]} header rows for {n} packets")
@@ -198,7 +214,7 @@ class BatchSender:
             ho = int(plan.iov[j, 0]["base"]) - hbase
             vo = int(plan.iov[j, -1]["base"]) - vbase
             vl = int(plan.iov[j, -1]["len"])
-            bufs = [hmv[ho: ho + HEADER_LEN], vmv[vo: vo + vl]]
+            bufs = [hmv[ho : ho + HEADER_LEN], vmv[vo : vo + vl]]
             if tel:
                 bufs.insert(1, bytes(TELEMETRY_LEN))
             anc = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", int(plan.tos[j])))]

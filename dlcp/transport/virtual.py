@@ -50,6 +50,7 @@ FRAME_OVERHEAD = 14 + 20 + 8  # Ethernet + IPv4 + UDP around a DLCP datagram
 @dataclass(slots=True)
 class VPacket:
     """What the `drop` predicate sees of a datagram entering the switch."""
+
     src: int
     dst: int
     type: int
@@ -71,6 +72,7 @@ class VPacket:
 @dataclass(slots=True)
 class VFrame:
     """What the `drop_control` predicate sees of a control frame."""
+
     src: int
     dst: int
     msg: C.Control
@@ -84,6 +86,7 @@ class VFrame:
 @dataclass
 class SwitchModel:
     """The switch every packet crosses (see the module docstring)."""
+
     link_mbps: float | None = None  # drain rate of each port; None = no limit
     policy: str = "dlcp"  # "dlcp": 8 priorities, early drop by color; "fifo": one queue, tail drop
     qmax: int = 64
@@ -153,8 +156,14 @@ class VirtualHost:
 
 
 class VirtualNetwork:
-    def __init__(self, switch: SwitchModel | None = None, faults: Faults | None = None, host_mbps: float | None = None,
-                 control_delay_us: float = 20.0, seed: int = 0):
+    def __init__(
+        self,
+        switch: SwitchModel | None = None,
+        faults: Faults | None = None,
+        host_mbps: float | None = None,
+        control_delay_us: float = 20.0,
+        seed: int = 0,
+    ):
         self.switch = switch or SwitchModel()
         self.faults = faults or Faults()
         self.host_mbps = host_mbps
@@ -267,8 +276,9 @@ class VirtualNetwork:
         self._seen[ident] += 1
         extra = 0.0
         if f.drop is not None or f.delay is not None:
-            vp = VPacket(pkt.src, pkt.dst, hdr.type, hdr.seq, hdr.msg_id, hdr.iter, hdr.phase, hdr.prio,
-                         hdr.drop_prec, seen)
+            vp = VPacket(
+                pkt.src, pkt.dst, hdr.type, hdr.seq, hdr.msg_id, hdr.iter, hdr.phase, hdr.prio, hdr.drop_prec, seen
+            )
             if vp.probe:
                 p = unpack_probe(pkt.data, HEADER_LEN + (TELEMETRY_LEN if hdr.has_telemetry else 0))
                 vp.probe_round, vp.probe_attempt = p.round, p.attempt
@@ -333,7 +343,7 @@ class VirtualNetwork:
     # --- control channel -----------------------------------------------------------------------
 
     def _frame(self, src: int, out: FrameSend) -> None:
-        body = out.data[C.LEN.size:]
+        body = out.data[C.LEN.size :]
         f = self.faults
         at = self.now + self.control_delay_s
         if f.drop_control is not None or f.control_delay is not None:

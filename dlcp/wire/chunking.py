@@ -46,6 +46,7 @@ def as_flat_f32(values) -> np.ndarray:
 @dataclass
 class MessageId:
     """What identifies a message on the wire (fields shared by all its packets)."""
+
     job_id: int = 0
     src_rank: int = 0
     iter: int = 0
@@ -57,6 +58,7 @@ class MessageId:
 @dataclass
 class PacketBatch:
     """The packets of one message: header rows plus payload views of the message values."""
+
     headers: np.ndarray  # (n, 24) uint8
     values: np.ndarray  # flat float32, the message itself (not a copy)
     values_per_pkt: int
@@ -68,7 +70,7 @@ class PacketBatch:
 
     def payload(self, i: int) -> memoryview:
         lo = i * self.values_per_pkt
-        return memoryview(self.values[lo: lo + self.values_per_pkt]).cast("B")
+        return memoryview(self.values[lo : lo + self.values_per_pkt]).cast("B")
 
     def iovec(self, i: int) -> list:
         """Buffers of packet i in wire order, for socket.sendmsg (no copies)."""
@@ -80,8 +82,9 @@ class PacketBatch:
         return b"".join(bytes(b) for b in self.iovec(i))
 
 
-def packetize(values, ident: MessageId, tags: Tags, values_per_pkt: int = VALUES_PER_PKT,
-              telemetry: bool = False) -> PacketBatch:
+def packetize(
+    values, ident: MessageId, tags: Tags, values_per_pkt: int = VALUES_PER_PKT, telemetry: bool = False
+) -> PacketBatch:
     """Cut a flat fp32 message into tagged DLCP packets."""
     flat = as_flat_f32(values)
     n = n_packets(flat.size, values_per_pkt)
@@ -92,10 +95,20 @@ def packetize(values, ident: MessageId, tags: Tags, values_per_pkt: int = VALUES
         flags |= FLAG_TELEMETRY
     flags[-1] |= FLAG_LAST
     headers = pack_headers(
-        n, type=ident.type, phase=ident.phase, job_id=ident.job_id, src_rank=ident.src_rank,
-        iter=ident.iter, msg_id=ident.msg_id, prio=tags.prio, drop_prec=tags.drop_prec,
-        layer_id=tags.layer_id, mag_class=tags.mag_class, flags=flags,
-        offset=np.arange(n, dtype=np.uint32) * values_per_pkt)
+        n,
+        type=ident.type,
+        phase=ident.phase,
+        job_id=ident.job_id,
+        src_rank=ident.src_rank,
+        iter=ident.iter,
+        msg_id=ident.msg_id,
+        prio=tags.prio,
+        drop_prec=tags.drop_prec,
+        layer_id=tags.layer_id,
+        mag_class=tags.mag_class,
+        flags=flags,
+        offset=np.arange(n, dtype=np.uint32) * values_per_pkt,
+    )
     return PacketBatch(headers, flat, values_per_pkt, telemetry)
 
 
@@ -134,7 +147,7 @@ class Reassembler:
             self.duplicates += 1
             return False
         n = len(payload) // VALUE_BYTES
-        self.values[h.offset: h.offset + n] = np.frombuffer(payload, dtype=np.float32, count=n)
+        self.values[h.offset : h.offset + n] = np.frombuffer(payload, dtype=np.float32, count=n)
         self.received[h.seq] = True
         self.n_received += 1
         return True
@@ -142,6 +155,7 @@ class Reassembler:
     def add_frame(self, frame) -> bool:
         """Place a packet given as UDP payload bytes (header [+ telemetry] + values)."""
         from dlcp.wire.header import unpack_from
+
         h = unpack_from(frame)
         start = HEADER_LEN + (TELEMETRY_LEN if h.flags & FLAG_TELEMETRY else 0)
         return self.add(h, memoryview(frame)[start:])

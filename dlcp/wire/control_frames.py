@@ -66,8 +66,7 @@ from dlcp.wire.header import PHASE_NAMES, MalformedPacket
 
 CONTROL_VERSION = 3  # 2: PROBE moved in band, its description became DESCRIBE; 3: FEEDBACK
 DESCRIBE, BITMAP, STOP, FORCE_STOP, FEEDBACK = 1, 2, 3, 4, 5
-TYPE_NAMES = {DESCRIBE: "DESCRIBE", BITMAP: "BITMAP", STOP: "STOP", FORCE_STOP: "FORCE_STOP",
-              FEEDBACK: "FEEDBACK"}
+TYPE_NAMES = {DESCRIBE: "DESCRIBE", BITMAP: "BITMAP", STOP: "STOP", FORCE_STOP: "FORCE_STOP", FEEDBACK: "FEEDBACK"}
 DESCRIBE_FLAG_COUNTS = 0x01
 DESCRIBE_FLAG_FEEDBACK = 0x02  # the sender runs congestion control: send it FEEDBACK
 
@@ -90,6 +89,7 @@ MAX_FRAME = COMMON.size + DESCRIBE_FIXED.size + MAX_MSG_PKTS // 4 + MAX_MSG_PKTS
 @dataclass(slots=True)
 class Control:
     """One control message (fields not used by its type stay at their defaults)."""
+
     type: int
     job_id: int
     src_rank: int
@@ -134,6 +134,7 @@ class Control:
 
 # --- 2-bit and 1-bit per-packet maps ------------------------------------------------------------
 
+
 def pack_drop_prec(dp: np.ndarray) -> bytes:
     dp = np.asarray(dp, dtype=np.uint8)
     pad = (-len(dp)) % 4
@@ -157,9 +158,11 @@ def unpack_bits(raw, n: int) -> np.ndarray:
 
 # --- encode ----------------------------------------------------------------------------------------
 
+
 def _common(m: Control) -> bytes:
-    return COMMON.pack(CONTROL_VERSION, m.type, m.job_id, m.src_rank, m.dst_rank, m.phase,
-                       m.iter & 0xFFFF, m.msg_id, m.n_pkts)
+    return COMMON.pack(
+        CONTROL_VERSION, m.type, m.job_id, m.src_rank, m.dst_rank, m.phase, m.iter & 0xFFFF, m.msg_id, m.n_pkts
+    )
 
 
 def encode(m: Control) -> bytes:
@@ -169,19 +172,26 @@ def encode(m: Control) -> bytes:
         dp = np.zeros(m.n_pkts, np.uint8) if m.drop_prec is None else m.drop_prec
         if len(dp) != m.n_pkts or (m.counts is not None and len(m.counts) != m.n_pkts):
             raise ValueError("DESCRIBE maps must have one entry per packet")
-        body = b"".join([
-            _common(m),
-            DESCRIBE_FIXED.pack(0, flags, m.layer_first, m.layer_last, m.prio, m.step,
-                             m.rec_msg_id, m.n_values, m.budget_ppm),
-            pack_drop_prec(dp),
-            b"" if m.counts is None else np.asarray(m.counts, np.uint8).tobytes()])
+        body = b"".join(
+            [
+                _common(m),
+                DESCRIBE_FIXED.pack(
+                    0, flags, m.layer_first, m.layer_last, m.prio, m.step, m.rec_msg_id, m.n_values, m.budget_ppm
+                ),
+                pack_drop_prec(dp),
+                b"" if m.counts is None else np.asarray(m.counts, np.uint8).tobytes(),
+            ]
+        )
     elif m.type == BITMAP:
-        body = _common(m) + BITMAP_FIXED.pack(m.round, m.attempt, min(m.held_us, 0xFFFFFFFF), m.missing,
-                                             m.protected_missing) + \
-            pack_bits(m.requested)
+        body = (
+            _common(m)
+            + BITMAP_FIXED.pack(m.round, m.attempt, min(m.held_us, 0xFFFFFFFF), m.missing, m.protected_missing)
+            + pack_bits(m.requested)
+        )
     elif m.type == STOP:
-        body = _common(m) + STOP_FIXED.pack(m.round, 1 if m.forced else 0, m.attempt, 0,
-                                           min(m.held_us, 0xFFFFFFFF), m.lost_pkts, m.protected_lost)
+        body = _common(m) + STOP_FIXED.pack(
+            m.round, 1 if m.forced else 0, m.attempt, 0, min(m.held_us, 0xFFFFFFFF), m.lost_pkts, m.protected_lost
+        )
     elif m.type == FORCE_STOP:
         body = _common(m) + FORCE_FIXED.pack(m.round, 0)
     elif m.type == FEEDBACK:
@@ -191,16 +201,30 @@ def encode(m: Control) -> bytes:
     return LEN.pack(len(body)) + body
 
 
-def encode_feedback(job_id: int, src_rank: int, dst_rank: int, key, n_pkts: int, rcvd_pkts: int,
-                    ce_pkts: int, last_seq: int) -> bytes:
+def encode_feedback(
+    job_id: int, src_rank: int, dst_rank: int, key, n_pkts: int, rcvd_pkts: int, ce_pkts: int, last_seq: int
+) -> bytes:
     """The FEEDBACK frame (length prefix included) in one step: receivers send one every few packets.
     `key` is (src, iter, phase, msg_id) of the message of the newest packet counted, `last_seq` its seq."""
-    return _FEEDBACK_FRAME.pack(COMMON.size + FEEDBACK_FIXED.size, CONTROL_VERSION, FEEDBACK, job_id,
-                                src_rank, dst_rank, key[2], key[1] & 0xFFFF, key[3], n_pkts,
-                                rcvd_pkts & 0xFFFFFFFF, ce_pkts & 0xFFFFFFFF, last_seq)
+    return _FEEDBACK_FRAME.pack(
+        COMMON.size + FEEDBACK_FIXED.size,
+        CONTROL_VERSION,
+        FEEDBACK,
+        job_id,
+        src_rank,
+        dst_rank,
+        key[2],
+        key[1] & 0xFFFF,
+        key[3],
+        n_pkts,
+        rcvd_pkts & 0xFFFFFFFF,
+        ce_pkts & 0xFFFFFFFF,
+        last_seq,
+    )
 
 
 # --- decode ----------------------------------------------------------------------------------------
+
 
 def _expect_len(body, want: int, what: str) -> None:
     if len(body) != want:
@@ -225,12 +249,13 @@ def decode(body) -> Control:
     if typ == DESCRIBE:
         if len(body) < off + DESCRIBE_FIXED.size:
             raise MalformedPacket("control.length", f"DESCRIBE of {len(body)} bytes")
-        (_, flags, m.layer_first, m.layer_last, m.prio, m.step, m.rec_msg_id, m.n_values,
-         m.budget_ppm) = DESCRIBE_FIXED.unpack_from(body, off)
+        (_, flags, m.layer_first, m.layer_last, m.prio, m.step, m.rec_msg_id, m.n_values, m.budget_ppm) = (
+            DESCRIBE_FIXED.unpack_from(body, off)
+        )
         off += DESCRIBE_FIXED.size
         dp_len = -(-n // 4)
         _expect_len(body, off + dp_len + (n if flags & DESCRIBE_FLAG_COUNTS else 0), DESCRIBE)
-        m.drop_prec = unpack_drop_prec(body[off: off + dp_len], n)
+        m.drop_prec = unpack_drop_prec(body[off : off + dp_len], n)
         if flags & DESCRIBE_FLAG_COUNTS:
             m.counts = np.frombuffer(body, dtype=np.uint8, count=n, offset=off + dp_len).copy()
         m.feedback = bool(flags & DESCRIBE_FLAG_FEEDBACK)
@@ -241,7 +266,7 @@ def decode(body) -> Control:
     elif typ == BITMAP:
         _expect_len(body, off + BITMAP_FIXED.size + -(-n // 8), BITMAP)
         m.round, m.attempt, m.held_us, m.missing, m.protected_missing = BITMAP_FIXED.unpack_from(body, off)
-        m.requested = unpack_bits(body[off + BITMAP_FIXED.size:], n)
+        m.requested = unpack_bits(body[off + BITMAP_FIXED.size :], n)
         if m.missing > n or m.protected_missing > m.missing:
             raise MalformedPacket("control.missing", f"{m.missing} missing ({m.protected_missing} protected) of {n}")
     elif typ == STOP:
@@ -282,6 +307,6 @@ class FrameReader:
                 break
             if len(self._buf) < LEN.size + n:
                 break
-            out.append(bytes(self._buf[LEN.size: LEN.size + n]))
+            out.append(bytes(self._buf[LEN.size : LEN.size + n]))
             del self._buf[: LEN.size + n]
         return out

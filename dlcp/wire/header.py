@@ -149,6 +149,7 @@ def prio_dp_of_dscp(dscp: int) -> tuple[int, int]:
 
 # --- one header at a time (struct) ---------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class DlcpHeader:
     type: int = TYPE_DATA
@@ -239,6 +240,7 @@ def unpack_telemetry(buf, offset: int = HEADER_LEN) -> Telemetry:
 @dataclass(slots=True)
 class Probe:
     """The body of an in-band PROBE (see the module docstring)."""
+
     round: int = 1
     attempt: int = 0
     round_pkts: int = 0
@@ -246,9 +248,22 @@ class Probe:
 
 def probe_header(h: DlcpHeader, prio: int) -> DlcpHeader:
     """The header of a PROBE for the message whose (first) data header is `h`, sent at `prio`."""
-    return DlcpHeader(type=TYPE_PROBE, prio=prio, drop_prec=0, phase=h.phase, job_id=h.job_id,
-                      src_rank=h.src_rank, iter=h.iter, msg_id=h.msg_id, layer_id=h.layer_id,
-                      mag_class=MAG_CLASS_MEDIAN, flags=FLAG_PROTECTED, seq=0, n_pkts=h.n_pkts, offset=0)
+    return DlcpHeader(
+        type=TYPE_PROBE,
+        prio=prio,
+        drop_prec=0,
+        phase=h.phase,
+        job_id=h.job_id,
+        src_rank=h.src_rank,
+        iter=h.iter,
+        msg_id=h.msg_id,
+        layer_id=h.layer_id,
+        mag_class=MAG_CLASS_MEDIAN,
+        flags=FLAG_PROTECTED,
+        seq=0,
+        n_pkts=h.n_pkts,
+        offset=0,
+    )
 
 
 def pack_probe(h: DlcpHeader, p: Probe) -> bytes:
@@ -279,14 +294,42 @@ def payload_offset(flags: int) -> int:
 
 # --- many headers at once (numpy) ----------------------------------------------------------------
 
-def pack_headers(n: int, *, type: int, phase: int, job_id: int, src_rank: int, iter: int,
-                 msg_id: int, prio, drop_prec, layer_id, mag_class, flags,
-                 offset, seq=None) -> np.ndarray:
+
+def pack_headers(
+    n: int,
+    *,
+    type: int,
+    phase: int,
+    job_id: int,
+    src_rank: int,
+    iter: int,
+    msg_id: int,
+    prio,
+    drop_prec,
+    layer_id,
+    mag_class,
+    flags,
+    offset,
+    seq=None,
+) -> np.ndarray:
     """Build `n` headers as an (n, HEADER_LEN) uint8 array. Per-packet fields take scalars or arrays."""
-    values = {"ver": VERSION, "type": type, "prio": prio, "drop_prec": drop_prec, "phase": phase,
-              "job_id": job_id, "src_rank": src_rank, "iter": iter & 0xFFFF, "msg_id": msg_id,
-              "layer_id": layer_id, "mag_class": mag_class, "flags": flags,
-              "seq": np.arange(n, dtype=np.uint32) if seq is None else seq, "n_pkts": n, "offset": offset}
+    values = {
+        "ver": VERSION,
+        "type": type,
+        "prio": prio,
+        "drop_prec": drop_prec,
+        "phase": phase,
+        "job_id": job_id,
+        "src_rank": src_rank,
+        "iter": iter & 0xFFFF,
+        "msg_id": msg_id,
+        "layer_id": layer_id,
+        "mag_class": mag_class,
+        "flags": flags,
+        "seq": np.arange(n, dtype=np.uint32) if seq is None else seq,
+        "n_pkts": n,
+        "offset": offset,
+    }
     h = np.zeros(n, dtype=HEADER_DTYPE)
     for s in SLOTS.values():
         word = HEADER_DTYPE.names[s.word]
@@ -321,6 +364,7 @@ def set_field_values(view: np.ndarray, name: str, values) -> None:
 
 
 # --- scapy layers (tests, pcap analysis) ------------------------------------------------------------
+
 
 def _scapy_fields(layout_fields, defaults: dict) -> list:
     """scapy fields of a header, in wire order; type/phase print their names, flags its bits."""
@@ -397,4 +441,5 @@ def bind_data_port(port: int) -> None:
     """Also decode UDP traffic to `port` as DLCP (experiments may move the data port)."""
     from scapy.layers.inet import UDP
     from scapy.packet import bind_layers
+
     bind_layers(UDP, scapy_layers()[0], dport=port)

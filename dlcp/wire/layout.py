@@ -13,8 +13,8 @@ an edit of the tuples below, followed by `make gen`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 WORD_BYTES = (1, 2, 4)  # struct B, H, I
 ECN_BITS = 2  # the IPv4 TOS byte is DSCP (6 bits) then ECN (2 bits)
@@ -30,6 +30,7 @@ class Field:
 @dataclass(frozen=True)
 class Code:
     """A named value of a header field (a type, a phase, a flag bit)."""
+
     name: str  # the constant's suffix: TYPE_<name>, PHASE_<name>, FLAG_<name>
     value: int
     label: str  # what records and pcaps print
@@ -39,6 +40,7 @@ class Code:
 class Slot:
     """Where a field sits: inside word number `word` (the struct item), which starts at byte
     `offset` of the header and is `size` bytes long, `shift` bits up from the word's lowest bit."""
+
     name: str
     bits: int
     word: int
@@ -110,23 +112,26 @@ LAYOUT = WireLayout(
         Field("reserved", 16, "zero"),
         Field("round_pkts", 32, "data packets the sender sent in this round"),
     ),
-    types=(Code("DATA", 0, "DATA"), Code("RETX", 1, "RETX"), Code("PARAM", 2, "PARAM"),
-           Code("PROBE", 3, "PROBE")),
-    phases=(Code("PUSH", 0, "push"), Code("PULL", 1, "pull"), Code("RS", 2, "reduce_scatter"),
-            Code("AG", 3, "all_gather"), Code("P2P", 4, "p2p")),
-    flags=(Code("LAST", 0x01, "LAST"), Code("PROTECTED", 0x02, "PROTECTED"),
-           Code("TELEMETRY", 0x04, "TELEMETRY")),
+    types=(Code("DATA", 0, "DATA"), Code("RETX", 1, "RETX"), Code("PARAM", 2, "PARAM"), Code("PROBE", 3, "PROBE")),
+    phases=(
+        Code("PUSH", 0, "push"),
+        Code("PULL", 1, "pull"),
+        Code("RS", 2, "reduce_scatter"),
+        Code("AG", 3, "all_gather"),
+        Code("P2P", 4, "p2p"),
+    ),
+    flags=(Code("LAST", 0x01, "LAST"), Code("PROTECTED", 0x02, "PROTECTED"), Code("TELEMETRY", 0x04, "TELEMETRY")),
     dscp=(Field("prio", 3), Field("drop_prec", 2), Field("zero", 1)),
     # senders with congestion control send ECT(0); a switch rewrites ECT(0) or ECT(1) to CE once the
     # packet's queue holds K packets (docs/pipeline.md, "ECN")
-    ecn=(Code("NOT_ECT", 0, "Not-ECT"), Code("ECT1", 1, "ECT(1)"), Code("ECT0", 2, "ECT(0)"),
-         Code("CE", 3, "CE")),
+    ecn=(Code("NOT_ECT", 0, "Not-ECT"), Code("ECT1", 1, "ECT(1)"), Code("ECT0", 2, "ECT(0)"), Code("CE", 3, "CE")),
     max_payload_bytes=1400,  # keeps Ether + IPv4 + UDP + DLCP + telemetry + payload under a 1500 MTU
     value_bytes=4,  # fp32, little-endian
 )
 
 
 # --- derived views -----------------------------------------------------------------------------
+
 
 class LayoutError(ValueError):
     """A layout that cannot be laid out in words; the message names the fields."""
@@ -153,11 +158,13 @@ def slots(fields: tuple[Field, ...]) -> tuple[Slot, ...]:
                 out.append(Slot(g.name, g.bits, word, offset, total // 8, shift))
             offset, word, group = offset + total // 8, word + 1, []
         elif total > 8 * max(WORD_BYTES):
-            raise LayoutError(f"fields {', '.join(g.name for g in group)}: {total} bits do not fill "
-                              f"a 1-, 2- or 4-byte word")
+            raise LayoutError(
+                f"fields {', '.join(g.name for g in group)}: {total} bits do not fill a 1-, 2- or 4-byte word"
+            )
     if group:
-        raise LayoutError(f"fields {', '.join(g.name for g in group)}: "
-                          f"{sum(g.bits for g in group)} bits do not fill whole bytes")
+        raise LayoutError(
+            f"fields {', '.join(g.name for g in group)}: {sum(g.bits for g in group)} bits do not fill whole bytes"
+        )
     return tuple(out)
 
 
@@ -207,8 +214,7 @@ def check(layout: WireLayout) -> None:
         raise LayoutError(f"dscp: {sum(dscp.values())} bits, the IPv4 DSCP has 6")
     for name in ("prio", "drop_prec"):
         if dscp.get(name) != layout.field(name).bits:
-            raise LayoutError(f"dscp.{name}: {dscp.get(name)} bits, the header's {name} has "
-                              f"{layout.field(name).bits}")
+            raise LayoutError(f"dscp.{name}: {dscp.get(name)} bits, the header's {name} has {layout.field(name).bits}")
     for part, field in (("types", "type"), ("phases", "phase"), ("flags", "flags")):
         bits = layout.field(field).bits
         for c in getattr(layout, part):

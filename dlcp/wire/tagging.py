@@ -44,6 +44,7 @@ N_DATA_CLASSES = PRIO_DATA_MAX - PRIO_DATA_MIN + 1  # 6
 
 class TaggingConfig(Settings):
     """How a host tags its packets (keys of the experiment's `dlcp` section)."""
+
     section: ClassVar[str] = "dlcp"
     policy: Policy = Field("dlcp", description="tagging policy (fifo also makes switches FIFO)")
     layer_order: LayerOrder = Field("input_first", description="which layers get the high priorities")
@@ -54,6 +55,7 @@ class TaggingConfig(Settings):
 @dataclass
 class Tags:
     """Per-packet tags of one message (numpy uint8 arrays of length n_pkts)."""
+
     prio: np.ndarray
     drop_prec: np.ndarray
     mag_class: np.ndarray
@@ -98,16 +100,17 @@ def packet_magnitudes(grad, values_per_pkt: int = VALUES_PER_PKT) -> np.ndarray:
     n_full, tail = divmod(n, values_per_pkt)
     if hasattr(grad, "numel"):  # torch: reduce in torch, hand only the per-packet sums to numpy
         import torch
+
         g = grad.detach().reshape(-1)
         sums = g[: n_full * values_per_pkt].view(n_full, values_per_pkt).abs().sum(dim=1).double()
         if tail:
-            sums = torch.cat([sums, g[n_full * values_per_pkt:].abs().sum(dtype=torch.float64).reshape(1)])
+            sums = torch.cat([sums, g[n_full * values_per_pkt :].abs().sum(dtype=torch.float64).reshape(1)])
         sums = sums.numpy()
     else:
         g = np.asarray(grad).reshape(-1)
         sums = np.abs(g[: n_full * values_per_pkt].reshape(n_full, values_per_pkt)).sum(axis=1, dtype=np.float64)
         if tail:
-            sums = np.append(sums, np.abs(g[n_full * values_per_pkt:]).sum(dtype=np.float64))
+            sums = np.append(sums, np.abs(g[n_full * values_per_pkt :]).sum(dtype=np.float64))
     if n == 0:
         return np.zeros(1)
     counts = np.full(len(sums), values_per_pkt, dtype=np.float64)
@@ -138,8 +141,14 @@ def magnitude_class(mags: np.ndarray) -> np.ndarray:
     return cls.astype(np.uint8)
 
 
-def tag_message(grad, layer_starts, layer_ids, n_layers: int, config: TaggingConfig = TaggingConfig(),
-                values_per_pkt: int = VALUES_PER_PKT) -> Tags:
+def tag_message(
+    grad,
+    layer_starts,
+    layer_ids,
+    n_layers: int,
+    config: TaggingConfig = TaggingConfig(),
+    values_per_pkt: int = VALUES_PER_PKT,
+) -> Tags:
     """Tags for every packet of one message (a flat gradient made of consecutive layers)."""
     n_values = int(grad.numel()) if hasattr(grad, "numel") else int(np.asarray(grad).size)
     n = n_packets(n_values, values_per_pkt)

@@ -123,8 +123,9 @@ class ParameterGate:
                 del self._released[old]
             ok = self._cond.wait_for(lambda: layer in self._released.get(iteration, {}), timeout_s)
             if not ok:
-                raise TimeoutError(f"parameters of layer {layer} for iteration {iteration} not released "
-                                   f"within {timeout_s:g} s")
+                raise TimeoutError(
+                    f"parameters of layer {layer} for iteration {iteration} not released within {timeout_s:g} s"
+                )
             return self._released[iteration][layer]
 
 
@@ -135,6 +136,7 @@ class DeadlineStats:
     A step is late when its real work (or the wake-up from waiting for its deadline) ends after
     the deadline; a consumer that asks for a gradient after its deadline because it was busy
     elsewhere (sending the previous message) does not make the compute late."""
+
     iterations: int = 0
     deadlines: int = 0
     missed: int = 0  # deadlines passed by more than the tolerance
@@ -167,11 +169,18 @@ class DeadlineStats:
         return self.overrun_s / self.budget_s if self.budget_s > 0 else None
 
     def as_dict(self) -> dict:
-        return {"iterations": self.iterations, "deadlines": self.deadlines, "missed": self.missed,
-                "missed_forward": self.missed_forward, "missed_backward": self.missed - self.missed_forward,
-                "tolerance_ms": self.tolerance_s * 1e3, "late_max_ms": self.late_max_s * 1e3,
-                "overrun_ms": self.overrun_s * 1e3, "budget_ms": self.budget_s * 1e3,
-                "overrun_share": self.overrun_share}
+        return {
+            "iterations": self.iterations,
+            "deadlines": self.deadlines,
+            "missed": self.missed,
+            "missed_forward": self.missed_forward,
+            "missed_backward": self.missed - self.missed_forward,
+            "tolerance_ms": self.tolerance_s * 1e3,
+            "late_max_ms": self.late_max_s * 1e3,
+            "overrun_ms": self.overrun_s * 1e3,
+            "budget_ms": self.budget_s * 1e3,
+            "overrun_share": self.overrun_share,
+        }
 
 
 class ProfileCompute:
@@ -180,12 +189,21 @@ class ProfileCompute:
     forward_s / backward_s: seconds per layer (layer 0 = input side), already multiplied by the
     time dilation. gate: where parameters come from (None: never wait)."""
 
-    def __init__(self, forward_s: Sequence[float], backward_s: Sequence[float], clock: Clock,
-                 gate: ParameterGate | None = None, tolerance_s: float = DEFAULT_TOLERANCE_S,
-                 gate_timeout_s: float | None = None, count_from: int = 0):
+    def __init__(
+        self,
+        forward_s: Sequence[float],
+        backward_s: Sequence[float],
+        clock: Clock,
+        gate: ParameterGate | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        gate_timeout_s: float | None = None,
+        count_from: int = 0,
+    ):
         if len(forward_s) != len(backward_s) or not forward_s:
-            raise ValueError(f"compute profile: {len(forward_s)} forward and {len(backward_s)} backward times "
-                             "(need the same number, at least one)")
+            raise ValueError(
+                f"compute profile: {len(forward_s)} forward and {len(backward_s)} backward times "
+                "(need the same number, at least one)"
+            )
         for t in (*forward_s, *backward_s):
             if not (math.isfinite(t) and t >= 0):
                 raise ValueError(f"compute profile: time {t!r} is not a finite number of seconds >= 0")
@@ -245,8 +263,10 @@ class ProfileCompute:
         Returns the deadline by which it ends."""
         self._need_iteration()
         if not self._next_forward <= layer < self.n_layers:
-            raise ValueError(f"forward: layer {layer} after layer {self._next_forward - 1} "
-                             f"(layers run 0..{self.n_layers - 1} once per iteration)")
+            raise ValueError(
+                f"forward: layer {layer} after layer {self._next_forward - 1} "
+                f"(layers run 0..{self.n_layers - 1} once per iteration)"
+            )
         while self._next_forward <= layer:
             lay = self._next_forward
             self._finish_pending()
@@ -276,8 +296,10 @@ class ProfileCompute:
         if layer in self.ready_at:
             return self.ready_at[layer]
         if not 0 <= layer <= self._next_backward:
-            raise ValueError(f"gradient_ready: layer {layer} is not below layer {self._next_backward + 1} "
-                             "(backward runs from the last layer down)")
+            raise ValueError(
+                f"gradient_ready: layer {layer} is not below layer {self._next_backward + 1} "
+                "(backward runs from the last layer down)"
+            )
         while self._next_backward >= layer:
             lay = self._next_backward
             self._cursor += self.backward_s[lay]

@@ -18,8 +18,9 @@ PS side:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -53,6 +54,7 @@ def message_layouts(layer_sizes: list[int], bucket_values: int) -> list[tuple[Me
 @dataclass(frozen=True)
 class MessageLayout:
     """A message's fixed shape: the same msg_id covers the same values every iteration."""
+
     msg_id: int
     n_values: int
     layer_starts: tuple[int, ...]  # value offset where each layer segment begins; first is 0
@@ -70,6 +72,7 @@ class MessageLayout:
 @dataclass
 class GradMessage:
     """One message of an iteration: a flat fp32 vector of consecutive layer segments."""
+
     layout: MessageLayout
     values: np.ndarray  # flat float32 (a numpy view of a torch tensor is fine)
     n_layers: int  # layers in the whole model, for the priority mapping
@@ -86,6 +89,7 @@ class Aggregate:
     `total[v]` is the sum of the contributions received for value v and `count[v]` how many
     contributions that is (0..world). Lossless: count == world everywhere.
     """
+
     msg_id: int
     total: np.ndarray  # float32
     count: np.ndarray  # uint16
@@ -96,6 +100,7 @@ class Aggregate:
 class ParamChunk:
     """Parameters of one message pulled from the PS; `lost[v]` marks values that did not arrive
     (the worker keeps its previous value there)."""
+
     values: np.ndarray  # float32
     lost: np.ndarray  # bool
 

@@ -29,6 +29,7 @@ class Profile:
 
     sizes: elements (fp32) per tensor; forward_s / backward_s: seconds of compute per tensor.
     """
+
     name: str
     names: tuple[str, ...]
     sizes: tuple[int, ...]
@@ -65,9 +66,12 @@ class Profile:
         """The same model on a device `compute` times slower (2.0 = every layer takes twice as long)."""
         if not (isinstance(compute, (int, float)) and math.isfinite(compute) and compute > 0):
             raise ValueError(f"scaled: compute factor must be a finite number > 0, got {compute!r}")
-        return replace(self, forward_s=tuple(t * compute for t in self.forward_s),
-                       backward_s=tuple(t * compute for t in self.backward_s),
-                       note=f"{self.note} [compute times x{compute:g}]".strip())
+        return replace(
+            self,
+            forward_s=tuple(t * compute for t in self.forward_s),
+            backward_s=tuple(t * compute for t in self.backward_s),
+            note=f"{self.note} [compute times x{compute:g}]".strip(),
+        )
 
 
 def _problem(p: Profile) -> str | None:
@@ -136,13 +140,18 @@ def profile_from_dict(data: dict, source: str = "profile") -> Profile:
     if not isinstance(note, str):
         raise ValueError(f"{source}: note: must be a string")
     name = data.get("model", Path(source).stem)
-    return Profile(name=str(name), names=tuple(names), sizes=tuple(data["sizes"]),
-                   forward_s=tuple(data["forward_s"]), backward_s=tuple(data["backward_s"]),
-                   note=note, source=source)
+    return Profile(
+        name=str(name),
+        names=tuple(names),
+        sizes=tuple(data["sizes"]),
+        forward_s=tuple(data["forward_s"]),
+        backward_s=tuple(data["backward_s"]),
+        note=note,
+        source=source,
+    )
 
 
-def synthetic_profile(layers, backward_ms: float, forward_ms: float = 0.0,
-                      name: str = "synthetic") -> Profile:
+def synthetic_profile(layers, backward_ms: float, forward_ms: float = 0.0, name: str = "synthetic") -> Profile:
     """A profile for the `synthetic` workload (dlcp/synthetic.py): one tensor per layer of
     `layers` (values), `backward_ms` of backward compute per iteration split equally over the
     layers (as the workload sleeps compute_ms / n_messages per message), `forward_ms` likewise
@@ -154,7 +163,12 @@ def synthetic_profile(layers, backward_ms: float, forward_ms: float = 0.0,
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"synthetic profile: {key}: must be a finite number >= 0, got {v!r}")
     n = len(layers)
-    return Profile(name=name, names=tuple(f"layer{i}" for i in range(n)), sizes=tuple(layers),
-                   forward_s=(forward_ms / 1e3 / n,) * n, backward_s=(backward_ms / 1e3 / n,) * n,
-                   note=f"synthetic: {n} layers, {backward_ms:g} ms backward and {forward_ms:g} ms "
-                        "forward per iteration, split equally over the layers")
+    return Profile(
+        name=name,
+        names=tuple(f"layer{i}" for i in range(n)),
+        sizes=tuple(layers),
+        forward_s=(forward_ms / 1e3 / n,) * n,
+        backward_s=(backward_ms / 1e3 / n,) * n,
+        note=f"synthetic: {n} layers, {backward_ms:g} ms backward and {forward_ms:g} ms "
+        "forward per iteration, split equally over the layers",
+    )

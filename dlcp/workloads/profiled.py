@@ -34,9 +34,11 @@ def workload_profile(workload: TrainingSettings) -> Profile | None:
         try:
             return load_profile(name)
         except ValueError:
-            raise ValueError(f"workload.profile: no bundled profile {name!r} for model {workload.model}; measure "
-                             f"one with `dlcp profile {workload.model} --dataset {workload.dataset} --batch-size "
-                             f"{workload.batch_size} --out FILE` and set workload.profile = FILE") from None
+            raise ValueError(
+                f"workload.profile: no bundled profile {name!r} for model {workload.model}; measure "
+                f"one with `dlcp profile {workload.model} --dataset {workload.dataset} --batch-size "
+                f"{workload.batch_size} --out FILE` and set workload.profile = FILE"
+            ) from None
     try:
         return load_profile(name)
     except ValueError as e:
@@ -53,15 +55,22 @@ def check_tensor_sizes(profile: Profile, sizes: Sequence[int], model: str) -> No
     """A real model times itself with a profile only if the profile describes its tensors."""
     if tuple(sizes) != profile.sizes:
         where = next((i for i, (a, b) in enumerate(zip(sizes, profile.sizes)) if a != b), min(len(sizes), len(profile)))
-        raise ValueError(f"workload.profile: {profile.source or profile.name} does not describe model {model}: "
-                         f"{len(profile)} tensors vs the model's {len(sizes)}, first difference at tensor {where}")
+        raise ValueError(
+            f"workload.profile: {profile.source or profile.name} does not describe model {model}: "
+            f"{len(profile)} tensors vs the model's {len(sizes)}, first difference at tensor {where}"
+        )
 
 
 GATE_TIMEOUT_S = 120.0  # parameters never released: a bug in the caller, not a reason to hang
 
 
-def make_profile_compute(profile: Profile, layer_tensors: Sequence[Sequence[int]], dilation: float,
-                         clock: Clock | None = None, warmup: int = 0) -> tuple[ProfileCompute, ParameterGate]:
+def make_profile_compute(
+    profile: Profile,
+    layer_tensors: Sequence[Sequence[int]],
+    dilation: float,
+    clock: Clock | None = None,
+    warmup: int = 0,
+) -> tuple[ProfileCompute, ParameterGate]:
     """The compute model of a workload whose layer l holds the profile's tensors layer_tensors[l],
     every time multiplied by `dilation`, with its parameter gate; lateness is counted from
     iteration `warmup` on."""
@@ -85,6 +94,7 @@ def check_workload(workload: TrainingSettings) -> Profile | None:
     if workload.model in TORCH_MODELS:
         from dlcp.workloads.trainer.data import load_dataset
         from dlcp.workloads.trainer.models import build_model
+
         data = load_dataset(workload.dataset)
         net = build_model(workload.model, data.in_shape, data.n_classes, 0)
         check_tensor_sizes(profile, [p.numel() for p in net.parameters()], workload.model)

@@ -13,6 +13,7 @@ def make_workload(config: WorkloadConfig, rank: int, world: int, fill: str = "re
     if config.model == "synthetic":
         return SyntheticWorkload(config, rank, world, fill)
     from dlcp.workloads.trainer.torch_workload import TorchWorkload  # torch loads only when a model needs it
+
     return TorchWorkload(config, rank, world, fill)
 
 
@@ -21,4 +22,5 @@ def make_server_workload(config: WorkloadConfig, fill: str = "rescale"):
     if config.model == "synthetic":
         return SyntheticServerWorkload(config, fill)
     from dlcp.workloads.trainer.torch_workload import TorchServerWorkload
+
     return TorchServerWorkload(config, fill)

@@ -29,6 +29,7 @@ def check_fill(name: str) -> str:
 
 class TrainingSettings(Settings):
     """What is trained and how (keys of the `workload` section)."""
+
     section: ClassVar[str] = "workload"
     model: ModelName = Field("cnn", description="model registry name")
     dataset: Dataset = Field("digits", description="scikit-learn digits, or a synthetic task")
@@ -40,30 +41,48 @@ class TrainingSettings(Settings):
     eval_every: int = Field(5, ge=0, description="0 = evaluate only at the end")
     bucket_values: int = Field(0, ge=0, description="0 = one message per layer")
     layers: list[Annotated[int, Field(ge=1)]] = Field(
-        list(DEFAULT_LAYERS), min_length=1, max_length=MAX_LAYERS,
-        description="synthetic model: layer sizes in values (default: LeNet-5's)")
+        list(DEFAULT_LAYERS),
+        min_length=1,
+        max_length=MAX_LAYERS,
+        description="synthetic model: layer sizes in values (default: LeNet-5's)",
+    )
     compute_ms: float = Field(0.0, ge=0, description="synthetic model: compute time per iteration")
-    compute: Compute = Field("real", description="compute time: what the CPU takes, or each layer's time from "
-                                                 "workload.profile (dlcp/workloads/profiled.py)")
-    profile: str = Field("", description="layer profile (bundled name or JSON file); empty = the torch model's "
-                                         "own <model>-<dataset>-b<batch_size>; synthetic: trains its tensor sizes")
+    compute: Compute = Field(
+        "real",
+        description="compute time: what the CPU takes, or each layer's time from "
+        "workload.profile (dlcp/workloads/profiled.py)",
+    )
+    profile: str = Field(
+        "",
+        description="layer profile (bundled name or JSON file); empty = the torch model's "
+        "own <model>-<dataset>-b<batch_size>; synthetic: trains its tensor sizes",
+    )
     warmup_iterations: int = Field(5, ge=0, description="first iterations left out of iteration and MCT statistics")
 
     @model_validator(mode="after")
     def _synthetic_lr(self):
         if self.model == "synthetic" and self.lr >= SYNTHETIC_LR_LIMIT:
-            raise BadValue("lr", f"{self.lr:g} is not below {SYNTHETIC_LR_LIMIT:g}, where SGD on the synthetic "
-                                 "problem diverges (its largest curvature is 5)")
+            raise BadValue(
+                "lr",
+                f"{self.lr:g} is not below {SYNTHETIC_LR_LIMIT:g}, where SGD on the synthetic "
+                "problem diverges (its largest curvature is 5)",
+            )
         return self
 
     @model_validator(mode="after")
     def _profile_compute(self):
         if self.compute == "profile" and self.compute_ms:
-            raise BadValue("compute_ms", "a sleep of the real-compute synthetic model; with compute = 'profile' "
-                                         "the profile's times apply (leave compute_ms at 0)")
+            raise BadValue(
+                "compute_ms",
+                "a sleep of the real-compute synthetic model; with compute = 'profile' "
+                "the profile's times apply (leave compute_ms at 0)",
+            )
         if self.compute == "profile" and self.model == "synthetic" and not self.profile:
-            raise BadValue("profile", "compute = 'profile' with the synthetic model needs a profile (a bundled "
-                                      "name such as resnet50, or a JSON file)")
+            raise BadValue(
+                "profile",
+                "compute = 'profile' with the synthetic model needs a profile (a bundled "
+                "name such as resnet50, or a JSON file)",
+            )
         return self
 
     def is_eval_iteration(self, iteration: int) -> bool:
@@ -73,6 +92,8 @@ class TrainingSettings(Settings):
 
 class WorkloadConfig(TrainingSettings):
     """What a worker or the PS trains: the experiment's workload keys and the run's seed."""
+
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses")
-    dilation: float = Field(1.0, ge=1, description="profile compute times are multiplied by it "
-                                                   "(the experiment's scale.dilation)")
+    dilation: float = Field(
+        1.0, ge=1, description="profile compute times are multiplied by it (the experiment's scale.dilation)"
+    )

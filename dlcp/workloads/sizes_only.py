@@ -10,7 +10,7 @@ It keeps O(messages) numbers, none per value: memory does not grow with the mode
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, message_layouts
 from dlcp.workloads.profiled import workload_profile

@@ -28,7 +28,7 @@ local (local = rescale at the PS, which has no gradient of its own).
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -39,8 +39,9 @@ from dlcp.workloads.settings import WorkloadConfig, check_fill
 NOISE_SIGMA = 1.0
 
 
-def fill_mean(agg: Aggregate, policy: str, previous: np.ndarray | None = None,
-              own: np.ndarray | None = None) -> np.ndarray:
+def fill_mean(
+    agg: Aggregate, policy: str, previous: np.ndarray | None = None, own: np.ndarray | None = None
+) -> np.ndarray:
     """Averaged gradient of `agg` under `policy` (the formulas of dlcp.workloads.trainer.fill)."""
     total = agg.total.astype(np.float32, copy=False)
     count = agg.count.astype(np.float32)
@@ -95,8 +96,9 @@ class SyntheticWorkload:
         self.timer = self.gate = None
         if config.compute == "profile":
             profile = workload_profile(config)
-            self.timer, self.gate = make_profile_compute(profile, [[i] for i in range(len(profile))],
-                                                         config.dilation, warmup=config.warmup_iterations)
+            self.timer, self.gate = make_profile_compute(
+                profile, [[i] for i in range(len(profile))], config.dilation, warmup=config.warmup_iterations
+            )
         self._own: dict[int, np.ndarray] = {}
         self._previous: dict[int, np.ndarray] = {}
         self.train_loss: float | None = None

@@ -59,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rate-pps", type=float, help="pace the frames at this rate (default: as fast as possible)")
     ap.add_argument("--cpu", type=int)
-    ap.add_argument("--realtime", action="store_true",
-                    help="run under SCHED_RR: on a shared machine the offered load is then the sender's, not "
-                         "what other processes leave it")
+    ap.add_argument(
+        "--realtime",
+        action="store_true",
+        help="run under SCHED_RR: on a shared machine the offered load is then the sender's, not "
+        "what other processes leave it",
+    )
     args = ap.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})

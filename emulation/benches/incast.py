@@ -45,6 +45,7 @@ PAYLOAD_FRACTION = 1400 / (1400 + 24 + 8 + 20 + 14)
 
 # --- one host of one run (its own process, inside its namespace) --------------------------------------
 
+
 def peer_main(args) -> int:
     import numpy as np
 
@@ -55,12 +56,15 @@ def peer_main(args) -> int:
     from dlcp.wire.tagging import TaggingConfig, tag_message
 
     senders = list(range(1, args.senders + 1))
-    cfg = TransportConfig(rank=args.rank, ip=args.ip, cc=args.cc, deadline_ms=5000, rcvbuf_bytes=32 << 20,
-                          **({} if args.host_mark_ms is None else {"host_mark_ms": args.host_mark_ms}))
-    if args.rank == RECV_RANK:
-        peers = [Peer(r, f"10.0.1.{r + 1}") for r in senders]
-    else:
-        peers = [Peer(RECV_RANK, "10.0.1.1")]
+    cfg = TransportConfig(
+        rank=args.rank,
+        ip=args.ip,
+        cc=args.cc,
+        deadline_ms=5000,
+        rcvbuf_bytes=32 << 20,
+        **({} if args.host_mark_ms is None else {"host_mark_ms": args.host_mark_ms}),
+    )
+    peers = [Peer(r, f"10.0.1.{r + 1}") for r in senders] if args.rank == RECV_RANK else [Peer(RECV_RANK, "10.0.1.1")]
     t = make_transport(cfg, peers)
     out = {"rank": args.rank, "pushes": []}
     try:
@@ -71,27 +75,49 @@ def peer_main(args) -> int:
                     t.recv(r, it, PHASE_PUSH, 1, timeout=args.timeout)
                 t.advance(it)
                 tags = tag_message(pull, [0], [0], 1, TaggingConfig(policy="fifo"))
-                handles = [t.send(r, packetize(pull, MessageId(job_id=1, src_rank=RECV_RANK, iter=it, msg_id=1,
-                                                               phase=PHASE_PULL), tags), SendInfo(rec_msg_id=1))
-                           for r in senders]  # the pulls release the next round
+                handles = [
+                    t.send(
+                        r,
+                        packetize(
+                            pull, MessageId(job_id=1, src_rank=RECV_RANK, iter=it, msg_id=1, phase=PHASE_PULL), tags
+                        ),
+                        SendInfo(rec_msg_id=1),
+                    )
+                    for r in senders
+                ]  # the pulls release the next round
                 for h in handles:
                     h.wait(args.timeout)
         else:
             n = args.size_kb * 1000 // 4
             g = np.random.default_rng(args.rank).standard_normal(n, dtype=np.float32)
-            tags = tag_message(g, np.linspace(0, n, N_LAYERS, endpoint=False).astype(np.int64),
-                               np.arange(N_LAYERS), N_LAYERS, TaggingConfig(policy="dlcp"))
+            tags = tag_message(
+                g,
+                np.linspace(0, n, N_LAYERS, endpoint=False).astype(np.int64),
+                np.arange(N_LAYERS),
+                N_LAYERS,
+                TaggingConfig(policy="dlcp"),
+            )
             t.connect(timeout=args.timeout)
             time.sleep(max(0.0, args.start_at - time.time()))
             for it in range(args.rounds):
-                batch = packetize(g, MessageId(job_id=1, src_rank=args.rank, iter=it, msg_id=1, phase=PHASE_PUSH),
-                                  tags)
-                res = t.send(RECV_RANK, batch, SendInfo(rec_msg_id=1, layer_first=0,
-                                                        layer_last=N_LAYERS - 1)).wait(args.timeout)
-                out["pushes"].append({"iter": it, "start_us": res.start_us, "complete_us": res.complete_us,
-                                      "bytes": n * 4, "pkts": len(batch), "lost": res.lost_pkts,
-                                      "protected_lost": res.protected_lost, "retx": res.retx_pkts,
-                                      "forced": res.forced, "rounds": res.rounds})
+                batch = packetize(g, MessageId(job_id=1, src_rank=args.rank, iter=it, msg_id=1, phase=PHASE_PUSH), tags)
+                res = t.send(RECV_RANK, batch, SendInfo(rec_msg_id=1, layer_first=0, layer_last=N_LAYERS - 1)).wait(
+                    args.timeout
+                )
+                out["pushes"].append(
+                    {
+                        "iter": it,
+                        "start_us": res.start_us,
+                        "complete_us": res.complete_us,
+                        "bytes": n * 4,
+                        "pkts": len(batch),
+                        "lost": res.lost_pkts,
+                        "protected_lost": res.protected_lost,
+                        "retx": res.retx_pkts,
+                        "forced": res.forced,
+                        "rounds": res.rounds,
+                    }
+                )
                 t.recv(RECV_RANK, it, PHASE_PULL, 1, timeout=args.timeout)
         out["stats"] = t.stats()
     finally:
@@ -102,15 +128,27 @@ def peer_main(args) -> int:
 
 # --- one run: namespaces, the switch, the hosts ----------------------------------------------------------
 
+
 def _runtime(lab_prefix: str, senders: int, link_mbps: float, ecn_k: int) -> dict:
     from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
+
     ports, routes = [], []
     for k in range(senders + 1):  # port k + 1: host 10.0.1.(k + 1); port 1 is the receiver's
-        ports.append(Port(k + 1, f"{lab_prefix}p{k + 1}", f"h{k}", _mac(k + 1),
-                          rate_mbps=link_mbps if k == 0 else None, queue_depth_pkts=128))
+        ports.append(
+            Port(
+                k + 1,
+                f"{lab_prefix}p{k + 1}",
+                f"h{k}",
+                _mac(k + 1),
+                rate_mbps=link_mbps if k == 0 else None,
+                queue_depth_pkts=128,
+            )
+        )
         routes.append(Route(f"10.0.1.{k + 1}/32", (k + 1,)))
-    return runtime_for(SwitchTopo("s1", 1, tuple(ports), tuple(routes)),
-                       SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="ref"))
+    return runtime_for(
+        SwitchTopo("s1", 1, tuple(ports), tuple(routes)),
+        SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="ref"),
+    )
 
 
 def _mac(port: int) -> str:
@@ -133,8 +171,19 @@ def run_once(senders: int, cc: str, args) -> dict:
             sh("tc", "qdisc", "replace", "dev", f"{p}h{k}", "root", "pfifo", "limit", "1000", ns=ns)
             for j in range(senders + 1):  # the switch forwards IPv4 only: no ARP
                 if j != k:
-                    sh("ip", "neigh", "replace", f"10.0.1.{j + 1}", "lladdr", "02:00:00:00:00:fe", "dev",
-                       f"{p}h{k}", "nud", "permanent", ns=ns)
+                    sh(
+                        "ip",
+                        "neigh",
+                        "replace",
+                        f"10.0.1.{j + 1}",
+                        "lladdr",
+                        "02:00:00:00:00:fe",
+                        "dev",
+                        f"{p}h{k}",
+                        "nud",
+                        "permanent",
+                        ns=ns,
+                    )
             hosts.append(ns)
         rt_path = Path(tmp) / "s1-runtime.json"
         rt_path.write_text(json.dumps(_runtime(p, senders, args.link_mbps, args.ecn_k)))
@@ -144,13 +193,40 @@ def run_once(senders: int, cc: str, args) -> dict:
         with contextlib.ExitStack() as files:
             try:
                 start_at = time.time() + 3.0 + 0.15 * senders
-                common = ["--senders", str(senders), "--size-kb", str(args.size_kb), "--rounds", str(args.rounds),
-                          "--cc", cc, "--timeout", str(args.timeout), "--start-at", str(start_at)] + \
-                    ([] if args.host_mark_ms is None else ["--host-mark-ms", str(args.host_mark_ms)])
+                common = [
+                    "--senders",
+                    str(senders),
+                    "--size-kb",
+                    str(args.size_kb),
+                    "--rounds",
+                    str(args.rounds),
+                    "--cc",
+                    cc,
+                    "--timeout",
+                    str(args.timeout),
+                    "--start-at",
+                    str(start_at),
+                ] + ([] if args.host_mark_ms is None else ["--host-mark-ms", str(args.host_mark_ms)])
                 env = dict(os.environ, PYTHONPATH=REPO)
                 for k, ns in enumerate(hosts):
-                    cmd = ["ip", "netns", "exec", ns, "nice", "-n", "0", sys.executable, "-m",
-                           "emulation.benches.incast", "--peer", "--rank", str(k), "--ip", f"10.0.1.{k + 1}", *common]
+                    cmd = [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "nice",
+                        "-n",
+                        "0",
+                        sys.executable,
+                        "-m",
+                        "emulation.benches.incast",
+                        "--peer",
+                        "--rank",
+                        str(k),
+                        "--ip",
+                        f"10.0.1.{k + 1}",
+                        *common,
+                    ]
                     # output to files: a host that logs a lot must not block on a pipe nobody reads yet
                     out_f = files.enter_context(open(Path(tmp) / f"h{k}.out", "w+"))
                     err_f = files.enter_context(open(Path(tmp) / f"h{k}.err", "w+"))
@@ -172,17 +248,21 @@ def _wait_hosts(procs: list, timeout: float) -> list[dict]:
     """Each host's JSON line (`procs`: (process, stdout file, stderr file)), once all have exited; the
     first host to fail (or the time limit) ends the run at once with that host's error, rather than
     after the others time out waiting for it."""
+
     def failed(k, pr, err_f):
         err_f.seek(0)
         return RuntimeError(f"host {k} failed ({pr.returncode}): {err_f.read().strip()[-400:]}")
+
     deadline = time.monotonic() + timeout
     while any(pr.poll() is None for pr, _, _ in procs):
         for k, (pr, _, err_f) in enumerate(procs):
             if pr.poll() not in (None, 0):
                 raise failed(k, pr, err_f)
         if time.monotonic() > deadline:
-            raise RuntimeError(f"hosts {[k for k, (pr, _, _) in enumerate(procs) if pr.poll() is None]} still "
-                               f"running after {timeout:.0f} s")
+            raise RuntimeError(
+                f"hosts {[k for k, (pr, _, _) in enumerate(procs) if pr.poll() is None]} still "
+                f"running after {timeout:.0f} s"
+            )
         time.sleep(0.1)
     outs = []
     for k, (pr, out_f, err_f) in enumerate(procs):
@@ -207,17 +287,33 @@ def _figures(outs: list[dict], senders: int, args, counters: dict) -> dict:
     run_s = (max(p["complete_us"] for p in pushes) - min(p["start_us"] for p in pushes)) / 1e6
     tx_bits = 8 * sum(p.get("tx_bytes", 0) for p in counters.get("ports", []) if p.get("port") == 1)
     windows = [w for o in outs[1:] for w in o["stats"].get("cc", {}).values()]
-    return {"goodput_fraction": delivered_bits / span_s / link_bps if span_s else 0.0,
-            "forced": sum(p["forced"] for p in pushes), "protected_lost": sum(p["protected_lost"] for p in pushes),
-            "lost": sum(p["lost"] for p in pushes), "retx": sum(p["retx"] for p in pushes),
-            "mct_p99_over_ideal": _percentile(mct, 0.99) / ideal_us,
-            "tail_drops": sum(q["tail_drop_pkts"] for q in port), "early_drops": sum(q["early_drop_pkts"] for q in port),
-            "ce_marked": sum(r["ce_marked_pkts"] for r in counters.get("ecn_marks", []) if r["port"] == 1),
-            "host_marked": outs[0]["stats"].get("host_marked", 0),
-            "link_busy": tx_bits / run_s / link_bps if run_s else 0.0,  # the bottleneck sending, of the run
-            "window": {k: statistics.median(w[k] for w in windows if w.get(k) is not None)
-                       for k in ("cwnd", "alpha", "srtt_ms", "reductions_ecn", "reductions_loss", "reductions_undone",
-                                 "declared_lost", "spurious_lost") if any(w.get(k) is not None for w in windows)}}
+    return {
+        "goodput_fraction": delivered_bits / span_s / link_bps if span_s else 0.0,
+        "forced": sum(p["forced"] for p in pushes),
+        "protected_lost": sum(p["protected_lost"] for p in pushes),
+        "lost": sum(p["lost"] for p in pushes),
+        "retx": sum(p["retx"] for p in pushes),
+        "mct_p99_over_ideal": _percentile(mct, 0.99) / ideal_us,
+        "tail_drops": sum(q["tail_drop_pkts"] for q in port),
+        "early_drops": sum(q["early_drop_pkts"] for q in port),
+        "ce_marked": sum(r["ce_marked_pkts"] for r in counters.get("ecn_marks", []) if r["port"] == 1),
+        "host_marked": outs[0]["stats"].get("host_marked", 0),
+        "link_busy": tx_bits / run_s / link_bps if run_s else 0.0,  # the bottleneck sending, of the run
+        "window": {
+            k: statistics.median(w[k] for w in windows if w.get(k) is not None)
+            for k in (
+                "cwnd",
+                "alpha",
+                "srtt_ms",
+                "reductions_ecn",
+                "reductions_loss",
+                "reductions_undone",
+                "declared_lost",
+                "spurious_lost",
+            )
+            if any(w.get(k) is not None for w in windows)
+        },
+    }
 
 
 def _percentile(sorted_values: list, q: float) -> float:
@@ -231,17 +327,26 @@ def _percentile(sorted_values: list, q: float) -> float:
 
 def _row(senders: int, cc: str, runs: list[dict]) -> dict:
     med = lambda k: statistics.median(r[k] for r in runs)
-    return {"senders": senders, "cc": cc, "runs": len(runs),
-            "goodput_fraction": med("goodput_fraction"),
-            "goodput_fraction_min": min(r["goodput_fraction"] for r in runs),
-            "goodput_fraction_max": max(r["goodput_fraction"] for r in runs),
-            "forced": max(r["forced"] for r in runs), "protected_lost": max(r["protected_lost"] for r in runs),
-            "mct_p99_over_ideal": med("mct_p99_over_ideal"),
-            "mct_p99_over_ideal_min": min(r["mct_p99_over_ideal"] for r in runs),
-            "mct_p99_over_ideal_max": max(r["mct_p99_over_ideal"] for r in runs),
-            "lost": max(r["lost"] for r in runs), "retx": max(r["retx"] for r in runs),
-            "tail_drops": max(r["tail_drops"] for r in runs), "early_drops": max(r["early_drops"] for r in runs),
-            "ce_marked": med("ce_marked"), "host_marked": med("host_marked"), "link_busy": med("link_busy")}
+    return {
+        "senders": senders,
+        "cc": cc,
+        "runs": len(runs),
+        "goodput_fraction": med("goodput_fraction"),
+        "goodput_fraction_min": min(r["goodput_fraction"] for r in runs),
+        "goodput_fraction_max": max(r["goodput_fraction"] for r in runs),
+        "forced": max(r["forced"] for r in runs),
+        "protected_lost": max(r["protected_lost"] for r in runs),
+        "mct_p99_over_ideal": med("mct_p99_over_ideal"),
+        "mct_p99_over_ideal_min": min(r["mct_p99_over_ideal"] for r in runs),
+        "mct_p99_over_ideal_max": max(r["mct_p99_over_ideal"] for r in runs),
+        "lost": max(r["lost"] for r in runs),
+        "retx": max(r["retx"] for r in runs),
+        "tail_drops": max(r["tail_drops"] for r in runs),
+        "early_drops": max(r["early_drops"] for r in runs),
+        "ce_marked": med("ce_marked"),
+        "host_marked": med("host_marked"),
+        "link_busy": med("link_busy"),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -250,21 +355,31 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="dlcp bench incast", description=__doc__.splitlines()[0])
     ap.add_argument("--senders", default="4,8,16", help="comma-separated sender counts")
     ap.add_argument("--cc", default="dctcp,none", help="comma-separated congestion control modes")
-    ap.add_argument("--link-mbps", type=float, default=50.0,
-                    help="rate of the switch port toward the receiver (50: the experiments' host links)")
+    ap.add_argument(
+        "--link-mbps",
+        type=float,
+        default=50.0,
+        help="rate of the switch port toward the receiver (50: the experiments' host links)",
+    )
     ap.add_argument("--size-kb", type=int, default=500, help="push size per sender and round, kB (10^3 bytes)")
     ap.add_argument("--rounds", type=int, default=5, help="push rounds per run")
     ap.add_argument("--repeats", type=int, default=3, help="runs per configuration (median and range reported)")
     ap.add_argument("--ecn-k", type=int, default=None, help="switch ECN threshold (default: the switch default)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds one host may wait for a message")
-    ap.add_argument("--host-mark-ms", type=float, default=None,
-                    help="the receiver's host_mark_ms (default: the transport's default; 0: off)")
+    ap.add_argument(
+        "--host-mark-ms",
+        type=float,
+        default=None,
+        help="the receiver's host_mark_ms (default: the transport's default; 0: off)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
         sender_counts = [int(x) for x in args.senders.split(",")]
     except ValueError:
-        raise SystemExit(f"dlcp bench incast: --senders {args.senders!r} is not a comma-separated list of integers")
+        raise SystemExit(
+            f"dlcp bench incast: --senders {args.senders!r} is not a comma-separated list of integers"
+        ) from None
     ccs = args.cc.split(",")
     if not all(1 <= n <= 60 for n in sender_counts) or not set(ccs) <= {"dctcp", "none"}:
         raise SystemExit("dlcp bench incast: --senders takes 1..60 each, --cc takes dctcp and/or none")
@@ -274,6 +389,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit("dlcp bench incast: needs root (network namespaces and the built-in switch)")
     if args.ecn_k is None:
         from dlcp.network.pipeline_names import DEFAULT_ECN_K
+
         args.ecn_k = DEFAULT_ECN_K
     rows = []
     for n in sender_counts:
@@ -281,27 +397,51 @@ def main(argv: list[str]) -> int:
             runs = []
             for i in range(args.repeats):
                 r = run_once(n, cc, args)
-                print(f"  {n} senders, cc {cc}, run {i + 1}: goodput {r['goodput_fraction']:.3f} of the link, "
-                      f"forced {r['forced']}, protected lost {r['protected_lost']}, p99 MCT "
-                      f"{r['mct_p99_over_ideal']:.2f}x ideal, retx {r['retx']}, tail drops {r['tail_drops']}, "
-                      f"CE {r['ce_marked']} (+{r['host_marked']} host), link busy {r['link_busy']:.3f}, senders' "
-                      f"windows (median) {r['window']}", file=sys.stderr, flush=True)
+                print(
+                    f"  {n} senders, cc {cc}, run {i + 1}: goodput {r['goodput_fraction']:.3f} of the link, "
+                    f"forced {r['forced']}, protected lost {r['protected_lost']}, p99 MCT "
+                    f"{r['mct_p99_over_ideal']:.2f}x ideal, retx {r['retx']}, tail drops {r['tail_drops']}, "
+                    f"CE {r['ce_marked']} (+{r['host_marked']} host), link busy {r['link_busy']:.3f}, senders' "
+                    f"windows (median) {r['window']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 runs.append(r)
             rows.append(_row(n, cc, runs))
-    table = [{"senders": r["senders"], "cc": r["cc"], "runs": r["runs"],
-              "goodput_fraction": f"{r['goodput_fraction']:.3f} ({r['goodput_fraction_min']:.3f}-"
-                                  f"{r['goodput_fraction_max']:.3f})",
-              "forced": r["forced"], "protected_lost": r["protected_lost"],
-              "mct_p99_over_ideal": f"{r['mct_p99_over_ideal']:.2f} ({r['mct_p99_over_ideal_min']:.2f}-"
-                                    f"{r['mct_p99_over_ideal_max']:.2f})",
-              "lost": r["lost"], "retx": r["retx"], "tail_drops": r["tail_drops"], "ce_marked": r["ce_marked"]}
-             for r in rows]
+    table = [
+        {
+            "senders": r["senders"],
+            "cc": r["cc"],
+            "runs": r["runs"],
+            "goodput_fraction": f"{r['goodput_fraction']:.3f} ({r['goodput_fraction_min']:.3f}-"
+            f"{r['goodput_fraction_max']:.3f})",
+            "forced": r["forced"],
+            "protected_lost": r["protected_lost"],
+            "mct_p99_over_ideal": f"{r['mct_p99_over_ideal']:.2f} ({r['mct_p99_over_ideal_min']:.2f}-"
+            f"{r['mct_p99_over_ideal_max']:.2f})",
+            "lost": r["lost"],
+            "retx": r["retx"],
+            "tail_drops": r["tail_drops"],
+            "ce_marked": r["ce_marked"],
+        }
+        for r in rows
+    ]
     if args.host_mark_ms is not None and args.host_mark_ms < 0:
         raise SystemExit("dlcp bench incast: --host-mark-ms must be >= 0")
-    emit(f"incast: N senders push {args.size_kb} kB each per round to one receiver through a {args.link_mbps:g} "
-         f"Mbit/s switch port, {args.rounds} rounds, median (range) of {args.repeats} runs; goodput ceiling "
-         f"{PAYLOAD_FRACTION:.3f}", table, {"link_mbps": args.link_mbps, "size_kb": args.size_kb,
-                                            "rounds": args.rounds, "ecn_k": args.ecn_k, "rows": rows}, args.json)
+    emit(
+        f"incast: N senders push {args.size_kb} kB each per round to one receiver through a {args.link_mbps:g} "
+        f"Mbit/s switch port, {args.rounds} rounds, median (range) of {args.repeats} runs; goodput ceiling "
+        f"{PAYLOAD_FRACTION:.3f}",
+        table,
+        {
+            "link_mbps": args.link_mbps,
+            "size_kb": args.size_kb,
+            "rounds": args.rounds,
+            "ecn_k": args.ecn_k,
+            "rows": rows,
+        },
+        args.json,
+    )
     return 0
 
 

@@ -41,6 +41,7 @@ def slowest_iterations_ms(run_dir: Path) -> list[float]:
 def paired_ratio(values: list[float], baseline: list[float], seed: int = 0) -> tuple[float, float, float]:
     """(mean ratio, 95 % low, high) of values[i] / baseline[i] over pairs i (see the module docstring)."""
     from scipy import stats
+
     r = np.asarray(values, float) / np.asarray(baseline, float)
     n = len(r)
     if n < 2:
@@ -51,23 +52,52 @@ def paired_ratio(values: list[float], baseline: list[float], seed: int = 0) -> t
     return float(r.mean()), float(r.mean()) - half, float(r.mean()) + half
 
 
-def emulated(config: str, key: str, values: list[str], repeats: int, iterations: int, out: Path, seed: int = 1,
-             overrides: list[str] = ()) -> dict:
+def emulated(
+    config: str,
+    key: str,
+    values: list[str],
+    repeats: int,
+    iterations: int,
+    out: Path,
+    seed: int = 1,
+    overrides: list[str] = (),
+) -> dict:
     """Run `config` with `key` set to each of `values` (the first is the baseline), `repeats` times."""
     from emulation import runner
+
     medians: dict[str, list[float]] = {v: [] for v in values}
     dirs = []
     for rep in range(1, repeats + 1):
-        results = runner.run(config, [*overrides, f"seed={seed + rep - 1}", f"workload.iterations={iterations}"], None,
-                             str(out / f"rep{rep}"), with_report=False, vary=[f"{key}={','.join(values)}"])
+        results = runner.run(
+            config,
+            [*overrides, f"seed={seed + rep - 1}", f"workload.iterations={iterations}"],
+            None,
+            str(out / f"rep{rep}"),
+            with_report=False,
+            vary=[f"{key}={','.join(values)}"],
+        )
         dirs.append(str(results))
         for v in values:
             medians[v].append(statistics.median(slowest_iterations_ms(results / v)))
     rows = []
     for v in values:
         point, lo, hi = paired_ratio(medians[v], medians[values[0]])
-        rows.append({key: v, "iteration_ms": round(statistics.median(medians[v]), 1),
-                     "per_repeat_ms": [round(m, 1) for m in medians[v]], "ratio": round(point, 3),
-                     "ci95_low": round(lo, 3), "ci95_high": round(hi, 3)})
-    return {"config": config, "key": key, "repeats": repeats, "iterations": iterations, "baseline": values[0],
-            "runs": dirs, "rows": rows}
+        rows.append(
+            {
+                key: v,
+                "iteration_ms": round(statistics.median(medians[v]), 1),
+                "per_repeat_ms": [round(m, 1) for m in medians[v]],
+                "ratio": round(point, 3),
+                "ci95_low": round(lo, 3),
+                "ci95_high": round(hi, 3),
+            }
+        )
+    return {
+        "config": config,
+        "key": key,
+        "repeats": repeats,
+        "iterations": iterations,
+        "baseline": values[0],
+        "runs": dirs,
+        "rows": rows,
+    }

@@ -64,8 +64,12 @@ def dlcp_frame(frame_bytes: int = FRAME_BYTES) -> bytes:
     from scapy.packet import Raw
 
     head = DlcpHeader(prio=3, drop_prec=1, n_pkts=1000, seq=1).pack()
-    pkt = (Ether(src=SRC_MAC, dst=DST_MAC) / IP(src=SRC_IP, dst=DST_IP, ttl=64, tos=tos_of(3, 1))
-           / UDP(sport=40000, dport=DATA_PORT) / Raw(head + bytes(frame_bytes - 42 - len(head))))
+    pkt = (
+        Ether(src=SRC_MAC, dst=DST_MAC)
+        / IP(src=SRC_IP, dst=DST_IP, ttl=64, tos=tos_of(3, 1))
+        / UDP(sport=40000, dport=DATA_PORT)
+        / Raw(head + bytes(frame_bytes - 42 - len(head)))
+    )
     frame = bytes(pkt)
     assert len(frame) == frame_bytes, len(frame)
     return frame
@@ -85,20 +89,27 @@ def bench_runtime(in_intf: str, out_intf: str) -> dict:
             e(P.CLASSIFY, P.CLASSIFY_FROM_DLCP, {}, match={"dlcp_valid": 1}, priority=10),
             e(P.CLASSIFY, P.CLASSIFY_FROM_DSCP, {}, match={"dlcp_valid": 0}, priority=10),
             # deep queues: the bench measures forwarding, and a paced burst must not meet admission drops
-            e(P.QUEUE_THRESHOLDS, P.SET_THRESHOLDS, {"qmax": BENCH_QUEUE_PKTS, "k1": BENCH_QUEUE_PKTS,
-                                                     "k2": BENCH_QUEUE_PKTS, "k3": BENCH_QUEUE_PKTS},
-              default_action=True),
+            e(
+                P.QUEUE_THRESHOLDS,
+                P.SET_THRESHOLDS,
+                {"qmax": BENCH_QUEUE_PKTS, "k1": BENCH_QUEUE_PKTS, "k2": BENCH_QUEUE_PKTS, "k3": BENCH_QUEUE_PKTS},
+                default_action=True,
+            ),
         ],
-        "ports": [{"port": 1, "intf": in_intf, "queue_depth_pkts": BENCH_QUEUE_PKTS + 1},
-                  {"port": 2, "intf": out_intf, "queue_depth_pkts": BENCH_QUEUE_PKTS + 1}],
+        "ports": [
+            {"port": 1, "intf": in_intf, "queue_depth_pkts": BENCH_QUEUE_PKTS + 1},
+            {"port": 2, "intf": out_intf, "queue_depth_pkts": BENCH_QUEUE_PKTS + 1},
+        ],
     }
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
 
+
 @dataclass
 class CpuSnapshot:
     """/proc/stat per core (jiffies by field) and the CPU seconds of the processes followed."""
+
     at: float
     cores: dict[int, dict[str, int]]
     procs: dict[str, tuple[float, float]]  # name -> (user, system) CPU seconds
@@ -172,6 +183,7 @@ def steer_receive(intf: str, ns: str, cpu: int) -> None:
 
 # --- the bench -------------------------------------------------------------------------------------------
 
+
 class Bench:
     def __init__(self, lab: Lab, args, workdir: Path):
         self.lab, self.args, self.workdir = lab, args, workdir
@@ -192,17 +204,38 @@ class Bench:
             d.close()
 
     def start_sender(self, seconds: float, rate_kpps: float | None, tx_if: str | None = None) -> subprocess.Popen:
-        cmd = ["ip", "netns", "exec", self.snd, sys.executable, "-m", "emulation.benches.blaster",
-               "--intf", tx_if or self.tx_if, "--frame-hex", self.frame.hex(), "--seconds", str(seconds)]
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            self.snd,
+            sys.executable,
+            "-m",
+            "emulation.benches.blaster",
+            "--intf",
+            tx_if or self.tx_if,
+            "--frame-hex",
+            self.frame.hex(),
+            "--seconds",
+            str(seconds),
+        ]
         if rate_kpps:
             cmd += ["--rate-pps", str(rate_kpps * 1e3)]
         if self.args.sender_cpu is not None:
             cmd += ["--cpu", str(self.args.sender_cpu), "--realtime"]
         return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def measure(self, label: str, seconds: float, rate_kpps: float | None = None, switch_pid: int | None = None,
-                control: Path | None = None, tx_if: str | None = None, rx_if: str | None = None,
-                sw_out: tuple[str, str | None] | None = None) -> dict:
+    def measure(
+        self,
+        label: str,
+        seconds: float,
+        rate_kpps: float | None = None,
+        switch_pid: int | None = None,
+        control: Path | None = None,
+        tx_if: str | None = None,
+        rx_if: str | None = None,
+        sw_out: tuple[str, str | None] | None = None,
+    ) -> dict:
         """Offer frames (paced at rate_kpps, or as fast as the sender goes) for warm-up + seconds; the
         forwarded rate is what reached the receiver's interface. sw_out: the switch's output
         interface and its namespace, whose send drops are the receiver side's (harness drops)."""
@@ -226,11 +259,15 @@ class Bench:
         secs = after["cpu"].at - before["cpu"].at
         d = {k: after[k] - before[k] for k in ("rx", "sent", "harness_drops", "switch_socket_drops")}
         kpps = d["rx"] / secs / 1e3
-        row = {"dataplane": label, "kpps": kpps, "Mbit_s": kpps * 1e3 * FRAME_BYTES * 8 / 1e6,
-               "offered_kpps": d["sent"] / secs / 1e3,
-               "switch_socket_drops_kpps": d["switch_socket_drops"] / secs / 1e3 if control else None,
-               "harness_drops": d["harness_drops"],
-               **cpu_shares(before["cpu"], after["cpu"], a.switch_cpu if switch_pid else None)}
+        row = {
+            "dataplane": label,
+            "kpps": kpps,
+            "Mbit_s": kpps * 1e3 * FRAME_BYTES * 8 / 1e6,
+            "offered_kpps": d["sent"] / secs / 1e3,
+            "switch_socket_drops_kpps": d["switch_socket_drops"] / secs / 1e3 if control else None,
+            "harness_drops": d["harness_drops"],
+            **cpu_shares(before["cpu"], after["cpu"], a.switch_cpu if switch_pid else None),
+        }
         if switch_pid and row.get("switch_cpu"):
             row["kpps_per_cpu"] = kpps / row["switch_cpu"]
             (u0, s0), (u1, s1) = before["cpu"].procs["switch"], after["cpu"].procs["switch"]
@@ -238,8 +275,9 @@ class Bench:
             row["user_us_per_pkt"], row["sys_us_per_pkt"] = (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6
         return row
 
-    def _counters(self, tx_if: str, rx_if: str, sw_out: tuple[str, str | None], control: Path | None,
-                  pids: dict) -> dict:
+    def _counters(
+        self, tx_if: str, rx_if: str, sw_out: tuple[str, str | None], control: Path | None, pids: dict
+    ) -> dict:
         """Counters of the interval's edges: the sender's and the receiver's back to back (their
         difference is the measurement), then the rest."""
         sent = self.netdev[self.snd].read(tx_if)
@@ -249,13 +287,20 @@ class Bench:
         drops = 0
         if control is not None:
             from emulation.refswitch.switch import control_request
+
             ports = control_request(control, "counters", timeout=5)["counters"]["ports"]
             drops = next(p["rx_kernel_drops"] for p in ports if p["port"] == 1)
-        return {"rx": rx["rx_packets"], "sent": sent["tx_packets"],
-                "harness_drops": rx["rx_dropped"] + out["tx_dropped"], "switch_socket_drops": drops, "cpu": cpu}
+        return {
+            "rx": rx["rx_packets"],
+            "sent": sent["tx_packets"],
+            "harness_drops": rx["rx_dropped"] + out["tx_dropped"],
+            "switch_socket_drops": drops,
+            "cpu": cpu,
+        }
 
-    def find_load(self, switch_pid: int, control: Path | None, start_kpps: float = LADDER_START_KPPS,
-                  **where) -> tuple[float, list[dict], str]:
+    def find_load(
+        self, switch_pid: int, control: Path | None, start_kpps: float = LADDER_START_KPPS, **where
+    ) -> tuple[float, list[dict], str]:
         """The offered load for the measurement: the first load of the ladder the switch does not
         keep up with; (load in kpps, the ladder's rows, why it stopped). `where`: measure()'s
         interfaces when they are not the default pair."""
@@ -264,8 +309,11 @@ class Bench:
             row = self.measure(f"ladder {rate:.0f} kpps", self.args.probe_seconds, rate, switch_pid, control, **where)
             ladder.append(row)
             if row["offered_kpps"] < 0.9 * rate:
-                return row["offered_kpps"], ladder, (f"the sender reached only {row['offered_kpps']:.0f} of "
-                                                     f"{rate:.0f} kpps: harness-limited")
+                return (
+                    row["offered_kpps"],
+                    ladder,
+                    (f"the sender reached only {row['offered_kpps']:.0f} of {rate:.0f} kpps: harness-limited"),
+                )
             if row["kpps"] < KEEPS_UP * row["offered_kpps"]:
                 return rate, ladder, f"the switch forwarded {row['kpps']:.0f} of {row['offered_kpps']:.0f} kpps"
             rate *= LADDER_STEP
@@ -276,9 +324,25 @@ class Bench:
         rt = self.workdir / "bench-runtime.json"
         rt.write_text(json.dumps(bench_runtime(self.p1, self.p2)))
         control = self.workdir / "control.sock"
-        cmd = ["ip", "netns", "exec", self.sw, sys.executable, "-m", "emulation.refswitch", "--runtime", str(rt),
-               "--counters", str(self.workdir / "counters.json"), "--control", str(control),
-               "--batch", str(self.args.batch), "--engine", self.args.engine]
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            self.sw,
+            sys.executable,
+            "-m",
+            "emulation.refswitch",
+            "--runtime",
+            str(rt),
+            "--counters",
+            str(self.workdir / "counters.json"),
+            "--control",
+            str(control),
+            "--batch",
+            str(self.args.batch),
+            "--engine",
+            self.args.engine,
+        ]
         if self.args.switch_cpu is not None:
             cmd += ["--cpu", str(self.args.switch_cpu)]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -295,10 +359,15 @@ class Bench:
                 load, ladder, why = self.args.offered_kpps, [], "given by --offered-kpps"
             else:
                 load, ladder, why = self.find_load(proc.pid, control)
-            print(f"bench switch: offering {load:.0f} kpps ({why}); {self.args.repeats} x {self.args.seconds:g} s",
-                  file=sys.stderr, flush=True)
-            rows = [self.measure(f"{label} #{i + 1}", self.args.seconds, load, proc.pid, control)
-                    for i in range(self.args.repeats)]
+            print(
+                f"bench switch: offering {load:.0f} kpps ({why}); {self.args.repeats} x {self.args.seconds:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            rows = [
+                self.measure(f"{label} #{i + 1}", self.args.seconds, load, proc.pid, control)
+                for i in range(self.args.repeats)
+            ]
         finally:
             stop_child(proc, grace_s=10)
         return rows, {"offered_kpps": load, "load_search": why, "ladder": ladder, "realtime": realtime}
@@ -321,6 +390,7 @@ class Bench:
         a second pair of veths in the root namespace (the sender and receiver stay where they are)."""
         from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
         from emulation.bmv2 import switch as bmv2switch
+
         try:
             bmv2switch.toolchain()
         except bmv2switch.SwitchStartError as e:
@@ -329,12 +399,21 @@ class Bench:
         tx_if, q1, q2, rx_if = f"{p}c", f"{p}q1", f"{p}q2", f"{p}d"
         self.lab.veth(tx_if, self.snd, q1, None)
         self.lab.veth(q2, None, rx_if, self.rcv)
-        topo = SwitchTopo(f"{p}bm", 1, (Port(1, q1, "snd", SRC_MAC, queue_depth_pkts=None),
-                                        Port(2, q2, "rcv", OUT_MAC, queue_depth_pkts=None)),
-                          (Route(f"{DST_IP}/32", (2,)),))
+        topo = SwitchTopo(
+            f"{p}bm",
+            1,
+            (Port(1, q1, "snd", SRC_MAC, queue_depth_pkts=None), Port(2, q2, "rcv", OUT_MAC, queue_depth_pkts=None)),
+            (Route(f"{DST_IP}/32", (2,)),),
+        )
         runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_rr"))
-        sw = bmv2switch.start_bmv2(topo.name, runtime, {1: q1, 2: q2}, self.workdir, grpc_port=bmv2switch.free_port(),
-                                   thrift_port=bmv2switch.free_port())
+        sw = bmv2switch.start_bmv2(
+            topo.name,
+            runtime,
+            {1: q1, 2: q2},
+            self.workdir,
+            grpc_port=bmv2switch.free_port(),
+            thrift_port=bmv2switch.free_port(),
+        )
         where = {"tx_if": tx_if, "rx_if": rx_if, "sw_out": (q2, None)}
         try:
             if self.args.switch_cpu is not None:  # the same placement as the built-in switch
@@ -355,11 +434,17 @@ def spread(values: list[float]) -> dict:
 
 def summary_row(rows: list[dict]) -> dict:
     """The median of the repeats, with min-max of the forwarded rate in the note."""
-    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]
-           if isinstance(rows[0][k], (int, float)) and all(isinstance(r.get(k), (int, float)) for r in rows)}
+    med = {
+        k: statistics.median(r[k] for r in rows)
+        for k in rows[0]
+        if isinstance(rows[0][k], (int, float)) and all(isinstance(r.get(k), (int, float)) for r in rows)
+    }
     kpps = [r["kpps"] for r in rows]
-    return {**med, "dataplane": f"refswitch, median of {len(rows)}",
-            "note": f"forwarded {min(kpps):.0f}-{max(kpps):.0f} kpps over the runs"}
+    return {
+        **med,
+        "dataplane": f"refswitch, median of {len(rows)}",
+        "note": f"forwarded {min(kpps):.0f}-{max(kpps):.0f} kpps over the runs",
+    }
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -370,10 +455,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--probe-seconds", type=float, default=1.0, help="measured interval per step of the load ladder")
     ap.add_argument("--offered-kpps", type=float, help="offer this load instead of searching for it")
     ap.add_argument("--batch", type=int, default=64, help="refswitch frames per recvmmsg/sendmmsg")
-    ap.add_argument("--switch-cpu", type=int, help="the switch's core (-1: no pinning; default 1 on a multi-core "
-                    "machine)")
-    ap.add_argument("--sender-cpu", type=int, help="the core of the sender and of the receive work (-1: no "
-                    "pinning; default 0 on a multi-core machine)")
+    ap.add_argument(
+        "--switch-cpu", type=int, help="the switch's core (-1: no pinning; default 1 on a multi-core machine)"
+    )
+    ap.add_argument(
+        "--sender-cpu",
+        type=int,
+        help="the core of the sender and of the receive work (-1: no pinning; default 0 on a multi-core machine)",
+    )
     ap.add_argument("--engine", choices=("auto", "c", "python"), default="auto", help="refswitch engine")
     ap.add_argument("--no-bridge", action="store_true")
     ap.add_argument("--json", action="store_true")
@@ -410,24 +499,52 @@ def bench_switch(argv: list[str]) -> int:
     else:
         rows.append({"dataplane": "bmv2 simple_switch", "note": f"not measured: {why.split(': install')[0]}"})
     softirq = sorted({k for r in rows for k in r if k.endswith("_softirq")})
-    cols = ["dataplane", "kpps", "offered_kpps", "switch_socket_drops_kpps", "harness_drops", "switch_cpu",
-            "kpps_per_cpu", "user_us_per_pkt", "sys_us_per_pkt", "sender_cpu", *softirq, "switch_core_other", "note"]
+    cols = [
+        "dataplane",
+        "kpps",
+        "offered_kpps",
+        "switch_socket_drops_kpps",
+        "harness_drops",
+        "switch_cpu",
+        "kpps_per_cpu",
+        "user_us_per_pkt",
+        "sys_us_per_pkt",
+        "sender_cpu",
+        *softirq,
+        "switch_core_other",
+        "note",
+    ]
     kpps = [r["kpps"] for r in ref_rows]
     r1 = lambda v: None if v is None else round(v, 1)
     r2 = lambda v: None if v is None else round(v, 2)
-    result = {"ref_kpps": r1(ref["kpps"]), "ref_kpps_runs": [r1(k) for k in kpps],
-              "ref_kpps_min": r1(min(kpps)), "ref_kpps_max": r1(max(kpps)),
-              "ref_switch_cpu": r2(ref.get("switch_cpu")), "ref_kpps_per_cpu": r1(ref.get("kpps_per_cpu")),
-              "ref_sender_cpu": r2(ref.get("sender_cpu")), "ref_switch_core_other": r2(ref.get("switch_core_other")),
-              "ref_harness_drops": int(sum(r["harness_drops"] for r in ref_rows)),
-              "offered_kpps": r1(found["offered_kpps"]), "load_search": found["load_search"],
-              "switch_realtime": found["realtime"],
-              "bridge_kpps": r1(bridge["kpps"]) if bridge else None, "bmv2_kpps": r1(bmv2["kpps"]) if bmv2 else None,
-              "frame_bytes": FRAME_BYTES, "switch_cpu_core": args.switch_cpu, "sender_cpu_core": args.sender_cpu,
-              "cores": os.cpu_count(), "loadavg_1_5_15": [round(x, 2) for x in load]}
-    emit(f"switch forwarding, {FRAME_BYTES}-byte DLCP frames, port 1 -> port 2: switch alone on cpu {args.switch_cpu}"
-         f"{' (SCHED_RR)' if found['realtime'] else ''}, sender and receive work on cpu {args.sender_cpu}; offered "
-         f"{found['offered_kpps']:.0f} kpps ({found['load_search']}); load average {load[0]:.2f} "
-         f"(CPU columns: fractions of one core)",
-         [{c: r.get(c) for c in cols} for r in rows], result, args.json)
+    result = {
+        "ref_kpps": r1(ref["kpps"]),
+        "ref_kpps_runs": [r1(k) for k in kpps],
+        "ref_kpps_min": r1(min(kpps)),
+        "ref_kpps_max": r1(max(kpps)),
+        "ref_switch_cpu": r2(ref.get("switch_cpu")),
+        "ref_kpps_per_cpu": r1(ref.get("kpps_per_cpu")),
+        "ref_sender_cpu": r2(ref.get("sender_cpu")),
+        "ref_switch_core_other": r2(ref.get("switch_core_other")),
+        "ref_harness_drops": int(sum(r["harness_drops"] for r in ref_rows)),
+        "offered_kpps": r1(found["offered_kpps"]),
+        "load_search": found["load_search"],
+        "switch_realtime": found["realtime"],
+        "bridge_kpps": r1(bridge["kpps"]) if bridge else None,
+        "bmv2_kpps": r1(bmv2["kpps"]) if bmv2 else None,
+        "frame_bytes": FRAME_BYTES,
+        "switch_cpu_core": args.switch_cpu,
+        "sender_cpu_core": args.sender_cpu,
+        "cores": os.cpu_count(),
+        "loadavg_1_5_15": [round(x, 2) for x in load],
+    }
+    emit(
+        f"switch forwarding, {FRAME_BYTES}-byte DLCP frames, port 1 -> port 2: switch alone on cpu {args.switch_cpu}"
+        f"{' (SCHED_RR)' if found['realtime'] else ''}, sender and receive work on cpu {args.sender_cpu}; offered "
+        f"{found['offered_kpps']:.0f} kpps ({found['load_search']}); load average {load[0]:.2f} "
+        f"(CPU columns: fractions of one core)",
+        [{c: r.get(c) for c in cols} for r in rows],
+        result,
+        args.json,
+    )
     return 0

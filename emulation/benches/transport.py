@@ -38,6 +38,7 @@ FRAME_OVERHEAD = 24 + 8 + 20 + 14
 
 # --- one side of one transfer (runs in its own process) ----------------------------------------------
 
+
 def peer_main(args) -> int:
     import numpy as np
 
@@ -50,10 +51,20 @@ def peer_main(args) -> int:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru.ru_utime + ru.ru_stime  # imports and set-up are not the transfer
     me, other = (0, 1) if args.peer == "send" else (1, 0)
-    cfg = TransportConfig(rank=me, ip=args.ip, data_port=args.port, control_port=args.port + 1,
-                          pacing_mbps=args.pacing_mbps, reliable=args.reliable, send_impl=args.send_impl,
-                          deadline_ms=60_000, rcvbuf_bytes=32 << 20, transport=args.transport, cc=args.cc,
-                          **({"sndbuf_bytes": args.sndbuf_kb << 10} if args.sndbuf_kb else {}))
+    cfg = TransportConfig(
+        rank=me,
+        ip=args.ip,
+        data_port=args.port,
+        control_port=args.port + 1,
+        pacing_mbps=args.pacing_mbps,
+        reliable=args.reliable,
+        send_impl=args.send_impl,
+        deadline_ms=60_000,
+        rcvbuf_bytes=32 << 20,
+        transport=args.transport,
+        cc=args.cc,
+        **({"sndbuf_bytes": args.sndbuf_kb << 10} if args.sndbuf_kb else {}),
+    )
     t = make_transport(cfg, [Peer(other, args.peer_ip, args.port, args.port + 1)])
     try:
         if args.peer == "recv":
@@ -70,9 +81,17 @@ def peer_main(args) -> int:
             res = t.send(1, batch, SendInfo(rec_msg_id=1, layer_first=0, layer_last=49)).wait(args.timeout)
             n_pkts = len(batch)
             delivered = 0 if res.forced else n * 4 * (n_pkts - res.lost_pkts) / n_pkts
-            out = {"mct_us": res.mct_us, "lost_pkts": res.lost_pkts, "retx_pkts": res.retx_pkts,
-                   "rounds": res.rounds, "forced": res.forced, "pkts": n_pkts, "bytes": n * 4,
-                   "goodput_mbps": delivered * 8 / res.mct_us, "stats": t.stats()}
+            out = {
+                "mct_us": res.mct_us,
+                "lost_pkts": res.lost_pkts,
+                "retx_pkts": res.retx_pkts,
+                "rounds": res.rounds,
+                "forced": res.forced,
+                "pkts": n_pkts,
+                "bytes": n * 4,
+                "goodput_mbps": delivered * 8 / res.mct_us,
+                "stats": t.stats(),
+            }
     finally:
         t.close()
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -82,6 +101,7 @@ def peer_main(args) -> int:
 
 
 # --- orchestration --------------------------------------------------------------------------------------
+
 
 def _free_port(ip: str) -> int:
     for _ in range(50):
@@ -100,22 +120,60 @@ def _free_port(ip: str) -> int:
     raise RuntimeError("no free port pair")
 
 
-def transfer(values: int, recv_ip: str, send_ip: str, port: int, prefixes=([], []), pacing: float = 0.0,
-             reliable: bool = False, transport: str = "dlcp", send_impl: str = "sendmmsg",
-             sndbuf_kb: int = 0, timeout: float = 120.0, cc: str = "dctcp") -> dict:
+def transfer(
+    values: int,
+    recv_ip: str,
+    send_ip: str,
+    port: int,
+    prefixes=([], []),
+    pacing: float = 0.0,
+    reliable: bool = False,
+    transport: str = "dlcp",
+    send_impl: str = "sendmmsg",
+    sndbuf_kb: int = 0,
+    timeout: float = 120.0,
+    cc: str = "dctcp",
+) -> dict:
     """One message from a sender process to a receiver process; returns the sender's figures."""
-    common = ["--values", str(values), "--port", str(port), "--pacing-mbps", str(pacing), "--transport", transport,
-              "--send-impl", send_impl, "--timeout", str(timeout), "--sndbuf-kb", str(sndbuf_kb), "--cc", cc] + \
-        (["--reliable"] if reliable else [])
+    common = [
+        "--values",
+        str(values),
+        "--port",
+        str(port),
+        "--pacing-mbps",
+        str(pacing),
+        "--transport",
+        transport,
+        "--send-impl",
+        send_impl,
+        "--timeout",
+        str(timeout),
+        "--sndbuf-kb",
+        str(sndbuf_kb),
+        "--cc",
+        cc,
+    ] + (["--reliable"] if reliable else [])
     me = [sys.executable, "-m", "emulation.benches.transport"]
     env = dict(os.environ, PYTHONPATH=REPO)
-    rcv = subprocess.Popen(prefixes[0] + me + ["--peer", "recv", "--ip", recv_ip, "--peer-ip", send_ip] + common,
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rcv = subprocess.Popen(
+        prefixes[0] + me + ["--peer", "recv", "--ip", recv_ip, "--peer-ip", send_ip] + common,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     snd = None
     try:
         time.sleep(0.3)
-        snd = subprocess.Popen(prefixes[1] + me + ["--peer", "send", "--ip", send_ip, "--peer-ip", recv_ip] + common,
-                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        snd = subprocess.Popen(
+            prefixes[1] + me + ["--peer", "send", "--ip", send_ip, "--peer-ip", recv_ip] + common,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         s_out, s_err = snd.communicate(timeout=timeout + 30)
         if snd.returncode:
             rcv.kill()
@@ -126,8 +184,10 @@ def transfer(values: int, recv_ip: str, send_ip: str, port: int, prefixes=([], [
                 p.kill()
                 p.wait()
     if snd.returncode or rcv.returncode:
-        raise RuntimeError(f"transfer failed: sender {snd.returncode}: {s_err.strip()[-300:]} | "
-                           f"receiver {rcv.returncode}: {r_err.strip()[-300:]}")
+        raise RuntimeError(
+            f"transfer failed: sender {snd.returncode}: {s_err.strip()[-300:]} | "
+            f"receiver {rcv.returncode}: {r_err.strip()[-300:]}"
+        )
     out = json.loads(s_out.strip().splitlines()[-1])
     out["recv_cpu_s"] = json.loads(r_out.strip().splitlines()[-1])["cpu_s"]
     return out
@@ -137,15 +197,21 @@ def _row(name, results, link_mbps):
     """Median and range over the runs whose message was not forced; forced runs are only counted."""
     ok = [r for r in results if not r["forced"]]
     good = statistics.median(r["goodput_mbps"] for r in ok) if ok else None
-    return {"variant": name, "runs": len(results), "forced": sum(bool(r["forced"]) for r in results),
-            "goodput_mbps": good, "min_mbps": min((r["goodput_mbps"] for r in ok), default=None),
-            "max_mbps": max((r["goodput_mbps"] for r in ok), default=None),
-            "fraction_of_link": good / link_mbps if link_mbps and good is not None else None,
-            "mct_ms": statistics.median(r["mct_us"] for r in ok) / 1e3 if ok else None,
-            "lost_pkts": max(r["lost_pkts"] for r in results), "retx_pkts": max(r["retx_pkts"] for r in results),
-            "rounds": max(r["rounds"] for r in results),
-            "send_cpu_s": statistics.median(r["cpu_s"] for r in results),
-            "recv_cpu_s": statistics.median(r["recv_cpu_s"] for r in results)}
+    return {
+        "variant": name,
+        "runs": len(results),
+        "forced": sum(bool(r["forced"]) for r in results),
+        "goodput_mbps": good,
+        "min_mbps": min((r["goodput_mbps"] for r in ok), default=None),
+        "max_mbps": max((r["goodput_mbps"] for r in ok), default=None),
+        "fraction_of_link": good / link_mbps if link_mbps and good is not None else None,
+        "mct_ms": statistics.median(r["mct_us"] for r in ok) / 1e3 if ok else None,
+        "lost_pkts": max(r["lost_pkts"] for r in results),
+        "retx_pkts": max(r["retx_pkts"] for r in results),
+        "rounds": max(r["rounds"] for r in results),
+        "send_cpu_s": statistics.median(r["cpu_s"] for r in results),
+        "recv_cpu_s": statistics.median(r["recv_cpu_s"] for r in results),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -164,53 +230,86 @@ def main(argv: list[str]) -> int:
         raise SystemExit("dlcp bench transport: --link-mbps and --size-mb must be > 0, --repeats >= 1")
     values = int(args.size_mb * 1e6 / 4)
     rows, link = [], {}
-    runs = lambda **kw: [_progress(transfer(values, send_impl=args.send_impl, cc=args.cc, **kw), kw)  # noqa: E731
-                         for _ in range(args.repeats)]
+    runs = lambda **kw: [
+        _progress(transfer(values, send_impl=args.send_impl, cc=args.cc, **kw), kw) for _ in range(args.repeats)
+    ]
 
     port = _free_port("127.0.0.1")
     loop = _row("loopback dlcp", runs(recv_ip="127.0.0.1", send_ip="127.0.0.2", port=port), None)
     rows.append(loop)
     if args.skip_link or os.geteuid() != 0:
         if not args.skip_link:
-            print("dlcp bench transport: the emulated link needs root (network namespaces); loopback only",
-                  file=sys.stderr)
+            print(
+                "dlcp bench transport: the emulated link needs root (network namespaces); loopback only",
+                file=sys.stderr,
+            )
     else:
         from emulation.netns import RateLink
+
         with RateLink("tpb", args.link_mbps) as net:
             pre = (net.b.prefix(), net.a.prefix())
-            kw = dict(recv_ip=net.b.ip, send_ip=net.a.ip, port=9910, prefixes=pre)
-            variants = [("link dlcp", dict(kw)),
-                        ("link dlcp paced", dict(kw, pacing=args.link_mbps)),
-                        ("link dlcp reliable", dict(kw, reliable=True)),
-                        ("link tcp", dict(kw, transport="tcp")),
-                        ("link dlcp sndbuf 1MB", dict(kw, sndbuf_kb=1024))]
+            kw = {"recv_ip": net.b.ip, "send_ip": net.a.ip, "port": 9910, "prefixes": pre}
+            variants = [
+                ("link dlcp", dict(kw)),
+                ("link dlcp paced", dict(kw, pacing=args.link_mbps)),
+                ("link dlcp reliable", dict(kw, reliable=True)),
+                ("link tcp", dict(kw, transport="tcp")),
+                ("link dlcp sndbuf 1MB", dict(kw, sndbuf_kb=1024)),
+            ]
             for name, v in variants:
                 link[name] = _row(name, runs(**v), args.link_mbps)
                 rows.append(link[name])
             qdisc = net.qdisc_stats()
         print("sender qdisc after all link runs:\n" + qdisc.rstrip(), file=sys.stderr)
     headline = link.get("link dlcp")
-    result = {"link_mbps": args.link_mbps, "cc": args.cc,
-              "goodput_mbps": headline["goodput_mbps"] if headline else None,
-              "fraction_of_link": headline["fraction_of_link"] if headline else None,
-              "loopback_mbps": loop["goodput_mbps"],
-              "size_mb": args.size_mb, "max_fraction": 1400 / (1400 + FRAME_OVERHEAD),
-              "variants": {r["variant"]: {k: r[k] for k in ("runs", "forced", "goodput_mbps", "min_mbps", "max_mbps",
-                                                          "fraction_of_link", "lost_pkts", "retx_pkts", "rounds")}
-                           for r in rows}}
+    result = {
+        "link_mbps": args.link_mbps,
+        "cc": args.cc,
+        "goodput_mbps": headline["goodput_mbps"] if headline else None,
+        "fraction_of_link": headline["fraction_of_link"] if headline else None,
+        "loopback_mbps": loop["goodput_mbps"],
+        "size_mb": args.size_mb,
+        "max_fraction": 1400 / (1400 + FRAME_OVERHEAD),
+        "variants": {
+            r["variant"]: {
+                k: r[k]
+                for k in (
+                    "runs",
+                    "forced",
+                    "goodput_mbps",
+                    "min_mbps",
+                    "max_mbps",
+                    "fraction_of_link",
+                    "lost_pkts",
+                    "retx_pkts",
+                    "rounds",
+                )
+            }
+            for r in rows
+        },
+    }
     table = [{**r, "goodput_mbps": "forced" if r["goodput_mbps"] is None else r["goodput_mbps"]} for r in rows]
-    emit(f"one {args.size_mb:g} MB DLCP message (cc {args.cc}): goodput (median and range of {args.repeats}; a forced "
-         f"run counts no goodput) over a {args.link_mbps:g} Mbit/s emulated link and over loopback (shared CPU: "
-         f"figures are noisy)", table, result, args.json)
+    emit(
+        f"one {args.size_mb:g} MB DLCP message (cc {args.cc}): goodput (median and range of {args.repeats}; a forced "
+        f"run counts no goodput) over a {args.link_mbps:g} Mbit/s emulated link and over loopback (shared CPU: "
+        f"figures are noisy)",
+        table,
+        result,
+        args.json,
+    )
     return 0
 
 
 def _progress(res: dict, kw: dict) -> dict:
     where = "link" if kw.get("prefixes") else "loopback"
-    print(f"  {where} {kw.get('transport', 'dlcp')} pacing={kw.get('pacing', 0)} reliable={kw.get('reliable', False)} "
-          f"sndbuf_kb={kw.get('sndbuf_kb', 0) or 'default'}: {res['goodput_mbps']:.1f} Mbit/s, "
-          f"{'FORCED, ' if res['forced'] else ''}lost {res['lost_pkts']}, retx {res['retx_pkts']}, "
-          f"rounds {res['rounds']}", file=sys.stderr, flush=True)
+    print(
+        f"  {where} {kw.get('transport', 'dlcp')} pacing={kw.get('pacing', 0)} reliable={kw.get('reliable', False)} "
+        f"sndbuf_kb={kw.get('sndbuf_kb', 0) or 'default'}: {res['goodput_mbps']:.1f} Mbit/s, "
+        f"{'FORCED, ' if res['forced'] else ''}lost {res['lost_pkts']}, retx {res['retx_pkts']}, "
+        f"rounds {res['rounds']}",
+        file=sys.stderr,
+        flush=True,
+    )
     return res
 
 

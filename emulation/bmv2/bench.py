@@ -30,6 +30,7 @@ def _frame() -> bytes:
     """One full DLCP data frame (1466 bytes) from 10.0.0.1 to 10.0.0.2, prio 3."""
     import ipaddress
     import struct
+
     payload = DlcpHeader(prio=3, seq=0, n_pkts=1).pack() + bytes(MAX_PAYLOAD_BYTES)
     udp = struct.pack("!HHHH", 40000, 9910, 8 + len(payload), 0) + payload  # checksum 0: none
     src, dst = ipaddress.IPv4Address("10.0.0.1").packed, ipaddress.IPv4Address("10.0.0.2").packed
@@ -51,7 +52,7 @@ def _count(ifname: str, seconds: float, length: int, ready, result) -> None:
     while time.monotonic() < end:
         try:
             frame, addr = s.recvfrom(65535)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if addr[2] != socket.PACKET_OUTGOING and len(frame) == length:
             n += 1
@@ -100,8 +101,12 @@ def measure(tx_if: str, rx_if: str, seconds: float, rate_pps: float | None = Non
 def bench_bmv2(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="dlcp bench bmv2", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="sending time per measurement")
-    ap.add_argument("--offered-kpps", type=float, default=None,
-                    help="pace the sender (default: as fast as it can, which also loads the CPU bmv2 needs)")
+    ap.add_argument(
+        "--offered-kpps",
+        type=float,
+        default=None,
+        help="pace the sender (default: as fast as it can, which also loads the CPU bmv2 needs)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -116,28 +121,51 @@ def bench_bmv2(argv: list[str]) -> int:
 
     pre = netns.unique_prefix("pb")
     pairs = [(f"{pre}s1", f"{pre}h1"), (f"{pre}s2", f"{pre}h2"), (f"{pre}d1", f"{pre}d2")]
-    topo = SwitchTopo(f"{pre}s", 1, (Port(1, pairs[0][0], "h1", "00:00:00:00:00:01", queue_depth_pkts=None),
-                                     Port(2, pairs[1][0], "h2", "00:00:00:00:00:02", queue_depth_pkts=None)),
-                      (Route("10.0.0.1/32", (1,)), Route("10.0.0.2/32", (2,))))
+    topo = SwitchTopo(
+        f"{pre}s",
+        1,
+        (
+            Port(1, pairs[0][0], "h1", "00:00:00:00:00:01", queue_depth_pkts=None),
+            Port(2, pairs[1][0], "h2", "00:00:00:00:00:02", queue_depth_pkts=None),
+        ),
+        (Route("10.0.0.1/32", (1,)), Route("10.0.0.2/32", (2,))),
+    )
     runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_random"))
     with netns.Lab("pb") as lab, tempfile.TemporaryDirectory(prefix="dlcp-bench-bmv2-") as run_dir:
         for a, b in pairs:
             lab.veth(a, None, b, None, offloads=True)
         rate = args.offered_kpps * 1e3 if args.offered_kpps else None
         direct = measure(pairs[2][0], pairs[2][1], args.seconds, rate)
-        sw = bmv2switch.start_bmv2(f"{pre}s", runtime, {1: pairs[0][0], 2: pairs[1][0]}, Path(run_dir),
-                                   grpc_port=bmv2switch.free_port(), thrift_port=bmv2switch.free_port())
+        sw = bmv2switch.start_bmv2(
+            f"{pre}s",
+            runtime,
+            {1: pairs[0][0], 2: pairs[1][0]},
+            Path(run_dir),
+            grpc_port=bmv2switch.free_port(),
+            thrift_port=bmv2switch.free_port(),
+        )
         try:
             through = measure(pairs[0][1], pairs[1][1], args.seconds, rate)
         finally:
             sw.stop(dump_counters=False)
     rows = [{"path": "veth, no switch", **direct}, {"path": "bmv2 p4/dlcp.p4", **through}]
-    result = {"bmv2_kpps": through["kpps"], "direct_kpps": direct["kpps"], "frame_bytes": DATA_FRAME_BYTES,
-              "seconds": args.seconds, "offered_kpps": args.offered_kpps,
-              "bmv2": bmv2switch.bmv2_version(binary), "p4c": build.p4c_version}
+    result = {
+        "bmv2_kpps": through["kpps"],
+        "direct_kpps": direct["kpps"],
+        "frame_bytes": DATA_FRAME_BYTES,
+        "seconds": args.seconds,
+        "offered_kpps": args.offered_kpps,
+        "bmv2": bmv2switch.bmv2_version(binary),
+        "p4c": build.p4c_version,
+    }
     offered = f"offered {args.offered_kpps:g} kpps" if args.offered_kpps else "unpaced sender"
-    emit(f"bmv2 forwarding, {DATA_FRAME_BYTES}-byte DLCP frames, logging off, {offered}, {args.seconds:g} s "
-         f"(shared {os.cpu_count()}-core machine: noisy)", rows, result, args.json)
+    emit(
+        f"bmv2 forwarding, {DATA_FRAME_BYTES}-byte DLCP frames, logging off, {offered}, {args.seconds:g} s "
+        f"(shared {os.cpu_count()}-core machine: noisy)",
+        rows,
+        result,
+        args.json,
+    )
     return 0
 
 

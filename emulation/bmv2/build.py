@@ -62,8 +62,7 @@ def find_p4c() -> str | None:
 
 
 def missing_p4c_message() -> str:
-    return missing_tool_message(P4C_ENV, "p4c", "p4c (https://github.com/p4lang/p4c)",
-                                "/path/to/p4c (or p4c-bm2-ss)")
+    return missing_tool_message(P4C_ENV, "p4c", "p4c (https://github.com/p4lang/p4c)", "/path/to/p4c (or p4c-bm2-ss)")
 
 
 def p4c_version(p4c: str) -> str:
@@ -86,19 +85,43 @@ def compile_command(p4c: str, out_dir: Path, data_port: int, main: Path = P4_MAI
     p4info = out_dir / "dlcp.p4info.txtpb"
     defines = [] if data_port == DATA_PORT else [f"-DDLCP_DATA_PORT={data_port}"]
     if Path(p4c).name.startswith("p4c-bm2-ss"):
-        return [p4c, "--arch", "v1model", *defines, "-o", str(out_dir / "dlcp.json"),
-                "--p4runtime-files", str(p4info), str(main)]
-    return [p4c, "--target", "bmv2", "--arch", "v1model", "--std", "p4-16", *defines,
-            "-o", str(out_dir), "--p4runtime-files", str(p4info), str(main)]
+        return [
+            p4c,
+            "--arch",
+            "v1model",
+            *defines,
+            "-o",
+            str(out_dir / "dlcp.json"),
+            "--p4runtime-files",
+            str(p4info),
+            str(main),
+        ]
+    return [
+        p4c,
+        "--target",
+        "bmv2",
+        "--arch",
+        "v1model",
+        "--std",
+        "p4-16",
+        *defines,
+        "-o",
+        str(out_dir),
+        "--p4runtime-files",
+        str(p4info),
+        str(main),
+    ]
 
 
 def check_generated() -> None:
     """Refuse to compile P4 whose generated includes no longer match their definitions."""
     from dlcp import codegen
+
     stale = [p for p in codegen.stale(ROOT) if p.startswith("p4/")]
     if stale:
-        raise P4BuildError(f"{stale[0]} is stale (its definition changed): run `make gen` "
-                           "(python -m dlcp.codegen) first")
+        raise P4BuildError(
+            f"{stale[0]} is stale (its definition changed): run `make gen` (python -m dlcp.codegen) first"
+        )
 
 
 def build(out_dir: Path = BUILD_DIR, data_port: int = DATA_PORT, p4c: str | None = None) -> Build:
@@ -113,15 +136,27 @@ def build(out_dir: Path = BUILD_DIR, data_port: int = DATA_PORT, p4c: str | None
     cmd = compile_command(p4c, out_dir, data_port)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise P4BuildError(f"p4c failed (exit {proc.returncode}): {shlex.join(cmd)}\n"
-                           f"{(proc.stderr or proc.stdout).strip()}")
+        raise P4BuildError(
+            f"p4c failed (exit {proc.returncode}): {shlex.join(cmd)}\n{(proc.stderr or proc.stdout).strip()}"
+        )
     result = Build(out_dir / "dlcp.json", out_dir / "dlcp.p4info.txtpb", p4c_version(p4c), data_port)
     for f in (result.json, result.p4info):
         if not f.is_file():
             raise P4BuildError(f"p4c succeeded but did not write {f}: {shlex.join(cmd)}")
-    (out_dir / "build.json").write_text(json.dumps({
-        "p4c": p4c, "p4c_version": result.p4c_version, "data_port": data_port,
-        "sources": sources_digest(), "command": cmd, "warnings": proc.stderr.strip()}, indent=2) + "\n")
+    (out_dir / "build.json").write_text(
+        json.dumps(
+            {
+                "p4c": p4c,
+                "p4c_version": result.p4c_version,
+                "data_port": data_port,
+                "sources": sources_digest(),
+                "command": cmd,
+                "warnings": proc.stderr.strip(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return result
 
 
@@ -133,8 +168,12 @@ def ensure_built(out_dir: Path = BUILD_DIR, data_port: int | None = None) -> Bui
     try:
         info = json.loads(stamp.read_text())
         data_port = info["data_port"] if data_port is None else data_port
-        if (info["sources"] == sources_digest() and info["data_port"] == data_port
-                and (out_dir / "dlcp.json").is_file() and (out_dir / "dlcp.p4info.txtpb").is_file()):
+        if (
+            info["sources"] == sources_digest()
+            and info["data_port"] == data_port
+            and (out_dir / "dlcp.json").is_file()
+            and (out_dir / "dlcp.p4info.txtpb").is_file()
+        ):
             return Build(out_dir / "dlcp.json", out_dir / "dlcp.p4info.txtpb", info["p4c_version"], data_port)
     except (OSError, ValueError, KeyError):
         pass
@@ -148,6 +187,8 @@ def main(args: argparse.Namespace) -> int:
     except P4BuildError as e:
         print(f"dlcp build: {e}", file=sys.stderr)
         return 1
-    print(f"dlcp build: {b.json.relative_to(ROOT) if b.json.is_relative_to(ROOT) else b.json} and "
-          f"{b.p4info.name} ({b.p4c_version}, DLCP data port {b.data_port})")
+    print(
+        f"dlcp build: {b.json.relative_to(ROOT) if b.json.is_relative_to(ROOT) else b.json} and "
+        f"{b.p4info.name} ({b.p4c_version}, DLCP data port {b.data_port})"
+    )
     return 0

@@ -22,8 +22,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import grpc
 from google.protobuf import text_format
@@ -46,6 +47,7 @@ class ControllerError(RuntimeError):
 
 
 # --- P4Runtime encoding --------------------------------------------------------------------------
+
 
 def encode_value(n: int, bitwidth: int, where: str) -> bytes:
     """A number as a canonical P4Runtime byte string (no leading zero bytes)."""
@@ -135,6 +137,7 @@ def load_p4info(path: str | Path) -> p4info_pb2.P4Info:
 
 # --- one P4Runtime session per switch --------------------------------------------------------------
 
+
 class _Client(P4RuntimeClient):
     """p4runtime-shell's client, raising instead of calling sys.exit() when the session fails."""
 
@@ -149,8 +152,15 @@ class _Client(P4RuntimeClient):
 class P4RuntimeSwitch:
     """A P4Runtime session with one switch (its own channel, stream and P4Info context)."""
 
-    def __init__(self, grpc_addr: str, device_id: int, p4info: str | Path, name: str = "switch",
-                 election_id: tuple[int, int] = ELECTION_ID, session: bool = True):
+    def __init__(
+        self,
+        grpc_addr: str,
+        device_id: int,
+        p4info: str | Path,
+        name: str = "switch",
+        election_id: tuple[int, int] = ELECTION_ID,
+        session: bool = True,
+    ):
         """`session=False`: read-only (reads need no arbitration), beside the primary controller."""
         self.name, self.grpc_addr, self.device_id = name, grpc_addr, device_id
         self.p4info_path = Path(p4info)
@@ -191,8 +201,7 @@ class P4RuntimeSwitch:
         try:
             self.client.write(req)
         except P4RuntimeWriteException as e:
-            bad = "; ".join(f"table_entries[{i}] ({_describe(entries[i])}): {err.message}"
-                            for i, err in e.errors)
+            bad = "; ".join(f"table_entries[{i}] ({_describe(entries[i])}): {err.message}" for i, err in e.errors)
             raise ControllerError(f"{self.name}: switch refused {bad}") from None
         except grpc.RpcError as e:
             raise ControllerError(f"{self.name}: Write failed: {e.code().name} {e.details()}") from None
@@ -238,12 +247,12 @@ def _describe(entry: Entry) -> str:
     return f"{entry.table} {json.dumps(dict(entry.match), separators=(',', ':'))}"
 
 
-def counter_dump(switch: str, counters: Mapping[str, Mapping[int, tuple[int, int]]],
-                 backend: str = "bmv2") -> dict[str, Any]:
+def counter_dump(
+    switch: str, counters: Mapping[str, Mapping[int, tuple[int, int]]], backend: str = "bmv2"
+) -> dict[str, Any]:
     """Raw counter cells -> the counter dump of docs/pipeline.md (non-zero queue rows only)."""
     rows: dict[int, dict[str, int]] = {}
-    for counter, prefix in ((pn.ADMITTED, "admitted"), (pn.EARLY_DROPS, "early_drop"),
-                            (pn.TAIL_DROPS, "tail_drop")):
+    for counter, prefix in ((pn.ADMITTED, "admitted"), (pn.EARLY_DROPS, "early_drop"), (pn.TAIL_DROPS, "tail_drop")):
         for index, (pkts, nbytes) in counters.get(counter, {}).items():
             if pkts or nbytes:
                 row = rows.setdefault(index, {})
@@ -257,13 +266,23 @@ def counter_dump(switch: str, counters: Mapping[str, Mapping[int, tuple[int, int
             row[f"{prefix}_bytes"] = rows[index].get(f"{prefix}_bytes", 0)
         queues.append(row)
     drops = counters.get(pn.DROPS, {})
-    ecn = [{"port": i // pn.N_QUEUES, "qid": i % pn.N_QUEUES, "ce_marked_pkts": p, "ce_marked_bytes": b}
-           for i, (p, b) in sorted(counters.get(pn.CE_MARKED, {}).items()) if p]
-    return {"switch": switch, "backend": backend, "time_unix": time.time(), "queues": queues, "ecn_marks": ecn,
-            "drops": {reason: drops.get(i, (0, 0))[0] for reason, i in pn.DROP_REASONS.items()}}
+    ecn = [
+        {"port": i // pn.N_QUEUES, "qid": i % pn.N_QUEUES, "ce_marked_pkts": p, "ce_marked_bytes": b}
+        for i, (p, b) in sorted(counters.get(pn.CE_MARKED, {}).items())
+        if p
+    ]
+    return {
+        "switch": switch,
+        "backend": backend,
+        "time_unix": time.time(),
+        "queues": queues,
+        "ecn_marks": ecn,
+        "drops": {reason: drops.get(i, (0, 0))[0] for reason, i in pn.DROP_REASONS.items()},
+    }
 
 
 # --- Thrift: queues and registers ----------------------------------------------------------------
+
 
 class ThriftSwitch:
     """bmv2's Thrift API (the `standard` and `simple_switch` services) of one switch."""
@@ -289,8 +308,10 @@ class ThriftSwitch:
         if priority is None:
             self.sswitch.set_egress_queue_depth(port, depth_pkts)
         else:
-            self._call_i32s("set_egress_priority_queue_depth", [("port_num", port), ("priority", priority),
-                                                                ("depth_pkts", depth_pkts)])
+            self._call_i32s(
+                "set_egress_priority_queue_depth",
+                [("port_num", port), ("priority", priority), ("depth_pkts", depth_pkts)],
+            )
 
     def set_queue_rate(self, port: int, rate_pps: int, priority: int | None = None) -> None:
         """Drain rate (packets/s, 0 = unlimited) of every priority queue of `port`, or of one.
@@ -300,8 +321,11 @@ class ThriftSwitch:
         if priority is None:
             self.sswitch.set_egress_queue_rate(port, rate_pps)
         else:
-            self._call_i32s("set_egress_priority_queue_rate", [("port_num", port), ("priority", priority),
-                                                               ("rate_pps", rate_pps)], i64_last=True)
+            self._call_i32s(
+                "set_egress_priority_queue_rate",
+                [("port_num", port), ("priority", priority), ("rate_pps", rate_pps)],
+                i64_last=True,
+            )
 
     def _call_i32s(self, method: str, args: list[tuple[str, int]], i64_last: bool = False) -> None:
         """Call a simple_switch RPC that the PyPI bindings predate (per-priority queue settings of
@@ -357,8 +381,9 @@ def apply_ports(th: ThriftSwitch, switch: str, ports: Iterable[PortConfig]) -> N
     """Queue depth and drain rate per port (all priority queues of the port)."""
     for p in ports:
         if p.delay_us or p.loss:
-            raise ControllerError(f"{switch}: port {p.port}: delay_us and loss need the built-in "
-                                  "dataplane (bmv2 has neither)")
+            raise ControllerError(
+                f"{switch}: port {p.port}: delay_us and loss need the built-in dataplane (bmv2 has neither)"
+            )
         if p.queue_depth_pkts:
             th.set_queue_depth(p.port, p.queue_depth_pkts)
         rate = queue_rate_pps(p)
@@ -373,14 +398,20 @@ def apply_registers(th: ThriftSwitch, registers: Iterable[RegisterWrite]) -> Non
 
 # --- the whole push --------------------------------------------------------------------------------
 
+
 def resolve(path: str | Path) -> Path:
     """Runtime files name build outputs relative to the repository root."""
     p = Path(path)
     return p if p.is_absolute() else ROOT / p
 
 
-def push_runtime(runtime: Runtime, grpc_addr: str, thrift_port: int,
-                 p4info: str | Path | None = None, bmv2_json: str | Path | None = None) -> P4RuntimeSwitch:
+def push_runtime(
+    runtime: Runtime,
+    grpc_addr: str,
+    thrift_port: int,
+    p4info: str | Path | None = None,
+    bmv2_json: str | Path | None = None,
+) -> P4RuntimeSwitch:
     """Pipeline, table entries (P4Runtime), queues and registers (Thrift) of a checked runtime
     (runtime_file.load_runtime / parse_runtime). Returns the open P4Runtime session (the caller
     reads counters through it and closes it)."""
@@ -420,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "push":
             push_runtime(load_runtime(args.runtime), args.grpc, args.thrift).close()
         else:
-            with P4RuntimeSwitch(args.grpc, args.device_id, resolve(args.p4info), name=args.name,
-                                 session=False) as sw:
+            with P4RuntimeSwitch(args.grpc, args.device_id, resolve(args.p4info), name=args.name, session=False) as sw:
                 print(json.dumps(sw.counter_dump(), indent=1))
     except (ControllerError, RuntimeFileError) as e:
         print(f"controller: {e}", file=sys.stderr)

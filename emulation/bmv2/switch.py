@@ -21,8 +21,9 @@ from __future__ import annotations
 import random
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from dlcp.network import pipeline_names as pn
 from dlcp.network.runtime_file import Runtime, RuntimeFileError, load_runtime
@@ -36,7 +37,7 @@ THRIFT_PORT_BASE = 9090
 PRIORITY_QUEUES = 8
 START_TIMEOUT_S = 20.0
 
-__all__ = ["Bmv2Process", "SwitchStartError", "start_bmv2", "find_bmv2", "toolchain"]
+__all__ = ["Bmv2Process", "SwitchStartError", "find_bmv2", "start_bmv2", "toolchain"]
 
 
 def find_bmv2() -> str | None:
@@ -45,9 +46,11 @@ def find_bmv2() -> str | None:
 
 def missing_bmv2_message() -> str:
     return p4build.missing_tool_message(
-        BMV2_ENV, "simple_switch_grpc",
+        BMV2_ENV,
+        "simple_switch_grpc",
         "bmv2 with P4Runtime (https://github.com/p4lang/behavioral-model, configure --with-pi)",
-        "/path/to/simple_switch_grpc")
+        "/path/to/simple_switch_grpc",
+    )
 
 
 def bmv2_version(binary: str) -> str:
@@ -71,8 +74,15 @@ def toolchain(data_port: int | None = None) -> dict[str, str]:
     return {"simple_switch_grpc": bmv2_version(binary), "p4c": build.p4c_version}
 
 
-def bmv2_command(binary: str, device_id: int, interfaces: Mapping[int, str], grpc_port: int,
-                 thrift_port: int, debug_log: bool = False, pcap_dir: Path | None = None) -> list[str]:
+def bmv2_command(
+    binary: str,
+    device_id: int,
+    interfaces: Mapping[int, str],
+    grpc_port: int,
+    thrift_port: int,
+    debug_log: bool = False,
+    pcap_dir: Path | None = None,
+) -> list[str]:
     cmd = [binary, "--device-id", str(device_id)]
     for port in sorted(interfaces):
         cmd += ["-i", f"{port}@{interfaces[port]}"]
@@ -85,8 +95,7 @@ def bmv2_command(binary: str, device_id: int, interfaces: Mapping[int, str], grp
         cmd += ["--log-level", "off"]
     if pcap_dir is not None:
         cmd += ["--pcap", str(pcap_dir)]
-    cmd += ["--no-p4", "--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}",
-            "--priority-queues", str(PRIORITY_QUEUES)]
+    cmd += ["--no-p4", "--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}", "--priority-queues", str(PRIORITY_QUEUES)]
     return cmd
 
 
@@ -134,8 +143,7 @@ def offloads_off(intf: str) -> None:
     """Segmentation/receive offloads off on a port bmv2 captures from. With any of them on,
     libpcap sizes its receive ring for 64 KB frames and holds only ~32 packets: bmv2 then loses
     the rest of any burst before its parser sees it."""
-    subprocess.run(["ethtool", "-K", intf, "tso", "off", "gso", "off", "gro", "off", "lro", "off"],
-                   capture_output=True)
+    subprocess.run(["ethtool", "-K", intf, "tso", "off", "gso", "off", "gro", "off", "lro", "off"], capture_output=True)
 
 
 KERNEL_COUNTERS = {"rx_pkts": "rx_packets", "tx_pkts": "tx_packets", "rx_bytes": "rx_bytes", "tx_bytes": "tx_bytes"}
@@ -146,6 +154,7 @@ def kernel_port_counts(interfaces: Mapping[int, str]) -> dict[int, dict[str, int
     (`rx_pkts`, whether or not its capture kept up) and frames bmv2 sent (`tx_pkts`); None if the
     interface is gone."""
     from emulation.netns import NetError, link_counters
+
     out: dict[int, dict[str, int] | None] = {}
     for port, intf in interfaces.items():
         try:
@@ -193,8 +202,10 @@ class Bmv2Process(DataplaneProcess):
         self.thrift_port = THRIFT_PORT_BASE + device_id if self.thrift_port is None else self.thrift_port
         for label, port in (("gRPC", self.grpc_port), ("Thrift", self.thrift_port)):
             if port_busy(port):
-                self._refuse(f"TCP port {port} ({label}) is busy: another switch still running? "
-                             "(`dlcp clean` stops leftovers of earlier runs)")
+                self._refuse(
+                    f"TCP port {port} ({label}) is busy: another switch still running? "
+                    "(`dlcp clean` stops leftovers of earlier runs)"
+                )
         self._ensure_program()
         for intf in self.interfaces.values():
             offloads_off(intf)
@@ -204,6 +215,7 @@ class Bmv2Process(DataplaneProcess):
     def _ensure_program(self) -> None:
         """Compile p4/dlcp.p4 if the runtime uses the default build and it is missing or stale."""
         from emulation.bmv2.control import resolve
+
         paths = [resolve(self.runtime.p4info), resolve(self.runtime.bmv2_json)]
         if all(p.parent == p4build.BUILD_DIR for p in paths):
             try:
@@ -216,18 +228,28 @@ class Bmv2Process(DataplaneProcess):
 
     def command(self) -> list[str]:
         # bmv2 captures every port or none
-        return bmv2_command(self.binary, self.runtime.device_id, self.interfaces, self.grpc_port,
-                            self.thrift_port, self.debug_log, self.pcap_dir if self.pcap_ports else None)
+        return bmv2_command(
+            self.binary,
+            self.runtime.device_id,
+            self.interfaces,
+            self.grpc_port,
+            self.thrift_port,
+            self.debug_log,
+            self.pcap_dir if self.pcap_ports else None,
+        )
 
     def is_ready(self) -> bool:
         return _listening(self.grpc_port) and _listening(self.thrift_port)
 
     def not_ready_reason(self) -> str:
-        return (f"gRPC port {self.grpc_port} / Thrift port {self.thrift_port} not listening after "
-                f"{self.ready_timeout_s:.0f} s")
+        return (
+            f"gRPC port {self.grpc_port} / Thrift port {self.thrift_port} not listening after "
+            f"{self.ready_timeout_s:.0f} s"
+        )
 
     def configure(self) -> None:
         from emulation.bmv2.control import ControllerError, push_runtime
+
         # before the pipeline exists: what reaches the ports from now on is either processed by
         # the P4 program (and counted there) or lost before it
         self.port_base = kernel_port_counts(self.interfaces)
@@ -244,6 +266,7 @@ class Bmv2Process(DataplaneProcess):
     def thrift(self):
         """A Thrift connection to the switch (queues, registers); use it as a context manager."""
         from emulation.bmv2.control import ThriftSwitch
+
         return ThriftSwitch(self.thrift_port, name=self.name)
 
     def counter_dump(self) -> dict[str, Any]:
@@ -269,6 +292,7 @@ class Bmv2Process(DataplaneProcess):
     def request_counters(self) -> None:
         from emulation.bmv2.control import ControllerError
         from emulation.refswitch.counters import write_json_atomic
+
         try:
             dump = self.counter_dump()
         except ControllerError as e:
@@ -290,14 +314,30 @@ class Bmv2Process(DataplaneProcess):
             log.write(f"dlcp: {text}\n")
 
 
-def start_bmv2(name: str, runtime: Mapping[str, Any], interfaces: Mapping[int, str], run_dir: str | Path,
-               debug_log: bool = False, pcap: bool = False, grpc_port: int | None = None,
-               thrift_port: int | None = None, timeout_s: float = START_TIMEOUT_S) -> Bmv2Process:
+def start_bmv2(
+    name: str,
+    runtime: Mapping[str, Any],
+    interfaces: Mapping[int, str],
+    run_dir: str | Path,
+    debug_log: bool = False,
+    pcap: bool = False,
+    grpc_port: int | None = None,
+    thrift_port: int | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+) -> Bmv2Process:
     """A running switch on `interfaces` (port -> interface name) with `runtime` pushed, without
     Mininet (tests, benchmarks). The runtime is written to `<run_dir>/runtime/` first."""
     path = write_runtime(dict(runtime, switch=runtime.get("switch", name)), Path(run_dir) / "runtime")
-    sw = Bmv2Process(name, path, run_dir, interfaces, debug_log=debug_log,
-                     pcap_ports=tuple(interfaces) if pcap else (), grpc_port=grpc_port, thrift_port=thrift_port)
+    sw = Bmv2Process(
+        name,
+        path,
+        run_dir,
+        interfaces,
+        debug_log=debug_log,
+        pcap_ports=tuple(interfaces) if pcap else (),
+        grpc_port=grpc_port,
+        thrift_port=thrift_port,
+    )
     sw.ready_timeout_s = timeout_s
     sw.start()
     return sw

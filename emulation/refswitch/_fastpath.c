@@ -3,7 +3,7 @@
  *
  * It executes exactly what pipeline.py (the readable reference model) and queues.py do; Python
  * compiles the tables into flat arrays (set_tables) so no match semantics live here except LPM, and
- * tests/test_refswitch_fastpath.py runs both engines on the same frames and compares every byte and
+ * tests/unit/test_refswitch_fastpath.py runs both engines on the same frames and compares every byte and
  * counter. Python keeps the control plane: runtime file, counters dump, control socket, signals.
  * Offsets, field positions, sizes and codes come from dlcp_wire.h, generated from
  * dlcp/wire/layout.py and dlcp/network/pipeline_names.py (`make gen`).

@@ -46,9 +46,15 @@ class IOVec(ctypes.Structure):
 
 
 class MsgHdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.c_void_p),
-                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.c_void_p),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
 
 
 class MMsgHdr(ctypes.Structure):
@@ -173,10 +179,10 @@ class PortSocket:
         flags = buf[off]
         vnet = None
         if flags & VNET_F_NEEDS_CSUM or buf[off + 1]:
-            v = bytearray(buf[off:off + VNET_LEN])
+            v = bytearray(buf[off : off + VNET_LEN])
             v[0] &= ~VNET_F_DATA_VALID & 0xFF  # only meaningful on receive
             vnet = bytes(v)
-        return buf[off + VNET_LEN:off + ln], vnet, bool(u32[i * 16 + _MSG_FLAGS_U32] & MSG_TRUNC)
+        return buf[off + VNET_LEN : off + ln], vnet, bool(u32[i * 16 + _MSG_FLAGS_U32] & MSG_TRUNC)
 
     def stamp(self, i: int) -> float:
         """When the kernel received message i (time.time() seconds), 0.0 when it did not say."""
@@ -195,9 +201,9 @@ class PortSocket:
             f = frames[i]
             off = i * SLOT
             v = vnets[i]
-            buf[off:off + VNET_LEN] = ZERO_VNET if v is None else v
+            buf[off : off + VNET_LEN] = ZERO_VNET if v is None else v
             ln = len(f)
-            buf[off + VNET_LEN:off + VNET_LEN + ln] = f
+            buf[off + VNET_LEN : off + VNET_LEN + ln] = f
             iov_len[2 * i + 1] = VNET_LEN + ln
         n = _sendmmsg(self.fd, tx.msgs_addr, count, MSG_DONTWAIT)
         if n < 0:

@@ -16,26 +16,40 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m emulation.refswitch",
         description="Built-in DLCP dataplane: one switch on AF_PACKET sockets, pipeline of docs/pipeline.md. "
-                    "Counters are written at exit (SIGTERM/SIGINT) and on SIGUSR1 or the control socket's "
-                    "'dump' command.")
+        "Counters are written at exit (SIGTERM/SIGINT) and on SIGUSR1 or the control socket's "
+        "'dump' command.",
+    )
     ap.add_argument("--runtime", required=True, help="sN-runtime.json (tables, ports)")
     ap.add_argument("--name", default="", help="switch name (default: the runtime file's 'switch')")
     ap.add_argument("--counters", help="where to write the counter dump (JSON)")
     ap.add_argument("--control", help="path of a Unix control socket (commands: ping, counters, dump)")
     ap.add_argument("--pcap-dir", help="directory for pcap files (<intf>.pcap, both directions)")
-    ap.add_argument("--pcap-port", type=int, action="append", default=[], metavar="PORT",
-                    help="capture this port (repeatable; needs --pcap-dir)")
+    ap.add_argument(
+        "--pcap-port",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PORT",
+        help="capture this port (repeatable; needs --pcap-dir)",
+    )
     ap.add_argument("--debug-log", action="store_true", help="one line per packet on stderr (slow)")
     ap.add_argument("--batch", type=int, default=64, help="frames per recvmmsg/sendmmsg (default 64)")
     ap.add_argument("--seed", type=int, help="seed of the random choices (spray_random, link loss)")
     ap.add_argument("--data-port", type=int, default=DATA_PORT, help=f"DLCP UDP port (default {DATA_PORT})")
-    ap.add_argument("--samples", metavar="PATH",
-                    help="append a queue sample (occupancy, its peak, packet counts per port) as a JSON line "
-                         "every --sample-period seconds")
+    ap.add_argument(
+        "--samples",
+        metavar="PATH",
+        help="append a queue sample (occupancy, its peak, packet counts per port) as a JSON line "
+        "every --sample-period seconds",
+    )
     ap.add_argument("--sample-period", type=float, default=0.1, metavar="S", help="default 0.1 s")
     ap.add_argument("--cpu", type=int, help="pin the process to this CPU")
-    ap.add_argument("--engine", choices=ENGINES, default="auto",
-                    help="c: the fast path; python: the reference engine; auto (default): c when built")
+    ap.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="c: the fast path; python: the reference engine; auto (default): c when built",
+    )
     return ap
 
 
@@ -57,10 +71,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    opts = Options(name=args.name, counters_path=args.counters, control_path=args.control,
-                   pcap_dir=args.pcap_dir, pcap_ports=tuple(args.pcap_port), debug_log=args.debug_log,
-                   batch=args.batch, seed=args.seed, data_port=args.data_port, engine=args.engine,
-                   samples_path=args.samples, sample_period_s=args.sample_period)
+    opts = Options(
+        name=args.name,
+        counters_path=args.counters,
+        control_path=args.control,
+        pcap_dir=args.pcap_dir,
+        pcap_ports=tuple(args.pcap_port),
+        debug_log=args.debug_log,
+        batch=args.batch,
+        seed=args.seed,
+        data_port=args.data_port,
+        engine=args.engine,
+        samples_path=args.samples,
+        sample_period_s=args.sample_period,
+    )
     try:
         sw = Switch(runtime, opts)
     except RuntimeFileError as e:
@@ -78,13 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     try:
         sw.run()
-    except Exception:  # a bug: say where, but still leave the counters behind
+    except Exception:  # noqa: BLE001 (a bug: say where, but still leave the counters behind)
         traceback.print_exc()
         status = 1
     finally:
         path = sw.dump()
         ports = sw.snapshot()["ports"]
-        print(f"refswitch {sw.name} stopped: rx {sum(p['rx_pkts'] for p in ports)} "
-              f"tx {sum(p['tx_pkts'] for p in ports)} pkts; counters {path or '(not written)'}", file=sys.stderr)
+        print(
+            f"refswitch {sw.name} stopped: rx {sum(p['rx_pkts'] for p in ports)} "
+            f"tx {sum(p['tx_pkts'] for p in ports)} pkts; counters {path or '(not written)'}",
+            file=sys.stderr,
+        )
         sw.close()
     return status

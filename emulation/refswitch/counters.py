@@ -35,7 +35,7 @@ class DelayHistogram:
             self.max = us
 
     @classmethod
-    def from_counts(cls, fine, coarse, n: int, max_us: int) -> "DelayHistogram":
+    def from_counts(cls, fine, coarse, n: int, max_us: int) -> DelayHistogram:
         """Rebuild from an engine's counters (coarse: dict key -> count, or a list indexed by key)."""
         h = cls()
         h.fine = list(fine)
@@ -72,17 +72,29 @@ def queue_rows(raw: dict) -> list[dict]:
     for i in range(len(adm_p)):
         if adm_p[i] or early_p[i] or tail_p[i]:
             port, qid, color = P.queue_counter_key(i)
-            rows.append({"port": port, "qid": qid, "color": color,
-                         "admitted_pkts": adm_p[i], "admitted_bytes": adm_b[i],
-                         "early_drop_pkts": early_p[i], "early_drop_bytes": early_b[i],
-                         "tail_drop_pkts": tail_p[i], "tail_drop_bytes": tail_b[i]})
+            rows.append(
+                {
+                    "port": port,
+                    "qid": qid,
+                    "color": color,
+                    "admitted_pkts": adm_p[i],
+                    "admitted_bytes": adm_b[i],
+                    "early_drop_pkts": early_p[i],
+                    "early_drop_bytes": early_b[i],
+                    "tail_drop_pkts": tail_p[i],
+                    "tail_drop_bytes": tail_b[i],
+                }
+            )
     return rows
 
 
 def ecn_rows(pkts, nbytes) -> list[dict]:
     """CE marks per port and queue (index port * 8 + qid), non-zero rows only."""
-    return [{"port": i // P.N_QUEUES, "qid": i % P.N_QUEUES, "ce_marked_pkts": p, "ce_marked_bytes": b}
-            for i, (p, b) in enumerate(zip(pkts, nbytes)) if p]
+    return [
+        {"port": i // P.N_QUEUES, "qid": i % P.N_QUEUES, "ce_marked_pkts": p, "ce_marked_bytes": b}
+        for i, (p, b) in enumerate(zip(pkts, nbytes))
+        if p
+    ]
 
 
 def non_dlcp_rows(raw: dict) -> list[dict]:
@@ -91,8 +103,17 @@ def non_dlcp_rows(raw: dict) -> list[dict]:
     rows = []
     for index, (adm, early, tail) in sorted(raw["non_dlcp"].items()):
         port, qid, color, dscp_class = P.non_dlcp_key(index)
-        rows.append({"port": port, "qid": qid, "color": color, "dscp_class": dscp_class,
-                     "admitted_pkts": adm, "early_drop_pkts": early, "tail_drop_pkts": tail})
+        rows.append(
+            {
+                "port": port,
+                "qid": qid,
+                "color": color,
+                "dscp_class": dscp_class,
+                "admitted_pkts": adm,
+                "early_drop_pkts": early,
+                "tail_drop_pkts": tail,
+            }
+        )
     return rows
 
 
@@ -104,24 +125,32 @@ def engine_waits(raw: dict, prefix: str) -> WaitHistogram:
 def burst_bytes(h: WaitHistogram) -> dict:
     """The engines' host-burst histogram (bytes still on a host's link as its next frame came,
     recorded one byte per microsecond) in bytes: count, p50_bytes, p99_bytes, max_bytes."""
-    b = (lambda s: None if s is None else round(s * 1e6))
-    return {"count": h.count, "p50_bytes": b(h.quantile_s(0.5)), "p99_bytes": b(h.quantile_s(0.99)),
-            "max_bytes": b(h.max_s) if h.count else None}
+    b = lambda s: None if s is None else round(s * 1e6)
+    return {
+        "count": h.count,
+        "p50_bytes": b(h.quantile_s(0.5)),
+        "p99_bytes": b(h.quantile_s(0.99)),
+        "max_bytes": b(h.max_s) if h.count else None,
+    }
 
 
 def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
-    pairs = lambda v: {"pkts": sum(v[0::2]), "bytes": sum(v[1::2])}  # noqa: E731
+    pairs = lambda v: {"pkts": sum(v[0::2]), "bytes": sum(v[1::2])}
     dump = {
-        "switch": name, "backend": "ref", "engine": engine, "time_unix": time.time(),
+        "switch": name,
+        "backend": "ref",
+        "engine": engine,
+        "time_unix": time.time(),
         "queues": queue_rows(raw),
         "ecn_marks": ecn_rows(raw["ce_pkts"], raw["ce_bytes"]),
         "drops": {reason: raw["drops_pkts"][i] for reason, i in P.DROP_REASONS.items()},
         "ports": ports,
-        "telemetry": {"max_enq_qdepth": raw["max_enq_qdepth"],
-                      "deq_timedelta_us": {"p50": delays.percentile(0.5), "p99": delays.percentile(0.99),
-                                           "max": delays.max}},
+        "telemetry": {
+            "max_enq_qdepth": raw["max_enq_qdepth"],
+            "deq_timedelta_us": {"p50": delays.percentile(0.5), "p99": delays.percentile(0.99), "max": delays.max},
+        },
         "tables": {P.IPV4_LPM_HITS: pairs(raw["lpm_hits"]), P.CLASSIFY_HITS: pairs(raw["classify_hits"])},
         "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
     }

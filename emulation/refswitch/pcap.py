@@ -15,7 +15,7 @@ SNAPLEN = 65535
 class PcapWriter:
     def __init__(self, path):
         self.path = path
-        self.f = open(path, "wb", buffering=1 << 20)
+        self.f = open(path, "wb", buffering=1 << 20)  # noqa: SIM115
         self.f.write(_GLOBAL.pack(MAGIC, 2, 4, 0, 0, SNAPLEN, LINKTYPE_ETHERNET))
         self.packets = 0
 
@@ -36,7 +36,7 @@ class PcapWriter:
 
 def read_pcap(path) -> list[tuple[float, bytes]]:
     """(timestamp, frame) records of a file written by PcapWriter (tests, quick analysis)."""
-    data = open(path, "rb").read()
+    data = open(path, "rb").read()  # noqa: SIM115
     magic, *_ = _GLOBAL.unpack_from(data, 0)
     if magic != MAGIC:
         raise ValueError(f"{path}: not a little-endian microsecond pcap file")
@@ -44,6 +44,6 @@ def read_pcap(path) -> list[tuple[float, bytes]]:
     while off + _RECORD.size <= len(data):
         sec, usec, cap, _ = _RECORD.unpack_from(data, off)
         off += _RECORD.size
-        out.append((sec + usec / 1e6, data[off:off + cap]))
+        out.append((sec + usec / 1e6, data[off : off + cap]))
         off += cap
     return out

@@ -74,8 +74,11 @@ class Pipeline:
         self.lpm_table = lpm
         self.classify_table = self.tables[P.CLASSIFY]
         # nhop: (group, member) -> (entry index, dmac bytes, port)
-        self.nhop = {k: (i, nhop.entries[i].params["dmac"].to_bytes(6, "big"), nhop.entries[i].params["port"])
-                     for k, i in nhop.index.items() if nhop.entries[i].action == P.SET_NHOP}
+        self.nhop = {
+            k: (i, nhop.entries[i].params["dmac"].to_bytes(6, "big"), nhop.entries[i].params["port"])
+            for k, i in nhop.index.items()
+            if nhop.entries[i].action == P.SET_NHOP
+        }
         _, action, params = self.tables[P.LB_CONFIG].default
         self.lb_mode = params["mode"]
         th = self.tables[P.QUEUE_THRESHOLDS]
@@ -112,8 +115,9 @@ class Pipeline:
     def _ecn_thresholds(self) -> list[int]:
         """ecn_threshold resolved for every (port, qid): K per queue slot, port * N_QUEUES + qid."""
         table = self.tables[P.ECN_THRESHOLD]
-        return [table.lookup(egress_port=port, qid=qid)[2]["k"]
-                for port in range(P.MAX_PORTS) for qid in range(P.N_QUEUES)]
+        return [
+            table.lookup(egress_port=port, qid=qid)[2]["k"] for port in range(P.MAX_PORTS) for qid in range(P.N_QUEUES)
+        ]
 
     def _ecn_mark(self, f: bytearray, oi: int, occ: int, n: int) -> None:
         """An admitted ECN-capable packet whose queue held K or more: CE, IPv4 checksum patched
@@ -246,8 +250,11 @@ class Pipeline:
         # classify
         index = (f[15] >> 2) << _SH_DSCP
         if dlcp:
-            index |= ((1 << _SH_VALID) | (((f[DLCP_OFF + _PRIO.offset] >> _PRIO.shift) & _PRIO.mask) << _SH_PRIO)
-                      | (((f[DLCP_OFF + _DP.offset] >> _DP.shift) & _DP.mask) << _SH_DP))
+            index |= (
+                (1 << _SH_VALID)
+                | (((f[DLCP_OFF + _PRIO.offset] >> _PRIO.shift) & _PRIO.mask) << _SH_PRIO)
+                | (((f[DLCP_OFF + _DP.offset] >> _DP.shift) & _DP.mask) << _SH_DP)
+            )
         ci, qid, color = self.classes[index]
         if ci >= 0:
             hits = self.classify_table.hits[ci]
@@ -297,29 +304,54 @@ class Pipeline:
             lpm.append((value, plen, i, group, size))
         lpm.sort(key=lambda t: -t[1])  # a default route is a /0 entry (the miss action is const)
         nhop = [(g, m, i, dmac, port) for (g, m), (i, dmac, port) in self.nhop.items()]
-        return (lpm, nhop, list(self.classes), list(self.thresholds), self.lb_mode, list(self.rr_next),
-                len(self.lpm_table.entries), len(self.classify_table.entries))
+        return (
+            lpm,
+            nhop,
+            list(self.classes),
+            list(self.thresholds),
+            self.lb_mode,
+            list(self.rr_next),
+            len(self.lpm_table.entries),
+            len(self.classify_table.entries),
+        )
 
     def counters(self) -> dict:
         """Counters and registers in the layout of `_fastpath.Engine.counters()`."""
+
         def hits(table):
             return [v for h in table.hits for v in h]
-        return {"admitted_pkts": self.admitted[0], "admitted_bytes": self.admitted[1],
-                "early_pkts": self.early[0], "early_bytes": self.early[1],
-                "tail_pkts": self.tail[0], "tail_bytes": self.tail[1],
-                "drops_pkts": self.drops[0], "drops_bytes": self.drops[1],
-                "lpm_hits": hits(self.lpm_table), "classify_hits": hits(self.classify_table),
-                "occupancy": self.occupancy, "rr_next": self.rr_next, "last_drop": self.last_drop,
-                "ce_pkts": self.ce_marked[0], "ce_bytes": self.ce_marked[1],
-                "non_dlcp": {i: tuple(v) for i, v in self.non_dlcp.items()}}
+
+        return {
+            "admitted_pkts": self.admitted[0],
+            "admitted_bytes": self.admitted[1],
+            "early_pkts": self.early[0],
+            "early_bytes": self.early[1],
+            "tail_pkts": self.tail[0],
+            "tail_bytes": self.tail[1],
+            "drops_pkts": self.drops[0],
+            "drops_bytes": self.drops[1],
+            "lpm_hits": hits(self.lpm_table),
+            "classify_hits": hits(self.classify_table),
+            "occupancy": self.occupancy,
+            "rr_next": self.rr_next,
+            "last_drop": self.last_drop,
+            "ce_pkts": self.ce_marked[0],
+            "ce_bytes": self.ce_marked[1],
+            "non_dlcp": {i: tuple(v) for i, v in self.non_dlcp.items()},
+        }
 
     def sample(self) -> dict:
         """Occupancy now, its peak since the last sample (restarting from now) and per port the packet
         counts so far, all traffic and non-DLCP: `_fastpath.Engine.sample()`'s layout."""
         peak, self.occ_peak = self.occ_peak, list(self.occupancy)
-        per_port = lambda counts: [sum(counts[p * PORT_SLOTS:(p + 1) * PORT_SLOTS]) for p in range(P.MAX_PORTS)]
-        out = {"occupancy": list(self.occupancy), "peak": peak, "admitted_pkts": per_port(self.admitted[0]),
-               "early_pkts": per_port(self.early[0]), "tail_pkts": per_port(self.tail[0])}
+        per_port = lambda counts: [sum(counts[p * PORT_SLOTS : (p + 1) * PORT_SLOTS]) for p in range(P.MAX_PORTS)]
+        out = {
+            "occupancy": list(self.occupancy),
+            "peak": peak,
+            "admitted_pkts": per_port(self.admitted[0]),
+            "early_pkts": per_port(self.early[0]),
+            "tail_pkts": per_port(self.tail[0]),
+        }
         for k, name in enumerate(("admitted", "early", "tail")):
             totals = [0] * P.MAX_PORTS
             for i, v in self.non_dlcp.items():
@@ -329,8 +361,9 @@ class Pipeline:
 
     # --- egress --------------------------------------------------------------------------------
 
-    def egress(self, f: bytearray, port: int, qid: int, tel: int, enq_qdepth: int, deq_timedelta_us: int,
-               csum_partial: bool) -> None:
+    def egress(
+        self, f: bytearray, port: int, qid: int, tel: int, enq_qdepth: int, deq_timedelta_us: int, csum_partial: bool
+    ) -> None:
         """Release the queue slot of a dequeued packet and stamp its telemetry block."""
         oi = port * NQ + qid
         if self.occupancy[oi]:

@@ -54,9 +54,12 @@ class PyEngine:
 
     def add_port(self, cfg: PortConfig, sock, pcap_path: str | None = None) -> None:
         """Attach a port: `sock` is its bound socket (afpacket.open_port_socket)."""
-        self.ports[cfg.port] = _Port(cfg, PortSocket(sock, cfg.intf, self.rx, self.tx),
-                                     EgressPort(cfg, self.rng, self.max_lag_s, self.tx_late),
-                                     PcapWriter(pcap_path) if pcap_path else None)
+        self.ports[cfg.port] = _Port(
+            cfg,
+            PortSocket(sock, cfg.intf, self.rx, self.tx),
+            EgressPort(cfg, self.rng, self.max_lag_s, self.tx_late),
+            PcapWriter(pcap_path) if pcap_path else None,
+        )
 
     def port_gone(self, port: int) -> None:
         self.ports[port].sock = None
@@ -174,12 +177,12 @@ class PyEngine:
             return 0
         sent = 0
         while p.txq:
-            chunk = p.txq[:self.batch]
+            chunk = p.txq[: self.batch]
             try:
                 n = p.sock.send([x[FRAME] for x in chunk], [x[VNET] for x in chunk])
             except OSError:
                 p.tx_errors += len(chunk)
-                del p.txq[:len(chunk)]
+                del p.txq[: len(chunk)]
                 raise
             for x in chunk[:n]:
                 p.tx_bytes += len(x[FRAME])
@@ -221,12 +224,21 @@ class PyEngine:
 
     def counters(self) -> dict:
         c = self.pipeline.counters()
-        c["ports"] = {num: {"rx_pkts": p.rx_pkts, "rx_bytes": p.rx_bytes, "tx_pkts": p.tx_pkts,
-                            "tx_bytes": p.tx_bytes, "tx_errors": p.tx_errors,
-                            "queue_overflow_pkts": p.egress.overflow_pkts, "link_loss_pkts": p.egress.lost_pkts,
-                            "rx_truncated": p.rx_truncated, "queued_pkts": p.egress.backlog,
-                            "pending_pkts": len(p.txq) + len(p.egress.in_flight)}
-                      for num, p in self.ports.items()}
+        c["ports"] = {
+            num: {
+                "rx_pkts": p.rx_pkts,
+                "rx_bytes": p.rx_bytes,
+                "tx_pkts": p.tx_pkts,
+                "tx_bytes": p.tx_bytes,
+                "tx_errors": p.tx_errors,
+                "queue_overflow_pkts": p.egress.overflow_pkts,
+                "link_loss_pkts": p.egress.lost_pkts,
+                "rx_truncated": p.rx_truncated,
+                "queued_pkts": p.egress.backlog,
+                "pending_pkts": len(p.txq) + len(p.egress.in_flight),
+            }
+            for num, p in self.ports.items()
+        }
         c["max_enq_qdepth"] = self.max_enq_qdepth
         c["delay_fine"] = self.delays.fine
         c["delay_coarse"] = self.delays.counts

@@ -29,7 +29,9 @@ FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH, IN_TX = range(7)
 
 
 class EgressPort:
-    def __init__(self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002, late: WaitHistogram | None = None):
+    def __init__(
+        self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002, late: WaitHistogram | None = None
+    ):
         self.port = cfg.port
         self.depth = cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS  # null: this target's default
         self.queues = [deque() for _ in range(P.N_QUEUES)]

@@ -50,10 +50,13 @@ class Options:
 def load_fastpath():
     """The C engine module, checked to be built from the sources beside it (ImportError if not)."""
     from emulation.refswitch import _fastpath
-    if all((fastpath_source.HERE / name).exists() for name in fastpath_source.SOURCES):
+
+    if all((fastpath_source.HERE / name).exists() for name in fastpath_source.SOURCES):  # noqa: SIM102
         if getattr(_fastpath, "SOURCE_SHA", None) != fastpath_source.source_sha():
-            raise ImportError("the built _fastpath module is stale (built from another _fastpath.c or "
-                              "dlcp_wire.h); rebuild with make setup")
+            raise ImportError(
+                "the built _fastpath module is stale (built from another _fastpath.c or "
+                "dlcp_wire.h); rebuild with make setup"
+            )
     return _fastpath
 
 
@@ -67,8 +70,11 @@ def make_engine(pipeline: Pipeline, opts: Options):
                 raise SystemExit(f"refswitch: the C engine is not usable ({e}); make setup builds it") from e
             print(f"refswitch: C engine not available ({e}); using the Python engine", file=sys.stderr)
         else:
-            eng = _fastpath.Engine(batch=opts.batch, data_port=opts.data_port,
-                                   seed=opts.seed if opts.seed is not None else int.from_bytes(os.urandom(8), "little"))
+            eng = _fastpath.Engine(
+                batch=opts.batch,
+                data_port=opts.data_port,
+                seed=opts.seed if opts.seed is not None else int.from_bytes(os.urandom(8), "little"),
+            )
             eng.set_tables(*pipeline.compiled_tables())
             eng.set_ecn(pipeline.ecn_k)
             return eng, "c"
@@ -101,7 +107,7 @@ class Sampler:
         raw = engine.sample()
         ports = {}
         for p in self.ports:
-            row = {"occ": raw["occupancy"][p * 8:(p + 1) * 8], "peak": raw["peak"][p * 8:(p + 1) * 8]}
+            row = {"occ": raw["occupancy"][p * 8 : (p + 1) * 8], "peak": raw["peak"][p * 8 : (p + 1) * 8]}
             for kind in ("admitted", "early", "tail"):
                 row[kind] = raw[f"{kind}_pkts"][p]
                 row[f"non_dlcp_{kind}"] = raw[f"non_dlcp_{kind}_pkts"][p]
@@ -137,29 +143,41 @@ class Switch:
     def open(self) -> None:
         missing = set(self.opts.pcap_ports) - {p.port for p in self.runtime.ports}
         if missing:
-            raise SystemExit(f"refswitch {self.name}: --pcap-port {sorted(missing)[0]} is not a port of "
-                             f"{self.runtime.source}")
+            raise SystemExit(
+                f"refswitch {self.name}: --pcap-port {sorted(missing)[0]} is not a port of {self.runtime.source}"
+            )
         for cfg in self.runtime.ports:
             try:
                 sock = open_port_socket(cfg.intf)
             except OSError as e:
-                raise SystemExit(f"refswitch {self.name}: port {cfg.port}: interface {cfg.intf}: "
-                                 f"{e.strerror or e}") from None
+                raise SystemExit(
+                    f"refswitch {self.name}: port {cfg.port}: interface {cfg.intf}: {e.strerror or e}"
+                ) from None
             self.socks[cfg.port] = sock
             pcap = None
             if cfg.port in self.opts.pcap_ports:
                 Path(self.opts.pcap_dir).mkdir(parents=True, exist_ok=True)
                 pcap = str(Path(self.opts.pcap_dir) / f"{cfg.intf}.pcap")
             if self.engine_name == "c":
-                self.engine.add_port(cfg.port, sock.fileno(), cfg.rate_bps or 0.0, cfg.rate_pps or 0.0,
-                                     cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS, cfg.delay_us / 1e6, cfg.loss,
-                                     MAX_LAG_S, pcap, cfg.host_nic)
+                self.engine.add_port(
+                    cfg.port,
+                    sock.fileno(),
+                    cfg.rate_bps or 0.0,
+                    cfg.rate_pps or 0.0,
+                    cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS,
+                    cfg.delay_us / 1e6,
+                    cfg.loss,
+                    MAX_LAG_S,
+                    pcap,
+                    cfg.host_nic,
+                )
             else:
                 self.engine.add_port(cfg, sock, pcap)
         if self.opts.samples_path:
             Path(self.opts.samples_path).parent.mkdir(parents=True, exist_ok=True)
-            self.sampler = Sampler(self.opts.samples_path, self.opts.sample_period_s,
-                                   [p.port for p in self.runtime.ports])
+            self.sampler = Sampler(
+                self.opts.samples_path, self.opts.sample_period_s, [p.port for p in self.runtime.ports]
+            )
         self._wake_r, self._wake_w = socket.socketpair()
         for s in (self._wake_r, self._wake_w):
             s.setblocking(False)
@@ -259,11 +277,18 @@ class Switch:
                 self.kernel_drops[port] += new_kernel_drops(s)
                 s.close()
             self.gone.add(port)
-            print(f"refswitch {self.name}: port {port}: interface {cfg.intf} is gone; forwarding on the other ports",
-                  file=sys.stderr, flush=True)
+            print(
+                f"refswitch {self.name}: port {port}: interface {cfg.intf} is gone; forwarding on the other ports",
+                file=sys.stderr,
+                flush=True,
+            )
             return
-        print(f"refswitch {self.name}: port {port} ({cfg.intf}): {os.strerror(err) if err else 'socket error'}"
-              f"{' (link down?)' if err == errno.ENETDOWN else ''}", file=sys.stderr, flush=True)
+        print(
+            f"refswitch {self.name}: port {port} ({cfg.intf}): {os.strerror(err) if err else 'socket error'}"
+            f"{' (link down?)' if err == errno.ENETDOWN else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _serve_control(self) -> None:
         """Answer pending control connections: one command line in, one JSON line out."""

@@ -116,6 +116,7 @@ class _Agent:
 
     def info(self, **kw):
         from dlcp.transport.api import SendInfo
+
         return SendInfo(**kw)
 
 
@@ -143,12 +144,24 @@ class SimWorker(_Agent):
         self._resync_wait = None  # (iteration, lost values) while this rank's re-sync is open
         run.resync_rows[acfg.host] = []
         if mode != "ps":
-            self.engine = EventEngine(host.send, self.vpp, self.comm, acfg.comm, list(self.layouts.values()),
-                                      self.n_layers, clock=run.clock.now, on_done=self._comm_done,
-                                      sizes_only=run.sizes_only, host_mbps=acfg.links.host_mbps,
-                                      fabric_mbps=acfg.links.fabric_mbps, spec=acfg.topology_spec(),
-                                      backward_ms=run.planning_backward_ms, layer_times=run.layer_times, plan=plan,
-                                      cost=cost)
+            self.engine = EventEngine(
+                host.send,
+                self.vpp,
+                self.comm,
+                acfg.comm,
+                list(self.layouts.values()),
+                self.n_layers,
+                clock=run.clock.now,
+                on_done=self._comm_done,
+                sizes_only=run.sizes_only,
+                host_mbps=acfg.links.host_mbps,
+                fabric_mbps=acfg.links.fabric_mbps,
+                spec=acfg.topology_spec(),
+                backward_ms=run.planning_backward_ms,
+                layer_times=run.layer_times,
+                plan=plan,
+                cost=cost,
+            )
 
     # --- one iteration -------------------------------------------------------------------------
 
@@ -247,8 +260,9 @@ class SimWorker(_Agent):
         self._resync_wait = (it, lost)
         if self.rank == 0:
             params = self._params()
-            for dst, batch, info in resync_messages(self.comm, self.engine.ids, self.layouts, self.n_layers, self.vpp,
-                                                    it, params):
+            for dst, batch, info in resync_messages(
+                self.comm, self.engine.ids, self.layouts, self.n_layers, self.vpp, it, params
+            ):
                 self._resync_sends.add(self.host.send(dst, batch, info))
         else:
             self._resync_check()
@@ -291,12 +305,22 @@ class SimWorker(_Agent):
         metrics = self.workload.evaluate(it) or {}
         end = max(self.run.us(), round(self.compute_end * 1e6))
         first = self.t["comm_end_us"] if self.t["first_send_us"] is None else self.t["first_send_us"]
-        self.run.iteration_rows[self.acfg.host].append({
-            "host": self.acfg.host, "rank": self.rank, "iter": it, "start_us": self.t["start_us"], "end_us": end,
-            "iteration_us": end - self.t["start_us"], "compute_us": round(self.run.compute_s * 1e6),
-            "comm_us": self.t["comm_end_us"] - first, "lost_values": metrics.get("lost_values", lost),
-            "train_loss": metrics.get("train_loss"), "test_loss": metrics.get("test_loss"),
-            "test_accuracy": metrics.get("test_accuracy")})
+        self.run.iteration_rows[self.acfg.host].append(
+            {
+                "host": self.acfg.host,
+                "rank": self.rank,
+                "iter": it,
+                "start_us": self.t["start_us"],
+                "end_us": end,
+                "iteration_us": end - self.t["start_us"],
+                "compute_us": round(self.run.compute_s * 1e6),
+                "comm_us": self.t["comm_end_us"] - first,
+                "lost_values": metrics.get("lost_values", lost),
+                "train_loss": metrics.get("train_loss"),
+                "test_loss": metrics.get("test_loss"),
+                "test_accuracy": metrics.get("test_accuracy"),
+            }
+        )
         self.done = it + 1
         self.run.worker_finished_iteration(it)
         if self.done == self.run.iterations:
@@ -371,7 +395,7 @@ class SimPS(_Agent):
             return
         del self.got[it]
         if self.run.sizes_only:
-            return self._scatter(it, {msg_id: (None, None) for msg_id in self.layouts})
+            return self._scatter(it, dict.fromkeys(self.layouts, (None, None)))
         aggregates = {}
         for msg_id, lay in self.layouts.items():
             total = np.zeros(lay.n_values, np.float32)

@@ -37,15 +37,30 @@ HOSTS_PER_LEAF = 16
 LENET5_VALUES = 44426  # the synthetic workload's default layers, summed
 
 
-def config_text(workers: int, iterations: int, layers: list[int] | None, host_mbps: float, fabric_mbps: float,
-                policy: str) -> str:
+def config_text(
+    workers: int, iterations: int, layers: list[int] | None, host_mbps: float, fabric_mbps: float, policy: str
+) -> str:
     leaves = max(2, -(-workers // HOSTS_PER_LEAF))
     per_leaf = -(-workers // leaves)
-    lines = [f'name = "bench-sim-{workers}"', 'backend = "ns3"', "timeout_s = 3600",
-             "[topology]", 'kind = "leaf_spine"', "spines = 2", f"leaves = {leaves}", f"hosts_per_leaf = {per_leaf}",
-             "[links]", f"host_mbps = {host_mbps}", f"fabric_mbps = {fabric_mbps}",
-             "[workload]", 'mode = "allreduce"', f"workers = {workers}", 'model = "synthetic"',
-             f"iterations = {iterations}", "eval_every = 0"]
+    lines = [
+        f'name = "bench-sim-{workers}"',
+        'backend = "ns3"',
+        "timeout_s = 3600",
+        "[topology]",
+        'kind = "leaf_spine"',
+        "spines = 2",
+        f"leaves = {leaves}",
+        f"hosts_per_leaf = {per_leaf}",
+        "[links]",
+        f"host_mbps = {host_mbps}",
+        f"fabric_mbps = {fabric_mbps}",
+        "[workload]",
+        'mode = "allreduce"',
+        f"workers = {workers}",
+        'model = "synthetic"',
+        f"iterations = {iterations}",
+        "eval_every = 0",
+    ]
     if layers:
         lines.append(f"layers = {layers}")
     lines += ["[dlcp]", f'policy = "{policy}"']
@@ -69,14 +84,27 @@ def measure(workers: int, args, workdir: Path) -> dict:
     run = workdir / f"w{workers}"
     if args.experiment:
         from dlcp.experiment import config as configmod
-        cfg, sets = Path(args.experiment), experiment_overrides(configmod.load_raw(args.experiment, []), workers,
-                                                                args.iterations)
+
+        cfg, sets = (
+            Path(args.experiment),
+            experiment_overrides(configmod.load_raw(args.experiment, []), workers, args.iterations),
+        )
     else:
         cfg, sets = workdir / f"w{workers}.toml", []
-        cfg.write_text(config_text(workers, args.iterations or 2, args.layers, args.host_mbps, args.fabric_mbps,
-                                   args.policy))
-    cmd = [sys.executable, "-m", "dlcp_cli", "run", str(cfg), *[a for s in sets for a in ("--set", s)],
-           "--run-dir", str(run), "--no-report"]
+        cfg.write_text(
+            config_text(workers, args.iterations or 2, args.layers, args.host_mbps, args.fabric_mbps, args.policy)
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlcp_cli",
+        "run",
+        str(cfg),
+        *[a for s in sets for a in ("--set", s)],
+        "--run-dir",
+        str(run),
+        "--no-report",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
@@ -91,23 +119,37 @@ def measure(workers: int, args, workdir: Path) -> dict:
     forwarded = 0
     for f in sorted((run / "counters").glob("*.json")):
         forwarded += sum(q["admitted_pkts"] for q in json.loads(f.read_text())["queues"])
-    return {"workers": workers, "sim_s_per_iteration": statistics.median(its) / 1e6 if its else None,
-            "iterations": sim["iterations_done"], "wall_s": sim["wall_s"], "cpu_s": sim["cpu_s"],
-            "cpu_s_per_iteration": round(sim["cpu_s"] / max(1, sim["iterations_done"]), 1), "events": sim["events"],
-            "events_per_cpu_s": sim["events_per_cpu_s"], "switch_pkts": forwarded,
-            "payload": json.loads((run / "meta.json").read_text()).get("payload", "values"),
-            "peak_rss_mb": sim["peak_rss_mb"]}
+    return {
+        "workers": workers,
+        "sim_s_per_iteration": statistics.median(its) / 1e6 if its else None,
+        "iterations": sim["iterations_done"],
+        "wall_s": sim["wall_s"],
+        "cpu_s": sim["cpu_s"],
+        "cpu_s_per_iteration": round(sim["cpu_s"] / max(1, sim["iterations_done"]), 1),
+        "events": sim["events"],
+        "events_per_cpu_s": sim["events_per_cpu_s"],
+        "switch_pkts": forwarded,
+        "payload": json.loads((run / "meta.json").read_text()).get("payload", "values"),
+        "peak_rss_mb": sim["peak_rss_mb"],
+    }
 
 
 def bench_sim(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="dlcp bench sim", description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="16,32,64,128", help="worker counts (comma-separated)")
-    ap.add_argument("--experiment", help="bench this experiment file (leaf-spine: leaves follow the workers) "
-                                         "instead of the synthetic LeNet-5 ring")
-    ap.add_argument("--iterations", type=int, help="iterations per run (the first is not timed; default 2, or the "
-                                                   "experiment's)")
-    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[LENET5_VALUES],
-                    help=f"layer sizes in values, one message each (default: {LENET5_VALUES}, LeNet-5's values in one)")
+    ap.add_argument(
+        "--experiment",
+        help="bench this experiment file (leaf-spine: leaves follow the workers) instead of the synthetic LeNet-5 ring",
+    )
+    ap.add_argument(
+        "--iterations", type=int, help="iterations per run (the first is not timed; default 2, or the experiment's)"
+    )
+    ap.add_argument(
+        "--layers",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[LENET5_VALUES],
+        help=f"layer sizes in values, one message each (default: {LENET5_VALUES}, LeNet-5's values in one)",
+    )
     ap.add_argument("--host-mbps", type=float, default=50.0)
     ap.add_argument("--fabric-mbps", type=float, default=100.0)
     ap.add_argument("--policy", default="dlcp")
@@ -126,8 +168,11 @@ def bench_sim(argv: list[str]) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="dlcp-bench-sim-") as tmp:
             rows = [measure(w, args, Path(tmp)) for w in counts]
-    what = (f"ns-3, experiment {args.experiment}" if args.experiment else
-            f"ns-3 ring all-reduce on a leaf-spine, synthetic workload, {args.iterations or 2} iterations, "
-            f"policy {args.policy}")
+    what = (
+        f"ns-3, experiment {args.experiment}"
+        if args.experiment
+        else f"ns-3 ring all-reduce on a leaf-spine, synthetic workload, {args.iterations or 2} iterations, "
+        f"policy {args.policy}"
+    )
     emit(what, rows, {"bench": "sim", "experiment": args.experiment, "runs": rows}, args.json)
     return 0

@@ -25,8 +25,10 @@ import numpy as np
 from dlcp.transport.sockets import CONTROL_RTO_MIN_US  # the emulated control sockets' RTO floor
 from dlcp.wire.header import HEADER, HEADER_LEN, PHASE_MASK, PHASE_SHIFT
 
-CORE_HINT = ("backend ns3 needs the transport's sans-I/O protocol core (dlcp/transport/core, issue 12), "
-             "which this tree does not have yet")
+CORE_HINT = (
+    "backend ns3 needs the transport's sans-I/O protocol core (dlcp/transport/core, issue 12), "
+    "which this tree does not have yet"
+)
 
 
 TICK_S = 1e-9  # the simulator's time resolution
@@ -53,6 +55,7 @@ def send_buffer_packets(sndbuf_bytes: int, host_queue_pkts: int, mtu: int = STAN
 def core_missing() -> str | None:
     """None when the protocol core can be imported, else the one-line reason."""
     import importlib.util
+
     try:
         found = importlib.util.find_spec("dlcp.transport.core.endpoint") is not None
     except ModuleNotFoundError:
@@ -123,6 +126,7 @@ class RxMirror:
 
     def __init__(self, rx, path, enabled: bool):
         from dlcp.wire.header import VALUE_BYTES
+
         assert VALUE_BYTES == 4, "dlcp_rx.h copies fp32 values"
         self.rx, self.path = rx, path
         self.enabled = enabled
@@ -136,8 +140,15 @@ class RxMirror:
         self._rows = np.zeros(self.ROWS * self.width, dtype=np.float64)  # C++ writes here (Take)
         self._dirty = bytearray(1)  # C++ sets it when there is something to take
         self._dirty_pin = (ctypes.c_char * 1).from_buffer(self._dirty)
-        path.Setup(enabled, cfg.job_id, cfg.values_per_pkt, rx.wall_offset_s, self._rows.ctypes.data, self.ROWS,
-                   ctypes.addressof(self._dirty_pin))
+        path.Setup(
+            enabled,
+            cfg.job_id,
+            cfg.values_per_pkt,
+            rx.wall_offset_s,
+            self._rows.ctypes.data,
+            self.ROWS,
+            ctypes.addressof(self._dirty_pin),
+        )
 
     def take(self) -> None:
         """Add what C++ counted to the receiver's messages, sources and totals."""
@@ -191,8 +202,18 @@ class RxMirror:
         pin = (ctypes.c_char * st.n_pkts).from_buffer(st.received)  # and the bitmap cannot be resized
         self.opened[key] = (self._slot, st, pin)
         self.key_of[self._slot] = key
-        self.path.Open(key[0], key[1], key[2], key[3], st.n_pkts, self._slot, st.buf.ctypes.data, st.buf.nbytes,
-                       ctypes.addressof(pin), st.recv_us.ctypes.data if st.recv_us is not None else 0)
+        self.path.Open(
+            key[0],
+            key[1],
+            key[2],
+            key[3],
+            st.n_pkts,
+            self._slot,
+            st.buf.ctypes.data,
+            st.buf.nbytes,
+            ctypes.addressof(pin),
+            st.recv_us.ctypes.data if st.recv_us is not None else 0,
+        )
 
     @staticmethod
     def _open(st) -> bool:
@@ -386,10 +407,15 @@ class HostStack:
         h = SimHost(self, len(self.hosts), name, rank, cfg, on_sent, on_received)
         io = self.ns.CreateObject["DlcpHostIo"]()
         sndbuf = getattr(cfg, "sndbuf_bytes", 128 << 10)
-        io.__deref__().Setup(self.net.nodes[name], h.index, self.data_port, self.control_port,
-                             self.net.host_devices[name], send_buffer_packets(sndbuf, self.host_queue_pkts,
-                                                                                     self.net.mtu),
-                             CONTROL_RTO_MIN_US / 1e6)
+        io.__deref__().Setup(
+            self.net.nodes[name],
+            h.index,
+            self.data_port,
+            self.control_port,
+            self.net.host_devices[name],
+            send_buffer_packets(sndbuf, self.host_queue_pkts, self.net.mtu),
+            CONTROL_RTO_MIN_US / 1e6,
+        )
         self._ios.append(io)
         h.io = io.__deref__()
         h.rxm = RxMirror(h.endpoint.receiver, h.io.Rx(), CPP_RX)

@@ -1,5 +1,5 @@
 """Frames through one simulated switch: the ns-3 side of the conformance harness
-(tests/conformance/harness.py, `Ns3SUT`).
+(tests/support/switch_harness.py, `Ns3SUT`).
 
     python -m simulation.ns3.inject SCENARIOS.json RESULTS.json
 
@@ -52,8 +52,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m simulation.ns3.inject SCENARIOS.json RESULTS.json", file=sys.stderr)
         return 2
     scenarios = json.loads(Path(argv[0]).read_text())
-    results = {sc["name"]: run_frames(sc["runtime"], sc["send"], sc["settle_s"], sc.get("seed", 1))
-               for sc in scenarios}
+    results = {sc["name"]: run_frames(sc["runtime"], sc["send"], sc["settle_s"], sc.get("seed", 1)) for sc in scenarios}
     with open(argv[1], "w") as f:
         json.dump(results, f)
     return 0

@@ -64,6 +64,7 @@ def available() -> str | None:
 
 def _prefix() -> Path:
     import cppyy
+
     return Path(cppyy.__file__).resolve().parent.parent / "ns3"
 
 
@@ -123,5 +124,5 @@ def versions() -> dict[str, str | None]:
             return metadata.version(pkg)
         except metadata.PackageNotFoundError:
             return None
-    return {"ns3": v("ns3"), "cppyy": v("cppyy")}
 
+    return {"ns3": v("ns3"), "cppyy": v("cppyy")}

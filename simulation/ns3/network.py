@@ -26,6 +26,7 @@ PHASE_STREAM = 1_000_000
 @dataclass
 class BackgroundFlow:
     """One `[[background]]` entry on the simulated network."""
+
     index: int
     kind: str
     src: str
@@ -38,8 +39,13 @@ class BackgroundFlow:
     def sender_record(self) -> dict:
         """records/<src>-background<index>.json, with the emulated sender's keys where they mean the
         same (`pkts` sent; a simulation has no wall-clock times to give)."""
-        return {"host": self.src, "kind": self.kind, "dst": self.dst, "port": self.port,
-                "pkts": int(self.counter.packets) if self.counter is not None else None}
+        return {
+            "host": self.src,
+            "kind": self.kind,
+            "dst": self.dst,
+            "port": self.port,
+            "pkts": int(self.counter.packets) if self.counter is not None else None,
+        }
 
     def sink_record(self) -> dict:
         """records/<dst>-sink<port>.json: what the flow's sink received, as the emulated sink's record."""
@@ -56,8 +62,9 @@ class SimNetwork:
     mtu: int = 1500  # IP MTU of every link
 
 
-def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict, data_port: int,
-                  mtu: int = 1500) -> SimNetwork:
+def build_network(
+    spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict, data_port: int, mtu: int = 1500
+) -> SimNetwork:
     """Nodes, links, switches (configured and attached) and host NICs; no traffic yet."""
     ns = loader.compile_cpp("dlcp_switch", "dlcp_net")
     ns.DlcpTcpLikeLinux()  # before any socket exists
@@ -81,8 +88,11 @@ def build_network(spec: TopologySpec, runtimes: dict[str, dict], links_cfg: dict
         if b in spec.hosts:
             net.host_devices[b] = devs.Get(1)
             ip = int(ipaddress.IPv4Address(spec.hosts[b].ip))
-            fair_to = [int(ipaddress.IPv4Address(h.ip)) for n, h in spec.hosts.items() if n != b] \
-                if links_cfg.get("host_fair_queueing") else []
+            fair_to = (
+                [int(ipaddress.IPv4Address(h.ip)) for n, h in spec.hosts.items() if n != b]
+                if links_cfg.get("host_fair_queueing")
+                else []
+            )
             ns.DlcpHostNic(net.nodes[b], devs.Get(1), ip, links_cfg["host_queue_pkts"], fair_to)
         else:
             devices[b][pb] = (devs.Get(1), rate_b)
@@ -133,9 +143,19 @@ def add_background(net: SimNetwork, background: list[dict]) -> None:
             flow.app = ns.DlcpTcpSource(net.nodes[src.name], ip, port, tos, start, stop)
         else:
             on = bg["on_ms"] / 1e3 if bg["kind"] == "udp_onoff" else 0.0
-            flow.app = ns.DlcpUdpSource(net.nodes[src.name], ip, port, bg["rate_mbps"] * 1e6, bg["packet_bytes"],
-                                        on, bg["off_ms"] / 1e3, bg.get("pattern") == "exponential", tos,
-                                        start, stop)
+            flow.app = ns.DlcpUdpSource(
+                net.nodes[src.name],
+                ip,
+                port,
+                bg["rate_mbps"] * 1e6,
+                bg["packet_bytes"],
+                on,
+                bg["off_ms"] / 1e3,
+                bg.get("pattern") == "exponential",
+                tos,
+                start,
+                stop,
+            )
             flow.counter = ns.DlcpTxCounter()
             flow.counter.Attach(flow.app)
         net.background.append(flow)

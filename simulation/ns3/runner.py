@@ -54,8 +54,9 @@ def _version(pkg: str) -> str | None:
 
 def git_revision() -> str | None:
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
     return rev or None
@@ -80,11 +81,20 @@ def prepare(cfg: dict, run_dir: Path, variant: str) -> tuple:
     runtimes = spec.runtimes(cfg)
     for doc in runtimes.values():
         write_runtime(doc, run_dir / "runtime")
-    meta = {"name": cfg["name"], "variant": variant, "policy": cfg["dlcp"]["policy"], "backend": "ns3",
-            "clock": "simulated", "payload": cfg["workload"]["payload"],
-            "versions": {**{p: _version(p) for p in ("dlcp", "torch", "numpy")}, **loader.versions()},
-            "python": platform.python_version(), "kernel": platform.release(), "hostname": platform.node(),
-            "git_revision": git_revision(), "start_utc": datetime.now(timezone.utc).isoformat()}
+    meta = {
+        "name": cfg["name"],
+        "variant": variant,
+        "policy": cfg["dlcp"]["policy"],
+        "backend": "ns3",
+        "clock": "simulated",
+        "payload": cfg["workload"]["payload"],
+        "versions": {**{p: _version(p) for p in ("dlcp", "torch", "numpy")}, **loader.versions()},
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "hostname": platform.node(),
+        "git_revision": git_revision(),
+        "start_utc": datetime.now(timezone.utc).isoformat(),
+    }
     write_json(run_dir / "meta.json", meta)
     return spec, runtimes, meta
 
@@ -95,6 +105,7 @@ def simulated_compute_s(cfg: dict) -> float:
     `workload.compute_ms`."""
     from dlcp.experiment.config import Experiment
     from dlcp.workloads.profiled import workload_profile
+
     profile = workload_profile(Experiment.parse(cfg).workload)
     return profile.compute_s if profile is not None else cfg["workload"]["compute_ms"] / 1e3
 
@@ -105,6 +116,7 @@ def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[fl
     dilation); None with compute_ms."""
     from dlcp.experiment.config import Experiment
     from dlcp.workloads.profiled import workload_profile
+
     profile = workload_profile(Experiment.parse(cfg).workload)
     if profile is None:
         return None
@@ -117,6 +129,7 @@ def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[fl
 def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     """Build, run and record one simulation; returns the `simulation` section of meta.json."""
     from simulation.ns3 import hosts as H
+
     missing = H.core_missing()
     if missing:
         raise SimFailed(missing)
@@ -142,25 +155,40 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
         if role not in ("worker", "ps"):
             continue  # background senders and sinks are ns-3 applications (network.py)
         wl_cfg = acfg.workload.model_copy(update={"compute_ms": 0.0})  # compute time is simulated
-        tcfg = H.transport_config(TransportConfig, d, rank=acfg.wire_rank, job_id=acfg.job_id, ip=acfg.ip,
-                                  host=host, per_packet=cfg["output"]["per_packet"],
-                                  inject_seed=cfg["seed"] * 1000 + acfg.wire_rank,
-                                  values_per_pkt=values_per_pkt_for_mtu(mtu))
+        tcfg = H.transport_config(
+            TransportConfig,
+            d,
+            rank=acfg.wire_rank,
+            job_id=acfg.job_id,
+            ip=acfg.ip,
+            host=host,
+            per_packet=cfg["output"]["per_packet"],
+            inject_seed=cfg["seed"] * 1000 + acfg.wire_rank,
+            values_per_pkt=values_per_pkt_for_mtu(mtu),
+        )
         holder = []  # the agent, once it exists: the host's completions go to it
-        h = stack.add(host, acfg.wire_rank, tcfg, lambda _h, key, res, a=holder: a[0].on_sent(key, res),
-                      lambda _h, key, res, a=holder: a[0].on_received(key, res))
+        h = stack.add(
+            host,
+            acfg.wire_rank,
+            tcfg,
+            lambda _h, key, res, a=holder: a[0].on_sent(key, res),
+            lambda _h, key, res, a=holder: a[0].on_received(key, res),
+        )
         if role == "worker":
             wl = SizesOnlyWorkload(wl_cfg) if sizes_only else make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"])
             if not workers:
                 run.set_layer_times(simulated_layer_times(cfg, wl, wl_cfg.dilation))
             if plan is None and cfg["workload"]["mode"] == "allreduce":
                 plan = step_plan(acfg.comm, acfg.world, acfg.topology_spec())
-                cost = cost_model(acfg.comm, acfg.world, acfg.links.host_mbps, plan, acfg.topology_spec(),
-                                  acfg.links.fabric_mbps)
+                cost = cost_model(
+                    acfg.comm, acfg.world, acfg.links.host_mbps, plan, acfg.topology_spec(), acfg.links.fabric_mbps
+                )
             agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"], plan, cost)
             workers.append(agent)
         else:
-            agent = SimPS(run, h, acfg, SizesOnlyWorkload(wl_cfg) if sizes_only else make_server_workload(wl_cfg, d["fill"]))
+            agent = SimPS(
+                run, h, acfg, SizesOnlyWorkload(wl_cfg) if sizes_only else make_server_workload(wl_cfg, d["fill"])
+            )
         holder.append(agent)
         agents.append((host, role, agent, h))
     run.workers = len(workers)
@@ -184,14 +212,22 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     _write_records(run_dir, run, agents, net)
     finished = run.finished
     ns.Simulator.Destroy()
-    section = {"simulated_s": sim_s, "events": events, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-               "events_per_cpu_s": round(events / cpu) if cpu else None, "peak_rss_mb": round(peak_rss_mb(), 1),
-               "iterations_done": min(w.done for w in workers)}
+    section = {
+        "simulated_s": sim_s,
+        "events": events,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "events_per_cpu_s": round(events / cpu) if cpu else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "iterations_done": min(w.done for w in workers),
+    }
     if run.errors:
         section["error"] = run.errors[0]
     elif not finished:
-        section["error"] = (f"timeout_s = {limit:g} simulated seconds passed with {section['iterations_done']} of "
-                            f"{run.iterations} iterations done")
+        section["error"] = (
+            f"timeout_s = {limit:g} simulated seconds passed with {section['iterations_done']} of "
+            f"{run.iterations} iterations done"
+        )
     return section
 
 
@@ -204,10 +240,15 @@ def _write_records(run_dir: Path, run, agents, net) -> None:
             R.write_rows(rec / f"{host}-iterations.csv", R.ITERATION_COLUMNS, run.iteration_rows[host])
             if run.resync_rows[host]:
                 R.write_rows(rec / f"{host}-resync.csv", R.RESYNC_COLUMNS, run.resync_rows[host])
-        totals = {"host": host, "role": role, "rank": agent.acfg.rank if role == "worker" else -1,
-                  "status": "done" if agent.done == run.iterations else "error",
-                  "error": None if agent.done == run.iterations else f"{agent.done} of {run.iterations} iterations",
-                  "iterations_done": agent.done, **ep.stats()}
+        totals = {
+            "host": host,
+            "role": role,
+            "rank": agent.acfg.rank if role == "worker" else -1,
+            "status": "done" if agent.done == run.iterations else "error",
+            "error": None if agent.done == run.iterations else f"{agent.done} of {run.iterations} iterations",
+            "iterations_done": agent.done,
+            **ep.stats(),
+        }
         R.write_json(rec / f"{host}-agent.json", totals)
     for name, sw in net.switches.items():
         write_json(run_dir / "counters" / f"{name}.json", sw.counter_dump())
@@ -227,17 +268,27 @@ def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True
         if status != "ok":
             raise SimFailed(section["error"])
     finally:
-        meta.update(end_utc=datetime.now(timezone.utc).isoformat(), wall_s=round(time.monotonic() - t0, 3),
-                    status=status)
+        meta.update(
+            end_utc=datetime.now(timezone.utc).isoformat(), wall_s=round(time.monotonic() - t0, 3), status=status
+        )
         write_json(run_dir / "meta.json", meta)
     if with_report:
         from dlcp.reporting import report_run
+
         report_run(run_dir, figures=figures)
     return run_dir
 
 
-def run(config_path: str, overrides: list[str], policies: list[str] | None, out_root: str | None = None,
-        with_report: bool = True, run_dir: str | None = None, vary: list[str] = (), repeat: int = 1) -> Path:
+def run(
+    config_path: str,
+    overrides: list[str],
+    policies: list[str] | None,
+    out_root: str | None = None,
+    with_report: bool = True,
+    run_dir: str | None = None,
+    vary: list[str] = (),
+    repeat: int = 1,
+) -> Path:
     """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`) and
     repeat (`--repeat N`: N pairs in results/<variant>/repI, a new seed per pair), each in a process
     of its own (ns-3's simulator is a singleton); returns the results directory."""
@@ -279,6 +330,7 @@ def run(config_path: str, overrides: list[str], policies: list[str] | None, out_
     ran = list(dict.fromkeys(name for name, _, _ in runs))
     if with_report and len(ran) > 1:
         from dlcp.reporting import compare_runs
+
         compare_runs([results / name for name in ran], results, echo=True)
     return results
 
@@ -347,9 +399,16 @@ def stop_child(pid: int, grace_s: float = 10.0) -> None:
 def main(args) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
     try:
-        results = run(args.config, args.set or [], policies, args.out, with_report=not args.no_report,
-                      run_dir=getattr(args, "run_dir", None), vary=getattr(args, "vary", None) or [],
-                      repeat=getattr(args, "repeat", 1))
+        results = run(
+            args.config,
+            args.set or [],
+            policies,
+            args.out,
+            with_report=not args.no_report,
+            run_dir=getattr(args, "run_dir", None),
+            vary=getattr(args, "vary", None) or [],
+            repeat=getattr(args, "repeat", 1),
+        )
     except configmod.ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
@@ -358,4 +417,3 @@ def main(args) -> int:
         return 1
     print(f"dlcp run: results in {results}")
     return 0
-

@@ -70,9 +70,16 @@ class Ns3Switch:
         devices = devices or {}
         for cfg in self.runtime.ports:
             dev, dev_bps = devices.get(cfg.port, (None, 0.0))
-            self.sw.AddPort(cfg.port, dev if dev is not None else self.ns.Ptr[self.ns.NetDevice](), cfg.rate_bps or 0.0,
-                            cfg.rate_pps or 0.0, dev_bps, cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS,
-                            cfg.delay_us / 1e6, cfg.loss)
+            self.sw.AddPort(
+                cfg.port,
+                dev if dev is not None else self.ns.Ptr[self.ns.NetDevice](),
+                cfg.rate_bps or 0.0,
+                cfg.rate_pps or 0.0,
+                dev_bps,
+                cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS,
+                cfg.delay_us / 1e6,
+                cfg.loss,
+            )
 
     def captured(self) -> list[tuple[float, int, bytes]]:
         """(simulated s, port, Ethernet frame) of every packet a port without a device sent."""
@@ -99,17 +106,33 @@ class Ns3Switch:
         raw["occupancy"] = list(sw.Occupancy())
         raw["rr_next"] = list(sw.RrNext())
         coarse = list(sw.DelayCoarse())
-        raw.update(delay_fine=list(sw.DelayFine()), delay_coarse=dict(zip(coarse[0::2], coarse[1::2])),
-                   delay_n=int(sw.DelayN()), delay_max=int(sw.DelayMax()), max_enq_qdepth=int(sw.MaxEnqQdepth()))
+        raw.update(
+            delay_fine=list(sw.DelayFine()),
+            delay_coarse=dict(zip(coarse[0::2], coarse[1::2])),
+            delay_n=int(sw.DelayN()),
+            delay_max=int(sw.DelayMax()),
+            max_enq_qdepth=int(sw.MaxEnqQdepth()),
+        )
         return raw
 
     def port_rows(self) -> list[dict]:
         rows = []
         for cfg in self.runtime.ports:
             v = [int(x) for x in self.sw.PortCounters(cfg.port)]
-            rows.append({"port": cfg.port, "intf": cfg.intf, "rx_pkts": v[0], "rx_bytes": v[1], "tx_pkts": v[2],
-                         "tx_bytes": v[3], "queue_overflow_pkts": v[4], "link_loss_pkts": v[5],
-                         "queued_pkts": v[6], "pending_pkts": v[7]})
+            rows.append(
+                {
+                    "port": cfg.port,
+                    "intf": cfg.intf,
+                    "rx_pkts": v[0],
+                    "rx_bytes": v[1],
+                    "tx_pkts": v[2],
+                    "tx_bytes": v[3],
+                    "queue_overflow_pkts": v[4],
+                    "link_loss_pkts": v[5],
+                    "queued_pkts": v[6],
+                    "pending_pkts": v[7],
+                }
+            )
         return rows
 
     def counter_dump(self) -> dict:

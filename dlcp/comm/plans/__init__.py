@@ -12,5 +12,4 @@ from dlcp.comm.plans.execute import execute
 from dlcp.comm.plans.paths import PlanError, Router
 from dlcp.comm.plans.schedule import Schedule, Transfer, alpha_beta_cost, check_paths, link_conflicts
 
-__all__ = ["PlanError", "Router", "Schedule", "Transfer", "alpha_beta_cost", "check_paths", "execute",
-           "link_conflicts"]
+__all__ = ["PlanError", "Router", "Schedule", "Transfer", "alpha_beta_cost", "check_paths", "execute", "link_conflicts"]

@@ -173,9 +173,15 @@ def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: 
     pairs = [(g[i], g[(i + 1) % len(g)]) for g in plan.groups(iteration) for i in range(len(g))]
     path = dict(zip(pairs, Router(spec).balanced_paths((hosts[a], hosts[b]) for a, b in pairs)))
     n_steps = max(len(r) for r in rings)
-    steps = [[Transfer(src, dst, chunk, len(g), op, path[(src, dst)])
-              for g, r in zip(plan.groups(iteration), rings) if k < len(r) for src, dst, chunk, op in r[k]]
-             for k in range(n_steps)]
+    steps = [
+        [
+            Transfer(src, dst, chunk, len(g), op, path[(src, dst)])
+            for g, r in zip(plan.groups(iteration), rings)
+            if k < len(r)
+            for src, dst, chunk, op in r[k]
+        ]
+        for k in range(n_steps)
+    ]
     half = n_steps // 2
     return Schedule("dssync", tuple(hosts), steps, {"reduce_scatter": (0, half), "all_gather": (half, n_steps)})
 
@@ -189,10 +195,15 @@ def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dic
         if len(hosts) != workers:
             raise PlanError(f"dssync.workers: {workers}, but the topology has {len(hosts)} ranks")
         plan = topology_plan(spec, group, hosts)
-    return {"collective": "dssync", "workers": workers, "group": group,
-            **({"topology": topology_label(spec),
-                "hosts": rank_hosts(spec)} if spec is not None else {}),
-            "radices": list(plan.radices), "digit_sets": [list(d) for d in plan.digit_sets],
-            "exact_equal_groups": plan.exact_equal_groups, "rounds_to_average": plan.period,
-            "iterations": plan.iterations,
-            "steps_per_phase": max(len(g) for it in plan.iterations for g in it) - 1}
+    return {
+        "collective": "dssync",
+        "workers": workers,
+        "group": group,
+        **({"topology": topology_label(spec), "hosts": rank_hosts(spec)} if spec is not None else {}),
+        "radices": list(plan.radices),
+        "digit_sets": [list(d) for d in plan.digit_sets],
+        "exact_equal_groups": plan.exact_equal_groups,
+        "rounds_to_average": plan.period,
+        "iterations": plan.iterations,
+        "steps_per_phase": max(len(g) for it in plan.iterations for g in it) - 1,
+    }

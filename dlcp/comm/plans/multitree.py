@@ -77,7 +77,9 @@ def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = Non
     "spray" (default): also the switches spraying each transfer equally over its equal-cost
     members (the project's spray modes), so the schedule has no conflict under either reading."""
     if not isinstance(kary, int) or kary < 2:
-        raise PlanError(f"multitree.kary: need an integer >= 2 (a parent gains up to kary-1 children per step), got {kary!r}")
+        raise PlanError(
+            f"multitree.kary: need an integer >= 2 (a parent gains up to kary-1 children per step), got {kary!r}"
+        )
     if paths not in PATH_MODES:
         raise PlanError(f"multitree.paths: {paths!r} is not one of {', '.join(PATH_MODES)}")
     hosts = list(hosts or rank_hosts(spec))
@@ -156,8 +158,9 @@ def _grow(router: Router, hosts, root, parents, in_tree, gained, kary, budget: _
     return None
 
 
-def multitree_schedule(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None,
-                       paths: str = "spray", trees: Trees | None = None) -> Schedule:
+def multitree_schedule(
+    spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None, paths: str = "spray", trees: Trees | None = None
+) -> Schedule:
     trees = trees or build_trees(spec, kary, hosts, paths)
     P, T = len(trees.hosts), trees.steps
     steps: list[list[Transfer]] = [[] for _ in range(2 * T)]
@@ -172,8 +175,13 @@ def plan_json(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None,
     """What `dlcp schedule --collective multitree` prints: per root its edges
     [child, parent, construction step, path parent->child], and the steps per phase."""
     trees = build_trees(spec, kary, hosts, paths)
-    return {"collective": "multitree", "topology": topology_label(spec), "kary": kary, "paths": paths,
-            "hosts": list(trees.hosts),
-            "trees": {str(r): [[e.child, e.parent, e.step, list(e.path)] for e in es] for r, es in trees.edges.items()},
-            "tree_height": {str(r): trees.height(r) for r in trees.edges},
-            "steps_per_phase": trees.steps}
+    return {
+        "collective": "multitree",
+        "topology": topology_label(spec),
+        "kary": kary,
+        "paths": paths,
+        "hosts": list(trees.hosts),
+        "trees": {str(r): [[e.child, e.parent, e.step, list(e.path)] for e in es] for r, es in trees.edges.items()},
+        "tree_height": {str(r): trees.height(r) for r in trees.edges},
+        "steps_per_phase": trees.steps,
+    }

@@ -113,6 +113,7 @@ class Router:
 
     def free_path(self, src: str, dst: str, avail: dict[Link, int]) -> tuple[str, ...] | None:
         """The first equal-cost path (member order) whose every link has capacity left in `avail`."""
+
         def walk(path):
             node = path[-1]
             if node == dst:
@@ -165,8 +166,10 @@ class Router:
             best, best_key = None, None
             for p in self.paths(src, dst):
                 lk = links_of(p)
-                key = (max((load[ln] + 1) / self.capacity[ln] for ln in lk),
-                       sum((load[ln] + 1) / self.capacity[ln] for ln in lk))
+                key = (
+                    max((load[ln] + 1) / self.capacity[ln] for ln in lk),
+                    sum((load[ln] + 1) / self.capacity[ln] for ln in lk),
+                )
                 if best_key is None or key < best_key:
                     best, best_key = p, key
             for ln in links_of(best):

@@ -28,10 +28,16 @@ def ring_schedule(spec: TopologySpec, hosts: list[str] | None = None) -> Schedul
     hosts = list(hosts or rank_hosts(spec))
     P = len(hosts)
     router = Router(spec)
-    pair_path = dict(zip(((r, (r + 1) % P) for r in range(P)),
-                         router.balanced_paths((hosts[r], hosts[(r + 1) % P]) for r in range(P))))
-    steps = [[Transfer(src, dst, chunk, P, op, pair_path[(src, dst)]) for src, dst, chunk, op in step]
-             for step in ring_steps(list(range(P)))]
+    pair_path = dict(
+        zip(
+            ((r, (r + 1) % P) for r in range(P)),
+            router.balanced_paths((hosts[r], hosts[(r + 1) % P]) for r in range(P)),
+        )
+    )
+    steps = [
+        [Transfer(src, dst, chunk, P, op, pair_path[(src, dst)]) for src, dst, chunk, op in step]
+        for step in ring_steps(list(range(P)))
+    ]
     return Schedule("ring", tuple(hosts), steps, {"reduce_scatter": (0, P - 1), "all_gather": (P - 1, 2 * P - 2)})
 
 
@@ -39,7 +45,11 @@ def plan_json(spec: TopologySpec, hosts: list[str] | None = None) -> dict:
     """What `dlcp schedule --collective ring` prints: the ring order, paths and steps per phase."""
     sched = ring_schedule(spec, hosts)
     P = sched.ranks
-    return {"collective": "ring", "topology": topology_label(spec), "hosts": list(sched.hosts),
-            "ring": list(range(P)),
-            "paths": {f"{r}->{(r + 1) % P}": list(sched.steps[0][r].path) for r in range(P)} if P > 1 else {},
-            "steps_per_phase": sched.steps_per_phase}
+    return {
+        "collective": "ring",
+        "topology": topology_label(spec),
+        "hosts": list(sched.hosts),
+        "ring": list(range(P)),
+        "paths": {f"{r}->{(r + 1) % P}": list(sched.steps[0][r].path) for r in range(P)} if P > 1 else {},
+        "steps_per_phase": sched.steps_per_phase,
+    }

@@ -36,8 +36,13 @@ class Transfer:
         return links_of(self.path)
 
     def to_json(self) -> dict:
-        return {"src": self.src, "dst": self.dst, "chunk": [self.chunk, self.chunks], "op": self.op,
-                "path": list(self.path)}
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "chunk": [self.chunk, self.chunks],
+            "op": self.op,
+            "path": list(self.path),
+        }
 
 
 @dataclass
@@ -56,10 +61,13 @@ class Schedule:
         return max((b - a for a, b in self.phases.values()), default=len(self.steps))
 
     def to_json(self) -> dict:
-        return {"collective": self.collective, "hosts": list(self.hosts),
-                "phases": {k: list(v) for k, v in self.phases.items()},
-                "steps_per_phase": self.steps_per_phase,
-                "steps": [[t.to_json() for t in step] for step in self.steps]}
+        return {
+            "collective": self.collective,
+            "hosts": list(self.hosts),
+            "phases": {k: list(v) for k, v in self.phases.items()},
+            "steps_per_phase": self.steps_per_phase,
+            "steps": [[t.to_json() for t in step] for step in self.steps],
+        }
 
 
 def chunk_bounds(n_values: int, chunks: int) -> np.ndarray:
@@ -78,8 +86,10 @@ def check_paths(schedule: Schedule, spec: TopologySpec, router: Router | None = 
             if not (0 <= t.src < schedule.ranks and 0 <= t.dst < schedule.ranks and 0 <= t.chunk < t.chunks):
                 raise PlanError(f"{where}: rank or chunk out of range")
             if (t.path[:1], t.path[-1:]) != ((schedule.hosts[t.src],), (schedule.hosts[t.dst],)):
-                raise PlanError(f"{where}: path {'-'.join(t.path)} does not join {schedule.hosts[t.src]} "
-                                f"and {schedule.hosts[t.dst]}")
+                raise PlanError(
+                    f"{where}: path {'-'.join(t.path)} does not join {schedule.hosts[t.src]} "
+                    f"and {schedule.hosts[t.dst]}"
+                )
             if not router.is_route_path(t.path):
                 raise PlanError(f"{where}: path {'-'.join(t.path)} is not an equal-cost route of the topology")
 
@@ -121,8 +131,9 @@ def link_conflicts(schedule: Schedule, spec: TopologySpec, spray: bool = False) 
     return out
 
 
-def alpha_beta_cost(schedule: Schedule, message_bytes: float, alpha: float, beta: float,
-                    spec: TopologySpec | None = None) -> float:
+def alpha_beta_cost(
+    schedule: Schedule, message_bytes: float, alpha: float, beta: float, spec: TopologySpec | None = None
+) -> float:
     """Seconds for one collective on a message of `message_bytes` under the alpha-beta model.
 
     Each step costs alpha (start-up) plus its largest chunk's bytes times beta (seconds per byte on

@@ -36,6 +36,7 @@ FINAL_PRIMITIVES = frozenset({"allreduce", "all_gather", "pull"})
 @dataclass(frozen=True)
 class Segment:
     """Elements [start, stop) of tensor `tensor` (profile index, forward order)."""
+
     tensor: int
     start: int
     stop: int
@@ -51,6 +52,7 @@ class Op:
     (several tensors when merged, part of one when partitioned). `priority`: smaller = more
     urgent (what a priority-aware network should serve first). `nbytes`: the full message size
     the cost model charges (fp32)."""
+
     op_id: int
     iteration: int
     primitive: str
@@ -81,6 +83,7 @@ class Scheduler(ABC):
 
     `describe()` returns the plan as plain data (groups, partitions, ...) for `plan_json`.
     """
+
     name = "scheduler"
     # Whether the order of released operations can depend on timing (which gradients happen to be
     # ready when an operation completes). The ranks of a job must run operations in one order, so
@@ -115,8 +118,7 @@ class Scheduler(ABC):
     def units(self) -> list[tuple[Segment, ...]]:
         """The segments of every operation an iteration can have, each list once. Policies that
         run on a network (through dlcp/comm/engine.py) must say; the timeline does not need it."""
-        raise NotImplementedError(f"scheduler {self.name!r} does not list its units: it can run on the "
-                                  "timeline only")
+        raise NotImplementedError(f"scheduler {self.name!r} does not list its units: it can run on the timeline only")
 
     def ops_per_iteration(self) -> int:
         """Operations one iteration releases (one per unit unless the policy splits primitives)."""

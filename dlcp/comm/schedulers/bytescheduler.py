@@ -39,19 +39,35 @@ def partition_tensor(tensor: int, size: int, partition_elems: int) -> list[Segme
 class ByteScheduler(CreditExecutor):
     name = "bytescheduler"
 
-    def __init__(self, profile, cost=None, workers=None, partition_bytes: int = DEFAULT_PARTITION_BYTES,
-                 credit_bytes: int = DEFAULT_CREDIT_BYTES):
-        if isinstance(partition_bytes, bool) or not isinstance(partition_bytes, int) or partition_bytes < BYTES_PER_ELEMENT:
-            raise ValueError(f"bytescheduler: partition_bytes must be an integer >= {BYTES_PER_ELEMENT}, got {partition_bytes!r}")
+    def __init__(
+        self,
+        profile,
+        cost=None,
+        workers=None,
+        partition_bytes: int = DEFAULT_PARTITION_BYTES,
+        credit_bytes: int = DEFAULT_CREDIT_BYTES,
+    ):
+        if (
+            isinstance(partition_bytes, bool)
+            or not isinstance(partition_bytes, int)
+            or partition_bytes < BYTES_PER_ELEMENT
+        ):
+            raise ValueError(
+                f"bytescheduler: partition_bytes must be an integer >= {BYTES_PER_ELEMENT}, got {partition_bytes!r}"
+            )
         if credit_bytes is None:
             raise ValueError("bytescheduler: credit_bytes must be an integer (bytes in flight)")
         elems = partition_bytes // BYTES_PER_ELEMENT
-        blocks = [[((t, i), seg) for i, seg in enumerate(partition_tensor(t, n, elems))]
-                  for t, n in enumerate(profile.sizes)]
+        blocks = [
+            [((t, i), seg) for i, seg in enumerate(partition_tensor(t, n, elems))] for t, n in enumerate(profile.sizes)
+        ]
         self.partition_bytes = partition_bytes
         super().__init__(profile.sizes, blocks, credit_bytes)
 
     def describe(self) -> dict:
-        return {"groups": [[t] for t in range(len(self.sizes))],
-                "partition_bytes": self.partition_bytes, "credit_bytes": self.credit_bytes,
-                "partitions": [[s.tensor, s.start, s.stop] for bl in self.blocks for _, s in bl]}
+        return {
+            "groups": [[t] for t in range(len(self.sizes))],
+            "partition_bytes": self.partition_bytes,
+            "credit_bytes": self.credit_bytes,
+            "partitions": [[s.tensor, s.start, s.stop] for bl in self.blocks for _, s in bl],
+        }

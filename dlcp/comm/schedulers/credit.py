@@ -21,6 +21,7 @@ from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 class CreditExecutor(Scheduler):
     """blocks[t]: list of (key, Segment) of tensor t; key: tuple, smaller = sent first."""
+
     name = "credit"
     timing_dependent_order = True  # what is released at a completion depends on what is ready then
 
@@ -28,10 +29,13 @@ class CreditExecutor(Scheduler):
         super().__init__(sizes)
         self.blocks = blocks
         largest = max(BYTES_PER_ELEMENT * seg.elements for bl in blocks for _, seg in bl)
-        if credit_bytes is not None and (isinstance(credit_bytes, bool) or not isinstance(credit_bytes, int)
-                                         or credit_bytes < largest):
-            raise ValueError(f"{self.name}: credit_bytes must be an integer >= the largest block "
-                                 f"({largest} bytes), got {credit_bytes!r}")
+        if credit_bytes is not None and (
+            isinstance(credit_bytes, bool) or not isinstance(credit_bytes, int) or credit_bytes < largest
+        ):
+            raise ValueError(
+                f"{self.name}: credit_bytes must be an integer >= the largest block "
+                f"({largest} bytes), got {credit_bytes!r}"
+            )
         self.credit_bytes = credit_bytes
         self._heap: list = []
         self._inflight: dict[int, int] = {}  # op id -> bytes

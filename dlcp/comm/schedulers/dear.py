@@ -44,10 +44,10 @@ def fusion_groups(sizes, threshold_bytes: int) -> list[list[int]]:
 class _IterationState:
     def __init__(self, groups):
         self.missing = [len(g) for g in groups]  # gradients not yet ready, per group
-        self.rs_left = len(groups)               # reduce-scatters not yet complete
+        self.rs_left = len(groups)  # reduce-scatters not yet complete
         self.ag_done = [False] * len(groups)
         self.ag_issued = [False] * len(groups)
-        self.reached = [False] * len(groups)     # next forward reached the group's first tensor
+        self.reached = [False] * len(groups)  # next forward reached the group's first tensor
 
 
 class DeAR(Scheduler):

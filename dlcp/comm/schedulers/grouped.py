@@ -19,6 +19,7 @@ def check_groups(groups, n: int, who: str) -> list[list[int]]:
 
 class GroupedAllReduce(Scheduler):
     """One all-reduce per group of whole tensors, issued when the whole group is ready."""
+
     name = "grouped"
 
     def __init__(self, sizes, groups):

@@ -84,5 +84,8 @@ class MGWFBP(GroupedAllReduce):
         self.model_iteration_s = comm_end + sum(profile.forward_s)
 
     def describe(self) -> dict:
-        return {**super().describe(), "small_merge_elems": self.small_merge_elems,
-                "merges": {str(l): rule for l, rule in sorted(self.decisions.items())}}
+        return {
+            **super().describe(),
+            "small_merge_elems": self.small_merge_elems,
+            "merges": {str(l): rule for l, rule in sorted(self.decisions.items())},
+        }

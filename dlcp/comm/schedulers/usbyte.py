@@ -51,7 +51,7 @@ class Block:
     tensor: int
     start: int
     stop: int
-    phase: str      # "backward" or "forward"
+    phase: str  # "backward" or "forward"
     t_start: float  # planned, seconds after the backward start
     t_end: float
 
@@ -158,12 +158,14 @@ def usbyte_plan(sizes, backward_s, forward_s, cost, unit: int = DEFAULT_UNIT_ELE
 class USByte(CreditExecutor):
     name = "usbyte"
 
-    def __init__(self, profile, cost, workers=None, unit_elems: int = DEFAULT_UNIT_ELEMS,
-                 credit_bytes: int | None = None):
+    def __init__(
+        self, profile, cost, workers=None, unit_elems: int = DEFAULT_UNIT_ELEMS, credit_bytes: int | None = None
+    ):
         if isinstance(unit_elems, bool) or not isinstance(unit_elems, int) or unit_elems < 1:
             raise ValueError(f"usbyte: unit_elems must be an integer >= 1, got {unit_elems!r}")
         plan, self.priorities, self.model_iteration_s = usbyte_plan(
-            profile.sizes, profile.backward_s, profile.forward_s, cost, unit_elems)
+            profile.sizes, profile.backward_s, profile.forward_s, cost, unit_elems
+        )
         self.plan = plan
         self.unit_elems = unit_elems
         per_tensor = [[] for _ in profile.sizes]
@@ -175,7 +177,11 @@ class USByte(CreditExecutor):
         return key[0]  # the slot index: US-Byte's global send order
 
     def describe(self) -> dict:
-        return {"groups": [[t] for t in range(len(self.sizes))], "unit_elems": self.unit_elems,
-                "credit_bytes": self.credit_bytes, "priority_vector": list(self.priorities),
-                "backward_blocks": sum(b.phase == "backward" for b in self.plan),
-                "partitions": [[b.tensor, b.start, b.stop] for b in self.plan]}
+        return {
+            "groups": [[t] for t in range(len(self.sizes))],
+            "unit_elems": self.unit_elems,
+            "credit_bytes": self.credit_bytes,
+            "priority_vector": list(self.priorities),
+            "backward_blocks": sum(b.phase == "backward" for b in self.plan),
+            "partitions": [[b.tensor, b.start, b.stop] for b in self.plan],
+        }

@@ -3,4 +3,4 @@ receiver state machines that take events (a datagram, a control frame, a timer, 
 with the current time and return what to do (data and PROBEs to transmit, control frames to write,
 finished messages, record rows). They know nothing of sockets, threads or clocks, so the UDP driver,
 the virtual-time network of the tests and a simulator drive the same code. Nothing in this package
-may import socket, threading, time, select or os (tests/test_layout.py checks)."""
+may import socket, threading, time, select or os (tests/unit/test_layout.py checks)."""

@@ -71,8 +71,9 @@ class DctcpWindow:
     is the loss horizon before the first round-trip sample; `feedback_delay_s` is how long a receiver
     may hold a report (added to the horizon)."""
 
-    def __init__(self, init: int, first_horizon_s: float, feedback_delay_s: float,
-                 horizon_floor_s: float = HORIZON_FLOOR_S):
+    def __init__(
+        self, init: int, first_horizon_s: float, feedback_delay_s: float, horizon_floor_s: float = HORIZON_FLOOR_S
+    ):
         self.horizon_floor_s = horizon_floor_s
         self.cwnd = float(init)
         self.ssthresh = math.inf
@@ -92,8 +93,13 @@ class DctcpWindow:
         self._win_pkts = 0
         self._win_ce = 0
         self._undo: list | None = None  # [cwnd, ssthresh, packets] before the last loss reduction
-        self.counts = {"reductions_ecn": 0, "reductions_loss": 0, "reductions_undone": 0, "declared_lost": 0,
-                       "spurious_lost": 0}
+        self.counts = {
+            "reductions_ecn": 0,
+            "reductions_loss": 0,
+            "reductions_undone": 0,
+            "declared_lost": 0,
+            "spurious_lost": 0,
+        }
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -185,9 +191,15 @@ class DctcpWindow:
         self._age(now)
 
     def stats(self) -> dict:
-        return {"cwnd": round(self.cwnd, 2), "alpha": round(self.alpha, 4),
-                "srtt_ms": None if self.srtt is None else round(self.srtt * 1e3, 3),
-                "sent": self.sent, "delivered": self.delivered, "ce": self.ce, **self.counts}
+        return {
+            "cwnd": round(self.cwnd, 2),
+            "alpha": round(self.alpha, 4),
+            "srtt_ms": None if self.srtt is None else round(self.srtt * 1e3, 3),
+            "sent": self.sent,
+            "delivered": self.delivered,
+            "ce": self.ce,
+            **self.counts,
+        }
 
     # --- internals -----------------------------------------------------------------------------
 

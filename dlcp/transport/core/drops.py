@@ -15,5 +15,9 @@ class DropCounts(collections.Counter):
         first = cause not in self
         self[cause] += 1
         if first:
-            log.warning("rank %s: dropped %s%s (further drops of this kind are only counted)",
-                        rank, cause, f": {detail}" if detail else "")
+            log.warning(
+                "rank %s: dropped %s%s (further drops of this kind are only counted)",
+                rank,
+                cause,
+                f": {detail}" if detail else "",
+            )

@@ -37,8 +37,7 @@ class Round:
 
     __slots__ = ("batch", "dst", "ecn", "key", "number", "order", "plan", "retx", "taken", "wire")
 
-    def __init__(self, key, dst: int, number: int, batch, order: np.ndarray, wire: np.ndarray, retx: bool,
-                 ecn: bool):
+    def __init__(self, key, dst: int, number: int, batch, order: np.ndarray, wire: np.ndarray, retx: bool, ecn: bool):
         self.key, self.dst, self.number, self.batch = key, dst, number, batch
         self.order, self.wire, self.retx, self.ecn = order, wire, retx, ecn
         self.taken = 0
@@ -65,6 +64,7 @@ class Round:
 @dataclass(slots=True)
 class DataSend:
     """Put packets `round.wire[start:stop]` on the UDP path to `dst`."""
+
     dst: int
     round: Round
     start: int
@@ -85,12 +85,13 @@ def data_datagrams(tx: DataSend):
     values = batch.values
     for i in range(tx.start, tx.stop):
         seq = int(rnd.wire[i])
-        yield rows[i].tobytes() + tel + values[seq * vpp: (seq + 1) * vpp].tobytes(), int(tos[i])
+        yield rows[i].tobytes() + tel + values[seq * vpp : (seq + 1) * vpp].tobytes(), int(tos[i])
 
 
 @dataclass(slots=True)
 class ProbeSend:
     """Put the in-band PROBE datagram `data` (UDP payload) on the UDP path to `dst` with IPv4 TOS `tos`."""
+
     dst: int
     key: tuple
     data: bytes
@@ -102,6 +103,7 @@ class FrameSend:
     """Write control frame `data` (length prefix included) toward `peer`: on the connection `channel`
     when it is set (the one the peer's DESCRIBE came on), else on this endpoint's own connection to
     `peer`."""
+
     peer: int
     channel: object
     data: bytes
@@ -110,6 +112,7 @@ class FrameSend:
 @dataclass(slots=True)
 class SendDone:
     """A message this endpoint sent is finished (STOP, FORCE_STOP answered, or given up)."""
+
     key: tuple
     result: SendResult
 
@@ -117,5 +120,6 @@ class SendDone:
 @dataclass(slots=True)
 class RecvDone:
     """A message this endpoint received is finished; its values are ready for the caller."""
+
     key: tuple
     result: RecvResult

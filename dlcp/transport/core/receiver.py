@@ -139,6 +139,7 @@ class _Rx:
 
 class _Source:
     """What this receiver reports to one sender (FEEDBACK): cumulative counts of its data packets."""
+
     __slots__ = ("ce", "channel", "due", "key", "n_pkts", "rcvd", "reported", "seq", "want")
 
     def __init__(self):
@@ -243,7 +244,7 @@ class ReceiverCore:
             st.dups += 1
             self.totals["dups"] += 1
             return
-        st.bytes[off * VALUE_BYTES: off * VALUE_BYTES + plen] = mv[hl:n]
+        st.bytes[off * VALUE_BYTES : off * VALUE_BYTES + plen] = mv[hl:n]
         st.received[seq] = 1
         st.n_received += 1
         self.totals["pkts_rcvd"] += 1
@@ -289,8 +290,13 @@ class ReceiverCore:
         s.reported = s.rcvd
         s.due = math.inf
         self._fb_due.discard(src)
-        self._out.append(FrameSend(src, s.channel, C.encode_feedback(
-            self.cfg.job_id, src, self.cfg.rank, s.key, s.n_pkts, s.rcvd, s.ce, s.seq)))
+        self._out.append(
+            FrameSend(
+                src,
+                s.channel,
+                C.encode_feedback(self.cfg.job_id, src, self.cfg.rank, s.key, s.n_pkts, s.rcvd, s.ce, s.seq),
+            )
+        )
         self.totals["feedback_sent"] += 1
 
     def _new_rx(self, key, n_pkts, now: float) -> _Rx | None:
@@ -364,7 +370,8 @@ class ReceiverCore:
             self.count_drop("control.n_pkts", f"{msg.n_pkts}, message has {st.n_pkts}")
             return
         if -(-msg.n_values // self.vpp) != msg.n_pkts or (
-                st.last_len >= 0 and (msg.n_pkts - 1) * self.vpp + st.last_len != msg.n_values):
+            st.last_len >= 0 and (msg.n_pkts - 1) * self.vpp + st.last_len != msg.n_values
+        ):
             self.count_drop("control.n_values", f"{msg.n_values} values do not fit {msg.n_pkts} packets")
             return
         st.desc, st.channel = msg, channel
@@ -464,10 +471,24 @@ class ReceiverCore:
         st.req_left = int(request.sum())
         st.premature = False
         key = st.key
-        st.answer = C.encode(C.Control(
-            C.BITMAP, self.cfg.job_id, key[0], self.cfg.rank, key[2], key[1], key[3], st.n_pkts,
-            round=rnd, attempt=st.probe_attempt, held_us=self._held_us(st, now), missing=n_missing,
-            protected_missing=n_prot, requested=request))
+        st.answer = C.encode(
+            C.Control(
+                C.BITMAP,
+                self.cfg.job_id,
+                key[0],
+                self.cfg.rank,
+                key[2],
+                key[1],
+                key[3],
+                st.n_pkts,
+                round=rnd,
+                attempt=st.probe_attempt,
+                held_us=self._held_us(st, now),
+                missing=n_missing,
+                protected_missing=n_prot,
+                requested=request,
+            )
+        )
         self._send(key[0], st.channel, st.answer)
 
     def _finish(self, st: _Rx, forced: bool, now: float) -> None:
@@ -476,10 +497,24 @@ class ReceiverCore:
         lost = int(st.n_pkts - st.n_received)
         prot_lost = int((~recvd & (desc.drop_prec == 0)).sum())
         key = st.key
-        stop = C.encode(C.Control(C.STOP, self.cfg.job_id, key[0], self.cfg.rank, key[2], key[1], key[3],
-                                  st.n_pkts, round=st.rounds, lost_pkts=lost, protected_lost=prot_lost,
-                                  forced=forced, attempt=C.NO_ATTEMPT if forced else st.probe_attempt,
-                                  held_us=0 if forced else self._held_us(st, now)))
+        stop = C.encode(
+            C.Control(
+                C.STOP,
+                self.cfg.job_id,
+                key[0],
+                self.cfg.rank,
+                key[2],
+                key[1],
+                key[3],
+                st.n_pkts,
+                round=st.rounds,
+                lost_pkts=lost,
+                protected_lost=prot_lost,
+                forced=forced,
+                attempt=C.NO_ATTEMPT if forced else st.probe_attempt,
+                held_us=0 if forced else self._held_us(st, now),
+            )
+        )
         self._send(key[0], st.channel, stop)
         done_us = self._wall_us(now)
         acc = self._iter_loss.setdefault((key[0], key[1]), [0, 0])
@@ -493,18 +528,64 @@ class ReceiverCore:
         self._rx.pop(key, None)
         self._pending.discard(key)
         self._finished[key] = (stop, st.channel)
-        self.rows.append(message_row(
-            self.cfg.host, self.cfg.rank, "receiver", key[0], key, rec_msg_id=desc.rec_msg_id, step=desc.step,
-            layer_first=desc.layer_first, layer_last=desc.layer_last, prio=desc.prio,
-            nbytes=desc.n_values * VALUE_BYTES, pkts=st.n_pkts, lost_pkts=lost, retx_pkts=st.retx,
-            rounds=st.rounds, forced=forced, protected_lost=prot_lost, start_us=st.start_us,
-            first_byte_us=st.first_byte_us, complete_us=done_us))
+        self.rows.append(
+            message_row(
+                self.cfg.host,
+                self.cfg.rank,
+                "receiver",
+                key[0],
+                key,
+                rec_msg_id=desc.rec_msg_id,
+                step=desc.step,
+                layer_first=desc.layer_first,
+                layer_last=desc.layer_last,
+                prio=desc.prio,
+                nbytes=desc.n_values * VALUE_BYTES,
+                pkts=st.n_pkts,
+                lost_pkts=lost,
+                retx_pkts=st.retx,
+                rounds=st.rounds,
+                forced=forced,
+                protected_lost=prot_lost,
+                start_us=st.start_us,
+                first_byte_us=st.first_byte_us,
+                complete_us=done_us,
+            )
+        )
         if st.recv_us is not None:
-            self.packet_chunks.append(packet_chunk(
-                "receiver", key[0], self.cfg.rank, key, desc.rec_msg_id, np.full(st.n_pkts, desc.prio, np.uint8),
-                desc.drop_prec, np.full(st.n_pkts, -1), st.recv_us, np.zeros(st.n_pkts, np.int8)))
-        self._out.append(RecvDone(key, RecvResult(key[0], key[1], key[2], key[3], st.buf[: desc.n_values], recvd,
-                                                  desc.counts, self.vpp, lost, prot_lost, forced, st.rounds)))
+            self.packet_chunks.append(
+                packet_chunk(
+                    "receiver",
+                    key[0],
+                    self.cfg.rank,
+                    key,
+                    desc.rec_msg_id,
+                    np.full(st.n_pkts, desc.prio, np.uint8),
+                    desc.drop_prec,
+                    np.full(st.n_pkts, -1),
+                    st.recv_us,
+                    np.zeros(st.n_pkts, np.int8),
+                )
+            )
+        self._out.append(
+            RecvDone(
+                key,
+                RecvResult(
+                    key[0],
+                    key[1],
+                    key[2],
+                    key[3],
+                    st.buf[: desc.n_values],
+                    recvd,
+                    desc.counts,
+                    self.vpp,
+                    lost,
+                    prot_lost,
+                    forced,
+                    st.rounds,
+                ),
+            )
+        )
 
     # --- timers, iterations, outputs -------------------------------------------------------------
 
@@ -560,13 +641,21 @@ class ReceiverCore:
         return len(self._out)
 
     def stats(self) -> dict:
-        return {"packets_received": self.totals["pkts_rcvd"], "bytes_received": self.totals["bytes_rcvd"],
-                "duplicates": self.totals["dups"], "messages_received": self.totals["msgs_rcvd"],
-                "forced_received": self.totals["forced_rcvd"], "premature_bitmaps": self.totals["premature_bitmaps"],
-                "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
-                "duplicate_probes": self.totals["dup_probes"], "feedback_sent": self.totals["feedback_sent"],
-                "ce_received": sum(s.ce for s in self._sources.values()), "host_marked": self.totals["host_marked"],
-                "control_sent": self.totals["ctrl_sent"], "socket_wait": self.socket_wait.as_dict()}
+        return {
+            "packets_received": self.totals["pkts_rcvd"],
+            "bytes_received": self.totals["bytes_rcvd"],
+            "duplicates": self.totals["dups"],
+            "messages_received": self.totals["msgs_rcvd"],
+            "forced_received": self.totals["forced_rcvd"],
+            "premature_bitmaps": self.totals["premature_bitmaps"],
+            "quiet_ms": {str(k): round(v * 1e3, 3) for k, v in self._quiet_s.items()},
+            "duplicate_probes": self.totals["dup_probes"],
+            "feedback_sent": self.totals["feedback_sent"],
+            "ce_received": sum(s.ce for s in self._sources.values()),
+            "host_marked": self.totals["host_marked"],
+            "control_sent": self.totals["ctrl_sent"],
+            "socket_wait": self.socket_wait.as_dict(),
+        }
 
     # --- helpers -------------------------------------------------------------------------------
 

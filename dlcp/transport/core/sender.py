@@ -154,8 +154,11 @@ class SenderCore:
             raise ValueError(f"batch has {batch.values_per_pkt} values per packet, transport {self.cfg.values_per_pkt}")
         if key in self._msgs:
             raise TransportError(f"message {key_text(key)} is already in flight")
-        budget = self.cfg.budget_for(info.layer_first, info.layer_last) * info.budget_share \
-            if info.budget is None else (0.0 if self.cfg.reliable else info.budget)
+        budget = (
+            self.cfg.budget_for(info.layer_first, info.layer_last) * info.budget_share
+            if info.budget is None
+            else (0.0 if self.cfg.reliable else info.budget)
+        )
         st = _Msg(key, dst, batch, info, budget)
         if info.counts is not None and len(info.counts) != st.n_pkts:
             raise ValueError(f"{len(info.counts)} counts for {st.n_pkts} packets")
@@ -201,8 +204,14 @@ class SenderCore:
         st.missing, st.prot_missing = msg.missing, msg.protected_missing
         requested = np.flatnonzero(msg.requested)
         if st.rounds > self.cfg.r_max or not len(requested):
-            log.warning("rank %s: message %s still misses %d packets (%d protected) after %d rounds: FORCE_STOP",
-                        self.cfg.rank, key_text(key), msg.missing, msg.protected_missing, st.rounds)
+            log.warning(
+                "rank %s: message %s still misses %d packets (%d protected) after %d rounds: FORCE_STOP",
+                self.cfg.rank,
+                key_text(key),
+                msg.missing,
+                msg.protected_missing,
+                st.rounds,
+            )
             self._force(st, now)
             return
         st.state = "retx"
@@ -218,8 +227,12 @@ class SenderCore:
                 continue
             if now >= st.deadline:
                 if st.state == "probing":
-                    log.warning("rank %s: message %s past its deadline after %d rounds: FORCE_STOP",
-                                self.cfg.rank, key_text(st.key), st.rounds)
+                    log.warning(
+                        "rank %s: message %s past its deadline after %d rounds: FORCE_STOP",
+                        self.cfg.rank,
+                        key_text(st.key),
+                        st.rounds,
+                    )
                     self._force(st, now)
                 else:
                     self._finish(st, st.missing, st.prot_missing, True, "no answer to FORCE_STOP", now)
@@ -318,14 +331,21 @@ class SenderCore:
         return bool(self._msgs)
 
     def stats(self) -> dict:
-        return {"packets_sent": self.totals["pkts_sent"], "bytes_sent": self.totals["bytes_sent"],
-                "packets_retransmitted": self.totals["retx_sent"], "injected_drops": self.totals["injected_drops"],
-                "messages_sent": self.totals["msgs_sent"], "forced_sent": self.totals["forced_sent"],
-                "probes_sent": self.totals["probes_sent"], "probe_timeouts": self.totals["probe_timeouts"],
-                "duplicate_answers": self.totals["dup_answers"], "feedback_received": self.totals["feedback_rcvd"],
-                "srtt_ms": {str(k): round(v[0] * 1e3, 3) for k, v in self._rtt.items()},
-                "cc": {str(k): w.stats() for k, w in self._windows.items() if w.stats()},
-                "control_sent": self.totals["ctrl_sent"]}
+        return {
+            "packets_sent": self.totals["pkts_sent"],
+            "bytes_sent": self.totals["bytes_sent"],
+            "packets_retransmitted": self.totals["retx_sent"],
+            "injected_drops": self.totals["injected_drops"],
+            "messages_sent": self.totals["msgs_sent"],
+            "forced_sent": self.totals["forced_sent"],
+            "probes_sent": self.totals["probes_sent"],
+            "probe_timeouts": self.totals["probe_timeouts"],
+            "duplicate_answers": self.totals["dup_answers"],
+            "feedback_received": self.totals["feedback_rcvd"],
+            "srtt_ms": {str(k): round(v[0] * 1e3, 3) for k, v in self._rtt.items()},
+            "cc": {str(k): w.stats() for k, w in self._windows.items() if w.stats()},
+            "control_sent": self.totals["ctrl_sent"],
+        }
 
     # --- rounds --------------------------------------------------------------------------------
 
@@ -361,8 +381,9 @@ class SenderCore:
         """Bookkeeping of a slice handed to the driver."""
         seqs = rnd.wire[start:stop]
         k = stop - start
-        payload = int(np.minimum(st.batch.values_per_pkt, st.n_values - seqs * st.batch.values_per_pkt).sum()) \
-            * VALUE_BYTES
+        payload = (
+            int(np.minimum(st.batch.values_per_pkt, st.n_values - seqs * st.batch.values_per_pkt).sum()) * VALUE_BYTES
+        )
         self.totals["pkts_sent"] += k
         self.totals["bytes_sent"] += payload
         self._window(st.dst).on_sent(k, now)
@@ -402,11 +423,29 @@ class SenderCore:
             st.pkt_send_us = np.full(st.n_pkts, -1, dtype=np.int64)
             st.pkt_retx = np.zeros(st.n_pkts, dtype=np.int32)
         info = st.info
-        self._frame(st.dst, C.Control(
-            C.DESCRIBE, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2], st.key[1], st.key[3], st.n_pkts,
-            layer_first=info.layer_first, layer_last=info.layer_last, prio=int(st.prio[0]), step=info.step,
-            rec_msg_id=info.rec_msg_id, n_values=st.n_values, budget_ppm=st.budget_ppm, drop_prec=st.dp,
-            counts=info.counts, feedback=self.cfg.cc != "none"))
+        self._frame(
+            st.dst,
+            C.Control(
+                C.DESCRIBE,
+                self.cfg.job_id,
+                self.cfg.rank,
+                st.dst,
+                st.key[2],
+                st.key[1],
+                st.key[3],
+                st.n_pkts,
+                layer_first=info.layer_first,
+                layer_last=info.layer_last,
+                prio=int(st.prio[0]),
+                step=info.step,
+                rec_msg_id=info.rec_msg_id,
+                n_values=st.n_values,
+                budget_ppm=st.budget_ppm,
+                drop_prec=st.dp,
+                counts=info.counts,
+                feedback=self.cfg.cc != "none",
+            ),
+        )
 
     def _probe(self, st: _Msg, now: float) -> ProbeSend:
         """The PROBE of the current round (attempt `st.attempt`), with its timeout armed."""
@@ -426,8 +465,20 @@ class SenderCore:
     def _force(self, st: _Msg, now: float) -> None:
         st.state = "forcing"
         st.deadline = now + self.cfg.deadline_ms / 1e3  # for the receiver's acknowledgement
-        self._frame(st.dst, C.Control(C.FORCE_STOP, self.cfg.job_id, self.cfg.rank, st.dst, st.key[2],
-                                      st.key[1], st.key[3], st.n_pkts, round=st.rounds))
+        self._frame(
+            st.dst,
+            C.Control(
+                C.FORCE_STOP,
+                self.cfg.job_id,
+                self.cfg.rank,
+                st.dst,
+                st.key[2],
+                st.key[1],
+                st.key[3],
+                st.n_pkts,
+                round=st.rounds,
+            ),
+        )
 
     def _finish(self, st: _Msg, lost: int, prot_lost: int, forced: bool, error: str | None, now: float) -> None:
         if st.state == "done":
@@ -439,21 +490,57 @@ class SenderCore:
         res = SendResult(lost, prot_lost, st.retx_pkts, st.rounds, forced, start_us, done_us, error)
         if forced:
             self.totals["forced_sent"] += 1
-            log.warning("rank %s: budget violation: message %s forced after %d rounds, %d of %d packets lost "
-                        "(%d protected)%s", self.cfg.rank, key_text(st.key), st.rounds, lost, st.n_pkts,
-                        prot_lost, f": {error}" if error else "")
+            log.warning(
+                "rank %s: budget violation: message %s forced after %d rounds, %d of %d packets lost (%d protected)%s",
+                self.cfg.rank,
+                key_text(st.key),
+                st.rounds,
+                lost,
+                st.n_pkts,
+                prot_lost,
+                f": {error}" if error else "",
+            )
         self.totals["msgs_sent"] += 1
         info = st.info
-        self.rows.append(message_row(
-            self.cfg.host, self.cfg.rank, "sender", st.dst, st.key, rec_msg_id=info.rec_msg_id, step=info.step,
-            layer_first=info.layer_first, layer_last=info.layer_last, prio=int(st.prio[0]),
-            nbytes=st.n_values * VALUE_BYTES, pkts=st.n_pkts, lost_pkts=lost, retx_pkts=st.retx_pkts,
-            rounds=st.rounds, forced=forced, protected_lost=prot_lost, start_us=res.start_us,
-            first_byte_us=None, complete_us=done_us))
+        self.rows.append(
+            message_row(
+                self.cfg.host,
+                self.cfg.rank,
+                "sender",
+                st.dst,
+                st.key,
+                rec_msg_id=info.rec_msg_id,
+                step=info.step,
+                layer_first=info.layer_first,
+                layer_last=info.layer_last,
+                prio=int(st.prio[0]),
+                nbytes=st.n_values * VALUE_BYTES,
+                pkts=st.n_pkts,
+                lost_pkts=lost,
+                retx_pkts=st.retx_pkts,
+                rounds=st.rounds,
+                forced=forced,
+                protected_lost=prot_lost,
+                start_us=res.start_us,
+                first_byte_us=None,
+                complete_us=done_us,
+            )
+        )
         if st.pkt_send_us is not None:
-            self.packet_chunks.append(packet_chunk(
-                "sender", self.cfg.rank, st.dst, st.key, info.rec_msg_id, st.prio, st.dp, st.pkt_send_us,
-                np.full(st.n_pkts, -1), st.pkt_retx))
+            self.packet_chunks.append(
+                packet_chunk(
+                    "sender",
+                    self.cfg.rank,
+                    st.dst,
+                    st.key,
+                    info.rec_msg_id,
+                    st.prio,
+                    st.dp,
+                    st.pkt_send_us,
+                    np.full(st.n_pkts, -1),
+                    st.pkt_retx,
+                )
+            )
         self._out.append(SendDone(st.key, res))
 
     # --- feedback and round trips ---------------------------------------------------------------
@@ -461,9 +548,16 @@ class SenderCore:
     def _window(self, dst: int):
         w = self._windows.get(dst)
         if w is None:
-            w = Unlimited() if self.cfg.cc == "none" else \
-                DctcpWindow(self.cfg.cc_init_window, self.cfg.probe_rto_ms / 1e3, FEEDBACK_DELAY_S * self.cfg.time_scale,
-                            HORIZON_FLOOR_S * self.cfg.time_scale)
+            w = (
+                Unlimited()
+                if self.cfg.cc == "none"
+                else DctcpWindow(
+                    self.cfg.cc_init_window,
+                    self.cfg.probe_rto_ms / 1e3,
+                    FEEDBACK_DELAY_S * self.cfg.time_scale,
+                    HORIZON_FLOOR_S * self.cfg.time_scale,
+                )
+            )
             self._windows[dst] = w
         return w
 

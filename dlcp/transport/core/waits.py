@@ -56,6 +56,10 @@ class WaitHistogram:
 
     def as_dict(self) -> dict:
         """count, p50_ms, p99_ms, max_ms (None without datagrams)."""
-        ms = (lambda s: None if s is None else round(s * 1e3, 4))
-        return {"count": self.count, "p50_ms": ms(self.quantile_s(0.5)), "p99_ms": ms(self.quantile_s(0.99)),
-                "max_ms": ms(self.max_s) if self.count else None}
+        ms = lambda s: None if s is None else round(s * 1e3, 4)
+        return {
+            "count": self.count,
+            "p50_ms": ms(self.quantile_s(0.5)),
+            "p99_ms": ms(self.quantile_s(0.99)),
+            "max_ms": ms(self.max_s) if self.count else None,
+        }

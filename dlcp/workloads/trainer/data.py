@@ -66,12 +66,19 @@ def load_digits_dataset() -> Dataset:
     n_test = 450
     test, train = perm[:n_test], perm[n_test:]
     x = (x - x[train].mean()) / x[train].std()
-    return Dataset("digits", (1, 8, 8), 10, len(train), x[train].contiguous(), y[train].contiguous(),
-                   x[test].contiguous(), y[test].contiguous())
+    return Dataset(
+        "digits",
+        (1, 8, 8),
+        10,
+        len(train),
+        x[train].contiguous(),
+        y[train].contiguous(),
+        x[test].contiguous(),
+        y[test].contiguous(),
+    )
 
 
-def load_synthetic_dataset(n_train: int = 16384, n_test: int = 1024, shape=(3, 32, 32),
-                           n_classes: int = 10) -> Dataset:
+def load_synthetic_dataset(n_train: int = 16384, n_test: int = 1024, shape=(3, 32, 32), n_classes: int = 10) -> Dataset:
     rng = np.random.default_rng(SPLIT_SEED)
     templates = torch.from_numpy(rng.standard_normal((n_classes, *shape)).astype(np.float32))
     labels = torch.from_numpy(rng.integers(0, n_classes, n_train + n_test).astype(np.int64))
@@ -85,8 +92,9 @@ def load_synthetic_dataset(n_train: int = 16384, n_test: int = 1024, shape=(3, 3
         return out.add_(0.5 * templates[labels[torch.as_tensor(np.asarray(indices), dtype=torch.int64)]])
 
     test_idx = np.arange(n_train, n_train + n_test)
-    return Dataset("synthetic", tuple(shape), n_classes, n_train, None, labels[:n_train],
-                   make(test_idx), labels[n_train:], make)
+    return Dataset(
+        "synthetic", tuple(shape), n_classes, n_train, None, labels[:n_train], make(test_idx), labels[n_train:], make
+    )
 
 
 DATASETS = {"digits": load_digits_dataset, "synthetic": load_synthetic_dataset}
@@ -103,8 +111,10 @@ class BatchSchedule:
 
     def __init__(self, n_train: int, global_batch: int, seed: int):
         if global_batch < 1 or global_batch > n_train:
-            raise ValueError(f"workload.batch_size: a global batch of {global_batch} samples does not fit "
-                             f"the {n_train} training samples")
+            raise ValueError(
+                f"workload.batch_size: a global batch of {global_batch} samples does not fit "
+                f"the {n_train} training samples"
+            )
         self.n_train, self.global_batch, self.seed = n_train, global_batch, seed
         self.per_epoch = n_train // global_batch
         self._epoch, self._perm = -1, None
@@ -113,9 +123,9 @@ class BatchSchedule:
         epoch, k = divmod(iteration, self.per_epoch)
         if epoch != self._epoch:
             self._epoch, self._perm = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n_train)
-        return self._perm[k * self.global_batch:(k + 1) * self.global_batch]
+        return self._perm[k * self.global_batch : (k + 1) * self.global_batch]
 
     def shard(self, iteration: int, rank: int, world: int) -> np.ndarray:
         """Worker `rank`'s slice of the global batch of `iteration`."""
         b = self.global_batch // world
-        return self.global_batch_indices(iteration)[rank * b:(rank + 1) * b]
+        return self.global_batch_indices(iteration)[rank * b : (rank + 1) * b]

@@ -44,8 +44,9 @@ def _tensor(values, dtype=None) -> torch.Tensor:
     return t.reshape(-1) if dtype is None else t.reshape(-1).to(dtype)
 
 
-def fill_average(agg: Aggregate, policy: str, *, previous=None, own=None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+def fill_average(
+    agg: Aggregate, policy: str, *, previous=None, own=None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Averaged gradient of `agg` under fill `policy` (formulas in the module docstring).
 
     `previous` (stale): last iteration's result for this message, None before the first.
@@ -70,7 +71,9 @@ def fill_average(agg: Aggregate, policy: str, *, previous=None, own=None,
         else:
             base = _tensor(base, torch.float32)
             if base.numel() != total.numel():
-                raise ValueError(f"{policy} fill of message {agg.msg_id}: {base.numel()} values, aggregate has {total.numel()}")
+                raise ValueError(
+                    f"{policy} fill of message {agg.msg_id}: {base.numel()} values, aggregate has {total.numel()}"
+                )
             g = (total + (world - count) * base) / world
     if out is None:
         return g

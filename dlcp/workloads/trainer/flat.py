@@ -80,8 +80,7 @@ class FlatModel:
         """All parameters in model order (a copy), to compare models."""
         return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
 
-    def install_gradients(self, iteration: int, aggregates: dict[int, Aggregate], fill: str,
-                          use_own: bool) -> int:
+    def install_gradients(self, iteration: int, aggregates: dict[int, Aggregate], fill: str, use_own: bool) -> int:
         """Fill every message's aggregate into its `avg` buffer and point the parameters' .grad
         at it. `use_own`: `send` holds this process's gradient (for the local fill). Returns the
         number of values that missed at least one contribution."""
@@ -92,8 +91,10 @@ class FlatModel:
         for m in self.messages:
             agg = aggregates[m.layout.msg_id]
             if np.size(agg.total) != m.layout.n_values:
-                raise ValueError(f"iteration {iteration}: aggregate of message {m.layout.msg_id} has "
-                                 f"{np.size(agg.total)} values, its layout {m.layout.n_values}")
+                raise ValueError(
+                    f"iteration {iteration}: aggregate of message {m.layout.msg_id} has "
+                    f"{np.size(agg.total)} values, its layout {m.layout.n_values}"
+                )
             fill_average(agg, fill, previous=m.avg, own=m.send if use_own else None, out=m.avg)
             lost += int(np.count_nonzero(np.asarray(agg.count) < agg.world))
             for p, sl in m.slices:
@@ -105,7 +106,9 @@ class FlatModel:
         m = self.message(msg_id)
         values, lost = np.asarray(values).reshape(-1), np.asarray(lost, dtype=bool).reshape(-1)
         if values.size != m.layout.n_values or lost.size != m.layout.n_values:
-            raise ValueError(f"parameters of message {msg_id}: {values.size} values and {lost.size} loss "
-                             f"flags, its layout has {m.layout.n_values}")
+            raise ValueError(
+                f"parameters of message {msg_id}: {values.size} values and {lost.size} loss "
+                f"flags, its layout has {m.layout.n_values}"
+            )
         np.copyto(m.params_np, values, where=~lost, casting="same_kind")
         return int(np.count_nonzero(lost))

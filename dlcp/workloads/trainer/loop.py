@@ -9,7 +9,7 @@ one thread aborts the collective so the others stop waiting, and is re-raised.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 def _run_threads(targets: list[Callable[[], None]], abort: Callable[[BaseException], None]) -> None:
@@ -18,7 +18,7 @@ def _run_threads(targets: list[Callable[[], None]], abort: Callable[[BaseExcepti
     def guard(target):
         try:
             target()
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001
             errors.append(e)
             abort(e)
 
@@ -31,9 +31,15 @@ def _run_threads(targets: list[Callable[[], None]], abort: Callable[[BaseExcepti
         raise errors[0]
 
 
-def train_allreduce(workloads: Sequence, endpoints: Sequence, iterations: int, *, threaded: bool = False,
-                    abort: Callable[[BaseException], None] = lambda e: None,
-                    on_iteration: Callable[[int], None] | None = None) -> None:
+def train_allreduce(
+    workloads: Sequence,
+    endpoints: Sequence,
+    iterations: int,
+    *,
+    threaded: bool = False,
+    abort: Callable[[BaseException], None] = lambda e: None,
+    on_iteration: Callable[[int], None] | None = None,
+) -> None:
     """All-reduce mode: compute -> submit every message -> wait -> apply_gradients, per worker.
     `on_iteration(it)` runs after every worker applied iteration `it` (sequential mode only)."""
     if not threaded:
@@ -56,9 +62,17 @@ def train_allreduce(workloads: Sequence, endpoints: Sequence, iterations: int, *
     _run_threads([lambda w=w, ep=ep: worker(w, ep) for w, ep in zip(workloads, endpoints)], abort)
 
 
-def train_ps(workloads: Sequence, clients: Sequence, server_workload, server, iterations: int, *,
-             threaded: bool = False, abort: Callable[[BaseException], None] = lambda e: None,
-             on_iteration: Callable[[int], None] | None = None) -> None:
+def train_ps(
+    workloads: Sequence,
+    clients: Sequence,
+    server_workload,
+    server,
+    iterations: int,
+    *,
+    threaded: bool = False,
+    abort: Callable[[BaseException], None] = lambda e: None,
+    on_iteration: Callable[[int], None] | None = None,
+) -> None:
     """PS mode: workers push every message, the PS gathers, updates and scatters, workers pull."""
     msg_ids = [layout.msg_id for layout in server_workload.layouts()]
 

@@ -12,6 +12,8 @@ batch, which the correctness tests rely on.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,7 +26,7 @@ class MLP(nn.Module):
         super().__init__()
         n_in = in_shape[0] * in_shape[1] * in_shape[2]
         dims = [n_in, *widths, n_classes]
-        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims, dims[1:]))
+        self.fcs = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(dims))
 
     def forward(self, x):
         x = x.flatten(1)
@@ -76,7 +78,7 @@ class BasicBlock(nn.Module):
     def forward(self, x):
         out = F.relu(self.norm1(self.conv1(x)))
         out = self.norm2(self.conv2(out))
-        short = x[:, :, ::self.stride, ::self.stride] if self.stride > 1 else x
+        short = x[:, :, :: self.stride, :: self.stride] if self.stride > 1 else x
         if self.pad:
             short = F.pad(short, (0, 0, 0, 0, 0, self.pad))
         return F.relu(out + short)

@@ -76,8 +76,15 @@ def _one_step(model, x, y, layer_of_module: dict, layer_params: list[set], n_lay
     return fwd, bwd
 
 
-def measure_profile(model_name: str, dataset: str = "digits", batch_size: int = 32, repeats: int = 100,
-                    warmup: int = 10, threads: int = 1, seed: int = 1) -> dict:
+def measure_profile(
+    model_name: str,
+    dataset: str = "digits",
+    batch_size: int = 32,
+    repeats: int = 100,
+    warmup: int = 10,
+    threads: int = 1,
+    seed: int = 1,
+) -> dict:
     """The profile JSON (a dict) of `model_name` training `dataset` at `batch_size` per worker."""
     if repeats < 1 or warmup < 0 or batch_size < 1 or threads < 1:
         raise ValueError("profile: repeats, batch size and threads must be >= 1, warm-up >= 0")
@@ -109,14 +116,23 @@ def measure_profile(model_name: str, dataset: str = "digits", batch_size: int = 
             fwd_s[index[id(p)]] = layer_fwd[i] * p.numel() / total
             bwd_s[index[id(p)]] = layer_bwd[i] * p.numel() / total
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    note = (f"Measured by `dlcp profile {model_name} --dataset {dataset} --batch-size {batch_size}` on "
-            f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, load average {load}) at "
-            f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, torch {torch.__version__}, "
-            f"{threads} intra-op thread(s): median of {repeats} steps after {warmup} warm-up steps. Per layer "
-            "(forward: from the layer's first module to the next layer's, parameter-free operations "
-            "included; backward: from the layer above having its gradients to this layer having all of "
-            "its own), split over the layer's tensors in proportion to their sizes. Forward + backward "
-            f"per step: {1e3 * (sum(layer_fwd) + sum(layer_bwd)):.3g} ms.")
-    return {"model": default_profile_name(model_name, dataset, batch_size), "note": note, "names": names,
-            "sizes": sizes, "forward_s": fwd_s, "backward_s": bwd_s, "tensors": len(sizes),
-            "parameters": sum(sizes)}
+    note = (
+        f"Measured by `dlcp profile {model_name} --dataset {dataset} --batch-size {batch_size}` on "
+        f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs, load average {load}) at "
+        f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}, torch {torch.__version__}, "
+        f"{threads} intra-op thread(s): median of {repeats} steps after {warmup} warm-up steps. Per layer "
+        "(forward: from the layer's first module to the next layer's, parameter-free operations "
+        "included; backward: from the layer above having its gradients to this layer having all of "
+        "its own), split over the layer's tensors in proportion to their sizes. Forward + backward "
+        f"per step: {1e3 * (sum(layer_fwd) + sum(layer_bwd)):.3g} ms."
+    )
+    return {
+        "model": default_profile_name(model_name, dataset, batch_size),
+        "note": note,
+        "names": names,
+        "sizes": sizes,
+        "forward_s": fwd_s,
+        "backward_s": bwd_s,
+        "tensors": len(sizes),
+        "parameters": sum(sizes),
+    }

@@ -4,7 +4,7 @@ compiler stack (torch._dynamo: ~1.9 s of CPU), once in every worker and PS of ev
 2-core machine that start-up was a third of a short run's wall time.
 
 For each parameter p with a gradient g:  d = g + weight_decay * p;  buf = d on the first step,
-else momentum * buf + d;  p -= lr * buf  (tests/test_sgd.py checks it against torch.optim.SGD).
+else momentum * buf + d;  p -= lr * buf  (tests/unit/test_sgd.py checks it against torch.optim.SGD).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import torch
 
 
 class SGD:
-    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0):
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         self.params = list(params)
         self.lr, self.momentum, self.weight_decay = lr, momentum, weight_decay
         self._buffers: list[torch.Tensor | None] = [None] * len(self.params)

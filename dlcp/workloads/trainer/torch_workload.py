@@ -27,7 +27,7 @@ iterations ((it + 1) % eval_every == 0, and the last iteration) also `test_loss`
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -51,7 +51,7 @@ def _test_metrics(model, data, batch: int = 512) -> dict:
     loss_sum, correct = 0.0, 0
     with torch.no_grad():
         for lo in range(0, len(data.test_y), batch):
-            x, y = data.test_x[lo:lo + batch], data.test_y[lo:lo + batch]
+            x, y = data.test_x[lo : lo + batch], data.test_y[lo : lo + batch]
             logits = model(x)
             loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += int((logits.argmax(1) == y).sum())
@@ -91,8 +91,10 @@ class _Readiness:
                 return
             if self.error is not None:
                 raise RuntimeError(f"backward failed: {self.error}") from self.error
-            raise RuntimeError(f"backward produced no gradient for {self.pending[index]} parameter(s) of "
-                               f"message {index} (parameters unused in forward?)")
+            raise RuntimeError(
+                f"backward produced no gradient for {self.pending[index]} parameter(s) of "
+                f"message {index} (parameters unused in forward?)"
+            )
 
 
 class TorchWorkload:
@@ -102,8 +104,15 @@ class TorchWorkload:
     backprop: the baseline, and cheaper when nothing would overlap, as in the in-process bench);
     the messages and their order are the same either way."""
 
-    def __init__(self, config: WorkloadConfig, rank: int = 0, world: int = 1, fill: str = "rescale",
-                 data=None, overlap: bool = True):
+    def __init__(
+        self,
+        config: WorkloadConfig,
+        rank: int = 0,
+        world: int = 1,
+        fill: str = "rescale",
+        data=None,
+        overlap: bool = True,
+    ):
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside 0..{world - 1}")
         self.config, self.rank, self.world, self.fill = config, rank, world, check_fill(fill)
@@ -131,8 +140,12 @@ class TorchWorkload:
         check_tensor_sizes(profile, [p.numel() for p in params], self.config.model)
         index = {id(p): i for i, p in enumerate(params)}
         layers = parameter_layers(self.model)
-        self.timer, self.gate = make_profile_compute(profile, [[index[id(p)] for p in group] for group in layers],
-                                                     self.config.dilation, warmup=self.config.warmup_iterations)
+        self.timer, self.gate = make_profile_compute(
+            profile,
+            [[index[id(p)] for p in group] for group in layers],
+            self.config.dilation,
+            warmup=self.config.warmup_iterations,
+        )
         owner = {id(p): m for m in self.model.modules() for p in m.parameters(recurse=False)}
         for layer, group in enumerate(layers):
             owner[id(group[0])].register_forward_pre_hook(lambda mod, args, layer=layer: self._on_forward(layer))
@@ -169,14 +182,15 @@ class TorchWorkload:
             self._timed_forward = False
         self.train_loss = float(loss.detach())
         self.lost_values = 0
-        readiness = self._readiness = _Readiness([len(m.slices) for m in self.flat.messages],
-                                                 timer.clock if timer is not None else None)
+        readiness = self._readiness = _Readiness(
+            [len(m.slices) for m in self.flat.messages], timer.clock if timer is not None else None
+        )
 
         def backward():
             error = None
             try:
                 loss.backward()
-            except BaseException as e:  # handed to the consumer of compute()
+            except BaseException as e:  # noqa: BLE001 (handed to the consumer of compute())
                 error = e
             readiness.finish(error)
 
