@@ -1,0 +1,24 @@
+"""`dlcp bench switch` runs end to end (briefly) and ends with its JSON object."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def test_bench_switch_json_last_line():
+    p = subprocess.run(
+        [sys.executable, "-m", "dlcp_cli", "bench", "switch", "--seconds", "0.5", "--warmup", "0.2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert set(result) >= {"ref_kpps", "bridge_kpps", "bmv2_kpps", "frame_bytes"} and result["frame_bytes"] == 1442
+    assert result["ref_kpps"] > 1 and result["bridge_kpps"] > 1  # both forwarded for real
+    assert "linux bridge" in p.stdout and "refswitch" in p.stdout  # the readable table came first

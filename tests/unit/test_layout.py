@@ -1,0 +1,220 @@
+"""House rules (docs/design.md, "Layout"): `dlcp/` stays importable without root, Mininet, bmv2 or the
+other top-level packages; its packages depend on each other in one direction only; the CLI sits above
+`dlcp/`, `emulation/` and `simulation/`; ns-3 is reached through one loader only; no import cycle
+anywhere; every bench prints its JSON on the last line."""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOP = ("dlcp", "dlcp_cli", "emulation", "agents", "simulation")
+FORBIDDEN_IN_DLCP = {"mininet", "emulation", "agents", "dlcp_cli", "p4runtime_sh", "bm_runtime", "sswitch_runtime"}
+
+# What each unit of dlcp/ may import from the others (lower layers first). A unit is a package
+# (dlcp.wire) or a top-level module (dlcp.records).
+DLCP_ALLOWED = {
+    "dlcp": set(),
+    "dlcp.records": set(),
+    "dlcp.tables": set(),
+    "dlcp.settings": set(),
+    "dlcp.bench_output": {"dlcp.tables"},
+    "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
+    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
+    "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
+    "dlcp.network": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.comm": {
+        "dlcp.wire",
+        "dlcp.transport",
+        "dlcp.workloads",
+        "dlcp.settings",
+        "dlcp.network",
+        "dlcp.bench_output",
+        "dlcp.tables",
+    },
+    "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
+    # the experiment config is composed from the layers' settings models (dlcp/settings.py)
+    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings", "dlcp.network"},
+    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
+    "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
+}
+# Who may import which top-level package
+TOP_ALLOWED = {
+    "dlcp": {"dlcp"},
+    "agents": {"dlcp", "agents"},
+    "emulation": {"dlcp", "emulation"},
+    "simulation": {"dlcp", "emulation", "simulation"},
+    "dlcp_cli": {"dlcp", "emulation", "simulation", "dlcp_cli"},
+}
+# simulation/ flattens runtime files with the built-in dataplane's table code, which is pure Python;
+# nothing of emulation/ that needs root, sockets or Mininet
+SIMULATION_MAY_IMPORT = {
+    "emulation.refswitch.pipeline",
+    "emulation.refswitch.match_tables",
+    "emulation.refswitch.counters",
+    "emulation.refswitch.hashing",
+    "emulation.refswitch",
+}
+NS3_LOADER = "simulation.ns3.loader"  # the one module that imports cppyy / the ns3 wheel
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for top in TOP for p in (ROOT / top).rglob("*.py")}
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    """Every module imported anywhere in the file (function-level imports too: they are dependencies)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES)
+    return names
+
+
+def dlcp_unit(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_dlcp_imports_nothing_that_needs_root():
+    offenders = {
+        str(p.relative_to(ROOT)): sorted({m.split(".")[0] for m in imports_of(p)} & FORBIDDEN_IN_DLCP)
+        for m, p in MODULES.items()
+        if m.split(".")[0] == "dlcp"
+    }
+    assert not {k: v for k, v in offenders.items() if v}
+
+
+def test_every_dlcp_unit_is_known():
+    units = {dlcp_unit(m) for m in MODULES if m.split(".")[0] == "dlcp"}
+    assert units == set(DLCP_ALLOWED), "add the new unit to DLCP_ALLOWED (and docs/design.md)"
+
+
+NO_IO = {"socket", "threading", "time", "select", "selectors", "os", "ctypes", "asyncio", "subprocess"}
+
+
+def test_transport_core_does_no_io():
+    """The protocol core is driven by events and the caller's clock (a simulator drives it too): it may
+    not touch sockets, threads or clocks, nor import the drivers that do."""
+    core = {m: p for m, p in MODULES.items() if m.startswith("dlcp.transport.core")}
+    assert core
+    bad = {
+        m: sorted(
+            t
+            for t in imports_of(p)
+            if t.split(".")[0] in NO_IO
+            or (
+                t.startswith("dlcp.transport.")
+                and t.split(".")[2]
+                in ("udp_driver", "udpio", "sockets", "sync", "virtual", "tcp_baseline", "factory", "deadline_timer")
+            )
+        )
+        for m, p in core.items()
+    }
+    assert not {m: v for m, v in bad.items() if v}
+
+
+def test_dlcp_units_depend_downward_only():
+    bad = []
+    for m, p in MODULES.items():
+        if m.split(".")[0] != "dlcp":
+            continue
+        for target in imports_of(p):
+            if target in MODULES and target.startswith("dlcp"):
+                src, dst = dlcp_unit(m), dlcp_unit(target)
+                if src != dst and dst not in DLCP_ALLOWED[src]:
+                    bad.append(f"{m} imports {target}")
+    assert not bad, bad
+
+
+def test_top_level_packages_depend_downward_only():
+    bad = [
+        f"{m} imports {t}"
+        for m, p in MODULES.items()
+        for t in imports_of(p)
+        if t.split(".")[0] in TOP and t.split(".")[0] not in TOP_ALLOWED[m.split(".")[0]]
+    ]
+    assert not bad, bad
+
+
+def test_simulation_uses_only_pure_emulation_modules():
+    bad = [
+        f"{m} imports {t}"
+        for m, p in MODULES.items()
+        if m.split(".")[0] == "simulation"
+        for t in imports_of(p)
+        if t.split(".")[0] == "emulation" and t not in SIMULATION_MAY_IMPORT
+    ]
+    assert not bad, bad
+
+
+def test_only_the_loader_imports_ns3():
+    """The sim extra stays optional: everything else reaches ns-3 through loader.ns()."""
+    bad = [
+        m
+        for m, p in MODULES.items()
+        if m != NS3_LOADER and {t.split(".")[0] for t in imports_of(p)} & {"cppyy", "libcppyy", "ns"}
+    ]
+    assert not bad, bad
+
+
+def test_no_import_cycle():
+    graph = {m: {t for t in imports_of(p) if t in MODULES and t != m} for m, p in MODULES.items()}
+    # a package's __init__ is imported with any of its modules: not an edge worth a cycle
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not m.startswith(t + ".")}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_bench_tagging_json_last_line():
+    out = subprocess.run(
+        [sys.executable, "-m", "dlcp_cli", "bench", "tagging", "--values", "100000", "--repeats", "1", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    lines = out.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert result["values"] == 100000 and result["seconds"] > 0
+    assert "Mvalues_per_s" in out  # the readable table came first
+
+
+def test_unknown_bench_is_one_line_error():
+    p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "nosuch"], capture_output=True, text=True)
+    assert p.returncode != 0 and "unknown benchmark 'nosuch'" in p.stderr

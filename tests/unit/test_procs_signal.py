@@ -1,0 +1,40 @@
+"""emulation/procs.py catches_sigterm / wait_until_catching_sigterm: the runner waits for a
+just-started agent to install its SIGTERM handler before stopping it, so the agent still writes
+its record."""
+
+import subprocess
+import sys
+import time
+
+from emulation import procs
+
+CHILD = (
+    "import signal, sys, time; time.sleep({delay}); signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+    "print('ready', flush=True); time.sleep(30)"
+)
+
+
+def test_a_child_is_seen_catching_sigterm_only_once_it_installed_the_handler():
+    p = subprocess.Popen([sys.executable, "-c", CHILD.format(delay=0.5)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert not procs.catches_sigterm(p.pid)  # still sleeping before the handler
+        t0 = time.monotonic()
+        assert procs.wait_until_catching_sigterm(p, timeout_s=10)
+        assert time.monotonic() - t0 >= 0.3 and procs.catches_sigterm(p.pid)
+        assert p.stdout.readline().strip() == "ready"
+        p.terminate()
+        assert p.wait(timeout=5) == 0  # the handler ran: a clean exit, not death by SIGTERM
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_waiting_gives_up_at_the_timeout_and_on_an_exited_child():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert not procs.wait_until_catching_sigterm(p, timeout_s=0.3)
+    finally:
+        p.kill()
+        p.wait()
+    assert procs.wait_until_catching_sigterm(p, timeout_s=0.3)  # gone: nothing to wait for
+    assert not procs.catches_sigterm(p.pid)
