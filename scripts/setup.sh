@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine: Debian packages (when missing) and the project venv.
 # Re-running it is cheap: apt is skipped when every package is present, pip when the stamp is newer
-# than pyproject.toml and was made for the same extras. DLCP_EXTRAS adds optional extras, e.g.
-# DLCP_EXTRAS=sim for backend = "ns3" (the ns3 wheel: about 4 minutes and 500 MB the first time).
+# than pyproject.toml and was made for these extras or more. DLCP_EXTRAS names the optional extras
+# (none by default: what the demo needs), e.g. DLCP_EXTRAS=dev,bmv2,sim for the tests (`make test`;
+# the sim extra, backend = "ns3", is the ns3 wheel: about 4 minutes and 500 MB the first time).
 # Run it as yourself: only apt runs as root (directly when you are root, else through sudo); the
 # venv is yours. Under sudo (`sudo make ...`) the venv still goes to the user who ran sudo.
 set -euo pipefail
@@ -13,7 +14,7 @@ APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump 
               python3-venv python3-dev gcc)
 VENV=${DLCP_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-EXTRAS="dev,bmv2${DLCP_EXTRAS:+,$DLCP_EXTRAS}"
+EXTRAS=${DLCP_EXTRAS:-}
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -37,8 +38,12 @@ stamp="$VENV/.dlcp-setup-stamp"
 if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
       && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c \
       && "$stamp" -nt emulation/refswitch/dlcp_wire.h \
-      && "$(cat "$stamp")" == "$EXTRAS" ]]; then
+      && -z "$(comm -23 <(tr , '\n' <<<"$EXTRAS" | sort -u) <(tr , '\n' <"$stamp" | sort -u) | grep .)" ]]; then
     exit 0
+fi
+# extras installed before stay installed: the stamp records their union
+if [[ -f "$stamp" ]]; then
+    EXTRAS=$(tr , '\n' <<<"$EXTRAS,$(cat "$stamp")" | grep . | sort -u | paste -sd, -)
 fi
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -58,7 +63,7 @@ pip_install() {
 if ! "$VENV/bin/pip" install -q torch==2.13.0+cpu >"$VENV/pip-install.log" 2>&1; then
     pip_install torch==2.13.0
 fi
-pip_install -e ".[$EXTRAS]"
+pip_install -e ".${EXTRAS:+[$EXTRAS]}"
 "$VENV/bin/python" -c 'import torch, numpy, scapy, mininet, dlcp; assert torch.__version__.startswith("2.13.0"), torch.__version__'
 echo "$EXTRAS" > "$stamp"
 echo "setup: ready ($VENV, torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
