@@ -228,7 +228,7 @@ def encode_feedback(
 # --- decode ----------------------------------------------------------------------------------------
 
 
-def _expect_len(body, want: int, what: str) -> None:
+def _expect_len(body, want: int, what: int) -> None:
     if len(body) != want:
         raise MalformedPacket("control.length", f"{TYPE_NAMES.get(what, what)} of {len(body)} bytes, expected {want}")
 
