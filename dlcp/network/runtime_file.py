@@ -171,7 +171,8 @@ def _match(table: Table, raw: Any, where: str) -> dict:
 def _entry(raw: Any, where: str, spec: PipelineSpec) -> Entry:
     if not isinstance(raw, dict):
         raise RuntimeFileError(f"{where}: must be an object")
-    table = spec.table.get(raw.get("table"))
+    name = raw.get("table")
+    table = spec.table.get(name) if isinstance(name, str) else None  # a list or a table: no such table
     if table is None:
         raise RuntimeFileError(f"{where}: unknown table {raw.get('table')!r} (tables: {', '.join(spec.table)})")
     action = raw.get("action_name")
@@ -289,7 +290,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     name = raw.get("register") if isinstance(raw, dict) else None
-    reg = spec.register.get(name)
+    reg = spec.register.get(name) if isinstance(name, str) else None  # a list or a table: no such register
     if reg is None or not reg.writable:
         # occupancy is the live length of the switch's queues: writing it would desynchronise them
         writable = ", ".join(r.name for r in spec.registers if r.writable)
