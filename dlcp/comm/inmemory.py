@@ -246,7 +246,7 @@ class InMemoryPS:
         self._rv.abort(error)
 
     def _push(self, rank, it, msg: GradMessage) -> None:
-        if msg.msg_id not in self._sizes or msg.values.size != self._sizes[msg.msg_id]:
+        if msg.msg_id not in self._sizes or msg.values is None or msg.values.size != self._sizes[msg.msg_id]:
             raise ValueError(f"rank {rank} iteration {it}: message {msg.msg_id} does not match the layouts")
         lost = None
         if self.push_loss is not None and self.push_loss.rate > 0:
