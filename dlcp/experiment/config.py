@@ -352,7 +352,7 @@ def apply_override(raw: dict, assignment: str) -> None:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"--set {assignment}: empty key part")
-    node = raw
+    node: dict | list = raw  # a table, or a list of tables on the way down
     for i, p in enumerate(parts[:-1]):
         here = ".".join(parts[: i + 1])
         if isinstance(node, list):
