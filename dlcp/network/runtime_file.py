@@ -214,7 +214,7 @@ def _check_entries(
 ) -> None:
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
-    qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}  # None: default
+    qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
     for i, e in enumerate(entries):
         where = f"{source}: table_entries[{i}]"
         key = (e.table, e.default, tuple(sorted(e.match.items())), e.priority)
@@ -239,14 +239,14 @@ def _check_entries(
                     f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}"
                 )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
-    for i, pc in enumerate(ports.values()):
-        limit = qmax.get(pc.port, qmax[None])
-        if target == "bmv2" and pc.queue_depth_pkts is not None and pc.queue_depth_pkts <= limit:
+    for i, cfg in enumerate(ports.values()):
+        limit = qmax.get(cfg.port, qmax[None])
+        if target == "bmv2" and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
             # would never get those packets back (the built-in dataplane gives them back and counts
             # them as queue_overflow_pkts)
             raise RuntimeFileError(
-                f"{source}: ports[{i}]: queue_depth_pkts {pc.queue_depth_pkts} must exceed qmax {limit}"
+                f"{source}: ports[{i}]: queue_depth_pkts {cfg.queue_depth_pkts} must exceed qmax {limit}"
             )
 
 
