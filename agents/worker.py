@@ -4,7 +4,7 @@
 
 Per iteration (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or handed
 to the comm layer at once (all-reduce: `[comm] scheduler` decides what runs when over `[comm]
-collective`, dlcp/comm/engine.py); then parameters are pulled (PS) or aggregates awaited and
+collective`, dlcp/comm/communicator.py); then parameters are pulled (PS) or aggregates awaited and
 applied. DS-Sync with `average = "parameters"` takes a local SGD step with the worker's own
 gradient and then averages parameters inside its group of the iteration. Every
 `dlcp.resync_every` iterations of ring or MultiTree all-reduce, rank 0's parameters replace the
@@ -19,11 +19,12 @@ import time
 import numpy as np
 
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
-from dlcp.comm.collectives import PSClient, TransportEngine
+from dlcp.comm.ps import PSClient
+from dlcp.comm.transport_communicator import TransportEngine
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.workloads.contract import Aggregate, ParamChunk
-from dlcp.workloads.registry import make_workload
+from dlcp.workloads.lookup import make_workload
 
 log = logging.getLogger("agent")
 
@@ -86,7 +87,7 @@ def iteration_dssync(agent: Agent, workload, engine: TransportEngine, it: int) -
 
 
 def planning_backward_ms(workload_cfg) -> float:
-    """The backward time the planners assume (dlcp/comm/policy.py): the synthetic model's
+    """The backward time the planners assume (dlcp/comm/assemble.py): the synthetic model's
     compute_ms; 0 for real torch compute, which is not known before it runs."""
     return workload_cfg.compute_ms if workload_cfg.model == "synthetic" else 0.0
 

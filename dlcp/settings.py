@@ -1,7 +1,7 @@
 """Typed settings: the base of every settings model, and validation errors as one line.
 
 Each layer declares its own settings with pydantic (`dlcp/wire/tagging.py` TaggingConfig,
-`dlcp/transport/api.py` TransportSettings, `dlcp/comm/collectives.py` CommSettings,
+`dlcp/transport/api.py` TransportSettings, `dlcp/comm/settings.py` CommSettings,
 `dlcp/workloads/settings.py` TrainingSettings, `dlcp/network/switch_runtime.py`
 SwitchSettings); the experiment config and the agent configs (`dlcp/experiment/`) are composed
 from them. So a key, its type, default, bounds and meaning are written once, and the reference

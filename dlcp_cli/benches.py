@@ -42,7 +42,7 @@ def _schedulers(argv):
     import time
     from pathlib import Path
 
-    from dlcp.comm.bench import parser, print_timeline, timeline_result
+    from dlcp.comm.schedulers_bench import parser, print_timeline, timeline_result
     from dlcp.tables import format_table
 
     ap = parser()

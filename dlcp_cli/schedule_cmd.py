@@ -5,7 +5,7 @@
     dlcp schedule --collective ring --topology leaf_spine:2x2x4 --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json
 
-A summary first; with `--json` the plan as one JSON object on the last line (dlcp/comm/plan.py
+A summary first; with `--json` the plan as one JSON object on the last line (dlcp/comm/prediction.py
 `plan_json`; dlcp/comm/plans/{ring,multitree,dssync}.py `plan_json`). A scheduler's plan lists
 `groups` (tensor indices in the profile's forward order), `partitions` and `send_order` where the
 policy has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
@@ -20,11 +20,11 @@ import argparse
 import json
 import sys
 
+from dlcp.comm.assemble import collective_cost
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import plan_json
 from dlcp.comm.plans import PlanError, dssync, multitree, ring
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.policy import collective_cost
+from dlcp.comm.prediction import plan_json
 from dlcp.comm.schedulers import SCHEDULERS
 from dlcp.comm.stepped import multitree_plan, ring_plan
 from dlcp.experiment.config import parse_value

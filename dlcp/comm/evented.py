@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial
+from dlcp.comm.assemble import LayerTimes, comm_plan
+from dlcp.comm.communicator import CommEngine, OrderChannel
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import CommEngine, OrderChannel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
-from dlcp.comm.policy import LayerTimes, comm_plan
 from dlcp.comm.settings import CommConfig, CommPolicy
 from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
 from dlcp.comm.wire_ids import WireIds
@@ -186,7 +186,7 @@ class PushedOrder(OrderChannel):
 
 class EventEngine(CommEngine):
     """TransportEngine's counterpart for an event-driven host: the `[comm]` scheduler, step plan
-    and wire ids (dlcp/comm/policy.py comm_plan), an EventSteppedCollective and PushedOrder over
+    and wire ids (dlcp/comm/assemble.py comm_plan), an EventSteppedCollective and PushedOrder over
     `send(dst, batch, info) -> key`. The host reports every finished send and arrived message to
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
     Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""

@@ -322,9 +322,9 @@ def memory_engines(
     (default: WFBP): the same scheduler and order rules as over the transport (the collective's
     algorithm does not change an exact in-process sum; DS-Sync's groups do). Returns (engines,
     abort): `abort(error)` wakes every waiting rank."""
-    from dlcp.comm.engine import CommEngine, forward_order
+    from dlcp.comm.assemble import build_scheduler, cost_model, planning_profile, step_plan
+    from dlcp.comm.communicator import CommEngine, forward_order
     from dlcp.comm.order import MemoryOrder
-    from dlcp.comm.policy import build_scheduler, cost_model, planning_profile, step_plan
     from dlcp.comm.settings import CommPolicy
 
     policy = policy or CommPolicy()

@@ -16,8 +16,8 @@ began (a copy of the chunk is sent), so receives of the same step cannot change 
 **Counts.** Every transfer carries one contribution count per packet (SendInfo.counts, in the
 DESCRIBE): how many ranks' values its packet holds. A reduce adds the arriving count where the
 packet arrived (lost values are zeros and add nothing), a copy takes it where it arrived and 0
-where it did not. `Reduced.count` is then exact per value, whatever was lost on the way (the ring's
-rule of collectives.py, for any tree).
+where it did not. `Reduced.count` is then exact per value, whatever was lost on the way (for the
+ring and for any tree).
 
 **Budgets** (`dlcp.ring_budget`): `protect_rs` sends reduce transfers reliably and protected (a
 lost partial sum is lost for every rank after it) and copies with the message budget; `per_step`

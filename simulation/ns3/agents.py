@@ -1,5 +1,5 @@
 """Workers and the parameter server in simulated time: the emulated agents' iteration loop
-(agents/worker.py, agents/ps.py), PS push / pull (dlcp/comm/collectives.py) and the comm layer's
+(agents/worker.py, agents/ps.py), PS push / pull (dlcp/comm/ps.py) and the comm layer's
 all-reduce (dlcp/comm/evented.py) driven by completions of the transport core instead of blocking
 calls.
 
@@ -27,10 +27,10 @@ import collections
 
 import numpy as np
 
-from dlcp.comm.collectives import drift, resync_messages
-from dlcp.comm.engine import param_means
+from dlcp.comm.communicator import param_means
 from dlcp.comm.evented import EventEngine
 from dlcp.comm.packets import sized_packets, tagged_packets  # the emulated collectives' tagging and packetising
+from dlcp.comm.resync import drift, resync_messages
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
@@ -59,7 +59,7 @@ class SimRun:
     def set_layer_times(self, layer_times) -> None:
         """(forward_s, backward_s) per model layer in simulated seconds (workload.compute =
         "profile"), or None: compute_s spread over the messages. The schedulers plan with the same
-        times (dlcp/comm/policy.py planning_profile)."""
+        times (dlcp/comm/assemble.py planning_profile)."""
         self.layer_times = layer_times
         self.planning_backward_ms = self.compute_s * 1e3 if layer_times is None else 0.0
         if layer_times is not None:
@@ -249,7 +249,7 @@ class SimWorker(_Agent):
             return self._resync(it, lost)
         self._end(it, lost)
 
-    # --- re-sync to rank 0 (dlcp/comm/collectives.py resync; agents/worker.py) -------------------
+    # --- re-sync to rank 0 (dlcp/comm/resync.py; agents/worker.py) -------------------
 
     def _params(self) -> dict | None:
         return None if self.run.sizes_only else {m: self.workload.parameters(m) for m in self.layouts}
@@ -329,7 +329,7 @@ class SimWorker(_Agent):
         else:
             self.run.clock.at(end / 1e6, self.start)
 
-    # --- PS push / pull (dlcp/comm/collectives.py PSClient) -----------------------------------
+    # --- PS push / pull (dlcp/comm/ps.py PSClient) -----------------------------------
 
     def _push(self, it: int, msg) -> None:
         lay = msg.layout

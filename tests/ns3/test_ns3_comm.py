@@ -43,7 +43,7 @@ SCRIPT = r"""
 import os, sys
 from pathlib import Path
 import numpy as np
-from dlcp.comm.engine import CommEngine
+from dlcp.comm.communicator import CommEngine
 from simulation.ns3 import runner
 
 cfg_path, out, trace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
@@ -134,5 +134,3 @@ def test_schedulers_and_collectives_on_ns3(tmp_path):
         rows = [dict(zip(R.RESYNC_COLUMNS, line.split(","))) for line in f.read_text().splitlines()[1:]]
         assert [int(r["iter"]) for r in rows] == [0, 1]
         assert all(float(r["drift_l2"]) == 0.0 and float(r["param_l2"]) > 0 for r in rows)
-
-

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import predict
+from dlcp.comm.prediction import predict
 from dlcp.comm.schedulers import SCHEDULERS
 from dlcp.workloads.profile import load_profile
 

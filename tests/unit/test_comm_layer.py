@@ -14,16 +14,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dlcp.comm.collectives import TransportEngine
+from dlcp.comm.assemble import build_scheduler, planning_profile, step_plan, wire_ids
+from dlcp.comm.communicator import CommEngine, forward_order
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import CommEngine, forward_order
 from dlcp.comm.inmemory import InMemoryGroup, memory_engines
 from dlcp.comm.order import MemoryOrder
 from dlcp.comm.plans.dssync import average_rounds
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.policy import build_scheduler, planning_profile, step_plan, wire_ids
 from dlcp.comm.schedulers import SCHEDULERS, make_scheduler
 from dlcp.comm.settings import CommConfig, CommPolicy
+from dlcp.comm.transport_communicator import TransportEngine
 from dlcp.comm.wire_ids import WireIdError, WireIds, phase_of, transfer_ids
 from dlcp.settings import ConfigError
 from dlcp.transport.api import Peer, TransportConfig

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcp.comm.costmodel import CostModel, paper_fit
-from dlcp.comm.plan import plan_json, tune
+from dlcp.comm.prediction import plan_json, tune
 from dlcp.comm.schedulers import SCHEDULERS, make_scheduler
 from dlcp.comm.schedulers.bytescheduler import partition_tensor
 from dlcp.comm.schedulers.dear import fusion_groups

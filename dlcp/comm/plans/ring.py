@@ -1,4 +1,4 @@
-"""Ring all-reduce as a step schedule: the order dlcp.comm.collectives.RingAllReduce runs today.
+"""Ring all-reduce as a step schedule: the order dlcp.comm.transport_communicator.RingAllReduce runs today.
 
 P ranks, P chunks. Reduce-scatter step s (0..P-2): rank r sends chunk (r - s) mod P to r + 1,
 which adds it to its own. All-gather step s: rank r sends chunk (r + 1 - s) mod P to r + 1, which

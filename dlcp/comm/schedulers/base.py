@@ -87,7 +87,7 @@ class Scheduler(ABC):
     name = "scheduler"
     # Whether the order of released operations can depend on timing (which gradients happen to be
     # ready when an operation completes). The ranks of a job must run operations in one order, so
-    # such a policy decides on one rank and the others follow (dlcp/comm/engine.py).
+    # such a policy decides on one rank and the others follow (dlcp/comm/communicator.py).
     timing_dependent_order = False
 
     def __init__(self, sizes):
@@ -117,7 +117,7 @@ class Scheduler(ABC):
 
     def units(self) -> list[tuple[Segment, ...]]:
         """The segments of every operation an iteration can have, each list once. Policies that
-        run on a network (through dlcp/comm/engine.py) must say; the timeline does not need it."""
+        run on a network (through dlcp/comm/communicator.py) must say; the timeline does not need it."""
         raise NotImplementedError(f"scheduler {self.name!r} does not list its units: it can run on the timeline only")
 
     def ops_per_iteration(self) -> int:

@@ -11,7 +11,7 @@ bytescheduler/common/bytecore.py, bytetask.py, pytorch/horovod_task.py; seeds-br
 
 Defaults are bytecore's: partition 1,000,000 and credit 4,000,000 parameters, i.e. 4 MB and 16 MB of
 fp32. ByteScheduler auto-tunes the credit by Bayesian optimisation at run time; here both knobs
-are plain options (`dlcp.comm.plan.tune` grid-searches them under the model).
+are plain options (`dlcp.comm.prediction.tune` grid-searches them under the model).
 """
 
 from __future__ import annotations

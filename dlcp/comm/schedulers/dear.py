@@ -15,7 +15,7 @@ backward and an all-gather that overlaps the next forward, with tensor fusion
 Costs: each of reduce-scatter and all-gather is half an all-reduce of the group's full buffer
 (costmodel.py). DeAR pads each buffer to a multiple of P (and by P more when it already is one);
 that is at most P elements per group and is not modelled. DeAR tunes the threshold by Bayesian
-optimisation (10 trials in [1, 100] MB); `dlcp.comm.plan.tune` grid-searches it under the model.
+optimisation (10 trials in [1, 100] MB); `dlcp.comm.prediction.tune` grid-searches it under the model.
 """
 
 from __future__ import annotations

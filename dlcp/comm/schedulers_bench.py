@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import statistics
 
+from dlcp.comm.assemble import collective_cost
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import predict, sweep
 from dlcp.comm.plans.dssync import topology_plan
 from dlcp.comm.plans.schedule import alpha_beta_cost
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.policy import collective_cost
+from dlcp.comm.prediction import predict, sweep
 from dlcp.comm.schedulers import SCHEDULERS
 from dlcp.comm.stepped import DsSyncRounds, multitree_plan, ring_plan
 from dlcp.workloads.profile import BYTES_PER_ELEMENT, load_profile

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dlcp.comm.communicator import forward_order
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import forward_order
 from dlcp.comm.plans.dssync import topology_plan
 from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
