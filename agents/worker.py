@@ -20,7 +20,7 @@ import numpy as np
 
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
 from dlcp.comm.ps import PSClient
-from dlcp.comm.transport_communicator import TransportEngine
+from dlcp.comm.transport_communicator import TransportCommunicator
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.workloads.contract import Aggregate, ParamChunk
@@ -55,7 +55,7 @@ def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dic
     return t, int(sum(int(c.lost.sum()) for c in chunks.values()))
 
 
-def iteration_allreduce(agent: Agent, workload, ring: TransportEngine, it: int) -> tuple[dict, int]:
+def iteration_allreduce(agent: Agent, workload, ring: TransportCommunicator, it: int) -> tuple[dict, int]:
     t = compute_and_send(workload, it, ring.submit)
     aggs = ring.wait(it)
     t["comm_end_us"] = now_us()
@@ -65,7 +65,7 @@ def iteration_allreduce(agent: Agent, workload, ring: TransportEngine, it: int) 
     return t, int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
 
 
-def iteration_dssync(agent: Agent, workload, engine: TransportEngine, it: int) -> tuple[dict, int]:
+def iteration_dssync(agent: Agent, workload, engine: TransportCommunicator, it: int) -> tuple[dict, int]:
     """DS-Sync, parameters: local SGD step with this worker's own gradient, then the group's mean
     parameters (docs/collectives.md)."""
     own = []
@@ -99,7 +99,7 @@ def planning_layer_times(workload):
     return None if timer is None else (timer.forward_s, timer.backward_s)
 
 
-def resync(agent: Agent, workload, ring: TransportEngine, it: int) -> None:
+def resync(agent: Agent, workload, ring: TransportCommunicator, it: int) -> None:
     if not hasattr(workload, "parameters"):
         log.warning("re-sync skipped: the workload has no parameters(msg_id)")
         return
@@ -125,7 +125,7 @@ def run(agent: Agent) -> None:
         step = iteration_ps
     else:
         transport.connect()  # trees, groups and rank 0's order announcements reach any rank
-        coll = TransportEngine(
+        coll = TransportCommunicator(
             transport,
             comm,
             cfg.comm,
@@ -181,7 +181,7 @@ def run(agent: Agent) -> None:
         stats = getattr(workload, "compute_stats", lambda: None)()
         if stats is not None:  # how well the machine kept up with the profile (records/hN-agent.json)
             agent.extra_totals["compute"] = stats
-        if isinstance(coll, TransportEngine):
+        if isinstance(coll, TransportCommunicator):
             coll.close()
 
 

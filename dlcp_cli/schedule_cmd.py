@@ -6,9 +6,9 @@
     dlcp schedule --collective dssync --workers 16 --group 4 --json
 
 A summary first; with `--json` the plan as one JSON object on the last line (dlcp/comm/prediction.py
-`plan_json`; dlcp/comm/plans/{ring,multitree,dssync}.py `plan_json`). A scheduler's plan lists
+`prediction_json`; dlcp/comm/plans/{ring,multitree,dssync}.py `plan_json`). A scheduler's plan lists
 `groups` (tensor indices in the profile's forward order), `partitions` and `send_order` where the
-policy has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
+scheduler has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
 all-reduce's (seconds, seconds per byte: seeds-brief §1), or derived from `--rate-gbps` and
 `--latency-s` for a ring; with `--collective` and `--topology` as well, from that collective's
 schedule on that topology.
@@ -24,7 +24,7 @@ from dlcp.comm.assemble import collective_cost
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.plans import PlanError, dssync, multitree, ring
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.prediction import plan_json
+from dlcp.comm.prediction import prediction_json
 from dlcp.comm.schedulers import SCHEDULERS
 from dlcp.comm.stepped import multitree_plan, ring_plan
 from dlcp.experiment.config import parse_value
@@ -94,7 +94,7 @@ def scheduler_plan(args) -> dict:
     if spec is not None and len(spec.hosts) != args.workers:
         raise ValueError(f"--workers {args.workers}, but --topology {args.topology} has {len(spec.hosts)} hosts")
     options = dict(parse_option(o) for o in args.option)
-    plan = plan_json(args.scheduler, load_profile(args.profile), args.workers, _cost(args, spec), **options)
+    plan = prediction_json(args.scheduler, load_profile(args.profile), args.workers, _cost(args, spec), **options)
     if args.collective:
         plan["collective"] = args.collective
     return plan

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 
 from dlcp.comm.communicator import forward_order
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plans.dssync import topology_plan
+from dlcp.comm.plans.dssync import topology_groups
 from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
 from dlcp.comm.schedulers import Scheduler, make_scheduler
-from dlcp.comm.settings import CommPolicy
+from dlcp.comm.settings import CommSetup
 from dlcp.comm.stepped import DsSyncRounds, StepPlan, multitree_plan, ring_plan
 from dlcp.comm.wire_ids import WireIds
 from dlcp.network import topology as topospec
@@ -97,7 +97,7 @@ def collective_cost(sched: Schedule, spec: TopologySpec | None, step_latency_s: 
 
 
 def cost_model(
-    policy: CommPolicy,
+    comm: CommSetup,
     workers: int,
     host_mbps: float,
     plan: StepPlan | None = None,
@@ -105,25 +105,25 @@ def cost_model(
     fabric_mbps: float | None = None,
 ) -> CostModel:
     """The planners' cost model (see the module docstring)."""
-    if policy.alpha_s or policy.beta_s_per_byte:
-        return CostModel(alpha=policy.alpha_s, beta=policy.beta_s_per_byte, workers=workers)
+    if comm.alpha_s or comm.beta_s_per_byte:
+        return CostModel(alpha=comm.alpha_s, beta=comm.beta_s_per_byte, workers=workers)
     if plan is not None and plan.collective != "ring" and workers > 1:
-        return collective_cost(plan.schedule(0), spec, policy.step_latency_s, fabric_mbps or host_mbps)
-    return CostModel.from_link(host_mbps * 1e6, policy.step_latency_s, workers)
+        return collective_cost(plan.schedule(0), spec, comm.step_latency_s, fabric_mbps or host_mbps)
+    return CostModel.from_link(host_mbps * 1e6, comm.step_latency_s, workers)
 
 
-def build_scheduler(policy: CommPolicy, profile: Profile, workers: int, cost: CostModel) -> Scheduler:
-    return make_scheduler(policy.scheduler, profile, cost, workers, **policy.scheduler_options())
+def build_scheduler(comm: CommSetup, profile: Profile, workers: int, cost: CostModel) -> Scheduler:
+    return make_scheduler(comm.scheduler, profile, cost, workers, **comm.scheduler_options())
 
 
-def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None) -> StepPlan:
+def step_plan(comm: CommSetup, workers: int, spec: TopologySpec | None = None) -> StepPlan:
     """The collective's schedule(s) for `workers` ranks on `spec` (None: a star; paths do not
     matter to the transport, the switches route by destination)."""
-    if policy.collective == "multitree":
-        return multitree_plan(workers, spec, policy.multitree.kary, policy.multitree.paths)
-    if policy.collective == "dssync":
+    if comm.collective == "multitree":
+        return multitree_plan(workers, spec, comm.multitree.kary, comm.multitree.paths)
+    if comm.collective == "dssync":
         spec = spec if spec is not None else topospec.star(workers, 50.0)
-        return DsSyncRounds(topology_plan(spec, policy.dssync.group, rank_hosts(spec)[:workers]), spec)
+        return DsSyncRounds(topology_groups(spec, comm.dssync.group, rank_hosts(spec)[:workers]), spec)
     return ring_plan(workers, spec)
 
 
@@ -137,8 +137,8 @@ def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
     )
 
 
-def comm_plan(
-    policy: CommPolicy,
+def assemble_rank(
+    comm: CommSetup,
     workers: int,
     layouts: list[MessageLayout],
     *,
@@ -154,9 +154,9 @@ def comm_plan(
     messages; `plan`, `cost`: the step plan and cost model when the caller already has them (the
     same for every rank; a 128-rank MultiTree costs seconds to plan and price)."""
     tensors = forward_order(layouts)
-    plan = plan if plan is not None else step_plan(policy, workers, spec)
-    cost = cost if cost is not None else cost_model(policy, workers, host_mbps, plan, spec, fabric_mbps)
-    scheduler = build_scheduler(policy, planning_profile(tensors, backward_ms, layer_times=layer_times), workers, cost)
+    plan = plan if plan is not None else step_plan(comm, workers, spec)
+    cost = cost if cost is not None else cost_model(comm, workers, host_mbps, plan, spec, fabric_mbps)
+    scheduler = build_scheduler(comm, planning_profile(tensors, backward_ms, layer_times=layer_times), workers, cost)
     return scheduler, plan, wire_ids(scheduler, plan, len(layouts))
 
 

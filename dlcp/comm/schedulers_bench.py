@@ -19,7 +19,7 @@ import statistics
 
 from dlcp.comm.assemble import collective_cost
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plans.dssync import topology_plan
+from dlcp.comm.plans.dssync import topology_groups
 from dlcp.comm.plans.schedule import alpha_beta_cost
 from dlcp.comm.plans.topology_arg import parse_topology
 from dlcp.comm.prediction import predict, sweep
@@ -49,7 +49,7 @@ def _plans(topology: str, spec, kary: int, group: int):
     P = len(spec.hosts)
     yield "ring", ring_plan(P, spec)
     yield f"multitree k{kary}", multitree_plan(P, spec, kary)
-    yield f"dssync g{group}", DsSyncRounds(topology_plan(spec, group), spec)
+    yield f"dssync g{group}", DsSyncRounds(topology_groups(spec, group), spec)
 
 
 def collective_rows(

@@ -99,7 +99,7 @@ class DsSyncOptions(Settings):
     )
 
 
-class CommPolicy(Settings):
+class CommSetup(Settings):
     """`[comm]`: the communication scheduler, the collective, and their parameters."""
 
     section: ClassVar[str] = "comm"

@@ -40,7 +40,7 @@ import numpy as np
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial, Reduced
 from dlcp.comm.packets import sized_packets, tagged_packets
-from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
+from dlcp.comm.plans.dssync import DsSyncGroups, round_schedule
 from dlcp.comm.plans.multitree import multitree_schedule
 from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.ring import ring_schedule
@@ -119,14 +119,14 @@ class DsSyncRounds(StepPlan):
 
     collective = "dssync"
 
-    def __init__(self, plan: DsSyncPlan, spec: TopologySpec | None = None):
-        super().__init__(plan.workers)
-        self.plan = plan
-        self.spec = _spec_for(plan.workers, spec)
-        self.period = plan.period
-        hosts = _hosts(self.spec, plan.workers)
-        self._rounds = [round_schedule(self.spec, plan, k, hosts) for k in range(plan.period)]
-        self._group_of = [{r: len(g) for g in plan.groups(k) for r in g} for k in range(plan.period)]
+    def __init__(self, pattern: DsSyncGroups, spec: TopologySpec | None = None):
+        super().__init__(pattern.workers)
+        self.pattern = pattern
+        self.spec = _spec_for(pattern.workers, spec)
+        self.period = pattern.period
+        hosts = _hosts(self.spec, pattern.workers)
+        self._rounds = [round_schedule(self.spec, pattern, k, hosts) for k in range(pattern.period)]
+        self._group_of = [{r: len(g) for g in pattern.groups(k) for r in g} for k in range(pattern.period)]
 
     def schedule(self, iteration: int) -> Schedule:
         return self._rounds[iteration % self.period]

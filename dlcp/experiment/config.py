@@ -4,7 +4,7 @@ The model is composed from the layers' own settings (dlcp/settings.py): the `dlc
 TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
 (comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
 (network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
-(workloads/settings.py) + mode and workers; `comm` is CommPolicy (comm/settings.py: scheduler,
+(workloads/settings.py) + mode and workers; `comm` is CommSetup (comm/settings.py: scheduler,
 collective and their parameters); `scale` is ScaleSettings (experiment/dilation.py); the other
 sections are declared here. Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
@@ -26,7 +26,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dlcp.comm.settings import CommPolicy, CommSettings, Mode
+from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
@@ -233,7 +233,7 @@ class Experiment(Settings):
     links: Links = Field(default_factory=Links)
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
-    comm: CommPolicy = Field(default_factory=CommPolicy)
+    comm: CommSetup = Field(default_factory=CommSetup)
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)

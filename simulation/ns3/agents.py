@@ -12,7 +12,7 @@ times: the whole forward, then each message when the backward reaches its first 
 dlcp/workloads/compute_model.py times the emulated compute); however long the real computation took
 on this CPU. Communication takes what the simulated network makes it take. All-reduce runs the
 comm layer itself (`[comm]` scheduler and collective: dlcp/comm/evented.py, the emulated
-TransportEngine's objects driven by this host's completions). Python runs per message and per
+TransportCommunicator's objects driven by this host's completions). Python runs per message and per
 collective step, never per packet (hosts.py, cpp/dlcp_host.h).
 
 With `workload.payload = "sizes"` (`SimRun.sizes_only`; the workload is a SizesOnlyWorkload) the
@@ -28,7 +28,7 @@ import collections
 import numpy as np
 
 from dlcp.comm.communicator import param_means
-from dlcp.comm.evented import EventEngine
+from dlcp.comm.evented import EventCommunicator
 from dlcp.comm.packets import sized_packets, tagged_packets  # the emulated collectives' tagging and packetising
 from dlcp.comm.resync import drift, resync_messages
 from dlcp.wire.chunking import MessageId
@@ -122,8 +122,8 @@ class _Agent:
 
 class SimWorker(_Agent):
     """One worker: compute (simulated duration), then push/pull (PS) or the comm layer's
-    scheduler and collective (all-reduce: `EventEngine`, dlcp/comm/evented.py, the emulated
-    TransportEngine's scheduler, step plan, wire ids and order announcements, driven by this
+    scheduler and collective (all-reduce: `EventCommunicator`, dlcp/comm/evented.py, the emulated
+    TransportCommunicator's scheduler, step plan, wire ids and order announcements, driven by this
     host's completions). DS-Sync with `average = "parameters"` takes the local step, then averages
     parameters in its group, as agents/worker.py does."""
 
@@ -144,7 +144,7 @@ class SimWorker(_Agent):
         self._resync_wait = None  # (iteration, lost values) while this rank's re-sync is open
         run.resync_rows[acfg.host] = []
         if mode != "ps":
-            self.engine = EventEngine(
+            self.engine = EventCommunicator(
                 host.send,
                 self.vpp,
                 self.comm,
@@ -203,7 +203,7 @@ class SimWorker(_Agent):
 
     def _average(self, it: int) -> None:
         """DS-Sync: the local SGD step with this worker's own gradients, then its parameters into
-        the group's average (in message order, as CommEngine.average submits them)."""
+        the group's average (in message order, as Communicator.average submits them)."""
         ones = {m.msg_id: Aggregate(m.msg_id, m.values, np.ones(m.layout.n_values, np.uint16), 1) for m in self.own}
         self.workload.apply_gradients(it, ones)
         for lay in sorted(self.layouts.values(), key=lambda lay: lay.msg_id):

@@ -63,12 +63,12 @@ def prime_factors(n: int) -> list[int]:
 
 def rounds_to_average(workers: int, group: int) -> tuple[int, bool]:
     """(rounds our rule needs for the exact average, whether all its groups have `group` members)."""
-    plan = dssync_plan(workers, group)
+    plan = dssync_groups(workers, group)
     return plan.period, plan.exact_equal_groups
 
 
 @dataclass
-class DsSyncPlan:
+class DsSyncGroups:
     workers: int
     group: int
     order: tuple[int, ...]  # position -> rank
@@ -86,9 +86,9 @@ class DsSyncPlan:
         return self.iterations[iteration % self.period]
 
 
-def dssync_plan(workers: int, group: int, order: list[int] | None = None) -> DsSyncPlan:
+def dssync_groups(workers: int, group: int, order: list[int] | None = None) -> DsSyncGroups:
     """The groups per iteration for `workers` in groups of `group`; `order` maps positions to
-    ranks (default identity; topology_plan passes the locality order)."""
+    ranks (default identity; topology_groups passes the locality order)."""
     if not isinstance(workers, int) or workers < 2:
         raise PlanError(f"dssync.workers: need an integer >= 2, got {workers!r}")
     if not isinstance(group, int) or not 2 <= group <= workers or workers % group:
@@ -108,7 +108,7 @@ def dssync_plan(workers: int, group: int, order: list[int] | None = None) -> DsS
     for bin_ in _first_fit(sorted(leftover, key=lambda i: -radices[i]), radices, group):
         digit_sets.append(tuple(sorted(bin_)))
     iterations = [_groups(radices, ds, order) for ds in digit_sets]
-    return DsSyncPlan(workers, group, order, radices, digit_sets, iterations, not leftover)
+    return DsSyncGroups(workers, group, order, radices, digit_sets, iterations, not leftover)
 
 
 def _first_fit(digits: list[int], radices, cap: int) -> list[list[int]]:
@@ -136,13 +136,13 @@ def _groups(radices, digit_set, order) -> list[list[int]]:
     return sorted(by_key.values(), key=lambda g: g[0])
 
 
-def topology_plan(spec: TopologySpec, group: int, hosts: list[str] | None = None) -> DsSyncPlan:
+def topology_groups(spec: TopologySpec, group: int, hosts: list[str] | None = None) -> DsSyncGroups:
     """DS-Sync groups over the topology's workers, positions in locality order (edge switch first)."""
     hosts = list(hosts or rank_hosts(spec))
-    return dssync_plan(len(hosts), group, locality_order(spec, hosts))
+    return dssync_groups(len(hosts), group, locality_order(spec, hosts))
 
 
-def average_rounds(values: list[np.ndarray], plan: DsSyncPlan, rounds: int | None = None) -> list[np.ndarray]:
+def average_rounds(values: list[np.ndarray], plan: DsSyncGroups, rounds: int | None = None) -> list[np.ndarray]:
     """Every worker's values after `rounds` iterations of group averaging (default: one period)."""
     out = [np.array(v, dtype=np.float64) for v in values]
     for k in range(plan.period if rounds is None else rounds):
@@ -153,7 +153,7 @@ def average_rounds(values: list[np.ndarray], plan: DsSyncPlan, rounds: int | Non
     return out
 
 
-def iteration_cost(plan: DsSyncPlan, iteration: int, message_bytes: float, alpha: float, beta: float) -> float:
+def iteration_cost(plan: DsSyncGroups, iteration: int, message_bytes: float, alpha: float, beta: float) -> float:
     """Alpha-beta seconds of one iteration's synchronisation without contention: the groups run
     side by side, each a ring all-reduce of the whole message over its g members,
     2 (g - 1) (alpha + M / g x beta); the largest group sets the time. Reaching the exact average
@@ -163,7 +163,7 @@ def iteration_cost(plan: DsSyncPlan, iteration: int, message_bytes: float, alpha
     return 2 * (g - 1) * (alpha + message_bytes / g * beta)
 
 
-def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: list[str] | None = None) -> Schedule:
+def round_schedule(spec: TopologySpec, plan: DsSyncGroups, iteration: int, hosts: list[str] | None = None) -> Schedule:
     """The ring all-reduces of one iteration's groups, run side by side (sums; divide by the
     group size for the average). Paths: balanced over all groups' flows (the same every step)."""
     hosts = list(hosts or rank_hosts(spec))
@@ -189,12 +189,12 @@ def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: 
 def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dict:
     """What `dlcp schedule --collective dssync --workers N --group s` prints."""
     if spec is None:
-        plan = dssync_plan(workers, group)
+        plan = dssync_groups(workers, group)
     else:
         hosts = rank_hosts(spec)
         if len(hosts) != workers:
             raise PlanError(f"dssync.workers: {workers}, but the topology has {len(hosts)} ranks")
-        plan = topology_plan(spec, group, hosts)
+        plan = topology_groups(spec, group, hosts)
     return {
         "collective": "dssync",
         "workers": workers,

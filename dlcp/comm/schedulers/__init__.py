@@ -1,4 +1,4 @@
-"""Communication schedulers: each policy turns gradient-ready events and completions into
+"""Communication schedulers: each turns gradient-ready events and completions into
 collective operations (base.py). `make_scheduler(name, profile, cost, workers, **options)`."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ SCHEDULERS = {cls.name: cls for cls in (WFBP, MGWFBP, OASRWFBP, ByteScheduler, U
 
 
 def make_scheduler(name: str, profile, cost, workers: int | None = None, **options) -> Scheduler:
-    """A fresh scheduler `name` for `profile` (planners plan here, with `cost` and `workers`)."""
+    """A fresh scheduler `name` for `profile` (schedulers that decide ahead do it here, with `cost` and `workers`)."""
     try:
         cls = SCHEDULERS[name]
     except KeyError:
         raise ValueError(f"scheduler {name!r} is not one of {', '.join(SCHEDULERS)}") from None
     try:
         return cls(profile, cost, workers, **options)
-    except TypeError as e:  # an option the policy does not have
+    except TypeError as e:  # an option the scheduler does not have
         raise ValueError(f"scheduler {name!r}: {e}") from None
 
 

@@ -11,7 +11,7 @@ and it answers with the operations to start now:
                                         waits until the tensor's parameters are final)
 
 Each returns a list of `Op`s the driver must start, in that order. `units()` lists the data every
-operation of an iteration carries (a group, a tensor, a partition), fixed by the plan: ranks name
+operation of an iteration carries (a group, a tensor, a partition), fixed when the scheduler is built: ranks name
 operations by their unit (wire ids, dlcp/comm/wire_ids.py), so every op's segments are one unit. `now` is in seconds of the
 driver's clock; schedulers use it only for bookkeeping, never to read time themselves.
 
@@ -79,15 +79,15 @@ class Op:
 
 
 class Scheduler(ABC):
-    """Base of every policy. Subclasses set `name` and implement the three event methods.
+    """Base of every scheduler. Subclasses set `name` and implement the three event methods.
 
-    `describe()` returns the plan as plain data (groups, partitions, ...) for `plan_json`.
+    `describe()` returns its decisions as plain data (groups, partitions, ...) for `prediction_json`.
     """
 
     name = "scheduler"
     # Whether the order of released operations can depend on timing (which gradients happen to be
     # ready when an operation completes). The ranks of a job must run operations in one order, so
-    # such a policy decides on one rank and the others follow (dlcp/comm/communicator.py).
+    # such a scheduler decides on one rank and the others follow (dlcp/comm/communicator.py).
     timing_dependent_order = False
 
     def __init__(self, sizes):
@@ -121,5 +121,5 @@ class Scheduler(ABC):
         raise NotImplementedError(f"scheduler {self.name!r} does not list its units: it can run on the timeline only")
 
     def ops_per_iteration(self) -> int:
-        """Operations one iteration releases (one per unit unless the policy splits primitives)."""
+        """Operations one iteration releases (one per unit unless the scheduler splits primitives)."""
         return len(self.units())

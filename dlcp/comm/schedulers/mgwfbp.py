@@ -28,7 +28,7 @@ from dlcp.comm.timeline import ready_times
 DEAR_SMALL_MERGE_ELEMS = 8192
 
 
-def mgwfbp_plan(sizes, backward_s, cost, small_merge_elems: int = 0):
+def mgwfbp_groups(sizes, backward_s, cost, small_merge_elems: int = 0):
     """(groups in forward order, per-boundary decisions, predicted end of communication after the
     backward start). decisions[l] for l = 1..L-1 says whether tensor l's group merged into l-1
     and by which rule: "not_started", "within_alpha", "small" or None (closed)."""
@@ -77,7 +77,7 @@ class MGWFBP(GroupedAllReduce):
     def __init__(self, profile, cost, workers=None, small_merge_elems: int = 0):
         if isinstance(small_merge_elems, bool) or not isinstance(small_merge_elems, int) or small_merge_elems < 0:
             raise ValueError(f"mgwfbp: small_merge_elems must be an integer >= 0, got {small_merge_elems!r}")
-        groups, self.decisions, comm_end = mgwfbp_plan(profile.sizes, profile.backward_s, cost, small_merge_elems)
+        groups, self.decisions, comm_end = mgwfbp_groups(profile.sizes, profile.backward_s, cost, small_merge_elems)
         super().__init__(profile.sizes, groups)
         self.small_merge_elems = small_merge_elems
         # MG-WFBP's own model: forward waits for the last all-reduce (the one holding tensor 0)
