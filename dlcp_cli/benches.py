@@ -42,7 +42,11 @@ def _schedulers(argv):
     import time
     from pathlib import Path
 
+    from dlcp.comm.plans.collective import COLLECTIVES
+    from dlcp.comm.schedulers import SCHEDULERS
     from dlcp.comm.schedulers_bench import parser, print_timeline, timeline_result
+    from dlcp.comm.settings import CommSetup
+    from dlcp.settings import flag_values
     from dlcp.tables import format_table
 
     ap = parser()
@@ -54,11 +58,12 @@ def _schedulers(argv):
         help="also run the schedulers through Mininet N times each (root; hold the netns lock)",
     )
     ap.add_argument("--emulated-config", default="experiments/schedulers-allreduce.toml")
+    baseline = CommSetup.model_fields["scheduler"].default
     ap.add_argument(
         "--emulated-vary",
-        default="comm.scheduler=wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear",
+        default="comm.scheduler=" + ",".join([baseline, *(s for s in SCHEDULERS.names() if s != baseline)]),
         metavar="KEY=V1,V2,...",
-        help="the key the emulated runs compare; the first value is the baseline",
+        help="the key the emulated runs compare; the first value is the baseline (default: every scheduler)",
     )
     ap.add_argument("--emulated-iterations", type=int, default=20)
     ap.add_argument(
@@ -86,8 +91,7 @@ def _schedulers(argv):
             args.collective_profile,
             args.topologies,
             args.fabric_gbps,
-            args.kary,
-            args.group,
+            flag_values(args, COLLECTIVES),
         )
     except ValueError as e:
         raise SystemExit(f"dlcp bench schedulers: {e}") from None

@@ -12,9 +12,10 @@ included) summed per message, a layer split over messages shared by values. Real
 runs and differs per rank, so it plans with zero compute times (every gradient ready at once)
 rather than with measurements the ranks would not share.
 
-**Cost model.** `[comm] alpha_s` / `beta_s_per_byte` when given; otherwise a ring all-reduce over
-the host links (`CostModel.from_link`: rate `host_mbps`, `step_latency_s` per step), or the
-collective's own schedule on the experiment's topology (`collective_cost`).
+**Cost model.** `[comm] alpha_s` / `beta_s_per_byte` when given; otherwise, for a collective whose
+entry says `link_cost` (the ring), a ring all-reduce over the host links (`CostModel.from_link`:
+rate `host_mbps`, `step_latency_s` per step), and for the others their own schedule on the
+experiment's topology (`collective_cost`).
 """
 
 from __future__ import annotations
@@ -23,14 +24,11 @@ from collections.abc import Sequence
 
 from dlcp.comm.communicator import forward_order
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plans.dssync import topology_groups
-from dlcp.comm.plans.paths import rank_hosts
+from dlcp.comm.plans.collective import StepPlan
 from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
 from dlcp.comm.schedulers import Scheduler, make_scheduler
 from dlcp.comm.settings import CommSetup
-from dlcp.comm.stepped import DsSyncRounds, StepPlan, multitree_plan, ring_plan
 from dlcp.comm.wire_ids import WireIds
-from dlcp.network import topology as topospec
 from dlcp.network.topology import TopologySpec
 from dlcp.workloads.contract import MessageLayout
 from dlcp.workloads.profile import Profile
@@ -107,7 +105,7 @@ def cost_model(
     """The planners' cost model (see the module docstring)."""
     if comm.alpha_s or comm.beta_s_per_byte:
         return CostModel(alpha=comm.alpha_s, beta=comm.beta_s_per_byte, workers=workers)
-    if plan is not None and plan.collective != "ring" and workers > 1:
+    if plan is not None and not comm.collective_entry.link_cost and workers > 1:
         return collective_cost(plan.schedule(0), spec, comm.step_latency_s, fabric_mbps or host_mbps)
     return CostModel.from_link(host_mbps * 1e6, comm.step_latency_s, workers)
 
@@ -119,12 +117,7 @@ def build_scheduler(comm: CommSetup, profile: Profile, workers: int, cost: CostM
 def step_plan(comm: CommSetup, workers: int, spec: TopologySpec | None = None) -> StepPlan:
     """The collective's schedule(s) for `workers` ranks on `spec` (None: a star; paths do not
     matter to the transport, the switches route by destination)."""
-    if comm.collective == "multitree":
-        return multitree_plan(workers, spec, comm.multitree.kary, comm.multitree.paths)
-    if comm.collective == "dssync":
-        spec = spec if spec is not None else topospec.star(workers, 50.0)
-        return DsSyncRounds(topology_groups(spec, comm.dssync.group, rank_hosts(spec)[:workers]), spec)
-    return ring_plan(workers, spec)
+    return comm.collective_entry.plan(comm.collective_options(), workers, spec)
 
 
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:

@@ -23,8 +23,9 @@ from dlcp.comm.assemble import LayerTimes, assemble_rank
 from dlcp.comm.communicator import Communicator, OrderChannel
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
+from dlcp.comm.plans.collective import StepPlan
 from dlcp.comm.settings import CommConfig, CommSetup
-from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
+from dlcp.comm.stepped import AG, RS, RankSteps, StepRules, _State
 from dlcp.comm.wire_ids import WireIds
 from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import TransportError

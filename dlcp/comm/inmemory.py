@@ -329,8 +329,7 @@ def memory_communicators(
 
     comm = comm or CommSetup()
     plan = step_plan(comm, world)
-    groups = plan.pattern.groups if comm.collective == "dssync" else None
-    group = InMemoryGroup(world, loss, groups, timeout_s)
+    group = InMemoryGroup(world, loss, plan.groups, timeout_s)
     profile = planning_profile(forward_order(layouts), backward_ms)
     cost = cost_model(comm, world, 50.0)
     order = MemoryOrder()

@@ -66,9 +66,10 @@ def prediction_json(scheduler: str, profile: Profile, workers: int, cost: CostMo
     }
 
 
-def sweep(profiles, workers_list, cost_for, schedulers=tuple(SCHEDULERS), options=None) -> list[dict]:
-    """Predicted iteration time of every scheduler x profile x worker count.
-    cost_for(workers) -> CostModel; options: {scheduler name: {option: value}}."""
+def sweep(profiles, workers_list, cost_for, schedulers=None, options=None) -> list[dict]:
+    """Predicted iteration time of every scheduler (default: every registered one) x profile x
+    worker count. cost_for(workers) -> CostModel; options: {scheduler name: {option: value}}."""
+    schedulers = SCHEDULERS.names() if schedulers is None else schedulers
     options = options or {}
     rows = []
     for profile, workers, name in itertools.product(profiles, workers_list, schedulers):

@@ -94,7 +94,7 @@ def run_events(world: int, p: CommSetup, iterations: int, spec=None, sizes_only=
 
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
 def test_every_scheduler_over_the_ring_sums_exactly_in_one_order(scheduler):
-    timing = SCHEDULERS[scheduler].timing_dependent_order
+    timing = SCHEDULERS[scheduler].cls.timing_dependent_order
     out, started, hosts = run_events(4, setup(scheduler), 2, skew_s=2e-3, reverse_odd=timing)
     check_sums(out)
     assert all(started[r] == started[0] for r in started)

@@ -39,14 +39,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
+from dlcp.comm.plans.collective import CollectiveEntry, StepPlan, register_collective, spec_for, worker_hosts
 from dlcp.comm.plans.paths import PlanError, Router, locality_order, rank_hosts
 from dlcp.comm.plans.ring import ring_steps
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
 from dlcp.network.topology import TopologySpec
+from dlcp.settings import BadValue, Settings
+from dlcp.wire.control_frames import PS_RANK
 
 
 def prime_factors(n: int) -> list[int]:
@@ -207,3 +212,72 @@ def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dic
         "iterations": plan.iterations,
         "steps_per_phase": max(len(g) for it in plan.iterations for g in it) - 1,
     }
+
+
+class DsSyncRounds(StepPlan):
+    """DS-Sync's plan: iteration k runs the group rings of round k mod period."""
+
+    collective = "dssync"
+
+    def __init__(self, pattern: DsSyncGroups, spec: TopologySpec | None = None):
+        super().__init__(pattern.workers)
+        self.pattern = pattern
+        self.spec = spec_for(pattern.workers, spec)
+        self.period = pattern.period
+        hosts = worker_hosts(self.spec, pattern.workers)
+        self._rounds = [round_schedule(self.spec, pattern, k, hosts) for k in range(pattern.period)]
+        self._group_of = [{r: len(g) for g in pattern.groups(k) for r in g} for k in range(pattern.period)]
+
+    def schedule(self, iteration: int) -> Schedule:
+        return self._rounds[iteration % self.period]
+
+    def groups(self, iteration: int) -> list[list[int]]:
+        return self.pattern.groups(iteration)
+
+    def group_size(self, iteration: int, rank: int) -> int:
+        return self._group_of[iteration % self.period][rank]
+
+
+def dssync_rounds(workers: int, group: int, spec: TopologySpec | None = None) -> DsSyncRounds:
+    """The plan of `workers` ranks in groups of `group` on `spec` (None: a star)."""
+    spec = spec_for(workers, spec)
+    return DsSyncRounds(topology_groups(spec, group, rank_hosts(spec)[:workers]), spec)
+
+
+class DsSyncOptions(Settings):
+    group: int = Field(2, ge=2, le=PS_RANK - 1, description="dssync: workers per group (divides workload.workers)")
+    average: Literal["parameters", "gradients"] = Field(
+        "parameters",
+        description="dssync: local SGD step then parameter average in the group (the paper's), or "
+        "the group's mean gradient",
+    )
+
+
+def _check(o: DsSyncOptions, scheduler: str, workers: int | None) -> None:
+    if o.average == "parameters" and scheduler != "wfbp":
+        raise BadValue(
+            "scheduler",
+            f"{scheduler!r} schedules gradient all-reduces, but dssync.average = "
+            "'parameters' averages parameters after the local step: use 'wfbp', or "
+            "dssync.average = 'gradients'",
+        )
+    if workers is not None and workers % o.group:
+        raise BadValue("dssync.group", f"{o.group} does not divide workload.workers = {workers}")
+
+
+register_collective(
+    CollectiveEntry(
+        name="dssync",
+        description="DS-Sync: groups of workers average together, regrouped each iteration until the exact average",
+        options=DsSyncOptions,
+        plan=lambda o, workers, spec: dssync_rounds(workers, o.group, spec),
+        describe=lambda o, workers, spec: plan_json(workers, o.group, spec),
+        check=_check,
+        summary=lambda d: [
+            f"dssync: {d['workers']} workers in groups of {d['group']}: exact average after "
+            f"{d['rounds_to_average']} iterations; {d['steps_per_phase']} steps per phase"
+        ],
+        averages_parameters=lambda o: o.average == "parameters",
+        resyncs=False,  # replicas differ by design until a period completes
+    )
+)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlcp.comm.schedulers.base import register_scheduler
 from dlcp.comm.schedulers.grouped import GroupedAllReduce
 from dlcp.comm.timeline import ready_times
 
@@ -46,8 +47,8 @@ def oasr_groups(sizes, backward_s, cost):
     return groups, float(F[0])
 
 
+@register_scheduler("oasr", "OASR-WFBP (reconstructed): the contiguous merge with the earliest end of communication")
 class OASRWFBP(GroupedAllReduce):
-    name = "oasr"
     label = "OASR-WFBP (reconstructed)"
 
     def __init__(self, profile, cost, workers=None):

@@ -39,9 +39,12 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from dlcp.comm.schedulers.base import Segment
+from pydantic import Field
+
+from dlcp.comm.schedulers.base import Segment, register_scheduler
 from dlcp.comm.schedulers.credit import CreditExecutor
 from dlcp.comm.timeline import ready_times
+from dlcp.settings import Settings
 from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 DEFAULT_UNIT_ELEMS = 1_000_000  # BYTESCHEDULER_PARTITION default
@@ -156,9 +159,17 @@ def usbyte_blocks(sizes, backward_s, forward_s, cost, unit: int = DEFAULT_UNIT_E
     return blocks, prio, best
 
 
-class USByte(CreditExecutor):
-    name = "usbyte"
+class USByteOptions(Settings):
+    unit_elems: int = Field(DEFAULT_UNIT_ELEMS, ge=1, description="usbyte: block unit S_p in elements")
+    credit_bytes: int = Field(0, ge=0, description="usbyte: bytes in flight; 0 = one block at a time (as planned)")
 
+
+@register_scheduler(
+    "usbyte",
+    "US-Byte (Gao et al., TPDS'24): unequal-sized blocks in a global send order from a two-phase model",
+    USByteOptions,
+)
+class USByte(CreditExecutor):
     def __init__(
         self, profile, cost, workers=None, unit_elems: int = DEFAULT_UNIT_ELEMS, credit_bytes: int | None = None
     ):
@@ -172,6 +183,8 @@ class USByte(CreditExecutor):
         per_tensor = [[] for _ in profile.sizes]
         for slot, b in enumerate(blocks):
             per_tensor[b.tensor].append(((slot,), Segment(b.tensor, b.start, b.stop)))
+        if type(credit_bytes) is int and credit_bytes == 0:
+            credit_bytes = None  # 0 = one block in flight ([comm.usbyte] credit_bytes)
         super().__init__(profile.sizes, per_tensor, credit_bytes)
 
     def priority_of(self, key, seg):
