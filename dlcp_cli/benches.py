@@ -138,7 +138,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "switch": (_switch, "built-in dataplane forwarding rate vs Linux bridge (root)"),
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "incast": (_incast, "N senders to one receiver through the built-in switch, cc on and off (root)"),
-    "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
+    "accuracy": (_accuracy, "test accuracy under packet loss per fill rule (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
     "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),

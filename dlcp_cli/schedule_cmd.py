@@ -1,4 +1,4 @@
-"""`dlcp schedule`: the plan a scheduler or a collective would run, to read or to feed other tools.
+"""`dlcp schedule`: a scheduler's decisions and predicted iteration time, or a collective's plan.
 
     dlcp schedule --profile resnet50 --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
     dlcp schedule --collective multitree --topology torus:4x4 --json

@@ -1,10 +1,10 @@
-"""`dlcp bench accuracy`: final test accuracy under packet loss, per fill policy, vs lossless.
+"""`dlcp bench accuracy`: final test accuracy under packet loss, per fill rule, vs lossless.
 
 In-process and reproducible: N workers (TorchWorkload) train through the exact in-memory
 all-reduce (dlcp/comm/inmemory.py, through a Communicator with WFBP); every worker contribution of every message loses whole packets of 350
 values at random with probability `loss` (mode `uniform`, default), or only drop-eligible packets
 of the `dlcp` tagging (mode `protected`, same expected loss). The lossless run is shared by all
-fill policies (without loss every policy computes exactly total / W). Accuracy is the mean over
+fill rules (without loss every rule computes exactly total / W). Accuracy is the mean over
 the workers' models (they are identical except under the `local` fill) on the held-out test set.
 """
 
@@ -39,7 +39,9 @@ def _fills(text: str) -> list[str]:
     names = [v.strip() for v in text.split(",") if v.strip()]
     bad = [n for n in names if n not in FILLS]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown fill policy {bad[0] if bad else text!r} (one of {', '.join(FILLS)})")
+        raise argparse.ArgumentTypeError(
+            f"unknown fill rule {bad[0] if bad else text!r} (one of {', '.join(FILLS.choices())})"
+        )
     return names
 
 

@@ -2,7 +2,7 @@
 
 The model is composed from the layers' own settings (dlcp/settings.py): the `dlcp` section is
 TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
-(comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
+(comm/settings.py) + the fill rule (workloads/settings.py) + SwitchSettings
 (network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
 (workloads/settings.py) + mode and workers; `comm` is CommSetup (comm/settings.py: scheduler,
 collective and their parameters); `scale` is ScaleSettings (experiment/dilation.py); the other
