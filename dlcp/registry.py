@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -59,6 +60,8 @@ class Registry(Generic[E]):
         self._entries: dict[str, E] = {}
         self._discover = discover
         self._discovered = discover is None
+        self._discovering = False
+        self._lock = threading.RLock()
 
     def register(self, entry: E) -> E:
         """Add `entry`; a name is registered once (unregister it first to replace it)."""
@@ -123,11 +126,14 @@ class Registry(Generic[E]):
     def _discover_once(self) -> None:
         if self._discovered:
             return
-        self._discovered = True  # before the imports: a module may look the registry up while loading
-        try:
-            package = importlib.import_module(self._discover)  # type: ignore[arg-type]
-            for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-                importlib.import_module(f"{package.__name__}.{module}")
-        except BaseException:
-            self._discovered = False  # the next lookup tries again and raises again
-            raise
+        with self._lock:  # another thread's first lookup waits for the whole package
+            if self._discovered or self._discovering:
+                return  # done meanwhile, or a module being imported looks the registry up
+            self._discovering = True
+            try:
+                package = importlib.import_module(self._discover)  # type: ignore[arg-type]
+                for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+                    importlib.import_module(f"{package.__name__}.{module}")
+            finally:
+                self._discovering = False
+            self._discovered = True  # not after a failed import: the next lookup raises it again
