@@ -470,12 +470,19 @@ def registered_value_rows(model: type[BaseModel], prefix: str = "") -> list[tupl
 # --- command-line flags ----------------------------------------------------------------------------
 
 
+def boolean(text: str) -> bool:
+    """A command-line boolean: true or false."""
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+
+
 def _flag_type(ann) -> dict:
     ann, _ = unwrap(ann)
     if get_origin(ann) is Literal:
         return {"choices": [str(c) for c in get_args(ann)]}
     if ann is bool:
-        return {"type": lambda s: {"true": True, "false": False}[s.lower()], "metavar": "true|false"}
+        return {"type": boolean, "metavar": "true|false"}
     return {"type": ann if ann in (int, float) else str}
 
 
