@@ -21,7 +21,7 @@ Future that completes with the averaged bucket once the transport returns. The d
 `TransportAllToAll`, sends the bucket to every other rank as one message of the bounded-loss DLCP
 transport (dlcp/transport/udp_driver.py): lost packets are retransmitted until the message is within its loss
 budget with every protected packet in, or forced at `r_max` / the deadline. Values some ranks'
-packets still never delivered are filled by the fill policy (dlcp/workloads/trainer/fill.py; `local` fills
+packets still never delivered are filled by the fill rule (dlcp/workloads/trainer/fill.py; `local` fills
 with this rank's own bucket). The process group is used only to set the transport up; the
 gradients travel through the transport.
 

@@ -16,7 +16,7 @@ Results:
 - `Partial`: what reduce-scatter leaves on a rank (the owned chunks reduced, the rest in flight);
   opaque to the caller, handed back to `all_gather` of the same operation.
 
-PS push / pull (dlcp/comm/collectives.py: PSClient, PSServer) return the same `Handle`s.
+PS push / pull (dlcp/comm/ps.py: PSClient, PSServer) return the same `Handle`s.
 Implementations: `SteppedCollective` (ring, MultiTree, DS-Sync groups over the transport,
 dlcp/comm/stepped.py), `InMemoryGroup` (in-process, dlcp/comm/inmemory.py), `TransportAllToAll`
 and `GlooAllReduce` (the DDP hook's, dlcp/comm/alltoall.py).

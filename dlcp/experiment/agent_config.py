@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.comm.settings import CommConfig, CommPolicy, Mode, World
+from dlcp.comm.settings import CommConfig, CommSetup, Mode, World
 from dlcp.experiment.config import Background, Experiment, HostDlcp, Links, Topology
 from dlcp.network import topology as topospec
 from dlcp.network.topology import TopologySpec
@@ -69,7 +69,7 @@ class WorkloadAgentConfig(Settings):
     ports: Ports
     workload: WorkloadConfig
     dlcp: HostDlcp
-    comm: CommPolicy = CommPolicy()
+    comm: CommSetup = CommSetup()
     topology: Topology  # the experiment's: collectives plan their steps and groups on it
     links: Links
     records: Records = Records()

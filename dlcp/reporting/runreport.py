@@ -182,7 +182,7 @@ def _keepup_section(doc: Doc, k: dict) -> None:
         )
         return
     doc.p(
-        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
+        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup_check.py; "
         "wall-clock figures of the emulation machine)."
     )
     doc.bullets(k["flags"])

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dlcp.reporting.bounds import lower_bound
-from dlcp.reporting.keepup import keepup_section
+from dlcp.reporting.keepup_check import keepup_section
 from dlcp.reporting.load import RunData, Table
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, distribution
 from dlcp.reporting.steady import after_warmup, scale_info, undilated, warmup_iterations

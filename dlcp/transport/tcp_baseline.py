@@ -21,7 +21,7 @@ import numpy as np
 
 from dlcp.records import now_us
 from dlcp.transport.api import Peer, RecvResult, SendInfo, SendResult, TransportConfig, TransportError, key_text
-from dlcp.transport.records import message_row
+from dlcp.transport.record_rows import message_row
 from dlcp.transport.sockets import connect_retrying, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.transport.threadtime import set_realtime

@@ -38,7 +38,7 @@ from dlcp.transport.deadline_timer import DeadlineTimer
 from dlcp.transport.sockets import connect_retrying, control_socket_options, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.transport.threadtime import ThreadClock, set_realtime
-from dlcp.transport.udpio import RECV_SLOT, BatchReceiver, BatchSender, plan_for, sockaddr_in
+from dlcp.transport.udpio import RECV_SLOT, BatchReceiver, BatchSender, send_vectors, sockaddr_in
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import ECN_MASK, PRIO_CONTROL, MalformedPacket, tos_of
 
@@ -329,9 +329,9 @@ class UdpTransport:
 
     def _send_data(self, item: DataSend, dest) -> None:
         rnd = item.round
-        if rnd.plan is None:
-            rnd.plan = plan_for(rnd, dest)
-        self.batch_sender.send(rnd.plan, item.start, item.stop)
+        if rnd.prepared is None:
+            rnd.prepared = send_vectors(rnd, dest)
+        self.batch_sender.send(rnd.prepared, item.start, item.stop)
 
     def _send_probe(self, item: ProbeSend) -> None:
         peer = self.peers[item.dst]

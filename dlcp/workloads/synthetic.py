@@ -21,8 +21,8 @@ the layers are the profile's tensors (sizes from the profile) and every layer's 
 backward take the profile's times (dlcp/workloads/compute_model.py): gradients become ready in
 backward order at those times, and the next forward waits per layer for its parameters.
 
-Fill policies (`dlcp.fill`) follow dlcp.workloads.trainer.fill (the torch trainer's): zero, rescale, stale,
-local (local = rescale at the PS, which has no gradient of its own).
+Fill rules (`dlcp.fill`) are the torch trainer's (dlcp/workloads/fills/, one formula for both):
+zero, rescale, stale, local (local = rescale at the PS, which has no gradient of its own).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from dlcp.workloads import fills
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, message_layouts
 from dlcp.workloads.profiled import layer_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
@@ -40,22 +41,10 @@ NOISE_SIGMA = 1.0
 
 
 def fill_mean(
-    agg: Aggregate, policy: str, previous: np.ndarray | None = None, own: np.ndarray | None = None
+    agg: Aggregate, rule: str, previous: np.ndarray | None = None, own: np.ndarray | None = None
 ) -> np.ndarray:
-    """Averaged gradient of `agg` under `policy` (the formulas of dlcp.workloads.trainer.fill)."""
-    total = agg.total.astype(np.float32, copy=False)
-    count = agg.count.astype(np.float32)
-    world = np.float32(agg.world)
-    if policy == "local" and own is None:
-        policy = "rescale"
-    if policy == "zero":
-        return total / world
-    if policy == "rescale":
-        return np.where(count > 0, total / np.maximum(count, 1), np.float32(0)).astype(np.float32)
-    base = previous if policy == "stale" else own
-    if base is None:
-        return total / world
-    return ((total + (world - count) * base) / world).astype(np.float32)
+    """Averaged gradient of `agg` under fill rule `rule` (dlcp/workloads/fills/)."""
+    return fills.fill_mean(rule, agg.total, agg.count, agg.world, previous, own)
 
 
 class _Problem:

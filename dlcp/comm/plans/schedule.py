@@ -72,7 +72,7 @@ class Schedule:
 
 
 def chunk_bounds(n_values: int, chunks: int) -> np.ndarray:
-    """Value boundaries of `chunks` equal cuts of n values (dlcp.comm.collectives.RingAllReduce's cut)."""
+    """Value boundaries of `chunks` equal cuts of n values (dlcp.comm.transport_communicator.RingAllReduce's cut)."""
     return np.linspace(0, n_values, chunks + 1).astype(np.int64)
 
 

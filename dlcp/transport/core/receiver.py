@@ -44,7 +44,7 @@ from dlcp.transport.api import RecvResult, TransportConfig, key_text
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import FrameSend, RecvDone
 from dlcp.transport.core.waits import WaitHistogram
-from dlcp.transport.records import message_row, packet_chunk
+from dlcp.transport.record_rows import message_row, packet_chunk
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     ECN_CE,

@@ -37,7 +37,7 @@ from dlcp.transport.core.congestion import HORIZON_FLOOR_S, DctcpWindow, Unlimit
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, Round, SendDone
 from dlcp.transport.core.receiver import FEEDBACK_DELAY_S
-from dlcp.transport.records import message_row, packet_chunk
+from dlcp.transport.record_rows import message_row, packet_chunk
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     HEADER_LEN,

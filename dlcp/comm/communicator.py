@@ -1,10 +1,10 @@
 """The communication layer between a worker's trainer and its collective: gradient-ready events in,
 a scheduler's operations through a `Collective`, per-message aggregates out.
 
-    engine.begin(it)
+    comm.begin(it)
     for msg in workload.compute(it):     # backward order, as gradients become ready
-        engine.submit(it, msg)           # a ready event: (tensor, size, time)
-    aggregates = engine.wait(it)         # {msg_id: Aggregate}, as RingAllReduce gave them
+        comm.submit(it, msg)           # a ready event: (tensor, size, time)
+    aggregates = comm.wait(it)         # {msg_id: Aggregate}, as RingAllReduce gave them
 
 **Tensors.** The scheduler's tensors are the workload's messages in forward order (index 0 = the
 input side), so a profile's tensor i and message i line up when messages are layers.
@@ -16,11 +16,11 @@ it + 1 reaching every tensor: with this blocking contract the next forward canno
 every parameter is final anyway, so DeAR's all-gathers then run back to back.
 
 **The channel.** Released operations run one at a time, in release order (FIFO), as on the
-timeline's channel (dlcp/comm/timeline.py): the plan the timeline predicts is the order the
+timeline's channel (dlcp/comm/timeline.py): the send order the timeline predicts is the order the
 network sees. An operation starts once the one before it is done and its data is here.
 
 **One order on every rank.** Every rank must run the same operations in the same order (a ring
-step waits for its neighbour's). Grouped policies and DeAR release in an order fixed by the plan;
+step waits for its neighbour's). Grouped schedulers and DeAR release in an order fixed when they are built;
 policies whose order depends on timing (ByteScheduler's and US-Byte's credit loop:
 `Scheduler.timing_dependent_order`) run on rank 0 only, which announces each operation it
 releases (`OrderChannel`: its slot and primitive, in release order); the other ranks run the
@@ -33,7 +33,7 @@ per-tensor buffers; a reduce-scatter's `Partial` waits for the all-gather of the
 every element of a tensor is final, `on_final(iteration, msg_id, Aggregate)` runs (for a per-layer
 parameter gate), and `wait` returns once every tensor is. Without threads (the simulated hosts,
 dlcp/comm/evented.py): `backward_done(it)` after the last submit, `on_done(it)` when the iteration
-is over, then `collect(it)`; the scheduler's `now` comes from the `clock` the engine is given.
+is over, then `collect(it)`; the scheduler's `now` comes from the `clock` the communicator is given.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def param_means(aggs: dict[int, Aggregate]) -> dict[int, ParamChunk]:
 
 class OrderChannel(ABC):
     """Rank 0's release order, told to the other ranks (see the module docstring). A channel that
-    `pushes` delivers announcements by calling `CommEngine.announced` itself (an event-driven
-    host); otherwise the engine reads them with `receive` in a thread per iteration."""
+    `pushes` delivers announcements by calling `Communicator.announced` itself (an event-driven
+    host); otherwise the communicator reads them with `receive` in a thread per iteration."""
 
     pushes = False
 
@@ -107,7 +107,7 @@ class _Iteration:
         self.error: BaseException | None = None
 
 
-class CommEngine:
+class Communicator:
     """One worker's communication layer (see the module docstring).
 
     scheduler: its tensors are `forward_order(layouts)`; collective: this rank's; order: needed
@@ -374,7 +374,7 @@ class CommEngine:
                     self._release(self.sched.on_complete(op.op_id, self.clock()))
                 start = self._next()
                 done = st.n_final == len(self.tensors)
-        except BaseException as e:  # noqa: BLE001 (a scheduler or plan bug: the iteration cannot finish)
+        except BaseException as e:  # noqa: BLE001 (a scheduler or collective bug: the iteration cannot finish)
             self._fail(st, e)
             return
         self._start(start)
