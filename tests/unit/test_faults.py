@@ -10,18 +10,25 @@ what another file records must still be used."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
 import pytest
 from synthetic_runs import write_synthetic_run
 
+from dlcp.exit_status import exit_text
+from dlcp.experiment import config as configmod
+from dlcp.experiment.run_inputs import check_layer_budgets, check_results_root
+from dlcp.network import topology as topospec
 from dlcp.reporting.load import load_run
 from dlcp.reporting.render import to_markdown
 from dlcp.reporting.runreport import build_doc
 from dlcp.reporting.summarise import summarise
+from dlcp_cli.main import main as dlcp_main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 D = 10  # the time dilation of the dilated run below
@@ -193,3 +200,226 @@ def test_a_run_without_an_end_in_meta_json_is_titled_partial(copy):
     assert s["run"]["partial"] and s["run"]["status"] == "unfinished"
     md = to_markdown(build_doc(run, s, figures=False))
     assert "PARTIAL (unfinished)" in md.splitlines()[0] and "killed before it could record its end" in md
+
+
+# --- bad inputs to `dlcp run`: one line, exit 2, nothing started (items 5, 6, 10) --------------------
+
+
+SHORT = """
+name = "short"
+backend = "{backend}"
+[topology]
+kind = "star"
+hosts = 4
+[workload]
+mode = "ps"
+workers = 2
+model = "synthetic"
+iterations = 4
+"""
+
+
+def dlcp_run(argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
+    """`dlcp run ARGV` in this process, as a user who is not root: a check that should have
+    refused the input but did not stops at "needs root", never at a network."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    try:
+        rc = dlcp_main(["run", *argv])
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else 1
+        print(e.code, file=sys.stderr)
+    err = capsys.readouterr().err
+    return rc, err
+
+
+@pytest.fixture
+def short(tmp_path) -> pathlib.Path:
+    p = tmp_path / "short.toml"
+    p.write_text(SHORT.format(backend="ref"))
+    return p
+
+
+def assert_one_line(rc: int, err: str, *parts: str) -> None:
+    assert rc == 2, err
+    assert err.strip().count("\n") == 0 and "Traceback" not in err, err
+    for part in parts:
+        assert part in err, err
+
+
+def test_out_naming_a_regular_file(short, tmp_path, capsys, monkeypatch):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc, err = dlcp_run([str(short), "--out", str(f)], capsys, monkeypatch)
+    assert_one_line(rc, err, f"--out '{f}'", "is a file, not a directory")
+    assert f.read_text() == "x"
+
+
+def test_out_below_a_regular_file(short, tmp_path, capsys, monkeypatch):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc, err = dlcp_run([str(short), "--out", str(f / "results")], capsys, monkeypatch)
+    assert_one_line(rc, err, "--out", f"{f} is a file")
+
+
+def test_out_in_proc(short, capsys, monkeypatch):
+    rc, err = dlcp_run([str(short), "--out", "/proc/dlcp-x"], capsys, monkeypatch)
+    assert_one_line(rc, err, "--out '/proc/dlcp-x'", "cannot create a directory in /proc")
+
+
+def test_output_dir_naming_a_file(short, capsys, monkeypatch):
+    rc, err = dlcp_run([str(short), "--set", 'output.dir="/etc/passwd"'], capsys, monkeypatch)
+    assert_one_line(rc, err, "output.dir '/etc/passwd'", "is a file")
+
+
+def test_run_dir_below_a_file(short, tmp_path, capsys, monkeypatch):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc, err = dlcp_run([str(short), "--run-dir", str(f / "run")], capsys, monkeypatch)
+    assert_one_line(rc, err, "--run-dir", "is a file")
+
+
+def test_out_naming_a_file_on_ns3(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "short.toml"
+    cfg.write_text(SHORT.format(backend="ns3"))
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc, err = dlcp_run([str(cfg), "--out", str(f)], capsys, monkeypatch)
+    assert_one_line(rc, err, "--out", "is a file")
+
+
+def test_a_config_path_that_is_a_directory(tmp_path, capsys, monkeypatch):
+    rc, err = dlcp_run([str(tmp_path)], capsys, monkeypatch)
+    assert_one_line(rc, err, f"{tmp_path}: a directory, not a config file")
+
+
+def test_a_config_file_that_is_not_utf8(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "latin1.toml"
+    cfg.write_bytes(SHORT.format(backend="ref").replace("short", "sh\xf6rt").encode("latin-1"))
+    rc, err = dlcp_run([str(cfg)], capsys, monkeypatch)
+    assert_one_line(rc, err, str(cfg), "not UTF-8 text (byte 0xf6")
+
+
+def test_results_root_checks_leave_nothing_behind(tmp_path):
+    root = tmp_path / "new" / "results"
+    check_results_root(root, "--out")
+    assert not (tmp_path / "new").exists() or not any((tmp_path / "new").iterdir())
+    assert list(tmp_path.iterdir()) == []  # the probe directory is gone, nothing was created
+
+
+PCAP_CASES = [
+    ("s1-ethX", "output.pcap_ports: 's1-ethX': s1 has ports s1-eth1..s1-eth4"),
+    ("s1-eth99", "output.pcap_ports: 's1-eth99': s1 has ports s1-eth1..s1-eth4"),
+    ("s9-eth1", "output.pcap_ports: 's9-eth1': no switch s9 (the topology has s1)"),
+    ("s1eth5", "output.pcap_ports: 's1eth5': not a switch port (sN-ethK, e.g. 's1-eth1')"),
+]
+
+
+@pytest.mark.parametrize("port,msg", PCAP_CASES)
+def test_pcap_ports_are_checked_against_the_topology(port, msg):
+    raw = configmod.tomllib.loads(SHORT.format(backend="ref"))
+    cfg = configmod.validate({**raw, "output": {"pcap_ports": ["s1-eth2", port]}})
+    with pytest.raises(configmod.ConfigError) as e:
+        topospec.from_config(cfg)
+    assert str(e.value) == msg
+
+
+@pytest.mark.parametrize("port,msg", PCAP_CASES[:1] + PCAP_CASES[2:])
+def test_dlcp_run_refuses_a_bad_pcap_port_in_one_line(short, port, msg, capsys, monkeypatch):
+    rc, err = dlcp_run([str(short), "--set", f'output.pcap_ports=["{port}"]'], capsys, monkeypatch)
+    assert_one_line(rc, err, msg)
+
+
+def test_a_good_pcap_port_and_ns3_captures():
+    raw = configmod.tomllib.loads(SHORT.format(backend="ref"))
+    topospec.from_config(configmod.validate({**raw, "output": {"pcap_ports": ["s1-eth4"]}}))
+    with pytest.raises(configmod.ConfigError, match="output.pcap_ports: captures exist only on the emulated"):
+        configmod.validate({**raw, "backend": "ns3", "output": {"pcap_ports": ["s1-eth4"]}})
+
+
+@pytest.mark.parametrize("warmup", [4, 9])
+def test_a_warmup_that_leaves_no_iterations_is_refused(short, warmup, capsys, monkeypatch):
+    rc, err = dlcp_run([str(short), "--set", f"workload.warmup_iterations={warmup}"], capsys, monkeypatch)
+    assert_one_line(rc, err, f"dlcp run: workload.warmup_iterations: {warmup} leaves none of the 4 iterations")
+
+
+def test_a_warmup_below_the_iterations_passes_and_the_default_is_not_held_to_it():
+    raw = configmod.tomllib.loads(SHORT.format(backend="ref"))  # 4 iterations, default warm-up 5
+    assert configmod.variants(raw, [])[0][1]["workload"]["warmup_iterations"] == 5
+    raw["workload"]["warmup_iterations"] = 3
+    assert configmod.variants(raw, [])[0][1]["workload"]["warmup_iterations"] == 3
+
+
+def test_the_report_says_when_every_record_is_warm_up(tmp_path):
+    run = write_synthetic_run(tmp_path / "r", **SMALL)
+    cfg = (run / "config.toml").read_text().replace("iterations = 6\n", "iterations = 6\nwarmup_iterations = 6\n")
+    (run / "config.toml").write_text(cfg)
+    loaded = load_run(run)
+    md = to_markdown(build_doc(loaded, summarise(loaded), figures=False))
+    assert "No sender-side message records" not in md
+    assert "sender-side message records are from the warm-up (workload.warmup_iterations = 6" in md
+
+
+@pytest.mark.parametrize(
+    "workload,budgets,msg",
+    [
+        ({"model": "synthetic"}, {"5": 0.0}, "layer 5 not in model synthetic, whose layers are 0..4"),
+        ({"model": "synthetic", "layers": [10, 20]}, {"0": 0.0, "2": 0.0, "7": 0.1}, "layer 2, 7 not in"),
+        ({"model": "cnn"}, {"5": 0.0}, "layer 5 not in model cnn, whose layers are 0..4"),
+    ],
+)
+def test_layer_budgets_for_layers_the_model_lacks(workload, budgets, msg):
+    cfg = configmod.validate({"name": "t", "workload": workload, "dlcp": {"layer_budgets": budgets}})
+    with pytest.raises(configmod.ConfigError, match=f"^dlcp.layer_budgets: {msg}"):
+        check_layer_budgets(cfg)
+
+
+def test_layer_budgets_within_the_model_pass():
+    check_layer_budgets(
+        configmod.validate({"name": "t", "workload": {"model": "cnn"}, "dlcp": {"layer_budgets": {"4": 0.0}}})
+    )
+    check_layer_budgets(configmod.validate({"name": "t"}))
+
+
+def test_dlcp_run_refuses_layer_budgets_the_model_lacks(short, capsys, monkeypatch):
+    rc, err = dlcp_run([str(short), "--set", "dlcp.layer_budgets={9 = 0.0}"], capsys, monkeypatch)
+    assert_one_line(rc, err, "dlcp.layer_budgets: layer 9 not in model synthetic")
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--vary", "comm.scheduler=wfbp"], "--vary comm.scheduler=wfbp: one value compares nothing"),
+        (["--policies", "fifo"], "(--policies fifo is --vary dlcp.policy=fifo)"),
+    ],
+)
+def test_vary_with_one_value_is_refused(short, args, msg, capsys, monkeypatch):
+    rc, err = dlcp_run([str(short), *args], capsys, monkeypatch)
+    assert_one_line(rc, err, msg, "--set")
+
+
+# --- exit statuses in words, in messages and in the docs (items 13, 14) ---------------------------
+
+
+@pytest.mark.parametrize(
+    "rc,text",
+    [
+        (-9, "was killed by SIGKILL"),
+        (-15, "was killed by SIGTERM"),
+        (3, "exited with status 3"),
+        (143, "exited with status 143 (128 + SIGTERM: stopped by that signal)"),
+        (None, "is still running"),
+    ],
+)
+def test_exit_statuses_in_words(rc, text):
+    assert exit_text(rc) == text
+
+
+def test_the_docs_give_the_exit_statuses_dlcp_run_returns():
+    """docs/runs.md: Ctrl-C / SIGINT exits 130 and SIGTERM 143 (emulation/runner.py main); the 143
+    for both belongs to the agents (agents/common.py)."""
+    text = " ".join((ROOT / "docs" / "runs.md").read_text().split())
+    assert "143 when stopped by SIGTERM / SIGINT" not in text
+    assert (
+        f"`dlcp run` exits 0 on success, 1 on an error while running, 2 on a config error, {128 + signal.SIGINT} on Ctrl-C (SIGINT) and {128 + signal.SIGTERM} on SIGTERM"
+        in text
+    )

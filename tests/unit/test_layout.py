@@ -20,6 +20,7 @@ DLCP_ALLOWED = {
     "dlcp.records": set(),
     "dlcp.tables": set(),
     "dlcp.settings": set(),
+    "dlcp.exit_status": set(),
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
