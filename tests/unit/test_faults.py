@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from synthetic_runs import write_synthetic_run
@@ -423,3 +424,111 @@ def test_the_docs_give_the_exit_statuses_dlcp_run_returns():
         f"`dlcp run` exits 0 on success, 1 on an error while running, 2 on a config error, {128 + signal.SIGINT} on Ctrl-C (SIGINT) and {128 + signal.SIGTERM} on SIGTERM"
         in text
     )
+
+
+# --- the benchmarks: bad options before anything starts, a failed run is not fatal (items 11, 12) ----
+
+
+def incast_main(argv: list[str], monkeypatch) -> str:
+    """`dlcp bench incast ARGV` in this process as a user who is not root: an option that should
+    have been refused but was not stops at "needs root", never at a network."""
+    from emulation.benches.incast import main
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return str(e.value.code)
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--host-mark-ms", "-1"], "--host-mark-ms -1: must be >= 0"),
+        (["--timeout", "0"], "--timeout 0: must be > 0"),
+        (["--senders", "4,x"], "--senders '4,x' is not a comma-separated list"),
+    ],
+)
+def test_incast_options_are_checked_before_anything_starts(argv, msg, monkeypatch):
+    out = incast_main(argv, monkeypatch)
+    assert msg in out and "\n" not in out
+
+
+def incast_figures(goodput: float, **counts) -> dict:
+    """One run's figures as emulation.benches.incast.run_once returns them."""
+    keys = ("forced", "protected_lost", "lost", "retx", "tail_drops", "early_drops", "ce_marked", "host_marked")
+    return {
+        "goodput_fraction": goodput,
+        "mct_p99_over_ideal": 1.2,
+        "link_busy": 0.9,
+        "window": {},
+        **{k: counts.get(k, 0) for k in keys},
+    }
+
+
+def test_a_failed_incast_run_keeps_the_rows_already_measured(capsys):
+    from emulation.benches.incast import measure, table_rows
+
+    calls = []
+
+    def run(senders, cc):  # the second configuration's second run loses a host; the third loses all
+        calls.append((senders, cc))
+        if (senders == 8 and len([c for c in calls if c[0] == 8]) == 2) or senders == 16:
+            raise RuntimeError(f"host 3 was killed by SIGKILL: {senders} senders\nmore lines")
+        return incast_figures(0.9 if senders == 4 else 0.8, early_drops=senders, lost=2)
+
+    rows = measure([4, 8, 16], ["dctcp"], 2, run)
+    assert len(calls) == 6  # every run was tried
+    assert [(r["senders"], r["runs"], r["failed"]) for r in rows] == [(4, 2, 0), (8, 1, 1), (16, 0, 2)]
+    assert rows[0]["goodput_fraction"] == 0.9 and rows[1]["early_drops"] == 8
+    assert rows[2]["errors"] == ["host 3 was killed by SIGKILL: 16 senders"] * 2 and "goodput_fraction" not in rows[2]
+    table = table_rows(rows)
+    assert [t["early_drops"] for t in table] == [4, 8, None] and [t["failed"] for t in table] == [0, 1, 2]
+    assert table[2]["goodput_fraction"] is None
+    err = capsys.readouterr().err
+    assert err.count("FAILED: host 3 was killed by SIGKILL") == 3 and "more lines" not in err
+
+
+def transfer_figures(**kw) -> dict:
+    """One transfer's figures as emulation.benches.transport.transfer returns them."""
+    base = {"goodput_mbps": 150.0, "mct_us": 1e6, "forced": False, "lost_pkts": 0, "protected_lost": 0}
+    return {**base, "retx_pkts": 0, "rounds": 1, "cpu_s": 1.0, "recv_cpu_s": 1.0, **kw}
+
+
+def test_transport_rows_report_each_run_whole_and_protected_losses():
+    from emulation.benches.transport import _row, table_rows
+
+    runs = [
+        transfer_figures(lost_pkts=10, retx_pkts=5, rounds=2),
+        transfer_figures(lost_pkts=0, retx_pkts=20, rounds=3),
+        transfer_figures(lost_pkts=4, retx_pkts=8, rounds=2, forced=True, protected_lost=3, goodput_mbps=0.0),
+    ]
+    row = _row("link dlcp", runs, 200.0)
+    assert (row["lost_pkts"], row["lost_pkts_min"], row["lost_pkts_max"]) == (4, 0, 10)
+    assert (row["retx_pkts"], row["retx_pkts_min"], row["retx_pkts_max"]) == (8, 5, 20)
+    assert row["protected_lost"] == 3 and row["forced"] == 1
+    assert [r["lost_pkts"] for r in row["per_run"]] == [10, 0, 4]  # each run's own, in order
+    assert [r["retx_pkts"] for r in row["per_run"]] == [5, 20, 8]
+    (cells,) = table_rows([row])
+    assert cells["lost_pkts"] == "4 (0-10)" and cells["retx_pkts"] == "8 (5-20)" and cells["protected_lost"] == 3
+    assert "per_run" not in cells
+
+
+def test_a_bench_host_killed_by_a_signal_is_named_by_it(tmp_path):
+    from emulation.benches.incast import _wait_hosts
+
+    procs = []
+    for k in range(2):
+        out, err = open(tmp_path / f"{k}.out", "w+"), open(tmp_path / f"{k}.err", "w+")  # noqa: SIM115
+        procs.append((subprocess.Popen(["sleep", "30"], stdout=out, stderr=err), out, err))
+    procs[1][0].send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="host 1 was killed by SIGKILL"):
+            _wait_hosts(procs, timeout=20)
+    finally:
+        for pr, out, err in procs:
+            pr.kill()
+            pr.wait()
+            out.close()
+            err.close()
+    assert time.monotonic() - t0 < 5
