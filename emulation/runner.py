@@ -373,9 +373,7 @@ class Experiment:
             for host, role, p, log in self.agents:
                 rc = p.poll()
                 if rc not in (None, 0):
-                    raise RunFailed(
-                        f"{role} on {host} {exit_text(rc)}; last lines of {log}:\n{procs.log_tail(log)}"
-                    )
+                    raise RunFailed(f"{role} on {host} {exit_text(rc)}; last lines of {log}:\n{procs.log_tail(log)}")
             done = {h: read_progress(self.run_dir, h).get("iter", 0) for h, r, _, _ in self.agents if r == "worker"}
             if self.background_held and min(done.values()) >= 1:
                 self.release_background()
