@@ -252,8 +252,11 @@ def _wait_hosts(procs: list, timeout: float) -> list[dict]:
     after the others time out waiting for it."""
 
     def failed(k, pr, err_f):
+        """First line: the host, how it ended and its last line of stderr (the error); then the tail."""
         err_f.seek(0)
-        return RuntimeError(f"host {k} {exit_text(pr.returncode)}: {err_f.read().strip()[-400:]}")
+        tail = err_f.read().strip()[-400:]
+        last = tail.splitlines()[-1] if tail else "no output"
+        return RuntimeError(f"host {k} {exit_text(pr.returncode)}: {last}\n{tail}")
 
     deadline = time.monotonic() + timeout
     while any(pr.poll() is None for pr, _, _ in procs):
