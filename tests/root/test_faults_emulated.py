@@ -1,6 +1,7 @@
 """Fault injection that needs root: a read-only results root, a capture port the topology lacks
-(refused before Mininet starts), a benchmark option refused before its namespaces, and a run
-SIGKILLed mid-run whose report is then titled partial. The cases without root are in
+(refused before Mininet starts), a benchmark option refused before its namespaces, a run
+SIGKILLed mid-run whose report is then titled partial, and an intact real run, whose report must
+miss nothing (the control for the synthetic runs' missing-record checks). The cases without root are in
 tests/unit/test_faults.py. Each test checks the machine is clean afterwards; run under the netns
 lock (`flock /tmp/dlcp-netns.lock`)."""
 
@@ -99,3 +100,16 @@ def test_a_sigkilled_run_is_reported_as_partial(tmp_path):
     # the agents died with it (SIGKILL: no records); their progress says how far they got
     assert summary["run"]["partial"] and summary["run"]["status"] == "unfinished"
     assert any(p.startswith("progress/h1: agent ended in state 'running'") for p in summary["problems"])
+
+
+def test_an_intact_real_run_misses_nothing_and_says_its_records_are_warm_up(tmp_path):
+    """The real counterpart of the synthetic runs: every record file the report expects is there,
+    and a run shorter than the default warm-up (4 of 5) says so instead of 'no records'."""
+    cfg = write_config(tmp_path, iterations=4)
+    p = dlcp("run", str(cfg), "--run-dir", str(tmp_path / "run"), timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["problems"] == [] and summary["scale"]["dilation_from"] == "meta.json"
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "No sender-side message records" not in md
+    assert "sender-side message records are from the warm-up (workload.warmup_iterations = 5" in md
