@@ -310,6 +310,8 @@ class Experiment(Settings):
                 f"layer profile without a model); model {w.model!r} with compute "
                 f"{w.compute!r} trains on the values it carries",
             )
+        if self.output.pcap_ports and self.backend == "ns3":
+            raise BadValue("output.pcap_ports", "captures exist only on the emulated backends (ns-3 has no interfaces)")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue(
                 "links.delay_us",
@@ -402,6 +404,13 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
     keys = [k for k, _ in parsed]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"--vary: key {next(k for k in keys if keys.count(k) > 1)} given twice")
+    for key, values in parsed:  # the user asked for a comparison: one value would run without one
+        if len(set(values)) < 2:
+            also = f" (--policies {values[0]} is --vary dlcp.policy={values[0]})" if key == "dlcp.policy" else ""
+            raise ConfigError(
+                f"--vary {key}={','.join(values)}: one value compares nothing{also}; give two or more, or "
+                f"run it alone with --set {key}={values[0]}"
+            )
     out, names = [], set()
     for combo in itertools.product(*(values for _, values in parsed)):
         cfg = copy.deepcopy(raw)
@@ -412,19 +421,47 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
             raise ConfigError(f"--vary: two variants would both be named {name!r}")
         names.add(name)
         try:
-            out.append((name, validate(cfg)))
+            resolved = validate(cfg)
+            check_warmup(cfg, resolved)
         except ConfigError as e:
+            if not combo:  # nothing varied: the config itself
+                raise
             raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+        out.append((name, resolved))
     return out
+
+
+def check_warmup(raw: dict, resolved: dict) -> None:
+    """A warm-up the user set (in the file, by --set or --vary) leaves iterations to measure. The
+    default (5) is not held to it: a short test run without the key measures nothing, as its
+    report says, rather than failing."""
+    workload = raw.get("workload")
+    if not isinstance(workload, dict) or "warmup_iterations" not in workload:
+        return
+    w = resolved["workload"]
+    if w["warmup_iterations"] >= w["iterations"]:
+        raise BadValue(
+            "workload.warmup_iterations",
+            f"{w['warmup_iterations']} leaves none of the {w['iterations']} iterations (workload.iterations) to "
+            "measure: MCT and iteration statistics leave the warm-up out",
+        )
 
 
 def load_raw(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}), as TOML must be"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for o in overrides:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dlcp import records as R
 from dlcp.experiment import config as configmod
+from dlcp.experiment import run_inputs
 from dlcp.experiment.agent_config import agent_configs
 from dlcp.network import topology as topospec
 from dlcp.network.switch_runtime import write_runtime
@@ -300,6 +301,7 @@ def run(
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
     for _, _, cfg in runs:  # roles and background placement are checked before anything starts
         topospec.from_config(cfg)
+    run_inputs.check_run_inputs([cfg for _, _, cfg in runs], out_root, run_dir)
     reason = loader.available()
     if reason:
         raise SimFailed(reason)

@@ -179,8 +179,15 @@ def test_vary_gives_one_validated_variant_per_combination():
         (["comm.scheduler"], "--vary comm.scheduler: expected key=value1,value2"),
         (["comm.scheduler=wfbp", "comm.scheduler=dear"], "--vary: key comm.scheduler given twice"),
         (["comm.scheduler=wfbp,fifo"], "variant fifo: comm.scheduler: 'fifo' is not one of"),
-        (["comm.scheduler=dear", "comm.collective=dssync"], "variant dear-dssync: comm.scheduler: 'dear' schedules"),
-        (["workload.mode=ps", "comm.scheduler=mgwfbp"], "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces"),
+        # two values each (one would compare nothing): the first combination is the bad one
+        (
+            ["comm.scheduler=dear,wfbp", "comm.collective=dssync,ring"],
+            "variant dear-dssync: comm.scheduler: 'dear' schedules",
+        ),
+        (
+            ["workload.mode=ps,allreduce", "comm.scheduler=mgwfbp,wfbp"],
+            "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces",
+        ),
     ],
 )
 def test_bad_vary_is_one_line(vary, msg):

@@ -21,6 +21,7 @@ DLCP_ALLOWED = {
     "dlcp.tables": set(),
     "dlcp.registry": set(),
     "dlcp.settings": {"dlcp.registry"},
+    "dlcp.exit_status": set(),
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
