@@ -26,10 +26,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
     if backend == "ns3":
-        from simulation.ns3 import runner as sim_runner
+        from simulation.ns3 import simulated_run as sim_runner
 
         return sim_runner.main(args)
-    from emulation import runner
+    from emulation import emulated_run as runner
 
     return runner.main(args)
 

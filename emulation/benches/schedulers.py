@@ -63,7 +63,7 @@ def emulated(
     overrides: list[str] = (),
 ) -> dict:
     """Run `config` with `key` set to each of `values` (the first is the baseline), `repeats` times."""
-    from emulation import runner
+    from emulation import emulated_run as runner
 
     medians: dict[str, list[float]] = {v: [] for v in values}
     dirs = []

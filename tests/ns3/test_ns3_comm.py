@@ -44,7 +44,7 @@ import os, sys
 from pathlib import Path
 import numpy as np
 from dlcp.comm.engine import CommEngine
-from simulation.ns3 import runner
+from simulation.ns3 import simulated_run as runner
 
 cfg_path, out, trace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 submitted = {}  # (iteration, msg_id, rank) -> values (float64)

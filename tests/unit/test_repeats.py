@@ -475,7 +475,7 @@ start_s = 0.5
 
 
 def test_repeat_plan_interleaves_pairs_with_one_seed_each(tmp_path):
-    from emulation.runner import run_dir_of
+    from emulation.emulated_run import run_dir_of
 
     plan_runs = configmod.plan_runs
     cfg = tmp_path / "t.toml"

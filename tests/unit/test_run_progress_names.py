@@ -8,7 +8,7 @@ import io
 import pytest
 
 from dlcp.experiment.config import ConfigError
-from emulation.runner import Progress, check_name, set_label, variant_names
+from emulation.emulated_run import Progress, check_name, set_label, variant_names
 
 
 def test_runs_varied_with_set_are_named_after_the_keys():

@@ -4,7 +4,7 @@ for profile compute, and `[scale] dilation` (an emulation knob) neither slows no
 from dlcp.experiment import config as configmod
 from dlcp.reporting.steady import dilation_factor
 from dlcp.workloads.profile import load_profile
-from simulation.ns3.runner import simulated_compute_s
+from simulation.ns3.simulated_run import simulated_compute_s
 
 BASE = {"name": "t", "backend": "ns3", "workload": {"model": "synthetic", "iterations": 4}}
 

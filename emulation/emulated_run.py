@@ -495,8 +495,8 @@ def run_variant(
 
 
 def sample_switch_cpu(exp: Experiment):
-    """Start sampling the CPU time of the run's switch processes (emulation/keepup.py)."""
-    from emulation.keepup import CpuSampler
+    """Start sampling the CPU time of the run's switch processes (emulation/cpu_sampler.py)."""
+    from emulation.cpu_sampler import CpuSampler
 
     pids = {
         sw.name: sw.dataplane.pid
