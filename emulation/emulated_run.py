@@ -284,7 +284,7 @@ class Progress:
 # --- one run -------------------------------------------------------------------------------------------
 
 
-class Experiment:
+class EmulatedRun:
     """Everything one run starts, so it can all be stopped from one place. `cfg` is the system the
     user described; `self.cfg` what the emulation runs (rates and times dilated)."""
 
@@ -452,7 +452,7 @@ def run_variant(
     extra_meta: dict | None = None,
 ) -> None:
     """One run, start to finish; raises RunFailed (or KeyboardInterrupt/Terminated) on failure."""
-    exp = Experiment(cfg, run_dir, variant, forkserver)
+    exp = EmulatedRun(cfg, run_dir, variant, forkserver)
     exp.prepare()
     meta = {**collect_meta(cfg, variant, tools), **(extra_meta or {})}
     meta["overrides"] = list(overrides)
@@ -494,7 +494,7 @@ def run_variant(
             signal.signal(signal.SIGTERM, old_term)
 
 
-def sample_switch_cpu(exp: Experiment):
+def sample_switch_cpu(exp: EmulatedRun):
     """Start sampling the CPU time of the run's switch processes (emulation/cpu_sampler.py)."""
     from emulation.cpu_sampler import CpuSampler
 
