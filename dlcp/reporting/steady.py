@@ -26,8 +26,10 @@ DURATION_COLUMNS = ("mct_us", "iteration_us", "comm_us", "compute_us")
 TIMESTAMP_COLUMNS = ("start_us", "first_byte_us", "complete_us", "end_us")
 
 
-def dilation_factor(config: dict | None) -> float:
-    if (config or {}).get("backend") == "ns3":  # simulated time is the system's: nothing ran slower
+def dilation_factor(config: dict | None, meta: dict | None = None) -> float:
+    """D of a run: config.toml's `scale.dilation`, except on a simulated clock (meta.json `clock`),
+    where time is the system's and nothing ran slower."""
+    if (meta or {}).get("clock") == "simulated":
         return 1.0
     d = ((config or {}).get("scale") or {}).get("dilation", 1)
     return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 1 else 1.0
@@ -72,7 +74,7 @@ def _scaled(table: Table, d: float, t0: float | None) -> Table:
 def undilated(run: RunData) -> RunData:
     """The run in the system's time: every measured time / D (a copy; D = 1 or done already: the
     run itself)."""
-    d = dilation_factor(run.config)
+    d = dilation_factor(run.config, run.meta)
     if d == 1 or run.time_scale != 1:
         return run
     t0 = _first_timestamp(run.messages, run.iterations)
@@ -104,7 +106,7 @@ def after_warmup(table: Table, warmup: int) -> Table:
 
 def scale_info(run: RunData) -> dict:
     """summary.json `scale`: the dilation applied and the warm-up left out."""
-    d = dilation_factor(run.config)
+    d = dilation_factor(run.config, run.meta)
     return {
         "dilation": d,
         "times": "measured / dilation (the system's time)" if d != 1 else "measured",

@@ -1,102 +1,34 @@
-"""`dlcp run` for `backend = "ns3"`: the experiment simulated instead of emulated (no root).
+"""One run on ns-3: the experiment simulated instead of emulated (no root).
 
-    topology + runtime files -> ns-3 network (network.py) -> hosts running the transport core
-    (hosts.py) and the workers / PS (agents.py) -> background traffic once every worker finished
-    its first iteration -> run until every worker is done -> counters, records, meta.json, report
+    ns-3 network from the topology and runtime files (network.py) -> hosts running the transport
+    core (hosts.py) and the workers / PS (agents.py) -> background traffic once every worker
+    finished its first iteration -> run until every worker is done -> records and counters
 
-The run directory is an emulated run's (docs/runs.md): config.toml, topology.json,
-runtime/sN-runtime.json, counters/sN.json, records/hN-{messages,iterations}.csv and
-hN-agent.json, meta.json, then summary.json and the report, so `dlcp report` and `dlcp compare`
-treat both alike. Times in records are simulated microseconds from the start of the simulation.
-meta.json adds `clock = "simulated"` and `simulation` (simulated seconds, events, wall and CPU
-seconds, peak memory). One simulation per process: with `--policies`, `--vary` or `--repeat` each
-run is a child forked from a parent that loaded ns-3 and compiled the project's C++ once (~7 s
-a run saved), so every run starts from the same state a fresh process would reach.
+The run directory is an emulated run's (docs/runs.md), written by the series runner (dlcp/runs/)
+around this: config.toml, topology.json, runtime/, meta.json, then summary.json and the report,
+so `dlcp report` and `dlcp compare` treat both alike. Times in records are simulated microseconds
+from the start of the simulation. meta.json's `simulation` section (simulated seconds, events,
+wall and CPU seconds, peak memory) is this module's. The contract's side is simulation/ns3/backend.py.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import resource
-import signal
-import subprocess
 import sys
 import time
-import traceback
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 from dlcp import records as R
-from dlcp.experiment import config as configmod
 from dlcp.experiment.agent_config import agent_configs
-from dlcp.network import topology as topospec
-from dlcp.network.switch_runtime import write_runtime
+from dlcp.runs.run_dir import write_json
 from simulation.ns3 import loader
 
-REPO = Path(__file__).resolve().parents[2]
-JOB_DIRS = ("runtime", "agents", "progress", "records", "counters", "logs")
 CPP_UNITS = ("dlcp_switch", "dlcp_net", "dlcp_host")  # simulation/ns3/cpp/*.h a simulation needs
-
-
-class SimFailed(RuntimeError):
-    """The simulation could not run or did not finish; one line saying why."""
-
-
-def _version(pkg: str) -> str | None:
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def git_revision() -> str | None:
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return rev or None
-
-
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
 
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def prepare(cfg: dict, run_dir: Path, variant: str) -> tuple:
-    spec = topospec.from_config(cfg)
-    for sub in JOB_DIRS:
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(configmod.dumps(cfg))
-    write_json(run_dir / "topology.json", spec.to_json())
-    runtimes = spec.runtimes(cfg)
-    for doc in runtimes.values():
-        write_runtime(doc, run_dir / "runtime")
-    meta = {
-        "name": cfg["name"],
-        "variant": variant,
-        "policy": cfg["dlcp"]["policy"],
-        "backend": "ns3",
-        "clock": "simulated",
-        "payload": cfg["workload"]["payload"],
-        "versions": {**{p: _version(p) for p in ("dlcp", "torch", "numpy")}, **loader.versions()},
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-        "hostname": platform.node(),
-        "git_revision": git_revision(),
-        "start_utc": datetime.now(timezone.utc).isoformat(),
-    }
-    write_json(run_dir / "meta.json", meta)
-    return spec, runtimes, meta
 
 
 def simulated_compute_s(cfg: dict) -> float:
@@ -128,16 +60,12 @@ def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[fl
 
 def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     """Build, run and record one simulation; returns the `simulation` section of meta.json."""
-    from simulation.ns3 import hosts as H
-
-    missing = H.core_missing()
-    if missing:
-        raise SimFailed(missing)
     from dlcp.comm.policy import cost_model, step_plan
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
     from dlcp.workloads.registry import make_server_workload, make_workload
     from dlcp.workloads.sizes_only import SizesOnlyWorkload
+    from simulation.ns3 import hosts as H
     from simulation.ns3.agents import SimPS, SimRun, SimWorker
     from simulation.ns3.network import add_background, build_network
 
@@ -255,165 +183,3 @@ def _write_records(run_dir: Path, run, agents, net) -> None:
     for flow in net.background:  # named as the emulated agents name theirs (docs/runs.md)
         R.write_json(rec / f"{flow.src}-background{flow.index}.json", flow.sender_record())
         R.write_json(rec / f"{flow.dst}-sink{flow.port}.json", flow.sink_record())
-
-
-def run_variant(cfg: dict, run_dir: Path, variant: str, with_report: bool = True, figures: bool = True) -> Path:
-    spec, runtimes, meta = prepare(cfg, run_dir, variant)
-    t0 = time.monotonic()
-    status = "error"
-    try:
-        section = simulate(cfg, run_dir, spec, runtimes)
-        meta["simulation"] = section
-        status = "ok" if "error" not in section else "error"
-        if status != "ok":
-            raise SimFailed(section["error"])
-    finally:
-        meta.update(
-            end_utc=datetime.now(timezone.utc).isoformat(), wall_s=round(time.monotonic() - t0, 3), status=status
-        )
-        write_json(run_dir / "meta.json", meta)
-    if with_report:
-        from dlcp.reporting import report_run
-
-        report_run(run_dir, figures=figures)
-    return run_dir
-
-
-def run(
-    config_path: str,
-    overrides: list[str],
-    policies: list[str] | None,
-    out_root: str | None = None,
-    with_report: bool = True,
-    run_dir: str | None = None,
-    vary: list[str] = (),
-    repeat: int = 1,
-) -> Path:
-    """One simulation per variant (`--vary`, `--policies P1,P2` = `--vary dlcp.policy=P1,P2`) and
-    repeat (`--repeat N`: N pairs in results/<variant>/repI, a new seed per pair), each in a process
-    of its own (ns-3's simulator is a singleton); returns the results directory."""
-    raw = configmod.load_raw(config_path, overrides)
-    base = configmod.validate(raw)
-    varies = ([f"dlcp.policy={','.join(policies)}"] if policies else []) + list(vary)
-    runs = configmod.plan_runs(configmod.variants(raw, varies), repeat)
-    if run_dir and len(runs) > 1:
-        raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
-    for _, _, cfg in runs:  # roles and background placement are checked before anything starts
-        topospec.from_config(cfg)
-    reason = loader.available()
-    if reason:
-        raise SimFailed(reason)
-    if run_dir:
-        results = Path(run_dir)
-    else:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        results = Path(out_root or base["output"]["dir"]) / f"{stamp}-{base['name']}"
-    if len(runs) == 1:
-        name, _, cfg = runs[0]
-        target = results if run_dir else results / name
-        print(f"dlcp run: {base['name']} on ns-3 -> {target}", file=sys.stderr)
-        run_variant(cfg, target, name, with_report)
-        return results
-    load_once(with_report)
-    # `kill` stops a series as Ctrl-C does: the running child is interrupted and reaped, not orphaned
-    previous = signal.signal(signal.SIGTERM, _interrupt_once)
-    try:
-        for i, (name, rep, cfg) in enumerate(runs):
-            target = results / name / f"rep{rep}" if rep else results / name
-            label = f"{name} rep {rep}, seed {cfg['seed']}" if rep else name
-            print(f"dlcp run: {base['name']} [{label}] ({i + 1}/{len(runs)}) on ns-3 -> {target}", file=sys.stderr)
-            # a repeated series' figures are in its comparison
-            if run_forked(cfg, target, name, with_report, figures=repeat == 1):
-                raise SimFailed(f"{label} failed (see above)")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    ran = list(dict.fromkeys(name for name, _, _ in runs))
-    if with_report and len(ran) > 1:
-        from dlcp.reporting import compare_runs
-
-        compare_runs([results / name for name in ran], results, echo=True)
-    return results
-
-
-def load_once(with_report: bool) -> None:
-    """Load ns-3, compile the project's C++ and import the reports' modules (matplotlib, scipy)
-    in this process, before any simulation: the runs forked from it inherit all three."""
-    loader.compile_cpp(*CPP_UNITS)
-    if with_report:
-        import dlcp.reporting  # noqa: F401
-
-
-def run_forked(cfg: dict, run_dir: Path, variant: str, with_report: bool, figures: bool) -> int:
-    """`run_variant` in a forked child (ns-3's simulator is a singleton); the child's exit code.
-    The parent alone decides when to stop: the child ignores Ctrl-C (which the terminal sends to
-    both) and takes the parent's one SIGTERM as its interrupt, so it writes its meta.json once."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    stops = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # none may land between the fork and the child's handlers
-    pid = os.fork()
-    if pid == 0:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, _interrupt_once)
-        code = 1
-        try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-            run_variant(cfg, run_dir, variant, with_report, figures)
-            code = 0
-        except SimFailed as e:
-            print(f"dlcp run: failed: {e}", file=sys.stderr)
-        except KeyboardInterrupt:
-            code = 130
-        except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-        _, status = os.waitpid(pid, 0)
-    except BaseException:
-        stop_child(pid)
-        raise
-    return os.waitstatus_to_exitcode(status)
-
-
-def _interrupt_once(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-def stop_child(pid: int, grace_s: float = 10.0) -> None:
-    """Interrupt the child, give it `grace_s` to write what it has, then kill it."""
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            return
-        time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-
-
-def main(args) -> int:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None
-    try:
-        results = run(
-            args.config,
-            args.set or [],
-            policies,
-            args.out,
-            with_report=not args.no_report,
-            run_dir=getattr(args, "run_dir", None),
-            vary=getattr(args, "vary", None) or [],
-            repeat=getattr(args, "repeat", 1),
-        )
-    except configmod.ConfigError as e:
-        print(f"dlcp run: {e}", file=sys.stderr)
-        return 2
-    except (SimFailed, loader.Ns3Unavailable) as e:
-        print(f"dlcp run: failed: {e}", file=sys.stderr)
-        return 1
-    print(f"dlcp run: results in {results}")
-    return 0

@@ -41,7 +41,7 @@ def test_short_experiment_end_to_end(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     [run] = run_dirs(tmp_path / "results")
     meta = json.loads((run / "meta.json").read_text())
-    assert meta["status"] == "ok" and meta["backend"] == "ref" and meta["versions"]["torch"]
+    assert meta["status"] == "ok" and meta["backend"] == "builtin" and meta["versions"]["torch"]
     for f in ("config.toml", "topology.json", "runtime/s1-runtime.json", "counters/s1.json"):
         assert (run / f).exists(), f
     for h in ("h1", "h2"):  # workers: every iteration recorded, with test accuracy at eval iterations

@@ -22,9 +22,11 @@ DLCP_ALLOWED = {
     "dlcp.settings": set(),
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
+    # the backends and what they can do, as data (their implementations live above dlcp/)
+    "dlcp.backends": {"dlcp.wire"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
-    "dlcp.network": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.backends"},
     "dlcp.comm": {
         "dlcp.wire",
         "dlcp.transport",
@@ -36,9 +38,26 @@ DLCP_ALLOWED = {
     },
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
-    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings", "dlcp.network"},
+    "dlcp.experiment": {
+        "dlcp.wire",
+        "dlcp.transport",
+        "dlcp.comm",
+        "dlcp.workloads",
+        "dlcp.settings",
+        "dlcp.network",
+        "dlcp.backends",
+    },
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
     "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
+    # the series runner: above the config, the network and the reports; backends by the registry
+    "dlcp.runs": {
+        "dlcp.backends",
+        "dlcp.experiment",
+        "dlcp.network",
+        "dlcp.reporting",
+        "dlcp.settings",
+        "dlcp.workloads",
+    },
 }
 # Who may import which top-level package
 TOP_ALLOWED = {
