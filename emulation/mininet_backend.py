@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dlcp.runs import signals
 from dlcp.runs.contract import RunContext, RunFailed
+from dlcp.runs.progress import Progress
 from dlcp.runs.run_dir import package_version
 from emulation.clean import clean
 from emulation.emulated_run import EmulatedRun, report_unprocessed
@@ -69,10 +70,11 @@ class MininetBackend:
     def check_config(self, cfg: dict) -> None:
         """Nothing beyond what dlcp/backends.py says it can do (the config model checks that)."""
 
-    def open_session(self, cfg: dict, results: Path) -> EmulatedSession:
+    def open_session(self, cfg: dict, results: Path, progress: Progress) -> EmulatedSession:
         tools = self.toolchain(cfg)
         if self.note:
             print(self.note, file=sys.stderr)
+        progress.phase("loading the agents' modules (torch) once for every run")
         try:
             forkserver = ForkServer(results / "logs" / "forkserver.log")
         except ForkServerError as e:

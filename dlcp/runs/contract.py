@@ -61,8 +61,8 @@ class BackendRunner(Protocol):
         before anything starts; ConfigError naming the key."""
         ...
 
-    def open_session(self, cfg: dict, results: Path) -> Session:
+    def open_session(self, cfg: dict, results: Path, progress: Progress) -> Session:
         """Check the tools the backend needs for `cfg` (the series' config without --vary;
-        RunFailed, one line, before anything is written) and start what a series shares; `results`
-        is the series' directory (its logs/)."""
+        RunFailed, one line, before anything is written or shown), then start what a series shares,
+        saying so on `progress`; `results` is the series' directory (its logs/)."""
         ...

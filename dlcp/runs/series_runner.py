@@ -271,8 +271,7 @@ def run_series(request: SeriesRequest) -> Path:
     signals.install()
     session = None
     try:
-        progress.phase(f"preparing {series.backend.description}")
-        session = runner.open_session(series.base, series.results)
+        session = runner.open_session(series.base, series.results, progress)
         run_all(series, session, progress)
     finally:
         if session is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlcp.runs.contract import RunContext, RunFailed
+from dlcp.runs.progress import Progress
 from simulation.ns3 import loader
 from simulation.ns3.simulated_run import CPP_UNITS, simulate
 
@@ -38,7 +39,7 @@ class Ns3Backend:
     def check_config(self, cfg: dict) -> None:
         """Nothing beyond what dlcp/backends.py says it can do (the config model checks that)."""
 
-    def open_session(self, cfg: dict, results: Path) -> Ns3Session:
+    def open_session(self, cfg: dict, results: Path, progress: Progress) -> Ns3Session:
         """The sim extra and the transport core's C++ side are there (RunFailed naming what is
         missing), ns-3 loaded and our C++ compiled."""
         from simulation.ns3.hosts import core_missing
@@ -46,6 +47,7 @@ class Ns3Backend:
         missing = loader.available() or core_missing()
         if missing:
             raise RunFailed(missing)
+        progress.phase("loading ns-3 and compiling the simulation's C++ once for every run")
         try:
             loader.compile_cpp(*CPP_UNITS)
         except loader.Ns3Unavailable as e:
