@@ -268,15 +268,16 @@ def run_series(request: SeriesRequest) -> Path:
         series.results = naming.results_dir(request.out_root or series.base["output"]["dir"], series.base["name"])
     created = [p for p in [series.results, *series.results.parents] if not p.exists()]  # handed over under sudo
     progress = Progress()
-    signals.install()
     session = None
-    try:
-        session = runner.open_session(series.base, series.results, progress)
-        run_all(series, session, progress)
-    finally:
-        if session is not None:
-            session.close()
-        privilege.hand_over_to_sudo_user(series.results, created)
+    with signals.installed():
+        try:
+            session = runner.open_session(series.base, series.results, progress)
+            run_all(series, session, progress)
+        finally:
+            with signals.deferred():  # the fork server stopped, the results handed over, whatever comes
+                if session is not None:
+                    session.close()
+                privilege.hand_over_to_sudo_user(series.results, created)
     return series.results
 
 

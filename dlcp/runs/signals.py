@@ -41,6 +41,20 @@ def install() -> None:
     _pending.clear()
 
 
+@contextlib.contextmanager
+def installed():
+    """`install()` inside, the previous handlers back after (a series run from Python, e.g. a
+    benchmark, leaves its caller's handlers as it found them)."""
+    old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    install()
+    try:
+        yield
+    finally:
+        for sig, old in ((signal.SIGINT, old_int), (signal.SIGTERM, old_term)):
+            if old is not None:  # None: a handler set outside Python, which cannot be put back
+                signal.signal(sig, old)
+
+
 def raise_pending() -> None:
     """Raise a stop whose exception a callback swallowed (above)."""
     if _pending:
