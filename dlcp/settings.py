@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origi
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 
 class ConfigError(ValueError):
@@ -109,7 +110,9 @@ def check_argument(name: str, ann, value, section: str = ""):
     as an argument rather than in a settings object; raises ConfigError naming `section.name`."""
     key = (name, ann, section)
     if key not in _ARGUMENT_MODELS:
-        model = create_model(f"Argument_{name}", __base__=Settings, **{name: (ann, ...)})
+        # typed Any: mypy matches an unpacked dict[str, tuple] against create_model's own options too
+        field: dict[str, Any] = {name: (ann, ...)}
+        model = create_model(f"Argument_{name}", __base__=Settings, **field)
         model.section = section
         _ARGUMENT_MODELS[key] = model
     return getattr(_ARGUMENT_MODELS[key](**{name: value}), name)
@@ -180,6 +183,8 @@ def _join(path: str, item) -> str:
 
 def _locate(root: type[BaseModel], loc: tuple):
     """(dotted key, annotation, metadata, model holding the last key) of an error location."""
+    ann: Any  # the root model first, then the annotation of each key on the way (None once unknown)
+    meta: list
     path, ann, meta, owner = "", root, [], root
     for item in loc:
         ann, more = unwrap(ann)
@@ -216,12 +221,12 @@ def _bounds(meta: list) -> tuple:
     return lo, hi
 
 
-def _what(e: dict, path: str, ann, meta: list, owner) -> tuple[str, str]:
+def _what(e: ErrorDetails, path: str, ann, meta: list, owner) -> tuple[str, str]:
     """(key, what is wrong) of one pydantic error dict."""
     kind, v, ctx = e["type"], e.get("input"), e.get("ctx") or {}
     if kind in ("value_error", "assertion_error"):
         err = ctx.get("error")
-        if isinstance(err, ConfigError) and err.key is not None:
+        if isinstance(err, ConfigError) and err.key is not None and err.what is not None:
             return _join(path, err.key), err.what
         return path, str(err)
     if kind == "missing":

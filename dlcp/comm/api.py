@@ -95,7 +95,7 @@ class OpData:
 
     iteration: int
     slot: int
-    values: np.ndarray  # flat float32; the collective reads it, never writes it
+    values: np.ndarray | None  # flat float32 (None: sizes only); the collective reads it, never writes it
     layout: MessageLayout
     n_layers: int
     tags: Any = None  # dlcp.wire.tagging.Tags of the packets, when the caller tagged them

@@ -191,6 +191,8 @@ class EventEngine(CommEngine):
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
     Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""
 
+    coll: EventSteppedCollective  # the one __init__ builds
+
     def __init__(
         self,
         send: Callable,

@@ -158,6 +158,7 @@ class InMemoryGroup:
         h = Handle(f"in-memory {op.what}")
         lost = None
         if self.loss is not None and self.loss.rate > 0:
+            assert op.values is not None  # losses are drawn on values, never with sizes only
             lost = self.loss.lost_values(op.values, op.layout, op.n_layers, PUSH, op.iteration, rank)
         group = self.group_of(op.iteration, rank)
         key = (op.iteration, op.slot, group)
@@ -245,7 +246,7 @@ class InMemoryPS:
         self._rv.abort(error)
 
     def _push(self, rank, it, msg: GradMessage) -> None:
-        if msg.msg_id not in self._sizes or msg.values.size != self._sizes[msg.msg_id]:
+        if msg.msg_id not in self._sizes or msg.values is None or msg.values.size != self._sizes[msg.msg_id]:
             raise ValueError(f"rank {rank} iteration {it}: message {msg.msg_id} does not match the layouts")
         lost = None
         if self.push_loss is not None and self.push_loss.rate > 0:
@@ -326,10 +327,11 @@ def memory_engines(
     from dlcp.comm.order import MemoryOrder
     from dlcp.comm.policy import build_scheduler, cost_model, planning_profile, step_plan
     from dlcp.comm.settings import CommPolicy
+    from dlcp.comm.stepped import DsSyncRounds
 
     policy = policy or CommPolicy()
     plan = step_plan(policy, world)
-    groups = plan.plan.groups if policy.collective == "dssync" else None
+    groups = plan.plan.groups if isinstance(plan, DsSyncRounds) else None  # dssync
     group = InMemoryGroup(world, loss, groups, timeout_s)
     profile = planning_profile(forward_order(layouts), backward_ms)
     cost = cost_model(policy, world, 50.0)

@@ -141,6 +141,7 @@ class _State:
 
     def __init__(self, op: OpData, sched: Schedule, vpp: int):
         self.op, self.sched = op, sched
+        self.buf: np.ndarray | None
         if op.values is None:
             self.buf, n = None, op.layout.n_values
         else:
@@ -206,7 +207,7 @@ class RankSteps:
         hit = cls._cache.get(id(sched))
         if hit is None or hit[0]() is not sched:
             local, _ = transfer_ids(sched)
-            per_rank = [[([], []) for _ in sched.steps] for _ in range(sched.ranks)]
+            per_rank: list[list[tuple[list, list]]] = [[([], []) for _ in sched.steps] for _ in range(sched.ranks)]
             for s, step in enumerate(sched.steps):
                 for i, t in enumerate(step):
                     per_rank[t.src][s][0].append((i, t, local[(s, i)]))
@@ -228,7 +229,7 @@ class StepRules:
         self.rank = cfg.rank
 
     def steps(self, st: _State, phases) -> list[int]:
-        out = []
+        out: list[int] = []
         for phase in phases:
             a, b = st.sched.phases[phase]
             out.extend(range(a, b))

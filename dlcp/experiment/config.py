@@ -16,6 +16,7 @@ into the run directory (`dumps`). Reference: docs/experiments.md (its table is `
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -376,7 +377,7 @@ def apply_override(raw: dict, assignment: str) -> None:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"--set {assignment}: empty key part")
-    node = raw
+    node: dict | list = raw  # a table, or a list of tables on the way down
     for i, p in enumerate(parts[:-1]):
         here = ".".join(parts[: i + 1])
         if isinstance(node, list):
@@ -439,7 +440,7 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
     return out
 
 
-def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
+def load_raw(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
@@ -453,7 +454,7 @@ def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
     return raw
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> dict:
+def load(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read, override and validate an experiment config file."""
     return validate(load_raw(path, overrides))
 

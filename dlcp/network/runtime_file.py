@@ -140,7 +140,7 @@ def _match(table: Table, raw: Any, where: str) -> dict:
     unknown = sorted(set(raw) - set(keys))
     if unknown:
         raise RuntimeFileError(f"{where}: unknown match key {unknown[0]!r} (keys of {table.name}: {', '.join(keys)})")
-    out = {}
+    out: dict[str, int | tuple[int, int]] = {}
     for key in table.keys:
         w = f"{where}: match.{key.name}"
         if key.name not in raw:
@@ -172,7 +172,8 @@ def _match(table: Table, raw: Any, where: str) -> dict:
 def _entry(raw: Any, where: str, spec: PipelineSpec) -> Entry:
     if not isinstance(raw, dict):
         raise RuntimeFileError(f"{where}: must be an object")
-    table = spec.table.get(raw.get("table"))
+    name = raw.get("table")
+    table = spec.table.get(name) if isinstance(name, str) else None  # a list or a table: no such table
     if table is None:
         raise RuntimeFileError(f"{where}: unknown table {raw.get('table')!r} (tables: {', '.join(spec.table)})")
     action = raw.get("action_name")
@@ -214,7 +215,7 @@ def _check_entries(
 ) -> None:
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
-    qmax = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
+    qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
     must_exceed = backends.capabilities(target).queue_must_exceed_qmax
     for i, e in enumerate(entries):
         where = f"{source}: table_entries[{i}]"
@@ -240,14 +241,14 @@ def _check_entries(
                     f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}"
                 )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
-    for i, p in enumerate(ports.values()):
-        limit = qmax.get(p.port, qmax[None])
-        if must_exceed and p.queue_depth_pkts is not None and p.queue_depth_pkts <= limit:
+    for i, cfg in enumerate(ports.values()):
+        limit = qmax.get(cfg.port, qmax[None])
+        if must_exceed and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
             # would never get those packets back (the built-in dataplane gives them back and counts
             # them as queue_overflow_pkts)
             raise RuntimeFileError(
-                f"{source}: ports[{i}]: queue_depth_pkts {p.queue_depth_pkts} must exceed qmax {limit}"
+                f"{source}: ports[{i}]: queue_depth_pkts {cfg.queue_depth_pkts} must exceed qmax {limit}"
             )
 
 
@@ -291,7 +292,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     name = raw.get("register") if isinstance(raw, dict) else None
-    reg = spec.register.get(name)
+    reg = spec.register.get(name) if isinstance(name, str) else None  # a list or a table: no such register
     if reg is None or not reg.writable:
         # occupancy is the live length of the switch's queues: writing it would desynchronise them
         writable = ", ".join(r.name for r in spec.registers if r.writable)
@@ -299,7 +300,7 @@ def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     index = int_value(raw.get("index"), 32, where + ".index")
     if index >= reg.size:
         raise RuntimeFileError(f"{where}: index {index} >= size {reg.size}")
-    return RegisterWrite(name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
+    return RegisterWrite(reg.name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
 
 
 # --- the file --------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ with too few samples are refused (dlcp/reporting/stats.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -216,10 +217,11 @@ def _ce_marked(counters: list[dict]) -> dict:
 
 
 def switch_section(counters: list[dict]) -> dict:
-    by_queue: dict[tuple, dict] = {}
-    by_port: dict[tuple, dict] = {}
-    by_prio: dict[int, dict] = {}
-    by_color: dict[int, dict] = {}
+    # keys: (switch, port, qid, color), (switch, port), qid, color; Any so that one loop fills all four
+    by_queue: dict[Any, dict] = {}
+    by_port: dict[Any, dict] = {}
+    by_prio: dict[Any, dict] = {}
+    by_color: dict[Any, dict] = {}
     totals = dict.fromkeys(COUNTER_KINDS, 0)
     for dump in counters:
         for q in dump.get("queues", []):

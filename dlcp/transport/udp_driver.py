@@ -27,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+from typing import cast
 
 from dlcp.transport.api import Peer, RecvResult, SendInfo, TransportConfig, TransportError
 from dlcp.transport.core.endpoint import for_receiver, merged_stats, parse_control
@@ -478,7 +479,7 @@ class UdpTransport:
             if isinstance(out, FrameSend):
                 conn = out.channel
                 if conn is not None:
-                    self._write_now(conn, out.data)
+                    self._write_now(cast(_Conn, conn), out.data)  # the channel this driver gave the core
             elif isinstance(out, RecvDone):
                 done = True
         if done:
@@ -580,10 +581,10 @@ class UdpTransport:
             with self._tx:
                 self._tx.notify_all()  # a window opened, a retransmission round is queued
         if conn.reader.error is not None:
-            e = conn.reader.error
+            err = conn.reader.error
             with self._rx:
-                self.receiver.count_drop(e.field, e.detail)
-            self._close_conn(conn, f"{e} (the stream cannot be resynchronised)")
+                self.receiver.count_drop(err.field, err.detail)
+            self._close_conn(conn, f"{err} (the stream cannot be resynchronised)")
 
     def _tx_outputs_from_rx(self, outs: list) -> None:
         """Sender frames produced while handling a reply (FORCE_STOP after the last round): the

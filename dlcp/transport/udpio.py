@@ -204,8 +204,8 @@ class BatchSender:
     def _send_loop(self, plan: SendPlan, start: int, stop: int) -> int:
         # Python sendmsg per packet, same buffers (memoryviews over the same addresses)
         sent = 0
-        hmv = memoryview(plan.rows).cast("B")
-        vmv = memoryview(plan.values).cast("B")
+        hmv = plan.rows.data.cast("B")
+        vmv = plan.values.data.cast("B")
         hbase = plan.rows.ctypes.data
         vbase = plan.values.ctypes.data
         dest = _dest_tuple(plan.dest)
@@ -214,7 +214,7 @@ class BatchSender:
             ho = int(plan.iov[j, 0]["base"]) - hbase
             vo = int(plan.iov[j, -1]["base"]) - vbase
             vl = int(plan.iov[j, -1]["len"])
-            bufs = [hmv[ho : ho + HEADER_LEN], vmv[vo : vo + vl]]
+            bufs: list[memoryview | bytes] = [hmv[ho : ho + HEADER_LEN], vmv[vo : vo + vl]]
             if tel:
                 bufs.insert(1, bytes(TELEMETRY_LEN))
             anc = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", int(plan.tos[j])))]
@@ -233,6 +233,7 @@ RECV_SLOT = 2048  # bytes per datagram slot: a DLCP datagram is at most 24 + 8 +
 _RX_CMSG_SPACE = 64  # room for IP_TOS (CMSG_SPACE(1) = 24) and SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32)
 
 
+assert _MMSGHDR.fields is not None  # a structured dtype has fields (numpy types them Optional)
 _MM_CONTROLLEN_OFF = _MMSGHDR.fields["controllen"][1]
 _MM_RESET = struct.Struct("<Qi")  # controllen, flags
 _MM_RESULT = struct.Struct("<Qi4xI")  # controllen, flags, (pad), msg_len
@@ -273,7 +274,7 @@ class BatchReceiver:
         self.fd = sock.fileno()
         self.batch = batch
         self.buf = np.zeros(batch * RECV_SLOT, dtype=np.uint8)
-        self.view = memoryview(self.buf)
+        self.view = self.buf.data
         self.cmsg = np.zeros(batch * _RX_CMSG_SPACE, dtype=np.uint8)
         self._fn = _libc_fn("recvmmsg") if sendmmsg_available() else None
         iov = np.zeros(batch, dtype=_IOVEC)
@@ -286,9 +287,9 @@ class BatchReceiver:
         mm["control"] = self.cmsg.ctypes.data + np.arange(batch, dtype=np.uint64) * _RX_CMSG_SPACE
         mm["controllen"] = _RX_CMSG_SPACE
         self.mm = mm
-        self._mm_view = memoryview(mm.view(np.uint8))
+        self._mm_view = mm.view(np.uint8).data
         self._mm_addr = mm.ctypes.data
-        self._cmsg_view = memoryview(self.cmsg)
+        self._cmsg_view = self.cmsg.data
         self._used = 0
         self.lengths: list[int] = []
         self.tos: list[int] = []

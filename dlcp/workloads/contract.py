@@ -74,7 +74,7 @@ class GradMessage:
     """One message of an iteration: a flat fp32 vector of consecutive layer segments."""
 
     layout: MessageLayout
-    values: np.ndarray  # flat float32 (a numpy view of a torch tensor is fine)
+    values: np.ndarray | None  # flat float32 (a numpy view of a torch tensor is fine); None: sizes only
     n_layers: int  # layers in the whole model, for the priority mapping
 
     @property

@@ -96,6 +96,7 @@ class SyntheticWorkload:
         self.timer = self.gate = None
         if config.compute == "profile":
             profile = workload_profile(config)
+            assert profile is not None  # compute = "profile" has one (or raised)
             self.timer, self.gate = make_profile_compute(
                 profile, [[i] for i in range(len(profile))], config.dilation, warmup=config.warmup_iterations
             )
@@ -137,6 +138,7 @@ class SyntheticWorkload:
         layers' parameters are in (the forward of its layers has run), from noise drawn at the
         start: the same values as `gradient` gives."""
         p, timer = self.problem, self.timer
+        assert timer is not None  # compute() comes here only with a profile
         timer.begin(iteration)
         rng = np.random.default_rng([self.config.seed, 1 + self.rank, iteration])
         noise = rng.standard_normal(p.n_values, dtype=np.float32)
@@ -212,7 +214,7 @@ class SyntheticServerWorkload:
         return self.w[self.problem.slices[msg_id]]
 
     def evaluate(self, iteration: int) -> dict | None:
-        out = {"lost_values": self.lost_values}
+        out: dict[str, float] = {"lost_values": self.lost_values}
         if self.config.is_eval_iteration(iteration):
             out["test_loss"] = self.problem.test_loss(self.w)
         return out

@@ -38,6 +38,7 @@ spread over its uplinks (at most ceil(flows / spines) per uplink) instead of all
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +87,7 @@ class DsSyncPlan:
         return self.iterations[iteration % self.period]
 
 
-def dssync_plan(workers: int, group: int, order: list[int] | None = None) -> DsSyncPlan:
+def dssync_plan(workers: int, group: int, order: Sequence[int] | None = None) -> DsSyncPlan:
     """The groups per iteration for `workers` in groups of `group`; `order` maps positions to
     ranks (default identity; topology_plan passes the locality order)."""
     if not isinstance(workers, int) or workers < 2:
@@ -147,7 +148,7 @@ def average_rounds(values: list[np.ndarray], plan: DsSyncPlan, rounds: int | Non
     out = [np.array(v, dtype=np.float64) for v in values]
     for k in range(plan.period if rounds is None else rounds):
         for g in plan.groups(k):
-            mean = sum(out[r] for r in g) / len(g)
+            mean = np.mean([out[r] for r in g], axis=0)
             for r in g:
                 out[r] = mean.copy()
     return out

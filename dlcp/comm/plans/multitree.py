@@ -128,8 +128,9 @@ class _StepBudget:
         """A path src -> dst that fits, its capacity taken; None if none fits."""
         if self.pinned.get((src, self.router.spec.hosts[src].switch), 0) < 1:
             return None
+        sprayed = self.sprayed if self.sprayed is not None else {}  # no spraying: no shares to take
         shares = self.router.spray_shares(src, dst) if self.sprayed is not None else {}
-        if any(self.sprayed[ln] < f - 1e-9 for ln, f in shares.items()):
+        if any(sprayed[ln] < f - 1e-9 for ln, f in shares.items()):
             return None
         path = self.router.free_path(src, dst, self.pinned)
         if path is None:
@@ -137,7 +138,7 @@ class _StepBudget:
         for ln in links_of(path):
             self.pinned[ln] -= 1
         for ln, f in shares.items():
-            self.sprayed[ln] -= f
+            sprayed[ln] -= f
         return path
 
 

@@ -28,7 +28,9 @@ DEFAULT_THRESHOLD_BYTES = 25 * MB
 
 
 def fusion_groups(sizes, threshold_bytes: int) -> list[list[int]]:
-    groups, group, total = [], [], 0
+    groups: list[list[int]] = []
+    group: list[int] = []
+    total = 0
     for t, n in enumerate(sizes):
         nbytes = BYTES_PER_ELEMENT * n
         if not group or total + nbytes < threshold_bytes:

@@ -168,7 +168,7 @@ class USByte(CreditExecutor):
         )
         self.plan = plan
         self.unit_elems = unit_elems
-        per_tensor = [[] for _ in profile.sizes]
+        per_tensor: list[list[tuple[tuple[int, ...], Segment]]] = [[] for _ in profile.sizes]
         for slot, b in enumerate(plan):
             per_tensor[b.tensor].append(((slot,), Segment(b.tensor, b.start, b.stop)))
         super().__init__(profile.sizes, per_tensor, credit_bytes)

@@ -9,6 +9,7 @@ and pacing allow, so a driver can build its vectorised send plan once per round.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,7 @@ class Round:
         self.key, self.dst, self.number, self.batch = key, dst, number, batch
         self.order, self.wire, self.retx, self.ecn = order, wire, retx, ecn
         self.taken = 0
-        self.plan = None
+        self.plan: Any = None  # the driver's: a SendPlan, or (rows, tos) for data_datagrams
 
     def header_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The header of every packet of `wire` (a copy, in wire order) and its IPv4 TOS byte.
