@@ -226,7 +226,7 @@ class DataplaneProcess:
 class RefProcess(DataplaneProcess):
     """The built-in dataplane: `python -m emulation.refswitch` (emulation/refswitch)."""
 
-    backend = "ref"
+    backend = "builtin"
     program = "refswitch"
 
     def __init__(self, *args, extra_args=(), **kw):

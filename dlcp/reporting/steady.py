@@ -28,14 +28,6 @@ DURATION_COLUMNS = ("mct_us", "iteration_us", "comm_us", "compute_us")
 TIMESTAMP_COLUMNS = ("start_us", "first_byte_us", "complete_us", "end_us")
 
 
-def dilation_factor(config: dict | None) -> float:
-    """D of a resolved config alone (a run's D is `run.facts.dilation`: meta.json first)."""
-    if (config or {}).get("backend") == "ns3":  # simulated time is the system's: nothing ran slower
-        return 1.0
-    d = ((config or {}).get("scale") or {}).get("dilation", 1)
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 1 else 1.0
-
-
 def _first_timestamp(*tables: Table) -> float | None:
     firsts = [
         np.nanmin(t.col(c))

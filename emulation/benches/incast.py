@@ -149,7 +149,7 @@ def _runtime(lab_prefix: str, senders: int, link_mbps: float, ecn_k: int) -> dic
         routes.append(Route(f"10.0.1.{k + 1}/32", (k + 1,)))
     return runtime_for(
         SwitchTopo("s1", 1, tuple(ports), tuple(routes)),
-        SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="ref"),
+        SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="builtin"),
     )
 
 

@@ -140,7 +140,7 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
     pairs = lambda v: {"pkts": sum(v[0::2]), "bytes": sum(v[1::2])}
     dump = {
         "switch": name,
-        "backend": "ref",
+        "backend": "builtin",
         "engine": engine,
         "time_unix": time.time(),
         "queues": queue_rows(raw),
