@@ -50,7 +50,7 @@ DLCP_ALLOWED = {
         "dlcp.network",
         "dlcp.backends",
     },
-    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
+    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables", "dlcp.backends"},
     "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
