@@ -1,6 +1,6 @@
 """`dlcp schedule`: the plan a scheduler or a collective would run, to read or to feed other tools.
 
-    dlcp schedule --profile resnet50 --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
+    dlcp schedule --profile resnet50-usbyte --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
     dlcp schedule --collective multitree --topology torus:4x4 --json
     dlcp schedule --collective ring --topology leaf_spine:2x2x4 --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json
@@ -34,7 +34,7 @@ from dlcp.workloads.profile import load_profile
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp schedule", description=__doc__.splitlines()[0])
     ap.add_argument("--scheduler", choices=sorted(SCHEDULERS), help="a communication scheduler's plan")
-    ap.add_argument("--profile", help="bundled profile name (resnet50, vgg16) or a profile JSON file")
+    ap.add_argument("--profile", help="bundled profile name (`dlcp profile list`) or a profile JSON file")
     ap.add_argument("--workers", type=int, help="ranks")
     ap.add_argument("--alpha", type=float, help="all-reduce start-up, seconds")
     ap.add_argument("--beta", type=float, help="all-reduce seconds per byte")

@@ -134,11 +134,11 @@ def parser():
     import argparse
 
     ap = argparse.ArgumentParser(prog="dlcp bench schedulers", description=__doc__.splitlines()[0])
-    ap.add_argument("--profiles", type=_names, default=["resnet50", "vgg16"])
+    ap.add_argument("--profiles", type=_names, default=["resnet50-usbyte", "vgg16-usbyte"])
     ap.add_argument("--workers", type=_ints, default=WORKERS, help="comma-separated worker counts")
     ap.add_argument("--rate-gbps", type=float, default=10.0, help="link rate of the timeline's ring")
     ap.add_argument("--latency-s", type=float, default=30e-6, help="per collective step")
-    ap.add_argument("--collective-profile", default="resnet50", help="the profile of the collectives' rows")
+    ap.add_argument("--collective-profile", default="resnet50-usbyte", help="the profile of the collectives' rows")
     ap.add_argument("--topologies", type=_names, default=list(TOPOLOGIES))
     ap.add_argument("--fabric-gbps", type=float, default=10.0, help="switch-to-switch rate of the collectives' rows")
     ap.add_argument("--kary", type=int, default=5, help="MultiTree kary")

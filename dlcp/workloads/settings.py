@@ -81,7 +81,7 @@ class TrainingSettings(Settings):
             raise BadValue(
                 "profile",
                 "compute = 'profile' with the synthetic model needs a profile (a bundled "
-                "name such as resnet50, or a JSON file)",
+                "name such as resnet50-fp32-b64-h200, or a JSON file)",
             )
         return self
 

@@ -21,7 +21,7 @@ def test_bench_schedulers_json_last_line():
             "bench",
             "schedulers",
             "--profiles",
-            "resnet50",
+            "resnet50-usbyte",
             "--workers",
             "4,16",
             "--topologies",
@@ -37,8 +37,8 @@ def test_bench_schedulers_json_last_line():
     result = json.loads(lines[-1])
     assert "predicted iteration time" in out and "steps_per_phase" in out  # the tables came first
     rows = result["timeline"]["rows"]
-    assert [(r["profile"], r["workers"]) for r in rows] == [("resnet50", 4), ("resnet50", 16)]
-    _, tl = predict("dear", load_profile("resnet50"), 16, CostModel.from_link(10e9, 30e-6, 16))
+    assert [(r["profile"], r["workers"]) for r in rows] == [("resnet50-usbyte", 4), ("resnet50-usbyte", 16)]
+    _, tl = predict("dear", load_profile("resnet50-usbyte"), 16, CostModel.from_link(10e9, 30e-6, 16))
     assert rows[1]["dear"] == round(tl.iteration_s * 1e3, 2)
     assert all(set(SCHEDULERS) <= set(r) and min(r[s] for s in SCHEDULERS) >= r["compute_ms"] for r in rows)
     coll = {(r["topology"], r["collective"]): r for r in result["collectives"]["rows"]}

@@ -197,11 +197,11 @@ def test_profile_keys_fail_with_one_line():
     with pytest.raises(ValueError, match="workload.compute: .*'fast'"):
         WorkloadConfig(compute="fast")
     with pytest.raises(ValueError, match="workload.compute_ms: a sleep of the real-compute synthetic model"):
-        WorkloadConfig(compute="profile", model="synthetic", profile="vgg16", compute_ms=5)
+        WorkloadConfig(compute="profile", model="synthetic", profile="vgg16-usbyte", compute_ms=5)
     assert workload_profile(WorkloadConfig(compute="real")) is None
-    assert len(workload_profile(WorkloadConfig(compute="profile", model="synthetic", profile="resnet50"))) == 161
+    assert len(workload_profile(WorkloadConfig(compute="profile", model="synthetic", profile="resnet50-usbyte"))) == 161
     with pytest.raises(ValueError, match="workload.layers: set by the profile"):
-        check_workload(WorkloadConfig(compute="profile", model="synthetic", profile="vgg16", layers=[3, 4]))
+        check_workload(WorkloadConfig(compute="profile", model="synthetic", profile="vgg16-usbyte", layers=[3, 4]))
 
 
 def test_torch_model_times_itself_with_a_matching_profile(tmp_path):

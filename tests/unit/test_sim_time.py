@@ -10,8 +10,8 @@ BASE = {"name": "t", "backend": "ns3", "workload": {"model": "synthetic", "itera
 
 
 def test_profile_compute_is_the_profiles_forward_plus_backward():
-    cfg = configmod.validate({**BASE, "workload": {**BASE["workload"], "compute": "profile", "profile": "resnet50"}})
-    assert simulated_compute_s(cfg) == load_profile("resnet50").compute_s > 0
+    cfg = configmod.validate({**BASE, "workload": {**BASE["workload"], "compute": "profile", "profile": "resnet50-usbyte"}})
+    assert simulated_compute_s(cfg) == load_profile("resnet50-usbyte").compute_s > 0
 
 
 def test_fixed_compute_is_compute_ms():
