@@ -88,6 +88,7 @@ def _schedulers(argv):
             args.fabric_gbps,
             args.kary,
             args.group,
+            args.compute_scale,
         )
     except ValueError as e:
         raise SystemExit(f"dlcp bench schedulers: {e}") from None

@@ -113,12 +113,23 @@ def scale_line(sc: dict) -> str:
         if sc["warmup_iterations"]
         else "every iteration counts (no warm-up)"
     )
+    compute = compute_line(sc)
     if sc["dilation"] != 1:
         return (
             f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
-            f"every time shown is measured / {sc['dilation']:g}; {warm}"
+            f"every time shown is measured / {sc['dilation']:g}; {compute}{warm}"
         )
-    return f"No time dilation; {warm}"
+    return f"No time dilation; {compute}{warm}"
+
+
+def compute_line(sc: dict) -> str:
+    """What the compute times were, when they came from a profile: its name and compute scale."""
+    if not sc.get("profile") and sc.get("compute_scale", 1) == 1:
+        return ""
+    k = sc.get("compute_scale", 1)
+    scaled = f" x {k:g} (workload.compute_scale: a device {k:g}x slower)" if k != 1 else ""
+    name = sc.get("profile") or "(the model's own)"
+    return f"compute from profile {name}{scaled}; "
 
 
 def keepup_warning(k: dict) -> str | None:

@@ -103,10 +103,14 @@ def after_warmup(table: Table, warmup: int) -> Table:
 
 
 def scale_info(run: RunData) -> dict:
-    """summary.json `scale`: the dilation applied and the warm-up left out."""
+    """summary.json `scale`: the dilation applied, the profile's compute scale and the warm-up
+    left out."""
     d = dilation_factor(run.config)
+    workload = (run.config or {}).get("workload") or {}
     return {
         "dilation": d,
         "times": "measured / dilation (the system's time)" if d != 1 else "measured",
+        "compute_scale": workload.get("compute_scale", 1.0),
+        "profile": workload.get("profile", "") if workload.get("compute") == "profile" else "",
         "warmup_iterations": warmup_iterations(run.config),
     }

@@ -130,7 +130,18 @@ def test_collective_plans():
         (("--scheduler", "dear", "--profile", "resnet50-usbyte", "--workers", "4"), "give --alpha and --beta"),
         (("--scheduler", "dear", "--profile", "nosuch", "--workers", "4", "--rate-gbps", "1"), "profile 'nosuch'"),
         (
-            ("--scheduler", "dear", "--profile", "resnet50-usbyte", "--workers", "4", "--rate-gbps", "1", "--option", "x=1"),
+            (
+                "--scheduler",
+                "dear",
+                "--profile",
+                "resnet50-usbyte",
+                "--workers",
+                "4",
+                "--rate-gbps",
+                "1",
+                "--option",
+                "x=1",
+            ),
             "scheduler 'dear'",
         ),
         (("--collective", "multitree", "--topology", "torus:4"), "--topology: torus needs 2 number(s)"),
@@ -142,3 +153,13 @@ def test_bad_input_is_one_line(args, msg):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dlcp schedule: ") and msg in lines[0], p.stderr
+
+
+def test_compute_scale_multiplies_the_profiles_compute():
+    base = ["--profile", "bert-base-fp32-b32-h200", "--workers", "8", "--rate-gbps", "10", "--scheduler", "wfbp"]
+    one = last_json(schedule(*base, "--json"))
+    four = last_json(schedule(*base, "--compute-scale", "4", "--json"))
+    assert one["compute_scale"] == 1 and four["compute_scale"] == 4
+    assert four["compute_s"] == pytest.approx(4 * one["compute_s"])
+    assert four["compute_s"] == pytest.approx(4 * load_profile("bert-base-fp32-b32-h200").compute_s)
+    assert four["predicted_iteration_s"] >= four["compute_s"]
