@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | sweep | build | gen | report | compare | profile | clean | bench | schedule.
+"""The `dlcp` command: run | sweep | build | gen | report | trace | compare | profile | chakra | clean | bench | schedule.
 
 The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
 or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=report_cmds.cmd_report)
 
     profile_cmd.add_parser(sub)
+    ch = sub.add_parser("chakra", help="Chakra execution traces: import one as a profile, export a run", add_help=False)
+    ch.add_argument("chakra_args", nargs=argparse.REMAINDER)
 
     c = sub.add_parser(
         "compare",
@@ -213,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(argv[1:])
     if argv[:1] == ["schedule"]:
         return _schedule(argv[1:])
+    if argv[:1] == ["profile"]:  # list | show | MODEL: its own parser
+        return profile_cmd.main(argv[1:])
+    if argv[:1] == ["chakra"]:
+        from dlcp_cli import chakra_cmd
+
+        return chakra_cmd.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0

@@ -86,6 +86,8 @@ class Profile:
         """The same model on a device `compute` times slower (2.0 = every layer takes twice as long)."""
         if not (isinstance(compute, (int, float)) and math.isfinite(compute) and compute > 0):
             raise ValueError(f"scaled: compute factor must be a finite number > 0, got {compute!r}")
+        if compute == 1:
+            return self
         return replace(
             self,
             forward_s=tuple(t * compute for t in self.forward_s),
