@@ -423,4 +423,10 @@ def test_tune_picks_the_best_grid_point():
     by_hand = {g: run("dear", p, cost, threshold_bytes=g)[1].iteration_s for g in grid}
     assert t == min(by_hand.values()) and by_hand[best["threshold_bytes"]] == t
     with pytest.raises(ValueError, match="no valid combination"):
-        tune("bytescheduler", load_profile("vgg16-usbyte"), 16, cost, {"partition_bytes": [4 << 20], "credit_bytes": [10]})
+        tune(
+            "bytescheduler",
+            load_profile("vgg16-usbyte"),
+            16,
+            cost,
+            {"partition_bytes": [4 << 20], "credit_bytes": [10]},
+        )

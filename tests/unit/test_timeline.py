@@ -155,7 +155,9 @@ def test_free_communication_costs_nothing(name):
 def test_sweep_of_all_policies_profiles_and_worker_counts():
     workers = [4, 8, 16, 32, 64, 128]
     rows = sweep(
-        [load_profile("resnet50-usbyte"), load_profile("vgg16-usbyte")], workers, lambda w: CostModel.from_link(10e9, 30e-6, w)
+        [load_profile("resnet50-usbyte"), load_profile("vgg16-usbyte")],
+        workers,
+        lambda w: CostModel.from_link(10e9, 30e-6, w),
     )
     assert len(rows) == 6 * 2 * 6
     t = {(r["profile"], r["workers"], r["scheduler"]): r["iteration_s"] for r in rows}
