@@ -173,6 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="write the report here instead of into the run directory")
     r.set_defaults(func=report_cmds.cmd_report)
 
+    t = sub.add_parser(
+        "trace",
+        help="a run's timeline as a Chrome/Perfetto trace (dlcp report writes it too)",
+        description="Per rank the forward and backward of every layer and every message; per switch "
+        "port queue depth and drops (dlcp/reporting/trace.py). Open it at https://ui.perfetto.dev.",
+    )
+    t.add_argument("run_dir", help="a run directory")
+    t.add_argument("--out", help="output file (default: RUN_DIR/trace.json)")
+    t.set_defaults(func=report_cmds.cmd_trace)
+
     profile_cmd.add_parser(sub)
     ch = sub.add_parser("chakra", help="Chakra execution traces: import one as a profile, export a run", add_help=False)
     ch.add_argument("chakra_args", nargs=argparse.REMAINDER)

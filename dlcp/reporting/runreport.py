@@ -151,6 +151,11 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
             f"covers only the {s['iteration']['count']} iteration(s) recorded until then."
         )
     doc.bullets(headline_lines(s))
+    if s.get("trace"):
+        doc.p(
+            f"Timeline: {s['trace']['file']} (per rank the forward and backward of every layer and every "
+            f"message from send to completion; per switch port queue depth and drops): {s['trace']['open']}."
+        )
     warning = protected_warning(s["loss"])
     if warning:
         doc.warn(warning)
@@ -577,6 +582,19 @@ def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str
     return paths
 
 
+def _write_trace(run_dir: pathlib.Path, out: pathlib.Path) -> dict | None:
+    """The run's timeline beside its report (dlcp/reporting/trace.py); None when the run has no
+    records to draw it from."""
+    from dlcp.reporting.trace import OPEN_HINT, TRACE_NAME, write_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        write_trace(run_dir, out / TRACE_NAME)
+    except ValueError:
+        return None
+    return {"file": TRACE_NAME, "open": OPEN_HINT}
+
+
 def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None, figures: bool = True) -> dict:
     """Write summary.json, report.md, report.html and plots/ for one run (into the run directory
     unless out_dir is given) and return the summary. `figures=False`: no plots (a run of a repeated
@@ -584,5 +602,6 @@ def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None =
     run = undilated(load_run(run_dir))
     summary = summarise(run)
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
+    summary["trace"] = _write_trace(run.path, out)
     write_outputs(out, build_doc(run, summary, figures), summary, json_name="summary.json", stem="report")
     return json_ready(summary)

@@ -50,6 +50,7 @@ import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlcp.workloads.profile import BYTES_PER_ELEMENT, Profile
 
@@ -160,7 +161,7 @@ def read_et(path: str | Path) -> tuple[object, list]:
         meta = schema.GlobalMetadata()
         if not schema.protolib.decodeMessage(stream, meta):
             raise ValueError(f"{path}: empty, not a Chakra execution trace")
-        nodes = []
+        nodes: list[Any] = []
         while True:
             node = schema.Node()
             try:
@@ -233,7 +234,7 @@ def _refuse_unmappable(node, schema) -> None:
 
 @dataclass
 class _Tensor:
-    node: object
+    node: Any  # a Chakra Node message
     size: int
     forward_us: float = 0.0
     backward_us: float = 0.0

@@ -33,8 +33,8 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -122,7 +122,7 @@ class _Hooks:
         self.timer = timer
         self.layer_of_param = {id(p): i for i, group in enumerate(layers) for p in group}
         self.size = [len(group) for group in layers]
-        layer_of_module = {}
+        layer_of_module: dict[int, int] = {}
         for m in model.modules():
             for p in m.parameters(recurse=False):
                 layer = self.layer_of_param.get(id(p))
@@ -246,16 +246,18 @@ def measure_profile(
     model.train()
     layers = parameter_layers(model)
     timer = make_timer(dev)
-    if precision == "bf16":
-        autocast = lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
-    else:
-        autocast = nullcontext
-    plain_s, hooked_s, per_fwd, per_bwd = [], [], [], []
+    autocast: Callable[[], AbstractContextManager[Any]] = (
+        (lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
+    )
+    plain_s: list[float] = []
+    hooked_s: list[float] = []
+    per_fwd: list[list[float]] = []
+    per_bwd: list[list[float]] = []
     for r in range(warmup + repeats):
         batch = pm.make_inputs(batch_size, dev)
         marks = _run_step(pm, batch, timer, autocast)
         timer.synchronize()
-        plain = timer.seconds(marks["start"], marks["end"])
+        plain_step = timer.seconds(marks["start"], marks["end"])
         hooks = _Hooks(model, layers, timer)
         try:
             marks = _run_step(pm, batch, timer, autocast)
@@ -264,7 +266,7 @@ def measure_profile(
             hooks.remove()
         fwd, bwd = step_layer_times(marks, hooks.starts, hooks.ready, len(layers), timer)
         if r >= warmup:
-            plain_s.append(plain)
+            plain_s.append(plain_step)
             hooked_s.append(timer.seconds(marks["start"], marks["end"]))
             per_fwd.append(fwd)
             per_bwd.append(bwd)
@@ -287,7 +289,7 @@ def measure_profile(
         label = pm.name.removeprefix("hf:").replace(":", ".") + ("+custom" if hf_config else "")
         name = f"{label}-{precision}-b{batch_size}-{device_tag(dev)}"
     fwd_ms, bwd_ms = 1e3 * math.fsum(fwd_s), 1e3 * math.fsum(bwd_s)
-    plain, hooked = distribution(plain_s), distribution(hooked_s)
+    plain, hooked = distribution(plain_s), distribution(hooked_s)  # ms
     threads_words = f", {threads} intra-op thread(s)" if dev.type == "cpu" else ", cudnn.benchmark on"
     note = (
         f"Measured by `{command or 'dlcp profile ' + model_name}` on {_device_words(dev)} at "

@@ -184,10 +184,11 @@ def _transformers(spec: str, seq_len: int, overrides: dict[str, Any]) -> Profile
         raise ModelUnavailable(
             f"model {spec!r}: transformers {transformers.__version__} has no model class {cls_name!r}"
         )
-    config = cls.config_class(**{**preset, **overrides})
+    fields = cls.config_class().to_dict()  # a config takes unknown keys silently: check first
     for key in overrides:
-        if not hasattr(config, key):
-            raise ModelUnavailable(f"--hf-config {key}: not a field of {type(config).__name__}")
+        if key not in fields:
+            raise ModelUnavailable(f"--hf-config {key}: not a field of {cls.config_class.__name__}")
+    config = cls.config_class(**{**preset, **overrides})
     max_pos = getattr(config, "max_position_embeddings", getattr(config, "n_positions", None))
     if max_pos is not None and seq_len > max_pos:
         raise ModelUnavailable(f"--seq-len {seq_len}: the model takes at most {max_pos} positions")
