@@ -64,7 +64,7 @@ def trace_events(run_dir: Path) -> list[dict]:
     samples = sorted((run_dir / "counters").glob("*-samples.jsonl"))
     dilation = dilation_factor(config)
     t0 = min(int(r["start_us"]) for r in iters + senders)
-    to_us = lambda t: (int(t) - t0) / dilation  # noqa: E731
+    to_us = lambda t: (int(t) - t0) / dilation
     events: list[dict] = []
     ranks = sorted({(int(r["rank"]), r["host"]) for r in iters})
     for rank, host in ranks:
