@@ -217,6 +217,10 @@ def _transformers(spec: str, seq_len: int, overrides: dict[str, Any]) -> Profile
 
 def _user(spec: str) -> ProfiledModel:
     module_name, _, attr = spec.partition(":")
+    try:  # the user's module may import torchvision itself: the same arrangement first
+        import_torchvision()
+    except ModelUnavailable:
+        pass
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except ImportError as e:
