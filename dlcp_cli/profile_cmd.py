@@ -45,7 +45,8 @@ def measure_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--repeats",
         type=int,
-        help="measured steps, each after a plain one; the median is kept (default 100 for ours, 20 otherwise)",
+        help="measured steps, each after a plain one; the median is kept (default 100 for ours, otherwise as "
+        "many as 30 s allow, 20 to 200)",
     )
     p.add_argument("--warmup", type=int, help="steps run first and not counted (default 10 for ours, 5 otherwise)")
     p.add_argument(
@@ -81,7 +82,7 @@ def cmd_measure(argv: list[str]) -> int:
     from dlcp.workloads.trainer.zoo import OURS
 
     ours = args.model in OURS
-    repeats = args.repeats if args.repeats is not None else (100 if ours else 20)
+    repeats = args.repeats if args.repeats is not None else (100 if ours else None)
     warmup = args.warmup if args.warmup is not None else (10 if ours else 5)
     try:
         data = measure_profile(

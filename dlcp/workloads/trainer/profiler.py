@@ -16,11 +16,14 @@ models group a conv and its norm: `parameter_layers`). Per layer:
 Time comes from a `StepTimer`: `perf_counter` on the CPU; on a GPU, CUDA events recorded in the
 hooks on the compute stream and read after the step's synchronisation, so the times are the GPU's,
 not the moments the CPU queued the work. Each measured step is paired with a plain step (the same
-batch, no hooks) run just before it, so the profile says what the hooks cost; `repeats` pairs
+batch, no hooks), the two in alternating order (the second step on a batch ran 25 % slower than
+the first for a tiny BERT here, which a fixed order would charge to the hooks), so the profile says
+what the hooks cost; `repeats` pairs
 after `warmup` pairs that are not counted. Per layer its median over the repeats, scaled so that the
-layers add up to the median step's forward (and backward) sum (`typical_layer_times`), is split
+layers add up to the median step's forward + backward (`typical_layer_times`), is split
 over the layer's tensors in proportion to their sizes; `measured` carries the distribution of the
-plain step, the hooked step and the forward and backward sums over the repeats.
+plain step, the hooked step and the forward and backward sums over the repeats. `repeats=None`
+measures pairs for 30 s (20 to 200 of them).
 `scale_to_plain` multiplies every time by plain / hooked step (medians), as the bundled GPU
 profiles were (their note says so): where the hooks' own cost is large (a GPU waiting on kernel
 launches) the sum then matches the step a run would take.
@@ -46,6 +49,10 @@ from dlcp.workloads.trainer.models import parameter_layers
 from dlcp.workloads.trainer.zoo import ProfiledModel, resolve_model
 
 PRECISIONS = ("fp32", "bf16")
+# repeats=None: measure pairs for AUTO_BUDGET_S of wall clock, at least AUTO_MIN_REPEATS and at
+# most AUTO_MAX_REPEATS: a fast model gets many pairs, which a loaded machine's noise needs (two
+# medians of 20 steps of a tiny BERT were 16 % apart at load 8 on 2 cores), a slow one 20
+AUTO_BUDGET_S, AUTO_MIN_REPEATS, AUTO_MAX_REPEATS = 30.0, 20, 200
 
 
 class StepTimer(Protocol):
@@ -169,17 +176,29 @@ def _run_step(pm: ProfiledModel, batch: tuple, timer: StepTimer, autocast) -> di
     return marks
 
 
-def typical_layer_times(per_step: Sequence[Sequence[float]]) -> list[float]:
-    """Per layer, its share of the median step: the layers' medians over the steps, scaled to add up
-    to the median over the steps of their sum. The medians alone add up to less than any step on a
-    loaded machine (every step is interrupted somewhere, rarely in the same layer: a tiny BERT
-    measured 41 % below its step here), while the step's median is robust; the split between the
-    layers comes from the medians, the total from the step."""
-    n = len(per_step[0])
-    medians = [statistics.median(step[i] for step in per_step) for i in range(n)]
-    total = statistics.median(math.fsum(step) for step in per_step)
-    have = math.fsum(medians)
-    return [m * total / have for m in medians] if have > 0 else [total / n] * n
+def typical_layer_times(
+    per_fwd: Sequence[Sequence[float]], per_bwd: Sequence[Sequence[float]]
+) -> tuple[list[float], list[float]]:
+    """Per layer, its share of the median step: (forward, backward) seconds per layer. The split
+    between layers comes from their medians over the steps, the split between forward and
+    backward from the medians of their sums, the total from the median over the steps of forward +
+    backward. The medians alone add up to less than any step on a loaded machine (every step is
+    interrupted somewhere, rarely in the same layer: a tiny BERT measured 41-59 % below its step
+    here), and the medians of the two sums apart up to 15 % below it; the median step is robust."""
+
+    def medians(per_step: Sequence[Sequence[float]]) -> list[float]:
+        return [statistics.median(step[i] for step in per_step) for i in range(len(per_step[0]))]
+
+    total = statistics.median(math.fsum(f) + math.fsum(b) for f, b in zip(per_fwd, per_bwd))
+    fwd_sum = statistics.median(math.fsum(f) for f in per_fwd)
+    bwd_sum = statistics.median(math.fsum(b) for b in per_bwd)
+    out = []
+    for per_step, share in ((per_fwd, fwd_sum), (per_bwd, bwd_sum)):
+        m = medians(per_step)
+        part = total * share / (fwd_sum + bwd_sum) if fwd_sum + bwd_sum > 0 else 0.0
+        have = math.fsum(m)
+        out.append([x * part / have for x in m] if have > 0 else [part / len(m)] * len(m))
+    return out[0], out[1]
 
 
 def distribution(values: Sequence[float], unit: float = 1e3) -> dict[str, float]:
@@ -215,7 +234,7 @@ def measure_profile(
     model_name: str,
     dataset: str = "digits",
     batch_size: int = 32,
-    repeats: int = 100,
+    repeats: int | None = 100,
     warmup: int = 10,
     threads: int = 1,
     seed: int = 1,
@@ -228,7 +247,7 @@ def measure_profile(
 ) -> dict:
     """The profile JSON (a dict) of `model_name` (dlcp/workloads/trainer/zoo.py) at `batch_size`
     per worker on `device`."""
-    if repeats < 1 or warmup < 0 or batch_size < 1 or threads < 1:
+    if (repeats is not None and repeats < 1) or warmup < 0 or batch_size < 1 or threads < 1:
         raise ValueError("profile: repeats, batch size and threads must be >= 1, warm-up >= 0")
     if precision not in PRECISIONS:
         raise ValueError(f"profile: --precision {precision!r}: one of {', '.join(PRECISIONS)}")
@@ -253,25 +272,35 @@ def measure_profile(
     hooked_s: list[float] = []
     per_fwd: list[list[float]] = []
     per_bwd: list[list[float]] = []
-    for r in range(warmup + repeats):
+    r, wall0 = 0, time.perf_counter()
+    while r < warmup + (repeats or AUTO_MAX_REPEATS):
+        if repeats is None and r >= warmup + AUTO_MIN_REPEATS and time.perf_counter() - wall0 > AUTO_BUDGET_S:
+            break
+        r += 1
         batch = pm.make_inputs(batch_size, dev)
-        marks = _run_step(pm, batch, timer, autocast)
-        timer.synchronize()
-        plain_step = timer.seconds(marks["start"], marks["end"])
-        hooks = _Hooks(model, layers, timer)
-        try:
-            marks = _run_step(pm, batch, timer, autocast)
-            timer.synchronize()
-        finally:
-            hooks.remove()
+        for with_hooks in (False, True) if r % 2 else (True, False):  # the second step on a batch is slower
+            if not with_hooks:
+                marks = _run_step(pm, batch, timer, autocast)
+                timer.synchronize()
+                plain_step = timer.seconds(marks["start"], marks["end"])
+                continue
+            hooks = _Hooks(model, layers, timer)
+            try:
+                hooked_marks = _run_step(pm, batch, timer, autocast)
+                timer.synchronize()
+            finally:
+                hooks.remove()
+        marks = hooked_marks
         fwd, bwd = step_layer_times(marks, hooks.starts, hooks.ready, len(layers), timer)
-        if r >= warmup:
+        if r == warmup:
+            wall0 = time.perf_counter()  # the budget counts measured pairs only
+        if r > warmup:
             plain_s.append(plain_step)
             hooked_s.append(timer.seconds(marks["start"], marks["end"]))
             per_fwd.append(fwd)
             per_bwd.append(bwd)
-    layer_fwd = typical_layer_times(per_fwd)
-    layer_bwd = typical_layer_times(per_bwd)
+    repeats = len(plain_s)
+    layer_fwd, layer_bwd = typical_layer_times(per_fwd, per_bwd)
     factor = statistics.median(plain_s) / statistics.median(hooked_s) if scale_to_plain else 1.0
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     params = [p for p in model.parameters() if p.requires_grad]
@@ -301,8 +330,9 @@ def measure_profile(
         "to the end of the loss) and in post-accumulate-grad hooks (backward: a layer is ready when "
         "its last gradient is; from the previous ready moment). Per layer the median of "
         f"{repeats} steps after {warmup} warm-up steps, scaled so that the layers add up to the median "
-        "step's forward (backward) sum, split over the layer's tensors by size; "
-        f"each measured step follows a plain one on the same batch. Step median {hooked['median']:.3f} ms "
+        "step's forward + backward (split between the two as the medians of their sums), spread over "
+        "the layer's tensors by size; "
+        f"each measured step paired with a plain one on the same batch, in alternating order. Step median {hooked['median']:.3f} ms "
         f"with the hooks, {plain['median']:.3f} ms without (p10-p90 {plain['p10']:.3f}-{plain['p90']:.3f} ms); "
         f"forward + backward {fwd_ms + bwd_ms:.3f} ms"
         + (
