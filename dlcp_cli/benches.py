@@ -92,6 +92,7 @@ def _schedulers(argv):
             args.topologies,
             args.fabric_gbps,
             flag_values(args, COLLECTIVES),
+            args.compute_scale,
         )
     except ValueError as e:
         raise SystemExit(f"dlcp bench schedulers: {e}") from None
