@@ -10,18 +10,18 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("fastpath_source", HERE / "emulation/refswitch/fastpath_source.py")
+_spec = importlib.util.spec_from_file_location("fastpath_source", HERE / "emulation/builtin_switch/fastpath_source.py")
 fastpath_source = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fastpath_source)
 
 # baked into the module so the switch can refuse a binary built from other sources
-SHA = fastpath_source.source_sha(HERE / "emulation/refswitch")
-SOURCE, *HEADERS = (f"emulation/refswitch/{name}" for name in fastpath_source.SOURCES)
+SHA = fastpath_source.source_sha(HERE / "emulation/builtin_switch")
+SOURCE, *HEADERS = (f"emulation/builtin_switch/{name}" for name in fastpath_source.SOURCES)
 
 setup(
     ext_modules=[
         Extension(
-            "emulation.refswitch._fastpath",
+            "emulation.builtin_switch._fastpath",
             [SOURCE],
             depends=HEADERS,
             extra_compile_args=["-O2", "-Wall"],

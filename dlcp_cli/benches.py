@@ -13,7 +13,7 @@ def _tagging(argv):
 
 
 def _switch(argv):
-    from emulation.benches.switch import bench_switch
+    from emulation.benches.switch_forwarding import bench_switch
 
     return bench_switch(argv)
 
@@ -117,7 +117,7 @@ def _schedulers(argv):
 
 
 def _bmv2(argv):
-    from emulation.bmv2.bench import bench_bmv2
+    from emulation.benches.bmv2_forwarding import bench_bmv2
 
     return bench_bmv2(argv)
 

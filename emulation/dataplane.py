@@ -10,7 +10,7 @@ runtime file (docs/pipeline.md), and stops it:
     stop: counter dump in <run_dir>/counters/<name>.json, SIGTERM, SIGKILL if it hangs, forget PID
 
 Any failure stops the process and raises SwitchStartError naming the switch; once a process ran,
-the message also has the exact command line and the tail of the process's own log. `RefProcess`
+the message also has the exact command line and the tail of the process's own log. `BuiltinProcess`
 runs the built-in dataplane; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
 Mininet switch classes (`emulation.switches`) and the conformance harness use these.
 """
@@ -77,7 +77,7 @@ class DataplaneProcess:
 
     @property
     def samples_path(self) -> Path:
-        """Periodic queue samples (built-in dataplane; emulation/refswitch/switch.py, Sampler)."""
+        """Periodic queue samples (built-in dataplane; emulation/builtin_switch/process.py, Sampler)."""
         return self.run_dir / "counters" / f"{self.name}-samples.jsonl"
 
     @property
@@ -222,14 +222,14 @@ class DataplaneProcess:
         return json.loads(self.counters_path.read_text())
 
 
-class RefProcess(DataplaneProcess):
-    """The built-in dataplane: `python -m emulation.refswitch` (emulation/refswitch)."""
+class BuiltinProcess(DataplaneProcess):
+    """The built-in dataplane: `python -m emulation.builtin_switch` (emulation/builtin_switch)."""
 
     backend = "ref"
-    program = "refswitch"
+    program = "builtin_switch"
 
     def __init__(self, *args, extra_args=(), **kw):
-        """extra_args: more refswitch options (--engine, --seed, ...)."""
+        """extra_args: more builtin_switch options (--engine, --seed, ...)."""
         super().__init__(*args, **kw)
         self.extra_args = list(extra_args)
 
@@ -254,7 +254,7 @@ class RefProcess(DataplaneProcess):
         cmd = [
             sys.executable,
             "-m",
-            "emulation.refswitch",
+            "emulation.builtin_switch",
             "--runtime",
             str(self.runtime_json),
             "--name",
@@ -284,7 +284,7 @@ class RefProcess(DataplaneProcess):
 
     def control(self, command: str, timeout: float = 5.0) -> dict:
         """One control-socket request (ping, counters, dump)."""
-        from emulation.refswitch.switch import control_request
+        from emulation.builtin_switch.process import control_request
 
         return control_request(self.control_path, command, timeout=timeout)
 

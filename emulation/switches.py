@@ -7,7 +7,7 @@ for when Mininet's own stop cannot run. The process life cycle itself (PID recor
 SCHED_RR, the error with the process's log tail and command line) is emulation/dataplane.py's.
 
 `BACKENDS` maps a backend name to its class; "ref" (the built-in dataplane) is the default.
-"bmv2" loads emulation/bmv2/switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
+"bmv2" loads emulation/bmv2/simple_switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from emulation.dataplane import DataplaneProcess, RefProcess, SwitchStartError
+from emulation.dataplane import BuiltinProcess, DataplaneProcess, SwitchStartError
 from emulation.network import DiesWithRun
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_BACKEND",
     "Bmv2Switch",
+    "BuiltinSwitch",
     "DlcpSwitch",
-    "RefSwitch",
     "SwitchStartError",
     "switch_class",
 ]
@@ -100,19 +100,19 @@ class DlcpSwitch(DiesWithRun, Switch):
         return json.loads(self.counters_path.read_text())
 
 
-class RefSwitch(DlcpSwitch):
-    """The built-in dataplane (emulation/refswitch), one process per switch."""
+class BuiltinSwitch(DlcpSwitch):
+    """The built-in dataplane (emulation/builtin_switch), one process per switch."""
 
     backend = "ref"
-    process_options = ("extra_args",)  # more refswitch options (--engine, ...)
+    process_options = ("extra_args",)  # more builtin_switch options (--engine, ...)
 
     @staticmethod
     def process_class() -> type[DataplaneProcess]:
-        return RefProcess
+        return BuiltinProcess
 
 
 class Bmv2Switch(DlcpSwitch):
-    """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py). Options: grpc_port,
+    """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/simple_switch.py). Options: grpc_port,
     thrift_port (default 9559 / 9090 + the runtime's device_id)."""
 
     backend = "bmv2"
@@ -120,18 +120,18 @@ class Bmv2Switch(DlcpSwitch):
 
     @staticmethod
     def process_class() -> type[DataplaneProcess]:
-        from emulation.bmv2.switch import Bmv2Process
+        from emulation.bmv2.simple_switch import Bmv2Process
 
         return Bmv2Process
 
     @classmethod
     def toolchain(cls, data_port: int | None = None) -> dict[str, str]:
-        from emulation.bmv2.switch import toolchain
+        from emulation.bmv2.simple_switch import toolchain
 
         return toolchain(data_port)
 
 
-BACKENDS: dict[str, type[DlcpSwitch]] = {"ref": RefSwitch, "bmv2": Bmv2Switch}
+BACKENDS: dict[str, type[DlcpSwitch]] = {"ref": BuiltinSwitch, "bmv2": Bmv2Switch}
 DEFAULT_BACKEND = "ref"
 
 

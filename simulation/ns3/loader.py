@@ -21,7 +21,7 @@ from pathlib import Path
 
 CPP_DIR = Path(__file__).resolve().parent / "cpp"
 # dlcp_wire.h: the wire format and the switch's names, generated from dlcp/wire/layout.py (`make gen`)
-WIRE_H_DIR = Path(__file__).resolve().parents[2] / "emulation" / "refswitch"
+WIRE_H_DIR = Path(__file__).resolve().parents[2] / "emulation" / "builtin_switch"
 MODULES = ("core", "network", "internet", "point-to-point", "traffic-control", "applications")
 EXTRA_HINT = "pip install '.[sim]' (or: pip install 'ns3==3.44.*')"
 

@@ -4,7 +4,7 @@ with AF_PACKET from a tester namespace, outputs captured on the other ports.
     tester ns: <p>t1..t4  <-veth->  root ns: <p>p1..p4 (switch ports 1..4), p = "rs" + PID
 
 The switch runs in the root namespace, where bmv2's gRPC and Thrift servers are reachable from
-this process. `SwitchUnderTest` is the only backend-specific part: `RefSwitchSUT` runs the
+this process. `SwitchUnderTest` is the only backend-specific part: `BuiltinSwitchSUT` runs the
 built-in dataplane (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
 through emulation/dataplane.py like the runner's switches do. `Ns3SUT` needs no namespaces: the
 same frames go into a switch simulated on ns-3 (simulation/ns3/inject.py) and its outputs come
@@ -22,20 +22,20 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
+from switch_frames import dlcp_frame, runtime_doc, udp_frame
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.switch_runtime import SwitchConfig
-from emulation.dataplane import RefProcess
+from emulation.builtin_switch.hashing import crc16, five_tuple_bytes
+from emulation.dataplane import BuiltinProcess
 from emulation.netns import Lab, drain, raw_socket
-from emulation.refswitch.hashing import crc16, five_tuple_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = (1, 2, 3, 4)
 
 
 def _fastpath_usable() -> bool:
-    from emulation.refswitch.switch import load_fastpath
+    from emulation.builtin_switch.process import load_fastpath
 
     try:
         load_fastpath()
@@ -45,7 +45,7 @@ def _fastpath_usable() -> bool:
 
 
 HAVE_C = _fastpath_usable()
-ENGINES = ("c", "python") if HAVE_C else ("python",)  # the refswitch engines this machine can run
+ENGINES = ("c", "python") if HAVE_C else ("python",)  # the built-in switch engines this machine can run
 
 
 class SwitchUnderTest(Protocol):
@@ -74,17 +74,17 @@ class _ProcessSUT:
         return json.loads(path.read_text()) if path.exists() else {}
 
 
-class RefSwitchSUT(_ProcessSUT):
+class BuiltinSwitchSUT(_ProcessSUT):
     def __init__(self, engine: str, extra_args: tuple[str, ...] = ()):
         self.engine = engine
         self.extra_args = ["--engine", engine, "--seed", "7", *extra_args]
-        self.name = f"refswitch-{engine}"
+        self.name = f"builtin_switch-{engine}"
 
     def start(self, runtime: dict, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         rt = workdir / "runtime.json"
         rt.write_text(json.dumps(runtime))
-        self.process = RefProcess(runtime["switch"], rt, workdir, extra_args=self.extra_args)
+        self.process = BuiltinProcess(runtime["switch"], rt, workdir, extra_args=self.extra_args)
         self.process.start()
 
     def counters(self) -> dict:
@@ -102,7 +102,7 @@ class Bmv2SUT(_ProcessSUT):
     def start(self, runtime: dict, workdir: Path) -> None:
         from fake_p4runtime import free_port
 
-        from emulation.bmv2.switch import Bmv2Process
+        from emulation.bmv2.simple_switch import Bmv2Process
 
         workdir.mkdir(parents=True, exist_ok=True)
         cfg = SwitchConfig()
@@ -430,7 +430,7 @@ def verify(sc: dict, r: Result) -> None:
     assert rx == sum(c["drops"].values()) + q("admitted_pkts") + q("early_drop_pkts") + q("tail_drop_pkts")
     for k, p in ports.items():
         assert p["tx_pkts"] == got[k], f"port {k}: switch sent {p['tx_pkts']}, tester saw {got[k]}"
-    in_switch = ("link_loss_pkts", "queue_overflow_pkts", "queued_pkts", "pending_pkts")  # refswitch only
+    in_switch = ("link_loss_pkts", "queue_overflow_pkts", "queued_pkts", "pending_pkts")  # built-in switch only
     assert q("admitted_pkts") == sum(p["tx_pkts"] + sum(p.get(k, 0) for k in in_switch) for p in ports.values())
     for name, *args in exp.get("checks", []):
         CHECKS[name](r, *args)

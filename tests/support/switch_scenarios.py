@@ -1,7 +1,7 @@
 """Conformance scenarios as data: what goes in (frames, ports, timing), what must come out.
 
 Each scenario names
-  runtime: keyword arguments of refswitch_frames.runtime_doc (routes, lb_mode, thresholds, ports)
+  runtime: keyword arguments of switch_frames.runtime_doc (routes, lb_mode, thresholds, ports)
   send:    bursts, in order: {"port": ingress port, "n": copies, "frame": frame spec, "gap_us": spacing}
            frame spec: {"kind": "dlcp" | "udp" | "raw", ...builder arguments}; "vary_sport": a new UDP
            source port per copy (a new flow each)

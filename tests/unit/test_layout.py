@@ -51,11 +51,11 @@ TOP_ALLOWED = {
 # simulation/ flattens runtime files with the built-in dataplane's table code, which is pure Python;
 # nothing of emulation/ that needs root, sockets or Mininet
 SIMULATION_MAY_IMPORT = {
-    "emulation.refswitch.pipeline",
-    "emulation.refswitch.match_tables",
-    "emulation.refswitch.counters",
-    "emulation.refswitch.hashing",
-    "emulation.refswitch",
+    "emulation.builtin_switch.pipeline",
+    "emulation.builtin_switch.match_tables",
+    "emulation.builtin_switch.counters",
+    "emulation.builtin_switch.hashing",
+    "emulation.builtin_switch",
 }
 NS3_LOADER = "simulation.ns3.loader"  # the one module that imports cppyy / the ns3 wheel
 

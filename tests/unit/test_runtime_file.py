@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from refswitch_frames import entry, runtime_doc
+from switch_frames import entry, runtime_doc
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import PortConfig, RegisterWrite, RuntimeFileError, load_runtime, parse_runtime

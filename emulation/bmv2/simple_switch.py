@@ -291,7 +291,7 @@ class Bmv2Process(DataplaneProcess):
 
     def request_counters(self) -> None:
         from emulation.bmv2.control import ControllerError
-        from emulation.refswitch.counters import write_json_atomic
+        from emulation.builtin_switch.counters import write_json_atomic
 
         try:
             dump = self.counter_dump()

@@ -3,7 +3,7 @@
  *
  * It executes exactly what pipeline.py (the readable reference model) and queues.py do; Python
  * compiles the tables into flat arrays (set_tables) so no match semantics live here except LPM, and
- * tests/unit/test_refswitch_fastpath.py runs both engines on the same frames and compares every byte and
+ * tests/unit/test_builtin_switch_fastpath.py runs both engines on the same frames and compares every byte and
  * counter. Python keeps the control plane: runtime file, counters dump, control socket, signals.
  * Offsets, field positions, sizes and codes come from dlcp_wire.h, generated from
  * dlcp/wire/layout.py and dlcp/network/pipeline_names.py (`make gen`).
@@ -1023,7 +1023,7 @@ static PyMethodDef Engine_methods[] = {
 
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "emulation.refswitch._fastpath.Engine",
+    .tp_name = "emulation.builtin_switch._fastpath.Engine",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

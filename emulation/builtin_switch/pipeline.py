@@ -20,8 +20,8 @@ from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import Runtime
 from dlcp.wire import header as H
 from dlcp.wire.layout import LAYOUT
-from emulation.refswitch.hashing import crc16
-from emulation.refswitch.match_tables import build_tables
+from emulation.builtin_switch.hashing import crc16
+from emulation.builtin_switch.match_tables import build_tables
 
 PARSER_ERROR = P.DROP_REASONS["parser_error"]
 NOT_IPV4 = P.DROP_REASONS["not_ipv4"]

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime
-from emulation.refswitch import counters as C
-from emulation.refswitch import fastpath_source
-from emulation.refswitch.afpacket import new_kernel_drops, open_port_socket
-from emulation.refswitch.pipeline import Pipeline
-from emulation.refswitch.pyengine import PyEngine
+from emulation.builtin_switch import counters as C
+from emulation.builtin_switch import fastpath_source
+from emulation.builtin_switch.afpacket import new_kernel_drops, open_port_socket
+from emulation.builtin_switch.pipeline import Pipeline
+from emulation.builtin_switch.pyengine import PyEngine
 
 ENGINES = ("auto", "c", "python")
 RUN_SLICE_S = 0.5
@@ -49,7 +49,7 @@ class Options:
 
 def load_fastpath():
     """The C engine module, checked to be built from the sources beside it (ImportError if not)."""
-    from emulation.refswitch import _fastpath
+    from emulation.builtin_switch import _fastpath
 
     if all((fastpath_source.HERE / name).exists() for name in fastpath_source.SOURCES):  # noqa: SIM102
         if getattr(_fastpath, "SOURCE_SHA", None) != fastpath_source.source_sha():
@@ -67,8 +67,8 @@ def make_engine(pipeline: Pipeline, opts: Options):
             _fastpath = load_fastpath()
         except ImportError as e:
             if opts.engine == "c":
-                raise SystemExit(f"refswitch: the C engine is not usable ({e}); make setup builds it") from e
-            print(f"refswitch: C engine not available ({e}); using the Python engine", file=sys.stderr)
+                raise SystemExit(f"builtin_switch: the C engine is not usable ({e}); make setup builds it") from e
+            print(f"builtin_switch: C engine not available ({e}); using the Python engine", file=sys.stderr)
         else:
             eng = _fastpath.Engine(
                 batch=opts.batch,
@@ -79,7 +79,7 @@ def make_engine(pipeline: Pipeline, opts: Options):
             eng.set_ecn(pipeline.ecn_k)
             return eng, "c"
     elif opts.engine == "c":
-        raise SystemExit("refswitch: --debug-log needs the Python engine")
+        raise SystemExit("builtin_switch: --debug-log needs the Python engine")
     return PyEngine(pipeline, batch=opts.batch, debug_log=opts.debug_log, max_lag_s=MAX_LAG_S), "python"
 
 
@@ -144,14 +144,14 @@ class Switch:
         missing = set(self.opts.pcap_ports) - {p.port for p in self.runtime.ports}
         if missing:
             raise SystemExit(
-                f"refswitch {self.name}: --pcap-port {sorted(missing)[0]} is not a port of {self.runtime.source}"
+                f"builtin_switch {self.name}: --pcap-port {sorted(missing)[0]} is not a port of {self.runtime.source}"
             )
         for cfg in self.runtime.ports:
             try:
                 sock = open_port_socket(cfg.intf)
             except OSError as e:
                 raise SystemExit(
-                    f"refswitch {self.name}: port {cfg.port}: interface {cfg.intf}: {e.strerror or e}"
+                    f"builtin_switch {self.name}: port {cfg.port}: interface {cfg.intf}: {e.strerror or e}"
                 ) from None
             self.socks[cfg.port] = sock
             pcap = None
@@ -242,7 +242,7 @@ class Switch:
 
     def run(self) -> None:
         gc.disable()  # the hot path makes no reference cycles; collections would only add latency
-        print(f"refswitch {self.name} ready: {len(self.socks)} ports, {self.engine_name} engine", flush=True)
+        print(f"builtin_switch {self.name} ready: {len(self.socks)} ports, {self.engine_name} engine", flush=True)
         wake = [self._wake_r.fileno()] + ([self.control.fileno()] if self.control else [])
         while not self.stopping:
             slice_s = RUN_SLICE_S if self.sampler is None else min(RUN_SLICE_S, self.sampler.due_in())
@@ -278,13 +278,13 @@ class Switch:
                 s.close()
             self.gone.add(port)
             print(
-                f"refswitch {self.name}: port {port}: interface {cfg.intf} is gone; forwarding on the other ports",
+                f"builtin_switch {self.name}: port {port}: interface {cfg.intf} is gone; forwarding on the other ports",
                 file=sys.stderr,
                 flush=True,
             )
             return
         print(
-            f"refswitch {self.name}: port {port} ({cfg.intf}): {os.strerror(err) if err else 'socket error'}"
+            f"builtin_switch {self.name}: port {port} ({cfg.intf}): {os.strerror(err) if err else 'socket error'}"
             f"{' (link down?)' if err == errno.ENETDOWN else ''}",
             file=sys.stderr,
             flush=True,

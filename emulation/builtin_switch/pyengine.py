@@ -15,11 +15,11 @@ import time
 
 from dlcp.network.runtime_file import PortConfig
 from dlcp.transport.core.waits import WaitHistogram
-from emulation.refswitch.afpacket import MsgBatch, PortSocket
-from emulation.refswitch.counters import DelayHistogram
-from emulation.refswitch.pcap import PcapWriter
-from emulation.refswitch.pipeline import PARSER_ERROR, Pipeline
-from emulation.refswitch.queues import ENQ_DEPTH, FRAME, QID, T_ENQ, TEL, VNET, EgressPort
+from emulation.builtin_switch.afpacket import MsgBatch, PortSocket
+from emulation.builtin_switch.counters import DelayHistogram
+from emulation.builtin_switch.pcap import PcapWriter
+from emulation.builtin_switch.pipeline import PARSER_ERROR, Pipeline
+from emulation.builtin_switch.queues import ENQ_DEPTH, FRAME, QID, T_ENQ, TEL, VNET, EgressPort
 
 CONTROL_POLL_S = 0.05
 
