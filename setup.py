@@ -15,8 +15,8 @@ fastpath_source = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fastpath_source)
 
 # baked into the module so the switch can refuse a binary built from other sources
-SHA = fastpath_source.source_sha(HERE / "emulation/builtin_switch")
-SOURCE, *HEADERS = (f"emulation/builtin_switch/{name}" for name in fastpath_source.SOURCES)
+SHA = fastpath_source.source_sha()
+SOURCE, *HEADERS = (str(path.relative_to(HERE.resolve())) for path in fastpath_source.SOURCES)
 
 setup(
     ext_modules=[
@@ -24,6 +24,7 @@ setup(
             "emulation.builtin_switch._fastpath",
             [SOURCE],
             depends=HEADERS,
+            include_dirs=[str(fastpath_source.CORE_DIR.relative_to(HERE.resolve()))],
             extra_compile_args=["-O2", "-Wall"],
             libraries=["m"],
             define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')],

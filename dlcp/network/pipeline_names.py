@@ -5,7 +5,7 @@ reasons, load-balancing modes and sizes (semantics: docs/pipeline.md).
 Everything else follows from `PIPELINE`: the runtime-file reader (`runtime_file.py`), the runtime
 entries (`switch_runtime.py`), the built-in dataplane, the bmv2 control plane, the P4Info the tests
 expect, and the P4 and C definitions that `python -m dlcp.codegen` writes
-(`p4/include/generated/dlcp_pipeline.p4`, `emulation/builtin_switch/dlcp_wire.h`; `make gen`). Widths of
+(`p4/include/generated/dlcp_pipeline.p4`, `dlcp/switch/c/dlcp_wire.h`; `make gen`). Widths of
 keys that match DLCP header fields come from `dlcp/wire/layout.py`. How to add a table, an action or
 a counter: docs/pipeline.md, "Changing the pipeline".
 """

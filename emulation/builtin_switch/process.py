@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime
-from emulation.builtin_switch import counters as C
+from dlcp.switch import counter_dump as C
+from dlcp.switch.pipeline import Pipeline
 from emulation.builtin_switch import fastpath_source
 from emulation.builtin_switch.afpacket import new_kernel_drops, open_port_socket
-from emulation.builtin_switch.pipeline import Pipeline
 from emulation.builtin_switch.pyengine import PyEngine
 
 ENGINES = ("auto", "c", "python")
@@ -51,7 +51,7 @@ def load_fastpath():
     """The C engine module, checked to be built from the sources beside it (ImportError if not)."""
     from emulation.builtin_switch import _fastpath
 
-    if all((fastpath_source.HERE / name).exists() for name in fastpath_source.SOURCES):  # noqa: SIM102
+    if all(path.exists() for path in fastpath_source.SOURCES):  # noqa: SIM102
         if getattr(_fastpath, "SOURCE_SHA", None) != fastpath_source.source_sha():
             raise ImportError(
                 "the built _fastpath module is stale (built from another _fastpath.c or "

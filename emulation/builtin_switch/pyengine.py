@@ -14,11 +14,11 @@ import sys
 import time
 
 from dlcp.network.runtime_file import PortConfig
+from dlcp.switch.counter_dump import DelayHistogram
+from dlcp.switch.pipeline import PARSER_ERROR, Pipeline
 from dlcp.transport.core.waits import WaitHistogram
 from emulation.builtin_switch.afpacket import MsgBatch, PortSocket
-from emulation.builtin_switch.counters import DelayHistogram
 from emulation.builtin_switch.pcap import PcapWriter
-from emulation.builtin_switch.pipeline import PARSER_ERROR, Pipeline
 from emulation.builtin_switch.queues import ENQ_DEPTH, FRAME, QID, T_ENQ, TEL, VNET, EgressPort
 
 CONTROL_POLL_S = 0.05

@@ -6,7 +6,7 @@ The runtime document is read and checked by the one runtime-file reader
 the pipeline per packet. So a runtime file means the same on `ref` and on `ns3`, and a bad one
 fails with the same one-line error naming the file, entry and field.
 
-The counter dump is the built-in dataplane's (`emulation.builtin_switch.counters.snapshot`) with
+The counter dump is the built-in dataplane's (`dlcp.switch.counter_dump.snapshot`) with
 `backend = "ns3"`.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime, parse_runtime
+from dlcp.switch import counter_dump as C
+from dlcp.switch.pipeline import Pipeline
 from dlcp.wire.header import DATA_PORT
-from emulation.builtin_switch import counters as C
-from emulation.builtin_switch.pipeline import Pipeline
 from simulation.ns3 import loader
 
 # the built-in dataplane's rate for ports without one is the host's; here it is the device's

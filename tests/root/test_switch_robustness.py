@@ -13,7 +13,7 @@ from switch_harness import ENGINES, PORTS, BuiltinSwitchSUT, SwitchTestbed
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import parse_runtime
-from emulation.builtin_switch.pipeline import Pipeline
+from dlcp.switch.pipeline import Pipeline
 from emulation.netns import link_counters, sh
 
 ENGINE = ENGINES[0]  # the C engine where it is built

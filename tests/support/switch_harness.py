@@ -26,7 +26,7 @@ from switch_frames import dlcp_frame, runtime_doc, udp_frame
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.switch_runtime import SwitchConfig
-from emulation.builtin_switch.hashing import crc16, five_tuple_bytes
+from dlcp.switch.hashing import crc16, five_tuple_bytes
 from emulation.dataplane import BuiltinProcess
 from emulation.netns import Lab, drain, raw_socket
 

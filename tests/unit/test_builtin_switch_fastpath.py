@@ -9,8 +9,8 @@ import pytest
 from switch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from dlcp.network.runtime_file import parse_runtime
+from dlcp.switch.pipeline import Pipeline
 from dlcp.wire.header import tos_of
-from emulation.builtin_switch.pipeline import Pipeline
 from emulation.builtin_switch.process import load_fastpath
 
 try:
@@ -109,7 +109,7 @@ def test_c_engine_matches_the_model(lb_mode):
     assert sum(cm["early_pkts"]) and sum(cm["tail_pkts"]) and all(cm["drops_pkts"][:4])  # every path was taken
     assert dict(cm["non_dlcp"]) == dict(ce["non_dlcp"]) and cm["non_dlcp"]
     assert model.sample() == {k: list(v) for k, v in engine.sample().items()}
-    assert sum(cm["ce_pkts"]) > 0  # marking was exercised (its exact thresholds: test_builtin_switch_pipeline.py)
+    assert sum(cm["ce_pkts"]) > 0  # marking was exercised (its exact thresholds: test_switch_pipeline.py)
 
 
 def test_c_engine_spray_random_spreads():

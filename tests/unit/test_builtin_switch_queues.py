@@ -71,7 +71,7 @@ def test_depth_loss_and_delay():
 
 
 def test_delay_histogram_percentiles():
-    from emulation.builtin_switch.counters import DelayHistogram
+    from dlcp.switch.counter_dump import DelayHistogram
 
     h = DelayHistogram()
     for us in list(range(100)) + [5000] * 100:

@@ -1,6 +1,6 @@
 // The DLCP switch on ns-3: docs/pipeline.md's pipeline on packet bytes, one object per switch node.
 //
-// Ingress (DlcpSwitch::Ingress) is emulation/builtin_switch/pipeline.py's `ingress` statement by
+// Ingress (DlcpSwitch::Ingress) is dlcp/switch/pipeline.py's `ingress` statement by
 // statement: parse, drop reasons, ipv4_lpm, member choice (spray random / round-robin for DLCP
 // packets, bmv2's CRC-16 5-tuple hash otherwise), nhop, classify, admission against the occupancy
 // register (tail drop at qmax, early drop by drop precedence at k1/k2/k3), ECN CE marking at K,
@@ -78,7 +78,7 @@ inline uint32_t Fold(uint32_t x)
     return x;
 }
 
-// bmv2's HashAlgorithm.crc16 (CRC-16/ARC), reflected table; emulation/builtin_switch/hashing.py
+// bmv2's HashAlgorithm.crc16 (CRC-16/ARC), reflected table; dlcp/switch/hashing.py
 inline uint16_t Crc16(const uint8_t* data, int n)
 {
     static uint16_t table[256];
@@ -812,7 +812,7 @@ class DlcpSwitch : public Object
     }
 
     // hops + 1, max_enq_qdepth = max(.., depth), sum_deq_timedelta_us += wait; the UDP checksum
-    // follows unless it is zero (emulation/builtin_switch/pipeline.py, stamp_telemetry)
+    // follows unless it is zero (dlcp/switch/pipeline.py, stamp_telemetry)
     static void StampTelemetry(Ptr<Packet> l3, uint32_t depth, uint64_t waitUs)
     {
         using namespace dlcp;

@@ -11,8 +11,8 @@ from switch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import parse_runtime
-from emulation.builtin_switch.hashing import crc16, five_tuple_bytes
-from emulation.builtin_switch.pipeline import Pipeline, stamp_telemetry
+from dlcp.switch.hashing import crc16, five_tuple_bytes
+from dlcp.switch.pipeline import Pipeline, stamp_telemetry
 
 
 def pipeline(**kw) -> Pipeline:

@@ -18,10 +18,10 @@ import struct
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import Runtime
+from dlcp.switch.hashing import crc16
+from dlcp.switch.match_tables import build_tables
 from dlcp.wire import header as H
 from dlcp.wire.layout import LAYOUT
-from emulation.builtin_switch.hashing import crc16
-from emulation.builtin_switch.match_tables import build_tables
 
 PARSER_ERROR = P.DROP_REASONS["parser_error"]
 NOT_IPV4 = P.DROP_REASONS["not_ipv4"]
