@@ -29,6 +29,7 @@ except ModuleNotFoundError:  # Python 3.10
 from dlcp.comm.settings import CommPolicy, CommSettings, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
@@ -234,6 +235,7 @@ class Experiment(Settings):
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
     comm: CommPolicy = Field(default_factory=CommPolicy)
+    switch: QueueingSettings = Field(default_factory=QueueingSettings)
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
@@ -312,6 +314,15 @@ class Experiment(Settings):
                 "delay and loss emulation exist only in the built-in dataplane "
                 "(backend = 'ref'); bmv2 has no such knob",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _queueing_on_backend(self):
+        """A discipline the backend's switches cannot run (bmv2: strict priority only) is refused here."""
+        try:
+            self.switch.check_target(self.backend)
+        except BadValue as e:
+            raise BadValue(f"switch.{e.key}", e.what or str(e)) from None
         return self
 
 

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+from dlcp.queueing.registry import N_QUEUES  # egress queues per port (their disciplines: dlcp/queueing)
 from dlcp.wire.layout import LAYOUT
 
 MATCH_KINDS = ("exact", "lpm", "ternary")
 
 MAX_PORTS = 64  # port numbers 0..63 (Mininet interface sN-ethK is port K)
-N_QUEUES = 8  # strict-priority queues per port; 7 is served first
 N_COLORS = 4  # drop precedences
 MAX_GROUPS = 1024  # next-hop groups
 PORT_BITS = 9  # v1model's egress_spec

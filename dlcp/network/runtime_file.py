@@ -26,6 +26,7 @@ from dlcp.network.pipeline_names import (
     PipelineSpec,
     Table,
 )
+from dlcp.queueing.registry import QueueingConfig, QueueingError, configure, from_doc
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128  # per priority queue, when a port does not say
 TARGETS = ("bmv2", "ref", "ns3")
@@ -51,6 +52,8 @@ class PortConfig:
     # the peer is a host whose NIC shaper lets a frame go when its slot starts: the built-in dataplane
     # adds the frame's transmission time at this port's rate, as the host's link would (store and forward)
     host_nic: bool = False
+    # which queue sends next (dlcp/queueing); the runtime row `queueing`, missing: strict priority
+    queueing: QueueingConfig = field(default_factory=lambda: configure("strict"))
 
     @property
     def rate_bps(self) -> float | None:
@@ -213,7 +216,7 @@ def _check_entries(
 ) -> None:
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
-    qmax = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
+    qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
     for i, e in enumerate(entries):
         where = f"{source}: table_entries[{i}]"
         key = (e.table, e.default, tuple(sorted(e.match.items())), e.priority)
@@ -238,14 +241,19 @@ def _check_entries(
                     f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}"
                 )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
-    for i, p in enumerate(ports.values()):
-        limit = qmax.get(p.port, qmax[None])
-        if target == "bmv2" and p.queue_depth_pkts is not None and p.queue_depth_pkts <= limit:
+    for i, cfg in enumerate(ports.values()):
+        why = cfg.queueing.refusal(target)
+        if why:
+            raise RuntimeFileError(
+                f"{source}: ports[{i}]: queueing {cfg.queueing.name!r} cannot run on {target}: {why}"
+            )
+        limit = qmax.get(cfg.port, qmax[None])
+        if target == "bmv2" and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
             # would never get those packets back (the built-in dataplane gives them back and counts
             # them as queue_overflow_pkts)
             raise RuntimeFileError(
-                f"{source}: ports[{i}]: queue_depth_pkts {p.queue_depth_pkts} must exceed qmax {limit}"
+                f"{source}: ports[{i}]: queue_depth_pkts {cfg.queue_depth_pkts} must exceed qmax {limit}"
             )
 
 
@@ -274,6 +282,10 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     host_nic = raw.get("host_nic", False)
     if not isinstance(host_nic, bool):
         raise RuntimeFileError(f"{where}: host_nic must be true or false, got {host_nic!r}")
+    try:
+        queueing = from_doc(raw.get("queueing"))
+    except QueueingError as e:
+        raise RuntimeFileError(f"{where}: queueing: {e}") from None
     return PortConfig(
         port=port,
         intf=intf,
@@ -284,6 +296,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
         delay_us=_number(raw, "delay_us", where, 0, 0),
         loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),
         host_nic=host_nic,
+        queueing=queueing,
     )
 
 

@@ -18,7 +18,8 @@ equal-cost next hops) for topologies that do not want to list them by hand.
 
 Knobs (`SwitchConfig`, a settings model the experiment's `dlcp` section composes): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
 tail drop only), load-balancing mode, admission thresholds (switch-wide and per port), the ECN
-marking threshold K (switch-wide and per queue id).
+marking threshold K (switch-wide and per queue id), and the ports' queue discipline (the
+experiment's `[switch]` section, dlcp/queueing).
 
 Every runtime made here is checked by the same reader the switches use (`runtime_file.parse_runtime`).
 """
@@ -46,6 +47,7 @@ from dlcp.network.runtime_file import (
     RuntimeFileError,
     parse_runtime,
 )
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import BadValue, IntKey, Settings
 from dlcp.wire.header import HEADER_LEN, MAX_PAYLOAD_BYTES
 from dlcp.wire.layout import LAYOUT
@@ -145,6 +147,7 @@ class SwitchConfig(SwitchSettings):
 
     policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
     port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}  # noqa: RUF012
+    queueing: QueueingSettings = Field(default_factory=QueueingSettings)  # every port's discipline
     target: Target = "bmv2"
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
@@ -242,6 +245,7 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
         )
     entries += lpm + nhop
     entries += classify_entries(cfg.policy)
+    queueing = cfg.queueing.config().to_doc()
 
     runtime = {
         "switch": sw.name,
@@ -261,6 +265,7 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
                 "delay_us": p.delay_us,
                 "loss": p.loss,
                 "host_nic": p.host_nic,
+                "queueing": queueing,
             }
             for p in sorted(sw.ports, key=lambda p: p.port)
         ],

@@ -9,10 +9,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-# the header generated from dlcp/wire/layout.py and dlcp/network/pipeline_names.py
-# (python -m dlcp.codegen), shared with the ns-3 switch
+# the C pipeline core shared with the ns-3 switch, and the header generated from dlcp/wire/layout.py,
+# dlcp/network/pipeline_names.py and dlcp/queueing (python -m dlcp.codegen)
 CORE_DIR = ROOT / "dlcp" / "switch" / "c"
-SOURCES = (HERE / "_fastpath.c", CORE_DIR / "dlcp_wire.h")
+SOURCES = (HERE / "_fastpath.c", CORE_DIR / "switch_core.h", CORE_DIR / "dlcp_wire.h")
 
 
 def source_sha(sources: tuple[Path, ...] = SOURCES) -> str:

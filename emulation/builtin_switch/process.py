@@ -171,6 +171,7 @@ class Switch:
                     pcap,
                     cfg.host_nic,
                 )
+                self.engine.set_queueing(cfg.port, cfg.queueing.discipline.c_id, cfg.queueing.c_params())
             else:
                 self.engine.add_port(cfg, sock, pcap)
         if self.opts.samples_path:
@@ -222,13 +223,15 @@ class Switch:
         raw = self.engine.counters()
         for port, s in self.socks.items():
             self.kernel_drops[port] += new_kernel_drops(s)
-        ports = []
-        for cfg in self.runtime.ports:
-            row = {"port": cfg.port, "intf": cfg.intf}
-            row.update(raw["ports"][cfg.port])
-            row["rx_kernel_drops"] = self.kernel_drops[cfg.port]
-            row["state"] = "gone" if cfg.port in self.gone else "up"
-            ports.append(row)
+        ports = [
+            C.port_row(
+                cfg.port,
+                cfg.intf,
+                {**raw["ports"][cfg.port], "rx_kernel_drops": self.kernel_drops[cfg.port]},
+                "gone" if cfg.port in self.gone else "up",
+            )
+            for cfg in self.runtime.ports
+        ]
         return C.snapshot(self.name, raw, ports, self.engine_name)
 
     def dump(self) -> str | None:

@@ -22,9 +22,11 @@ DLCP_ALLOWED = {
     "dlcp.settings": set(),
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
-    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
+    # egress queueing: admission, ECN decision, disciplines (the switch's and the virtual network's)
+    "dlcp.queueing": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings"},
-    "dlcp.network": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.queueing"},
     "dlcp.comm": {
         "dlcp.wire",
         "dlcp.transport",
@@ -36,11 +38,19 @@ DLCP_ALLOWED = {
     },
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
-    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings", "dlcp.network"},
+    "dlcp.experiment": {
+        "dlcp.wire",
+        "dlcp.transport",
+        "dlcp.comm",
+        "dlcp.workloads",
+        "dlcp.settings",
+        "dlcp.network",
+        "dlcp.queueing",
+    },
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
     # the switch's reference model and counter dump (the C core beside it is no Python import)
-    "dlcp.switch": {"dlcp.wire", "dlcp.network", "dlcp.transport", "dlcp.settings"},
-    "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
+    "dlcp.switch": {"dlcp.wire", "dlcp.network", "dlcp.transport", "dlcp.settings", "dlcp.queueing"},
+    "dlcp.codegen": {"dlcp.wire", "dlcp.network", "dlcp.queueing"},
 }
 # Who may import which top-level package
 TOP_ALLOWED = {
