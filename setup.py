@@ -1,6 +1,6 @@
 """Only the C extension lives here; everything else is in pyproject.toml.
 
-The extension is optional: if it cannot be compiled, the built-in dataplane falls back to its
+The extension is optional: if it cannot be compiled, the built-in switch falls back to its
 Python engine (slower, same semantics) and says so when it starts.
 """
 

@@ -131,7 +131,7 @@ def _sim(argv):
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
-    "switch": (_switch, "built-in dataplane forwarding rate vs Linux bridge (root)"),
+    "switch": (_switch, "built-in switch forwarding rate vs Linux bridge (root)"),
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "incast": (_incast, "N senders to one receiver through the built-in switch, cc on and off (root)"),
     "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),

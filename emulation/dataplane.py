@@ -11,7 +11,7 @@ runtime file (docs/pipeline.md), and stops it:
 
 Any failure stops the process and raises SwitchStartError naming the switch; once a process ran,
 the message also has the exact command line and the tail of the process's own log. `BuiltinProcess`
-runs the built-in dataplane; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
+runs the built-in switch; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
 Mininet switch classes (`emulation.switches`) and the conformance harness use these.
 """
 
@@ -77,7 +77,7 @@ class DataplaneProcess:
 
     @property
     def samples_path(self) -> Path:
-        """Periodic queue samples (built-in dataplane; emulation/builtin_switch/process.py, Sampler)."""
+        """Periodic queue samples (built-in switch; emulation/builtin_switch/process.py, Sampler)."""
         return self.run_dir / "counters" / f"{self.name}-samples.jsonl"
 
     @property
@@ -215,7 +215,7 @@ class DataplaneProcess:
             self.proc = None
 
     def write_final_counters(self) -> None:
-        """The dump a stop leaves behind (the built-in dataplane writes its own on SIGTERM)."""
+        """The dump a stop leaves behind (the built-in switch writes its own on SIGTERM)."""
 
     def counters(self) -> dict:
         """The last counter dump (after stop(), or after request_counters())."""
@@ -223,7 +223,7 @@ class DataplaneProcess:
 
 
 class BuiltinProcess(DataplaneProcess):
-    """The built-in dataplane: `python -m emulation.builtin_switch` (emulation/builtin_switch)."""
+    """The built-in switch: `python -m emulation.builtin_switch` (emulation/builtin_switch)."""
 
     backend = "ref"
     program = "builtin_switch"

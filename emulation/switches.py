@@ -6,7 +6,7 @@ interfaces, stop (the counters stay in `<run_dir>/counters/<name>.json`), and `s
 for when Mininet's own stop cannot run. The process life cycle itself (PID records, readiness,
 SCHED_RR, the error with the process's log tail and command line) is emulation/dataplane.py's.
 
-`BACKENDS` maps a backend name to its class; "ref" (the built-in dataplane) is the default.
+`BACKENDS` maps a backend name to its class; "ref" (the built-in switch) is the default.
 "bmv2" loads emulation/bmv2/simple_switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
 """
 
@@ -101,7 +101,7 @@ class DlcpSwitch(DiesWithRun, Switch):
 
 
 class BuiltinSwitch(DlcpSwitch):
-    """The built-in dataplane (emulation/builtin_switch), one process per switch."""
+    """The built-in switch (emulation/builtin_switch), one process per switch."""
 
     backend = "ref"
     process_options = ("extra_args",)  # more builtin_switch options (--engine, ...)

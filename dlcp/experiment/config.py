@@ -223,7 +223,7 @@ class Experiment(Settings):
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
     backend: Literal["ref", "bmv2", "ns3"] = Field(
-        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)"
+        "ref", description="built-in switch or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)"
     )
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
@@ -311,7 +311,7 @@ class Experiment(Settings):
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue(
                 "links.delay_us",
-                "delay and loss emulation exist only in the built-in dataplane "
+                "delay and loss emulation exist only in the built-in switch "
                 "(backend = 'ref'); bmv2 has no such knob",
             )
         return self

@@ -80,9 +80,9 @@ class Port:
     rate_mbps: float | None = None  # egress drain rate; None = line rate (no shaping)
     rate_pps: int | None = None  # alternatively in packets/s (bmv2's unit); not both
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; above qmax
-    delay_us: int = 0  # built-in dataplane only (bmv2 has no delay)
-    loss: float = 0.0  # built-in dataplane only
-    host_nic: bool = False  # the peer is a host (built-in dataplane: its NIC's transmission time on arrival)
+    delay_us: int = 0  # built-in switch only (bmv2 has no delay)
+    loss: float = 0.0  # built-in switch only
+    host_nic: bool = False  # the peer is a host (built-in switch: its NIC's transmission time on arrival)
 
 
 @dataclass(frozen=True)

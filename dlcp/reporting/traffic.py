@@ -15,7 +15,7 @@ so those counters alone read as if protected gradient packets were dropped. What
 - Counter dumps without `non_dlcp` (bmv2's P4 program has no such counter): the split is unknown
   ("mixed"); the reports say so rather than guess it from the queues.
 
-The timeline comes from `counters/sN-samples.jsonl` (built-in dataplane, every 0.1 s): the highest
+The timeline comes from `counters/sN-samples.jsonl` (built-in switch, every 0.1 s): the highest
 occupancy of each priority queue of a port since the previous sample, and the drops in between,
 split into gradient (DLCP header) and the rest (background and control: the samples do not tell
 those two apart).

@@ -1,6 +1,6 @@
 """`dlcp bench incast`: N senders push to one receiver through the built-in switch at once.
 
-Every sender and the receiver are network namespaces on veths to one built-in dataplane process
+Every sender and the receiver are network namespaces on veths to one built-in switch process
 (`emulation/builtin_switch`, C engine); the switch port toward the receiver drains at `--link-mbps`
 (8 strict-priority queues, the default admission thresholds, ECN marking at `--ecn-k`): that port
 is the bottleneck. Each of `--rounds` rounds is a parameter-server step: every sender pushes one

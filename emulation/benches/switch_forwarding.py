@@ -1,4 +1,4 @@
-"""`dlcp bench switch`: the forwarding rate of the built-in dataplane, measured so that the figure is
+"""`dlcp bench switch`: the forwarding rate of the built-in switch, measured so that the figure is
 the switch's and not the harness's; beside a Linux bridge (and bmv2 simple_switch when installed).
 
     sender ns --veth--> switch ns (port 1 -> port 2) --veth--> receiver ns

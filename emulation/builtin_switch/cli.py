@@ -1,4 +1,4 @@
-"""`python -m emulation.builtin_switch`: run one built-in dataplane switch until SIGTERM / SIGINT."""
+"""`python -m emulation.builtin_switch`: run one built-in switch switch until SIGTERM / SIGINT."""
 
 from __future__ import annotations
 

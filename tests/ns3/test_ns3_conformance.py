@@ -1,5 +1,5 @@
 """Conformance of the ns-3 switch (simulation/ns3, cpp/dlcp_switch.h) to docs/pipeline.md: the
-scenarios of scenarios.py, checked by the same `verify` as the built-in dataplane and bmv2. No root:
+scenarios of scenarios.py, checked by the same `verify` as the built-in switch and bmv2. No root:
 the frames go into a simulated switch. Where ns-3 cannot agree, the scenario's `ns3` section says
 why and what it is held to instead (none does today). Skips when the `sim` extra is absent."""
 

@@ -1,5 +1,5 @@
 """Conformance of the switch backends to docs/pipeline.md, scenario by scenario (scenarios.py):
-the built-in dataplane's C and Python engines (root). bmv2 runs the same scenarios in
+the built-in switch's C and Python engines (root). bmv2 runs the same scenarios in
 tests/bmv2/test_bmv2_conformance.py, ns-3 in tests/ns3/test_ns3_conformance.py."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ with AF_PACKET from a tester namespace, outputs captured on the other ports.
 
 The switch runs in the root namespace, where bmv2's gRPC and Thrift servers are reachable from
 this process. `SwitchUnderTest` is the only backend-specific part: `BuiltinSwitchSUT` runs the
-built-in dataplane (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
+built-in switch (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
 through emulation/dataplane.py like the runner's switches do. `Ns3SUT` needs no namespaces: the
 same frames go into a switch simulated on ns-3 (simulation/ns3/inject.py) and its outputs come
 back with their simulated times, checked by the same `verify`.

@@ -245,7 +245,7 @@ SCENARIOS = [
         "settle_s": 0.4,
         "bmv2": {
             "differs": "bmv2 has no link delay or random loss: the controller refuses delay_us and loss",
-            "start_error": "delay_us and loss need the built-in dataplane",
+            "start_error": "delay_us and loss need the built-in switch",
         },
     },
     {

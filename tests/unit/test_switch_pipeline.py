@@ -1,4 +1,4 @@
-"""The built-in dataplane's pipeline model (no sockets): bmv2's crc16, each
+"""The built-in switch's pipeline model (no sockets): bmv2's crc16, each
 table's semantics, admission control, checksums and telemetry."""
 
 from __future__ import annotations
