@@ -311,8 +311,7 @@ class Experiment(Settings):
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue(
                 "links.delay_us",
-                "delay and loss emulation exist only in the built-in switch "
-                "(backend = 'ref'); bmv2 has no such knob",
+                "delay and loss emulation exist only in the built-in switch (backend = 'ref'); bmv2 has no such knob",
             )
         return self
 
