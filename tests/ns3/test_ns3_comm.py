@@ -134,3 +134,5 @@ def test_schedulers_and_collectives_on_ns3(tmp_path):
         rows = [dict(zip(R.RESYNC_COLUMNS, line.split(","))) for line in f.read_text().splitlines()[1:]]
         assert [int(r["iter"]) for r in rows] == [0, 1]
         assert all(float(r["drift_l2"]) == 0.0 and float(r["param_l2"]) > 0 for r in rows)
+
+

@@ -22,7 +22,6 @@ from emulated_runs import DLCP, ROOT, assert_clean, clean_machine, read_csv, run
 from dlcp.experiment import config as configmod
 from emulation import clean, procs
 
-
 def test_short_experiment_end_to_end(tmp_path):
     cfg = write_config(tmp_path, iterations=4)
     p = subprocess.run(
