@@ -10,8 +10,8 @@ worker. Records and progress: docs/runs.md.
 from __future__ import annotations
 
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
-from dlcp.comm.collectives import PSServer
-from dlcp.workloads.registry import make_server_workload
+from dlcp.comm.ps import PSServer
+from dlcp.workloads.lookup import make_server_workload
 
 
 def run(agent: Agent) -> None:

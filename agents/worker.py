@@ -4,7 +4,7 @@
 
 Per iteration (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or handed
 to the comm layer at once (all-reduce: `[comm] scheduler` decides what runs when over `[comm]
-collective`, dlcp/comm/engine.py); then parameters are pulled (PS) or aggregates awaited and
+collective`, dlcp/comm/communicator.py); then parameters are pulled (PS) or aggregates awaited and
 applied. DS-Sync with `average = "parameters"` takes a local SGD step with the worker's own
 gradient and then averages parameters inside its group of the iteration. Every
 `dlcp.resync_every` iterations of ring or MultiTree all-reduce, rank 0's parameters replace the
@@ -19,11 +19,12 @@ import time
 import numpy as np
 
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
-from dlcp.comm.collectives import PSClient, TransportEngine
+from dlcp.comm.ps import PSClient
+from dlcp.comm.transport_communicator import TransportCommunicator
 from dlcp.records import now_us
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.workloads.contract import Aggregate, ParamChunk
-from dlcp.workloads.registry import make_workload
+from dlcp.workloads.lookup import make_workload
 
 log = logging.getLogger("agent")
 
@@ -54,7 +55,7 @@ def iteration_ps(agent: Agent, workload, client: PSClient, it: int) -> tuple[dic
     return t, int(sum(int(c.lost.sum()) for c in chunks.values()))
 
 
-def iteration_allreduce(agent: Agent, workload, ring: TransportEngine, it: int) -> tuple[dict, int]:
+def iteration_allreduce(agent: Agent, workload, ring: TransportCommunicator, it: int) -> tuple[dict, int]:
     t = compute_and_send(workload, it, ring.submit)
     aggs = ring.wait(it)
     t["comm_end_us"] = now_us()
@@ -64,7 +65,7 @@ def iteration_allreduce(agent: Agent, workload, ring: TransportEngine, it: int) 
     return t, int(sum(int((a.count < a.world).sum()) for a in aggs.values()))
 
 
-def iteration_dssync(agent: Agent, workload, engine: TransportEngine, it: int) -> tuple[dict, int]:
+def iteration_dssync(agent: Agent, workload, engine: TransportCommunicator, it: int) -> tuple[dict, int]:
     """DS-Sync, parameters: local SGD step with this worker's own gradient, then the group's mean
     parameters (docs/collectives.md)."""
     own = []
@@ -86,7 +87,7 @@ def iteration_dssync(agent: Agent, workload, engine: TransportEngine, it: int) -
 
 
 def planning_backward_ms(workload_cfg) -> float:
-    """The backward time the planners assume (dlcp/comm/policy.py): the synthetic model's
+    """The backward time the planners assume (dlcp/comm/assemble.py): the synthetic model's
     compute_ms; 0 for real torch compute, which is not known before it runs."""
     return workload_cfg.compute_ms if workload_cfg.model == "synthetic" else 0.0
 
@@ -98,7 +99,7 @@ def planning_layer_times(workload):
     return None if timer is None else (timer.forward_s, timer.backward_s)
 
 
-def resync(agent: Agent, workload, ring: TransportEngine, it: int) -> None:
+def resync(agent: Agent, workload, ring: TransportCommunicator, it: int) -> None:
     if not hasattr(workload, "parameters"):
         log.warning("re-sync skipped: the workload has no parameters(msg_id)")
         return
@@ -124,7 +125,7 @@ def run(agent: Agent) -> None:
         step = iteration_ps
     else:
         transport.connect()  # trees, groups and rank 0's order announcements reach any rank
-        coll = TransportEngine(
+        coll = TransportCommunicator(
             transport,
             comm,
             cfg.comm,
@@ -180,7 +181,7 @@ def run(agent: Agent) -> None:
         stats = getattr(workload, "compute_stats", lambda: None)()
         if stats is not None:  # how well the machine kept up with the profile (records/hN-agent.json)
             agent.extra_totals["compute"] = stats
-        if isinstance(coll, TransportEngine):
+        if isinstance(coll, TransportCommunicator):
             coll.close()
 
 

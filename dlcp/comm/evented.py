@@ -19,12 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial
+from dlcp.comm.assemble import LayerTimes, assemble_rank
+from dlcp.comm.communicator import Communicator, OrderChannel
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import CommEngine, OrderChannel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
-from dlcp.comm.policy import LayerTimes, comm_plan
-from dlcp.comm.settings import CommConfig, CommPolicy
-from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
+from dlcp.comm.plans.collective import StepPlan
+from dlcp.comm.settings import CommConfig, CommSetup
+from dlcp.comm.stepped import AG, RS, RankSteps, StepRules, _State
 from dlcp.comm.wire_ids import WireIds
 from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import TransportError
@@ -167,7 +168,7 @@ class EventSteppedCollective(Collective):
 
 class PushedOrder(OrderChannel):
     """Rank 0's announcements as messages (the packets and ids of TransportOrder) sent through
-    `send`; the followers' host pushes them into `CommEngine.announced` (EventEngine.received)."""
+    `send`; the followers' host pushes them into `Communicator.announced` (EventCommunicator.received)."""
 
     pushes = True
 
@@ -181,22 +182,24 @@ class PushedOrder(OrderChannel):
                 self.send(r, batch, announcement_info(slot))
 
     def receive(self, iteration: int, seq: int, timeout_s: float) -> tuple[int, str]:
-        raise RuntimeError("PushedOrder: announcements are pushed into CommEngine.announced, not read")
+        raise RuntimeError("PushedOrder: announcements are pushed into Communicator.announced, not read")
 
 
-class EventEngine(CommEngine):
-    """TransportEngine's counterpart for an event-driven host: the `[comm]` scheduler, step plan
-    and wire ids (dlcp/comm/policy.py comm_plan), an EventSteppedCollective and PushedOrder over
+class EventCommunicator(Communicator):
+    """TransportCommunicator's counterpart for an event-driven host: the `[comm]` scheduler, step plan
+    and wire ids (dlcp/comm/assemble.py assemble_rank), an EventSteppedCollective and PushedOrder over
     `send(dst, batch, info) -> key`. The host reports every finished send and arrived message to
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
     Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""
+
+    coll: EventSteppedCollective  # the one __init__ builds
 
     def __init__(
         self,
         send: Callable,
         vpp: int,
         cfg: CommConfig,
-        policy: CommPolicy,
+        comm: CommSetup,
         layouts: list[MessageLayout],
         n_layers: int,
         *,
@@ -211,8 +214,8 @@ class EventEngine(CommEngine):
         plan: StepPlan | None = None,
         cost: CostModel | None = None,
     ):
-        scheduler, plan, self.ids = comm_plan(
-            policy,
+        scheduler, plan, self.ids = assemble_rank(
+            comm,
             cfg.world,
             layouts,
             host_mbps=host_mbps,
@@ -223,8 +226,8 @@ class EventEngine(CommEngine):
             plan=plan,
             cost=cost,
         )
-        self.policy, self.plan = policy, plan
-        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=policy.lockstep)
+        self.comm, self.plan = comm, plan
+        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=comm.lockstep)
         order = PushedOrder(send, vpp, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
         super().__init__(
             scheduler,

@@ -142,7 +142,7 @@ def _match(table: Table, raw: Any, where: str) -> dict:
     unknown = sorted(set(raw) - set(keys))
     if unknown:
         raise RuntimeFileError(f"{where}: unknown match key {unknown[0]!r} (keys of {table.name}: {', '.join(keys)})")
-    out = {}
+    out: dict[str, int | tuple[int, int]] = {}
     for key in table.keys:
         w = f"{where}: match.{key.name}"
         if key.name not in raw:
@@ -174,7 +174,8 @@ def _match(table: Table, raw: Any, where: str) -> dict:
 def _entry(raw: Any, where: str, spec: PipelineSpec) -> Entry:
     if not isinstance(raw, dict):
         raise RuntimeFileError(f"{where}: must be an object")
-    table = spec.table.get(raw.get("table"))
+    name = raw.get("table")
+    table = spec.table.get(name) if isinstance(name, str) else None  # a list or a table: no such table
     if table is None:
         raise RuntimeFileError(f"{where}: unknown table {raw.get('table')!r} (tables: {', '.join(spec.table)})")
     action = raw.get("action_name")
@@ -302,7 +303,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     name = raw.get("register") if isinstance(raw, dict) else None
-    reg = spec.register.get(name)
+    reg = spec.register.get(name) if isinstance(name, str) else None  # a list or a table: no such register
     if reg is None or not reg.writable:
         # occupancy is the live length of the switch's queues: writing it would desynchronise them
         writable = ", ".join(r.name for r in spec.registers if r.writable)
@@ -310,7 +311,7 @@ def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     index = int_value(raw.get("index"), 32, where + ".index")
     if index >= reg.size:
         raise RuntimeFileError(f"{where}: index {index} >= size {reg.size}")
-    return RegisterWrite(name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
+    return RegisterWrite(reg.name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
 
 
 # --- the file --------------------------------------------------------------------------------------

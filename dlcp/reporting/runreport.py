@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import TypeVar
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import RunData, load_run
@@ -24,6 +25,8 @@ from dlcp.reporting.summarise import (
 from dlcp.reporting.traffic import run_timeline
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
+
+_V = TypeVar("_V")
 
 
 def pct_cell(d: dict, key: str, scale: float = 1.0):
@@ -179,7 +182,7 @@ def _keepup_section(doc: Doc, k: dict) -> None:
         )
         return
     doc.p(
-        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
+        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup_check.py; "
         "wall-clock figures of the emulation machine)."
     )
     doc.bullets(k["flags"])
@@ -340,7 +343,7 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     doc.table(["layer"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_layer"].items()])
 
 
-def prio_groups(by_prio: dict[str, object], strict: bool) -> dict[str, object]:
+def prio_groups(by_prio: dict[str, _V], strict: bool) -> dict[str, _V]:
     """Legend labels of the per-priority MCT curves: under strict priority each says its turn
     ("prio 6 (served 1st)"), since a higher class is always served before a lower one."""
     ordinal = lambda n: {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")

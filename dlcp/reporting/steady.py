@@ -5,7 +5,7 @@
   D times longer than the system it stands for, so every measured time is divided by D here,
   once, before anything is summarised: durations (`mct_us`, `iteration_us`, `comm_us`,
   `compute_us`) / D, timestamps re-based so the run's first one stays and the rest are spaced
-  / D. Rates in config.toml are the system's already. Keep-up figures (dlcp/reporting/keepup.py)
+  / D. Rates in config.toml are the system's already. Keep-up figures (dlcp/reporting/keepup_check.py)
   are about the emulation machine and stay in wall-clock time.
 - Warm-up (`workload.warmup_iterations` = W): iterations 0..W-1 (connections opening, caches and
   allocators warming up, background traffic not started yet) are left out of the iteration-time

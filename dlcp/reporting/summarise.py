@@ -12,11 +12,12 @@ with too few samples are refused (dlcp/reporting/stats.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dlcp.reporting.bounds import lower_bound
-from dlcp.reporting.keepup import keepup_section
+from dlcp.reporting.keepup_check import keepup_section
 from dlcp.reporting.load import RunData, Table
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, distribution
 from dlcp.reporting.steady import after_warmup, scale_info, undilated, warmup_iterations
@@ -216,10 +217,11 @@ def _ce_marked(counters: list[dict]) -> dict:
 
 
 def switch_section(counters: list[dict]) -> dict:
-    by_queue: dict[tuple, dict] = {}
-    by_port: dict[tuple, dict] = {}
-    by_prio: dict[int, dict] = {}
-    by_color: dict[int, dict] = {}
+    # keys: (switch, port, qid, color), (switch, port), qid, color; Any so that one loop fills all four
+    by_queue: dict[Any, dict] = {}
+    by_port: dict[Any, dict] = {}
+    by_prio: dict[Any, dict] = {}
+    by_color: dict[Any, dict] = {}
     totals = dict.fromkeys(COUNTER_KINDS, 0)
     for dump in counters:
         for q in dump.get("queues", []):

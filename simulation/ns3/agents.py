@@ -1,5 +1,5 @@
 """Workers and the parameter server in simulated time: the emulated agents' iteration loop
-(agents/worker.py, agents/ps.py), PS push / pull (dlcp/comm/collectives.py) and the comm layer's
+(agents/worker.py, agents/ps.py), PS push / pull (dlcp/comm/ps.py) and the comm layer's
 all-reduce (dlcp/comm/evented.py) driven by completions of the transport core instead of blocking
 calls.
 
@@ -12,7 +12,7 @@ times: the whole forward, then each message when the backward reaches its first 
 dlcp/workloads/compute_model.py times the emulated compute); however long the real computation took
 on this CPU. Communication takes what the simulated network makes it take. All-reduce runs the
 comm layer itself (`[comm]` scheduler and collective: dlcp/comm/evented.py, the emulated
-TransportEngine's objects driven by this host's completions). Python runs per message and per
+TransportCommunicator's objects driven by this host's completions). Python runs per message and per
 collective step, never per packet (hosts.py, cpp/dlcp_host.h).
 
 With `workload.payload = "sizes"` (`SimRun.sizes_only`; the workload is a SizesOnlyWorkload) the
@@ -27,10 +27,10 @@ import collections
 
 import numpy as np
 
-from dlcp.comm.collectives import drift, resync_messages
-from dlcp.comm.engine import param_means
-from dlcp.comm.evented import EventEngine
+from dlcp.comm.communicator import param_means
+from dlcp.comm.evented import EventCommunicator
 from dlcp.comm.packets import sized_packets, tagged_packets  # the emulated collectives' tagging and packetising
+from dlcp.comm.resync import drift, resync_messages
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_P2P, PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
@@ -59,7 +59,7 @@ class SimRun:
     def set_layer_times(self, layer_times) -> None:
         """(forward_s, backward_s) per model layer in simulated seconds (workload.compute =
         "profile"), or None: compute_s spread over the messages. The schedulers plan with the same
-        times (dlcp/comm/policy.py planning_profile)."""
+        times (dlcp/comm/assemble.py planning_profile)."""
         self.layer_times = layer_times
         self.planning_backward_ms = self.compute_s * 1e3 if layer_times is None else 0.0
         if layer_times is not None:
@@ -122,8 +122,8 @@ class _Agent:
 
 class SimWorker(_Agent):
     """One worker: compute (simulated duration), then push/pull (PS) or the comm layer's
-    scheduler and collective (all-reduce: `EventEngine`, dlcp/comm/evented.py, the emulated
-    TransportEngine's scheduler, step plan, wire ids and order announcements, driven by this
+    scheduler and collective (all-reduce: `EventCommunicator`, dlcp/comm/evented.py, the emulated
+    TransportCommunicator's scheduler, step plan, wire ids and order announcements, driven by this
     host's completions). DS-Sync with `average = "parameters"` takes the local step, then averages
     parameters in its group, as agents/worker.py does."""
 
@@ -144,7 +144,7 @@ class SimWorker(_Agent):
         self._resync_wait = None  # (iteration, lost values) while this rank's re-sync is open
         run.resync_rows[acfg.host] = []
         if mode != "ps":
-            self.engine = EventEngine(
+            self.engine = EventCommunicator(
                 host.send,
                 self.vpp,
                 self.comm,
@@ -203,7 +203,7 @@ class SimWorker(_Agent):
 
     def _average(self, it: int) -> None:
         """DS-Sync: the local SGD step with this worker's own gradients, then its parameters into
-        the group's average (in message order, as CommEngine.average submits them)."""
+        the group's average (in message order, as Communicator.average submits them)."""
         ones = {m.msg_id: Aggregate(m.msg_id, m.values, np.ones(m.layout.n_values, np.uint16), 1) for m in self.own}
         self.workload.apply_gradients(it, ones)
         for lay in sorted(self.layouts.values(), key=lambda lay: lay.msg_id):
@@ -249,7 +249,7 @@ class SimWorker(_Agent):
             return self._resync(it, lost)
         self._end(it, lost)
 
-    # --- re-sync to rank 0 (dlcp/comm/collectives.py resync; agents/worker.py) -------------------
+    # --- re-sync to rank 0 (dlcp/comm/resync.py; agents/worker.py) -------------------
 
     def _params(self) -> dict | None:
         return None if self.run.sizes_only else {m: self.workload.parameters(m) for m in self.layouts}
@@ -329,7 +329,7 @@ class SimWorker(_Agent):
         else:
             self.run.clock.at(end / 1e6, self.start)
 
-    # --- PS push / pull (dlcp/comm/collectives.py PSClient) -----------------------------------
+    # --- PS push / pull (dlcp/comm/ps.py PSClient) -----------------------------------
 
     def _push(self, it: int, msg) -> None:
         lay = msg.layout

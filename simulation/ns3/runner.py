@@ -133,10 +133,10 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     missing = H.core_missing()
     if missing:
         raise SimFailed(missing)
-    from dlcp.comm.policy import cost_model, step_plan
+    from dlcp.comm.assemble import cost_model, step_plan
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
-    from dlcp.workloads.registry import make_server_workload, make_workload
+    from dlcp.workloads.lookup import make_server_workload, make_workload
     from dlcp.workloads.sizes_only import SizesOnlyWorkload
     from simulation.ns3.agents import SimPS, SimRun, SimWorker
     from simulation.ns3.network import add_background, build_network

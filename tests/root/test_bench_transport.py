@@ -1,7 +1,6 @@
 """`dlcp bench transport` and `dlcp bench incast` print their tables and, with --json, the figures on
 their last line."""
 
-import pytest
 from cli_runs import bench_json
 
 
@@ -18,7 +17,18 @@ def test_emulated_link_reaches_the_link_rate():
 
 def test_incast_rows_and_congestion_control():
     _, res = bench_json(
-        "incast", "--senders", "4", "--cc", "dctcp", "--rounds", "2", "--repeats", "1", "--size-kb", "200", timeout_s=600
+        "incast",
+        "--senders",
+        "4",
+        "--cc",
+        "dctcp",
+        "--rounds",
+        "2",
+        "--repeats",
+        "1",
+        "--size-kb",
+        "200",
+        timeout_s=600,
     )
     (row,) = res["rows"]
     assert {"senders", "cc", "goodput_fraction", "forced", "protected_lost", "mct_p99_over_ideal"} <= set(row)

@@ -118,6 +118,15 @@ def test_reference_doc_lists_every_key():
     )
 
 
+def test_reference_doc_lists_every_registered_value():
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    assert config.values_markdown() in doc, (
+        "docs/experiments.md is stale: python -m dlcp.experiment.config docs/experiments.md"
+    )
+    for key in ("dlcp.fill", "comm.scheduler", "comm.collective"):
+        assert f"| `{key}` | `" in config.values_markdown()
+
+
 KEYS = [row.split("`")[1] for row in config.schema_markdown().splitlines()[2:]]
 TOML_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=True) | st.text(max_size=5),
