@@ -230,7 +230,7 @@ def c_header(layout: WireLayout = LAYOUT, spec: PipelineSpec = PIPELINE) -> str:
     lines += [_define(f"COUNTER_{c.sym}_SIZE", c.size) for c in spec.counters]
     lines += [_define("NON_DLCP_DSCP_CLASSES", DSCP_CLASSES) + "  /* the non-DLCP split of the queue counters */"]
     lines += ["", "/* queue disciplines (dlcp/queueing): the id sw_qdisc_pick switches on; bytes per unit of weight */"]
-    lines += [_define(f"QDISC_{d.name.upper()}", d.c_id) for d in DISCIPLINES.values()]
+    lines += [_define(f"QDISC_{d.name.upper()}", d.c_id) for d in sorted(DISCIPLINES.entries(), key=lambda d: d.c_id)]
     lines += [_define("QDISC_QUANTUM_BYTES", QUANTUM_BYTES)]
     lines += ["", "/* each table's keys concatenated, first key most significant: a dense index */"]
     for t in spec.tables:

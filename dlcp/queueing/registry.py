@@ -1,12 +1,15 @@
-"""Queue disciplines by name: what each one is called, its id in the C pipeline core, its options,
-its one-line description, its Python reference, and the switch targets that cannot express it.
+"""Queue disciplines by name (a dlcp/registry.py registry): what each one is called, its one-line
+description, its options model, its id in the C pipeline core, its Python reference, and the switch
+targets that cannot express it.
 
 A discipline decides which of a port's `N_QUEUES` queues sends next; admission (admission.py) and
-the link rate are not its business. Each discipline module registers itself (`register`) and is
-imported by the package, so the experiment's allowed values (`switch.queueing`), the runtime
-files' `queueing` rows, the generated C ids (`QDISC_<NAME>` in dlcp_wire.h) and the refusal on a
-target that cannot run it all come from here. The C statement of each discipline is
-`sw_qdisc_pick` in dlcp/switch/c/switch_core.h; tests hold the two to the same choices.
+the link rate are not its business. Each module of dlcp/queueing/disciplines registers one
+(`register_discipline`), and the registry imports that package before its first lookup, so the
+experiment's allowed values and option sections (`switch.queueing`, `[switch.<name>]`), the
+runtime files' `queueing` rows, the generated C ids (`QDISC_<NAME>` in dlcp_wire.h) and the
+refusal on a target that cannot run one all come from here. The C statement of each discipline is
+its case of `sw_qdisc_pick` in dlcp/switch/c/switch_core.h; tests/unit/test_queueing.py holds the
+two to the same choices.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dlcp.registry import Entry, Registry, RegistryError
 from dlcp.settings import ConfigError, Settings
 
 N_QUEUES = 8  # egress queues per port, one per DLCP priority (queue 7 is the highest)
@@ -32,35 +36,30 @@ class Scheduler(Protocol):
         ...
 
 
-class NoOptions(Settings):
-    """A discipline without options."""
+def _no_params(options: Settings | None) -> list[int]:
+    return [0] * N_QUEUES
 
 
-@dataclass(frozen=True)
-class Discipline:
-    name: str
+@dataclass(frozen=True, kw_only=True)
+class Discipline(Entry):
+    """A registered queue discipline (`options`: its options model, or None)."""
+
     c_id: int  # QDISC_<NAME> in the generated dlcp_wire.h, what sw_qdisc_pick switches on
-    doc: str  # one line for the key reference and the docs
-    reference: Callable[[Settings], Scheduler]  # the Python reference: options -> a port's scheduler
-    options: type[Settings] = NoOptions
-    # the C core's parameters (N_QUEUES unsigned 32-bit values) from the options
-    c_params: Callable[[Settings], list[int]] = field(default=lambda _options: [0] * N_QUEUES)
+    reference: Callable[[Any], Scheduler]  # the Python reference: options (or None) -> a port's scheduler
+    # the C core's N_QUEUES unsigned 32-bit parameters from the options (sw_set_qdisc)
+    c_params: Callable[[Any], list[int]] = _no_params
     refused_on: Mapping[str, str] = field(default_factory=dict)  # switch target -> why it cannot
 
 
-DISCIPLINES: dict[str, Discipline] = {}
+DISCIPLINES: Registry[Discipline] = Registry("queue discipline", discover="dlcp.queueing.disciplines")
 
 
-def register(d: Discipline) -> Discipline:
-    for other in DISCIPLINES.values():
-        if d.name == other.name or d.c_id == other.c_id:
-            raise ValueError(f"queue discipline {d.name!r} (id {d.c_id}) clashes with {other.name!r}")
-    DISCIPLINES[d.name] = d
-    return d
-
-
-def names() -> tuple[str, ...]:
-    return tuple(DISCIPLINES)
+def register_discipline(d: Discipline) -> Discipline:
+    """Register `d`; its C id must be new too (the C core switches on it)."""
+    clash = next((o for o in DISCIPLINES.entries() if o.c_id == d.c_id), None)
+    if clash is not None:
+        raise RegistryError(f"queue discipline {d.name!r}: C id {d.c_id} is {clash.name!r}'s")
+    return DISCIPLINES.register(d)
 
 
 class QueueingError(ValueError):
@@ -72,7 +71,7 @@ class QueueingConfig:
     """A port's discipline with its options: what a runtime file's `queueing` row holds."""
 
     discipline: Discipline
-    options: Settings
+    options: Settings | None = None
 
     @property
     def name(self) -> str:
@@ -87,23 +86,23 @@ class QueueingConfig:
 
     def to_doc(self) -> dict[str, Any]:
         """The runtime file's `queueing` row: {"discipline": name, **options}."""
-        return {"discipline": self.name, **self.options.model_dump()}
+        return {"discipline": self.name, **(self.options.model_dump() if self.options is not None else {})}
 
     def refusal(self, target: str) -> str | None:
         """Why `target` cannot run this discipline, or None when it can."""
         return self.discipline.refused_on.get(target)
 
 
-def discipline(name: Any) -> Discipline:
-    d = DISCIPLINES.get(name) if isinstance(name, str) else None
-    if d is None:
-        raise QueueingError(f"{name!r} is not a queue discipline (one of {', '.join(DISCIPLINES)})")
-    return d
-
-
-def configure(name: str, **options: Any) -> QueueingConfig:
-    """A discipline and its options, checked (QueueingError naming the option)."""
-    d = discipline(name)
+def configure(name: Any, **options: Any) -> QueueingConfig:
+    """A discipline and its options, checked (QueueingError naming the discipline or option)."""
+    try:
+        d = DISCIPLINES.get(name)
+    except RegistryError as e:
+        raise QueueingError(str(e)) from None
+    if d.options is None:
+        if options:
+            raise QueueingError(f"{d.name} takes no options, got {', '.join(sorted(options))}")
+        return QueueingConfig(d)
     try:
         return QueueingConfig(d, d.options(**options))
     except ConfigError as e:
@@ -115,6 +114,6 @@ def from_doc(doc: Any) -> QueueingConfig:
     if doc is None:
         return configure("strict")
     if not isinstance(doc, dict) or "discipline" not in doc:
-        raise QueueingError(f'expected {{"discipline": one of {", ".join(DISCIPLINES)}, ...options}}, got {doc!r}')
-    rest = {k: v for k, v in doc.items() if k != "discipline"}
-    return configure(doc["discipline"], **rest)
+        names = ", ".join(DISCIPLINES.choices())
+        raise QueueingError(f'expected {{"discipline": one of {names}, ...options}}, got {doc!r}')
+    return configure(doc["discipline"], **{k: v for k, v in doc.items() if k != "discipline"})

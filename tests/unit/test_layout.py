@@ -24,7 +24,7 @@ DLCP_ALLOWED = {
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
     # egress queueing: admission, ECN decision, disciplines (the switch's and the virtual network's)
-    "dlcp.queueing": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.queueing": {"dlcp.wire", "dlcp.settings", "dlcp.registry"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings", "dlcp.registry"},
     "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.queueing"},

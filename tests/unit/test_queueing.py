@@ -115,19 +115,27 @@ def test_admission_by_drop_precedence_and_ecn():
 
 def test_experiment_section_comes_from_the_registry():
     cfg = config.validate({"name": "x"})
-    assert cfg["switch"] == {"queueing": "strict", "wrr_weights": [q + 1 for q in range(N_QUEUES)]}
-    cfg = config.validate({"name": "x", "backend": "ns3", "switch": {"queueing": "wrr", "wrr_weights": [2] * 8}})
+    assert cfg["switch"] == {"queueing": "strict", "wrr": {"weights": [q + 1 for q in range(N_QUEUES)]}}
+    cfg = config.validate({"name": "x", "backend": "ns3", "switch": {"queueing": "wrr", "wrr": {"weights": [2] * 8}}})
     assert cfg["switch"]["queueing"] == "wrr"
-    assert "`switch.wrr_weights`" in config.schema_markdown() and "`switch.queueing`" in config.schema_markdown()
+    assert "`switch.wrr.weights`" in config.schema_markdown() and "`switch.queueing`" in config.schema_markdown()
+    raw = {"name": "x"}
+    config.apply_override(raw, "switch.wrr.weights=[1, 1, 1, 1, 1, 1, 1, 9]")
+    assert config.validate(raw)["switch"]["wrr"]["weights"][-1] == 9
 
 
 @pytest.mark.parametrize(
     ("section", "backend", "message"),
     [
         ({"queueing": "fq"}, "ref", "switch.queueing: 'fq' is not one of strict, wrr"),
-        ({"queueing": "wrr", "wrr_weights": [1] * 7}, "ref", "switch.wrr_weights: 7 entries, at least 8"),
-        ({"queueing": "wrr", "wrr_weights": [1] * 7 + [0]}, "ref", "switch.wrr_weights[7]: 0 is below the minimum 1"),
-        ({"wrr_weights": [1] * 7 + [1.5]}, "ref", "switch.wrr_weights[7]: expected integer"),
+        ({"queueing": "wrr", "wrr": {"weights": [1] * 7}}, "ref", "switch.wrr.weights: 7 entries, at least 8"),
+        (
+            {"queueing": "wrr", "wrr": {"weights": [1] * 7 + [0]}},
+            "ref",
+            "switch.wrr.weights[7]: 0 is below the minimum 1",
+        ),
+        ({"wrr": {"weights": [1] * 7 + [1.5]}}, "ref", "switch.wrr.weights[7]: expected integer"),
+        ({"wrr": {"quantum": 3}}, "ref", "switch.wrr.quantum: unknown key"),
         ({"queueing": "wrr"}, "bmv2", "switch.queueing: 'wrr' cannot run on bmv2: simple_switch's priority queues"),
         ({"quantum": 3}, "ref", "switch.quantum: unknown key"),
     ],
@@ -149,7 +157,8 @@ def test_runtime_rows_carry_the_discipline():
 @pytest.mark.parametrize(
     ("queueing", "target", "message"),
     [
-        ({"discipline": "drr"}, "ref", "rt.json: ports[1]: queueing: 'drr' is not a queue discipline"),
+        ({"discipline": "drr"}, "ref", "rt.json: ports[1]: queueing: queue discipline 'drr' is not one of strict, wrr"),
+        ({"discipline": "strict", "weights": [1] * 8}, "ref", "rt.json: ports[1]: queueing: strict takes no options"),
         ({"discipline": "wrr", "weights": [1]}, "ref", "rt.json: ports[1]: queueing: wrr weights: 1 entries"),
         ("wrr", "ref", 'rt.json: ports[1]: queueing: expected {"discipline"'),
         ({"discipline": "wrr"}, "bmv2", "rt.json: ports[1]: queueing 'wrr' cannot run on bmv2"),
@@ -164,5 +173,5 @@ def test_bad_runtime_queueing_is_one_line_error(queueing, target, message):
 
 
 def test_unknown_discipline_name():
-    with pytest.raises(QueueingError, match="'fifo' is not a queue discipline"):
+    with pytest.raises(QueueingError, match="queue discipline 'fifo' is not one of strict, wrr"):
         configure("fifo")

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dlcp.queueing.registry import N_QUEUES, Discipline, register
-from dlcp.settings import Settings
+from dlcp.queueing.registry import N_QUEUES, Discipline, register_discipline
 
 
 class Strict:
-    def __init__(self, options: Settings | None = None):
+    def __init__(self, options: None = None):
         pass
 
     def pick(self, queues: Sequence[Sequence[Any]], size_of: Callable[[Any], int]) -> int:
@@ -21,11 +20,11 @@ class Strict:
         return -1
 
 
-STRICT = register(
+STRICT = register_discipline(
     Discipline(
         name="strict",
+        description="strict priority: the highest non-empty queue sends first (7, then 6, ... 0)",
         c_id=0,
-        doc="strict priority, the highest non-empty queue first",
         reference=Strict,
     )
 )

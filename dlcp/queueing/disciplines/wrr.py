@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from dlcp.queueing.registry import N_QUEUES, QUANTUM_BYTES, Discipline, register
+from dlcp.queueing.registry import N_QUEUES, QUANTUM_BYTES, Discipline, register_discipline
 from dlcp.settings import Settings
 
 MAX_WEIGHT = 1000  # quanta stay far below 2^32 bytes
@@ -30,14 +30,13 @@ class WrrOptions(Settings):
         DEFAULT_WEIGHTS,
         min_length=N_QUEUES,
         max_length=N_QUEUES,
-        description=f"wrr: {N_QUEUES} weights 1..{MAX_WEIGHT}, queue 0 first: a backlogged queue q sends "
+        description=f"{N_QUEUES} weights 1..{MAX_WEIGHT}, queue 0 first: a backlogged queue q sends "
         f"weight_q x {QUANTUM_BYTES} bytes per round",
     )
 
 
 class Wrr:
-    def __init__(self, options: Settings):
-        assert isinstance(options, WrrOptions)
+    def __init__(self, options: WrrOptions):
         self.quantum = [w * QUANTUM_BYTES for w in options.weights]
         self.deficit = [0] * N_QUEUES
         self.cur = N_QUEUES - 1  # the queue being visited
@@ -70,16 +69,15 @@ class Wrr:
             self._next()
 
 
-def _c_params(options: Settings) -> list[int]:
-    assert isinstance(options, WrrOptions)
+def _c_params(options: WrrOptions) -> list[int]:
     return list(options.weights)
 
 
-WRR = register(
+WRR = register_discipline(
     Discipline(
         name="wrr",
+        description="weighted round robin: deficit round robin over the queues by [switch.wrr] weights",
         c_id=1,
-        doc="weighted round robin over the queues by wrr_weights (deficit round robin)",
         reference=Wrr,
         options=WrrOptions,
         c_params=_c_params,
