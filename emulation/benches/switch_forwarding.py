@@ -349,7 +349,7 @@ class Bench:
         label = f"built-in switch ({self.args.engine} engine)" if self.args.engine != "auto" else "built-in switch"
         try:
             if "ready" not in proc.stdout.readline():
-                raise RuntimeError(f"builtin_switch did not start: {' '.join(cmd)}: {proc.stderr.read()[-800:]}")
+                raise RuntimeError(f"the built-in switch did not start: {' '.join(cmd)}: {proc.stderr.read()[-800:]}")
             try:
                 set_realtime(proc.pid)
                 realtime = True
@@ -454,7 +454,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="measurements at the chosen load (default 3)")
     ap.add_argument("--probe-seconds", type=float, default=1.0, help="measured interval per step of the load ladder")
     ap.add_argument("--offered-kpps", type=float, help="offer this load instead of searching for it")
-    ap.add_argument("--batch", type=int, default=64, help="builtin_switch frames per recvmmsg/sendmmsg")
+    ap.add_argument("--batch", type=int, default=64, help="built-in switch frames per recvmmsg/sendmmsg")
     ap.add_argument(
         "--switch-cpu", type=int, help="the switch's core (-1: no pinning; default 1 on a multi-core machine)"
     )
@@ -463,7 +463,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="the core of the sender and of the receive work (-1: no pinning; default 0 on a multi-core machine)",
     )
-    ap.add_argument("--engine", choices=("auto", "c", "python"), default="auto", help="builtin_switch engine")
+    ap.add_argument("--engine", choices=("auto", "c", "python"), default="auto", help="built-in switch engine")
     ap.add_argument("--no-bridge", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
