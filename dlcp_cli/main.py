@@ -2,8 +2,8 @@
 
 The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
 or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
-work anywhere. `dlcp run` dispatches on the experiment's backend: ref and bmv2 to the Mininet
-runner (root), ns3 to the simulator (no root).
+work anywhere. `dlcp run` hands the experiment to the series runner (dlcp/runs/), which drives the
+backend the experiment names through the registry (dlcp/backends.py).
 """
 
 from __future__ import annotations
@@ -18,20 +18,9 @@ from dlcp_cli.benches import BENCHES, run_bench
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dlcp.experiment import config as configmod
+    from dlcp_cli import run_cmd
 
-    try:
-        backend = configmod.load(args.config, args.set or [])["backend"]
-    except configmod.ConfigError as e:
-        print(f"dlcp run: {e}", file=sys.stderr)
-        return 2
-    if backend == "ns3":
-        from simulation.ns3 import runner as sim_runner
-
-        return sim_runner.main(args)
-    from emulation import runner
-
-    return runner.main(args)
+    return run_cmd.main(args)
 
 
 def _sweep(argv: list[str]) -> int:
@@ -64,6 +53,13 @@ def _gen(args: argparse.Namespace) -> int:
     return codegen.main(["--check"] if args.check else [])
 
 
+def backend_help() -> list[str]:
+    """Each backend with what it needs, for `dlcp run --help`."""
+    from dlcp import backends
+
+    return [f"{name}{': root' if backends.capabilities(name).root else ''}" for name in backends.names()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=f"dlcp {__version__}")
@@ -71,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser(
         "run",
-        help="run an experiment on an emulated network (root)",
-        description="Run an experiment config (TOML) on Mininet; results go to results/<UTC time>-<name>/<variant>/.",
+        help="run an experiment on its backend (" + ", ".join(backend_help()) + ")",
+        description="Run an experiment config (TOML) on the backend it names; results go to "
+        "results/<UTC time>-<name>/<variant>/.",
     )
     r.add_argument("config", help="experiment file, e.g. experiments/ps-incast.toml")
     r.add_argument(

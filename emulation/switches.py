@@ -6,8 +6,9 @@ interfaces, stop (the counters stay in `<run_dir>/counters/<name>.json`), and `s
 for when Mininet's own stop cannot run. The process life cycle itself (PID records, readiness,
 SCHED_RR, the error with the process's log tail and command line) is emulation/dataplane.py's.
 
-`BACKENDS` maps a backend name to its class; "ref" (the built-in switch) is the default.
-"bmv2" loads emulation/bmv2/simple_switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
+BuiltinSwitch runs the built-in switch, Bmv2Switch simple_switch_grpc; the latter loads
+emulation/bmv2/simple_switch.py (and the P4Runtime/gRPC stack) only when a switch starts. Which backend
+uses which is emulation/mininet_backend.py's (registered in dlcp/backends.py).
 """
 
 from __future__ import annotations
@@ -20,15 +21,7 @@ from mininet.node import Switch
 from emulation.dataplane import BuiltinProcess, DataplaneProcess, SwitchStartError
 from emulation.network import DiesWithRun
 
-__all__ = [
-    "BACKENDS",
-    "DEFAULT_BACKEND",
-    "Bmv2Switch",
-    "BuiltinSwitch",
-    "DlcpSwitch",
-    "SwitchStartError",
-    "switch_class",
-]
+__all__ = ["Bmv2Switch", "BuiltinSwitch", "DlcpSwitch", "SwitchStartError"]
 
 
 class DlcpSwitch(DiesWithRun, Switch):
@@ -103,7 +96,7 @@ class DlcpSwitch(DiesWithRun, Switch):
 class BuiltinSwitch(DlcpSwitch):
     """The built-in switch (emulation/builtin_switch), one process per switch."""
 
-    backend = "ref"
+    backend = "builtin"
     process_options = ("extra_args",)  # more builtin_switch options (--engine, ...)
 
     @staticmethod
@@ -129,14 +122,3 @@ class Bmv2Switch(DlcpSwitch):
         from emulation.bmv2.simple_switch import toolchain
 
         return toolchain(data_port)
-
-
-BACKENDS: dict[str, type[DlcpSwitch]] = {"ref": BuiltinSwitch, "bmv2": Bmv2Switch}
-DEFAULT_BACKEND = "ref"
-
-
-def switch_class(backend: str = DEFAULT_BACKEND) -> type[DlcpSwitch]:
-    try:
-        return BACKENDS[backend]
-    except KeyError:
-        raise ValueError(f"unknown switch backend {backend!r} (one of: {', '.join(BACKENDS)})") from None

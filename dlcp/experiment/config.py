@@ -27,6 +27,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+import dlcp.backends as backends
 from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
@@ -117,7 +118,14 @@ TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSp
 Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discriminator="kind")]
 
 
-EMULATED_MAX_WORKERS = 64  # Mininet hosts on one machine; the simulator takes up to 253
+# the registry's names; mypy cannot see a Literal computed at import
+BackendName = Literal[backends.names()]  # type: ignore[valid-type]
+MAX_WORKERS = max(b.max_workers for b in map(backends.capabilities, backends.names()))
+
+
+def _more_workers_than(cap: backends.Capabilities, quoted: bool = True) -> str:
+    """Which backends take more workers than `cap`."""
+    return backends.offering(lambda other: other.max_workers > cap.max_workers, quoted)
 
 
 class Links(Settings):
@@ -136,7 +144,8 @@ class Links(Settings):
         STANDARD_MTU,
         ge=STANDARD_MTU,
         le=JUMBO_MTU,
-        description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)",
+        description="IP MTU of every link; data packets fill it (above "
+        f"{STANDARD_MTU}: backend {backends.offering(lambda c: c.max_mtu > STANDARD_MTU, quoted=False)} only)",
     )
 
 
@@ -145,8 +154,9 @@ class Placement(Settings):
     workers: int = Field(
         4,
         ge=1,
-        le=253,
-        description=f"training workers (one host each; more than {EMULATED_MAX_WORKERS} only on backend ns3)",
+        le=MAX_WORKERS,
+        description=f"training workers (one host each; more than {backends.capabilities(backends.DEFAULT).max_workers} "
+        f"only on backend {_more_workers_than(backends.capabilities(backends.DEFAULT), quoted=False)})",
     )
 
 
@@ -156,8 +166,8 @@ class Workload(TrainingSettings, Placement):
     payload: Literal["values", "sizes"] = Field(
         "values",
         description="what gradient packets carry: real values (trained), or only their sizes (backend "
-        "ns3, synthetic model timed by a profile: nothing trained, memory per worker "
-        "independent of the model size)",
+        f"{backends.offering(lambda c: 'sizes' in c.payloads, quoted=False)}, synthetic model timed by a profile: nothing "
+        "trained, memory per worker independent of the model size)",
     )
 
 
@@ -224,8 +234,12 @@ class Experiment(Settings):
 
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
-    backend: Literal["ref", "bmv2", "ns3"] = Field(
-        "ref", description="built-in switch or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)"
+    backend: BackendName = Field(  # type: ignore[valid-type]
+        backends.DEFAULT,
+        description="; ".join(
+            f"{b}: {backends.get(b).description}{' (root)' if backends.capabilities(b).root else ''}"
+            for b in backends.names()
+        ),
     )
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
@@ -241,6 +255,14 @@ class Experiment(Settings):
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _known_backend(cls, v):
+        """A renamed backend gets its new name in the error."""
+        if isinstance(v, str) and v in backends.RENAMED:
+            raise ValueError(backends.unknown_backend(v))
+        return v
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -282,17 +304,19 @@ class Experiment(Settings):
             c.check_workers(w.workers)
         except BadValue as e:
             raise BadValue(f"comm.{e.key}", e.what or "") from None
-        if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
+        cap = backends.capabilities(self.backend)
+        if w.workers > cap.max_workers:
             raise BadValue(
                 "workload.workers",
-                f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
-                "backend = 'ns3' (Mininet hosts on one machine)",
+                f"{w.workers} workers: more than {cap.max_workers} need backend = {_more_workers_than(cap)} "
+                f"({backends.get(self.backend).hosts})",
             )
-        if links.mtu != STANDARD_MTU and self.backend != "ns3":
+        if links.mtu > cap.max_mtu:
             raise BadValue(
                 "links.mtu",
-                f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
-                f"hosts and switches use {STANDARD_MTU})",
+                f"{links.mtu}: jumbo links exist only on backend = "
+                f"{backends.offering(lambda c: c.max_mtu >= links.mtu)} (backend {self.backend!r} "
+                f"takes up to {cap.max_mtu})",
             )
         if self.scale.dilation != 1 and w.model in TORCH_MODELS and w.compute == "real":
             raise BadValue(
@@ -300,10 +324,11 @@ class Experiment(Settings):
                 f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
                 f"torch model {w.model} (real compute cannot be slowed down)",
             )
-        if w.payload == "sizes" and self.backend != "ns3":
+        if w.payload not in cap.payloads:
             raise BadValue(
                 "workload.payload",
-                "'sizes' exists only on backend = 'ns3' (emulated hosts carry and reduce real gradient values)",
+                f"{w.payload!r} exists only on backend = {backends.offering(lambda c: w.payload in c.payloads)} "
+                f"(backend {self.backend!r} carries {' and '.join(cap.payloads)}: its hosts train on what they carry)",
             )
         if w.payload == "sizes" and (w.model != "synthetic" or w.compute != "profile"):
             raise BadValue(
@@ -312,10 +337,17 @@ class Experiment(Settings):
                 f"layer profile without a model); model {w.model!r} with compute "
                 f"{w.compute!r} trains on the values it carries",
             )
-        if self.backend == "bmv2" and (links.delay_us or links.loss):
+        if self.output.pcap_ports and not cap.captures:
+            raise BadValue(
+                "output.pcap_ports",
+                f"captures exist only on the emulated backends ({backends.offering(lambda c: c.captures)}); "
+                f"{self.backend} has no interfaces",
+            )
+        if (links.delay_us or links.loss) and not cap.link_delay_loss:
             raise BadValue(
                 "links.delay_us",
-                "delay and loss emulation exist only in the built-in switch (backend = 'ref'); bmv2 has no such knob",
+                "delay and loss emulation exist only on backend = "
+                f"{backends.offering(lambda c: c.link_delay_loss)}; {self.backend} has no such knob",
             )
         return self
 
@@ -412,6 +444,13 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
     keys = [k for k, _ in parsed]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"--vary: key {next(k for k in keys if keys.count(k) > 1)} given twice")
+    for key, values in parsed:  # the user asked for a comparison: one value would run without one
+        if len(set(values)) < 2:
+            also = f" (--policies {values[0]} is --vary dlcp.policy={values[0]})" if key == "dlcp.policy" else ""
+            raise ConfigError(
+                f"--vary {key}={','.join(values)}: one value compares nothing{also}; give two or more, or "
+                f"run it alone with --set {key}={values[0]}"
+            )
     out, names = [], set()
     for combo in itertools.product(*(values for _, values in parsed)):
         cfg = copy.deepcopy(raw)
@@ -422,19 +461,47 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
             raise ConfigError(f"--vary: two variants would both be named {name!r}")
         names.add(name)
         try:
-            out.append((name, validate(cfg)))
+            resolved = validate(cfg)
+            check_warmup(cfg, resolved)
         except ConfigError as e:
+            if not combo:  # nothing varied: the config itself
+                raise
             raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+        out.append((name, resolved))
     return out
+
+
+def check_warmup(raw: dict, resolved: dict) -> None:
+    """A warm-up the user set (in the file, by --set or --vary) leaves iterations to measure. The
+    default (5) is not held to it: a short test run without the key measures nothing, as its
+    report says, rather than failing."""
+    workload = raw.get("workload")
+    if not isinstance(workload, dict) or "warmup_iterations" not in workload:
+        return
+    w = resolved["workload"]
+    if w["warmup_iterations"] >= w["iterations"]:
+        raise BadValue(
+            "workload.warmup_iterations",
+            f"{w['warmup_iterations']} leaves none of the {w['iterations']} iterations (workload.iterations) to "
+            "measure: MCT and iteration statistics leave the warm-up out",
+        )
 
 
 def load_raw(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}), as TOML must be"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for o in overrides:

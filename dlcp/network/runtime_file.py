@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dlcp.backends as backends
 from dlcp.network.pipeline_names import (
     PIPELINE,
     QUEUE_THRESHOLDS,
@@ -29,7 +30,7 @@ from dlcp.network.pipeline_names import (
 from dlcp.queueing.registry import QueueingConfig, QueueingError, configure, from_doc
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128  # per priority queue, when a port does not say
-TARGETS = ("bmv2", "ref", "ns3")
+TARGETS = backends.names()  # a runtime file is written for the switches of one backend
 DEFAULT_P4INFO = "build/p4/dlcp.p4info.txtpb"
 DEFAULT_BMV2_JSON = "build/p4/dlcp.json"
 MAX_INTF_NAME = 15  # Linux IFNAMSIZ - 1
@@ -84,7 +85,7 @@ class Runtime:
     ports: tuple[PortConfig, ...]
     entries: tuple[Entry, ...]
     registers: tuple[RegisterWrite, ...] = ()
-    target: str = "bmv2"
+    target: str = backends.RUNTIME_DEFAULT_TARGET
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
     source: str = "<runtime>"
@@ -218,6 +219,7 @@ def _check_entries(
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
     qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
+    must_exceed = backends.capabilities(target).queue_must_exceed_qmax
     for i, e in enumerate(entries):
         where = f"{source}: table_entries[{i}]"
         key = (e.table, e.default, tuple(sorted(e.match.items())), e.priority)
@@ -249,7 +251,7 @@ def _check_entries(
                 f"{source}: ports[{i}]: queueing {cfg.queueing.name!r} cannot run on {target}: {why}"
             )
         limit = qmax.get(cfg.port, qmax[None])
-        if target == "bmv2" and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
+        if must_exceed and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
             # would never get those packets back (the built-in switch gives them back and counts
             # them as queue_overflow_pkts)
@@ -334,9 +336,9 @@ def parse_runtime(doc: Any, source: str = "<runtime>", spec: PipelineSpec = PIPE
         raise RuntimeFileError(f"{source}: key 'switch' missing or not a name")
     if isinstance(device_id, bool) or not isinstance(device_id, int) or not 0 <= device_id < 1 << 16:
         raise RuntimeFileError(f"{source}: key 'device_id' missing or not an integer 0..65535")
-    target = doc.get("target", "bmv2")
+    target = doc.get("target", backends.RUNTIME_DEFAULT_TARGET)
     if target not in TARGETS:
-        raise RuntimeFileError(f"{source}: unknown target {target!r} (one of {', '.join(TARGETS)})")
+        raise RuntimeFileError(f"{source}: unknown target {backends.unknown_backend(target)}")
     for key in ("p4info", "bmv2_json"):
         if not isinstance(doc.get(key, ""), str):
             raise RuntimeFileError(f"{source}: {key} must be a path")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+import dlcp.backends as backends
 from dlcp.network import pipeline_names as pn
 from dlcp.network.runtime_file import (
     DEFAULT_BMV2_JSON,
@@ -152,7 +153,7 @@ class SwitchConfig(SwitchSettings):
     policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
     port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}  # noqa: RUF012
     queueing: QueueingSettings = Field(default_factory=QueueingSettings)  # every port's discipline
-    target: Target = "bmv2"
+    target: Target = backends.RUNTIME_DEFAULT_TARGET
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
 

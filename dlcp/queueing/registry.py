@@ -6,18 +6,22 @@ A discipline decides which of a port's `N_QUEUES` queues sends next; admission (
 the link rate are not its business. Each module of dlcp/queueing/disciplines registers one
 (`register_discipline`), and the registry imports that package before its first lookup, so the
 experiment's allowed values and option sections (`switch.queueing`, `[switch.<name>]`), the
-runtime files' `queueing` rows, the generated C ids (`QDISC_<NAME>` in dlcp_wire.h) and the
-refusal on a target that cannot run one all come from here. The C statement of each discipline is
+runtime files' `queueing` rows and the generated C ids (`QDISC_<NAME>` in dlcp_wire.h) all come
+from here. Every engine of the pipeline core runs every discipline; a backend whose switches
+serve strict priority only (its capability `queue_disciplines` is false, dlcp/backends.py) runs
+just the disciplines that plain priority queues are (`strict_priority`), and is refused the rest
+with one line. The C statement of each discipline is
 its case of `sw_qdisc_pick` in dlcp/switch/c/switch_core.h; tests/unit/test_queueing.py holds the
 two to the same choices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+import dlcp.backends as backends
 from dlcp.registry import Entry, Registry, RegistryError
 from dlcp.settings import ConfigError, Settings
 
@@ -48,7 +52,8 @@ class Discipline(Entry):
     reference: Callable[[Any], Scheduler]  # the Python reference: options (or None) -> a port's scheduler
     # the C core's N_QUEUES unsigned 32-bit parameters from the options (sw_set_qdisc)
     c_params: Callable[[Any], list[int]] = _no_params
-    refused_on: Mapping[str, str] = field(default_factory=dict)  # switch target -> why it cannot
+    # plain strict-priority queues are this discipline: every backend runs it
+    strict_priority: bool = False
 
 
 DISCIPLINES: Registry[Discipline] = Registry("queue discipline", discover="dlcp.queueing.disciplines")
@@ -88,9 +93,12 @@ class QueueingConfig:
         """The runtime file's `queueing` row: {"discipline": name, **options}."""
         return {"discipline": self.name, **(self.options.model_dump() if self.options is not None else {})}
 
-    def refusal(self, target: str) -> str | None:
-        """Why `target` cannot run this discipline, or None when it can."""
-        return self.discipline.refused_on.get(target)
+    def refusal(self, backend: str) -> str | None:
+        """Why the switches of `backend` cannot run this discipline, or None when they can."""
+        if self.discipline.strict_priority or backends.capabilities(backend).queue_disciplines:
+            return None
+        can = " or ".join(repr(b) for b in backends.names() if backends.capabilities(b).queue_disciplines)
+        return f"its switches serve strict priority only; backend = {can} can run {self.name!r}"
 
 
 def configure(name: Any, **options: Any) -> QueueingConfig:

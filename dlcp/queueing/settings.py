@@ -31,8 +31,8 @@ class QueueingSettings(SectionedSettings):
         """The chosen discipline with its options (the other disciplines' sections are ignored)."""
         return QueueingConfig(DISCIPLINES.get(self.queueing), self.options_of(self.queueing))
 
-    def check_target(self, target: str) -> None:
-        """BadValue naming `queueing` when the switches of `target` cannot run the discipline."""
-        why = DISCIPLINES.get(self.queueing).refused_on.get(target)
+    def check_target(self, backend: str) -> None:
+        """BadValue naming `queueing` when the switches of `backend` cannot run the discipline."""
+        why = self.config().refusal(backend)
         if why:
-            raise BadValue("queueing", f"{self.queueing!r} cannot run on {target}: {why}")
+            raise BadValue("queueing", f"{self.queueing!r} cannot run on {backend}: {why}")

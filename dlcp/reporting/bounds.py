@@ -5,7 +5,8 @@ Bottleneck rate (`bottleneck_mbps`), first that applies:
   1. config.toml `[links] bottleneck_mbps` (explicit);
   2. the smallest positive number among config.toml `[links]` keys ending in `_mbps`
      (e.g. `host_mbps`, `switch_mbps`, `spine_mbps`; one level of sub-tables is searched too);
-  3. the smallest positive `rate_mbps` (or Mininet-style `bw`, Mbit/s) among topology.json `links`.
+  3. the smallest positive `rate_mbps` (or Mininet-style `bw`, Mbit/s) among topology.json `links`,
+     times the run's time dilation D (the emulation ran its links at the system's rates / D).
 Rates are Mbit/s, i.e. bits per microsecond.
 
 Ideal times (bytes on the wire = payload `bytes` + `pkts` x FRAME_OVERHEAD_BYTES; retransmissions
@@ -45,8 +46,9 @@ def _positive(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
-def bottleneck_mbps(config: dict | None, topology: dict | None) -> tuple[float | None, str]:
-    """The bottleneck link rate in Mbit/s and where it came from (a short phrase)."""
+def bottleneck_mbps(config: dict | None, topology: dict | None, dilation: float = 1.0) -> tuple[float | None, str]:
+    """The system's bottleneck link rate in Mbit/s and where it came from (a short phrase);
+    `dilation`: the run's D, which topology.json's emulated rates are multiplied by."""
     links = (config or {}).get("links")
     if isinstance(links, dict):
         explicit = _positive(links.get("bottleneck_mbps"))
@@ -72,6 +74,10 @@ def bottleneck_mbps(config: dict | None, topology: dict | None) -> tuple[float |
             if r is not None
         ]
         if link_rates:
+            if dilation != 1:
+                return min(
+                    link_rates
+                ) * dilation, f"topology.json links (smallest link rate x time dilation {dilation:g})"
             return min(link_rates), "topology.json links (smallest link rate)"
     return None, "no link rate in config.toml [links] or topology.json links"
 
@@ -104,7 +110,7 @@ def _div(a: float | None, b: float | None) -> float | None:
 def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
     """The lower-bound section of summary.json: rate, its source, ideal times and the measured
     p50/p99 as multiples of them. `iter_comm_us`: measured communication time per iteration."""
-    rate, source = bottleneck_mbps(run.config, run.topology)
+    rate, source = bottleneck_mbps(run.config, run.topology, run.facts.dilation)
     out: dict = {
         "bottleneck_mbps": rate,
         "rate_source": source,

@@ -174,7 +174,7 @@ def port_row(port: int, intf: str, counts: dict, state: str = "up") -> dict:
     return {"port": port, "intf": intf, **{k: int(counts.get(k, 0)) for k in PORT_COUNTS}, "state": state}
 
 
-def snapshot(name: str, raw: dict, ports: list[dict], engine: str, backend: str = "ref") -> dict:
+def snapshot(name: str, raw: dict, ports: list[dict], engine: str, backend: str) -> dict:
     """The counter dump from an engine's raw counters (the layout of `Pipeline.counters()`) plus its
     `port_row`s. The wait histograms `read_lag`, `send_late` and `host_burst` are the built-in
     switch's wall-clock measurements of its own I/O; an engine without them (ns-3: it reads and

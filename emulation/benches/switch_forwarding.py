@@ -80,7 +80,7 @@ def bench_runtime(in_intf: str, out_intf: str) -> dict:
     return {
         "switch": "bench",
         "device_id": 1,
-        "target": "ref",
+        "target": "builtin",
         "registers": [],
         "table_entries": [
             e(P.LB_CONFIG, P.SET_LB_MODE, {"mode": P.LB_MODES["spray_rr"]}, default_action=True),

@@ -27,6 +27,7 @@ from emulation.builtin_switch.afpacket import new_kernel_drops, open_port_socket
 from emulation.builtin_switch.pyengine import PyEngine
 
 ENGINES = ("auto", "c", "python")
+BACKEND = "builtin"  # the backend whose switches this process is (dlcp/backends.py), in its counter dumps
 RUN_SLICE_S = 0.5
 MAX_LAG_S = 0.002  # catch-up a rate-limited port may take after a late wake-up
 
@@ -232,7 +233,7 @@ class Switch:
             )
             for cfg in self.runtime.ports
         ]
-        return C.snapshot(self.name, raw, ports, self.engine_name)
+        return C.snapshot(self.name, raw, ports, self.engine_name, backend=BACKEND)
 
     def dump(self) -> str | None:
         self.engine.flush()

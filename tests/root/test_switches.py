@@ -15,32 +15,26 @@ from pathlib import Path
 import pytest
 from switch_frames import entry, runtime_doc
 
+from dlcp import backends
 from emulation import procs
 from emulation.dataplane import BuiltinProcess
-from emulation.switches import (
-    BACKENDS,
-    DEFAULT_BACKEND,
-    Bmv2Switch,
-    BuiltinSwitch,
-    DlcpSwitch,
-    SwitchStartError,
-    switch_class,
-)
+from emulation.switches import Bmv2Switch, BuiltinSwitch, DlcpSwitch, SwitchStartError
 
 TAG = f"rs{os.getpid() % 100000}"
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_backend_mapping():
-    assert DEFAULT_BACKEND == "ref" and switch_class() is BuiltinSwitch and BACKENDS["ref"] is BuiltinSwitch
-    assert switch_class("bmv2") is Bmv2Switch and issubclass(Bmv2Switch, DlcpSwitch)
-    with pytest.raises(ValueError, match="unknown switch backend 'nope'"):
-        switch_class("nope")
+    """The registry's emulated backends run their switches with these Mininet classes."""
+    assert backends.DEFAULT == "builtin" and backends.implementation("builtin").switch_class is BuiltinSwitch
+    assert backends.implementation("bmv2").switch_class is Bmv2Switch and issubclass(Bmv2Switch, DlcpSwitch)
+    with pytest.raises(backends.UnknownBackend, match="'nope' is not one of builtin, bmv2, ns3"):
+        backends.implementation("nope")
 
 
 def test_backends_load_the_p4runtime_stack_only_when_bmv2_starts():
     code = (
-        "import sys; from emulation.switches import BACKENDS; BACKENDS['bmv2'].toolchain; "
+        "import sys; from dlcp import backends; backends.implementation('bmv2').switch_class.toolchain; "
         "print(sorted(m for m in ('grpc', 'p4runtime_sh', 'emulation.bmv2.control', 'emulation.bmv2.simple_switch') "
         "if m in sys.modules))"
     )
@@ -81,7 +75,7 @@ def test_builtin_switch_in_mininet(tmp_path, monkeypatch):
         net.stop()
     assert sw.dataplane is None and procs.recorded() == []
     c = json.loads((tmp_path / "counters" / f"{sw.name}.json").read_text())
-    assert c["switch"] == sw.name and c["backend"] == "ref"
+    assert c["switch"] == sw.name and c["backend"] == "builtin"
     ports = {p["port"]: p for p in c["ports"]}
     assert ports[1]["rx_pkts"] >= 3 and ports[2]["tx_pkts"] >= 3
     # pings carry no DLCP header: every admitted packet is in the non-DLCP split, at DSCP class 0

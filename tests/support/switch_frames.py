@@ -133,7 +133,7 @@ def runtime_doc(
     return {
         "switch": "sw",
         "device_id": 1,
-        "target": "ref",
+        "target": "builtin",
         "registers": [],
         "table_entries": entries,
         "ports": [{"port": p, "intf": intf(p), **port_cfg.get(p, {})} for p in ports],

@@ -443,7 +443,7 @@ def reference_counters(sc: dict) -> dict:
                 ports[port]["tx_pkts"] += 1
                 ports[port]["tx_bytes"] += len(f)
     rows = [counter_dump.port_row(k, f"p{k}", ports[k]) for k in PORTS]
-    return counter_dump.snapshot(runtime.switch, pipe.counters(), rows, engine="reference")
+    return counter_dump.snapshot(runtime.switch, pipe.counters(), rows, engine="reference", backend="reference")
 
 
 PIPELINE_COUNTERS = ("queues", "ecn_marks", "drops", "tables", "registers", "non_dlcp")

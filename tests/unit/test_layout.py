@@ -21,13 +21,16 @@ DLCP_ALLOWED = {
     "dlcp.tables": set(),
     "dlcp.registry": set(),
     "dlcp.settings": {"dlcp.registry"},
+    "dlcp.exit_status": set(),
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
     # egress queueing: admission, ECN decision, disciplines (the switch's and the virtual network's)
-    "dlcp.queueing": {"dlcp.wire", "dlcp.settings", "dlcp.registry"},
+    # the backends and what they can do, as data (their implementations live above dlcp/)
+    "dlcp.backends": {"dlcp.wire"},
+    "dlcp.queueing": {"dlcp.wire", "dlcp.settings", "dlcp.registry", "dlcp.backends"},
     "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings", "dlcp.registry"},
-    "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.queueing"},
+    "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.backends", "dlcp.queueing"},
     "dlcp.comm": {
         "dlcp.wire",
         "dlcp.transport",
@@ -47,12 +50,22 @@ DLCP_ALLOWED = {
         "dlcp.workloads",
         "dlcp.settings",
         "dlcp.network",
+        "dlcp.backends",
         "dlcp.queueing",
     },
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
     # the switch's reference model and counter dump (the C core beside it is no Python import)
     "dlcp.switch": {"dlcp.wire", "dlcp.network", "dlcp.transport", "dlcp.settings", "dlcp.queueing"},
     "dlcp.codegen": {"dlcp.wire", "dlcp.network", "dlcp.queueing"},
+    # the series runner: above the config, the network and the reports; backends by the registry
+    "dlcp.runs": {
+        "dlcp.backends",
+        "dlcp.experiment",
+        "dlcp.network",
+        "dlcp.reporting",
+        "dlcp.settings",
+        "dlcp.workloads",
+    },
 }
 # Who may import which top-level package
 TOP_ALLOWED = {
@@ -212,3 +225,36 @@ def test_bench_tagging_json_last_line():
 def test_unknown_bench_is_one_line_error():
     p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "nosuch"], capture_output=True, text=True)
     assert p.returncode != 0 and "unknown benchmark 'nosuch'" in p.stderr
+
+
+# A string equal to a backend's name that is not a backend (the benchmark of simple_switch_grpc)
+NOT_BACKEND_NAMES = {("dlcp_cli.benches", "bmv2")}
+
+
+def test_only_the_registry_names_backends():
+    """dlcp/ and dlcp_cli/ compare no backend's name: they ask dlcp/backends.py for capabilities,
+    and reports read meta.json's facts. Docstrings and comments may name backends; code may not."""
+    import dlcp.backends as backends
+
+    names = set(backends.names()) | set(backends.RENAMED)
+    bad = [
+        f"{m}:{node.lineno} {node.value!r}"
+        for m, p in MODULES.items()
+        if m.split(".")[0] in ("dlcp", "dlcp_cli") and m != "dlcp.backends"
+        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        if isinstance(node, ast.Constant) and node.value in names and (m, node.value) not in NOT_BACKEND_NAMES
+    ]
+    assert not bad, bad
+
+
+def test_the_registry_imports_no_backend_until_a_run_starts():
+    """The config, the registry, the series runner and the CLI's parser load without emulation/ or
+    simulation/; `backends.implementation` is what imports one."""
+    code = (
+        "import sys, dlcp.backends as b, dlcp.experiment.config, dlcp.runs.series_runner, dlcp_cli.main; "
+        "dlcp_cli.main.build_parser(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'emulation', 'simulation', 'mininet', 'cppyy'})); "
+        "b.implementation('ns3'); print('simulation.ns3.backend' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]

@@ -127,17 +127,21 @@ def test_experiment_section_comes_from_the_registry():
 @pytest.mark.parametrize(
     ("section", "backend", "message"),
     [
-        ({"queueing": "fq"}, "ref", "switch.queueing: 'fq' is not one of strict, wrr"),
-        ({"queueing": "wrr", "wrr": {"weights": [1] * 7}}, "ref", "switch.wrr.weights: 7 entries, at least 8"),
+        ({"queueing": "fq"}, "builtin", "switch.queueing: 'fq' is not one of strict, wrr"),
+        ({"queueing": "wrr", "wrr": {"weights": [1] * 7}}, "builtin", "switch.wrr.weights: 7 entries, at least 8"),
         (
             {"queueing": "wrr", "wrr": {"weights": [1] * 7 + [0]}},
-            "ref",
+            "builtin",
             "switch.wrr.weights[7]: 0 is below the minimum 1",
         ),
-        ({"wrr": {"weights": [1] * 7 + [1.5]}}, "ref", "switch.wrr.weights[7]: expected integer"),
-        ({"wrr": {"quantum": 3}}, "ref", "switch.wrr.quantum: unknown key"),
-        ({"queueing": "wrr"}, "bmv2", "switch.queueing: 'wrr' cannot run on bmv2: simple_switch's priority queues"),
-        ({"quantum": 3}, "ref", "switch.quantum: unknown key"),
+        ({"wrr": {"weights": [1] * 7 + [1.5]}}, "builtin", "switch.wrr.weights[7]: expected integer"),
+        ({"wrr": {"quantum": 3}}, "builtin", "switch.wrr.quantum: unknown key"),
+        (
+            {"queueing": "wrr"},
+            "bmv2",
+            "switch.queueing: 'wrr' cannot run on bmv2: its switches serve strict priority only; backend = 'builtin' or 'ns3'",
+        ),
+        ({"quantum": 3}, "builtin", "switch.quantum: unknown key"),
     ],
 )
 def test_bad_switch_keys_are_one_line_errors(section, backend, message):
@@ -157,10 +161,18 @@ def test_runtime_rows_carry_the_discipline():
 @pytest.mark.parametrize(
     ("queueing", "target", "message"),
     [
-        ({"discipline": "drr"}, "ref", "rt.json: ports[1]: queueing: queue discipline 'drr' is not one of strict, wrr"),
-        ({"discipline": "strict", "weights": [1] * 8}, "ref", "rt.json: ports[1]: queueing: strict takes no options"),
-        ({"discipline": "wrr", "weights": [1]}, "ref", "rt.json: ports[1]: queueing: wrr weights: 1 entries"),
-        ("wrr", "ref", 'rt.json: ports[1]: queueing: expected {"discipline"'),
+        (
+            {"discipline": "drr"},
+            "builtin",
+            "rt.json: ports[1]: queueing: queue discipline 'drr' is not one of strict, wrr",
+        ),
+        (
+            {"discipline": "strict", "weights": [1] * 8},
+            "builtin",
+            "rt.json: ports[1]: queueing: strict takes no options",
+        ),
+        ({"discipline": "wrr", "weights": [1]}, "builtin", "rt.json: ports[1]: queueing: wrr weights: 1 entries"),
+        ("wrr", "builtin", 'rt.json: ports[1]: queueing: expected {"discipline"'),
         ({"discipline": "wrr"}, "bmv2", "rt.json: ports[1]: queueing 'wrr' cannot run on bmv2"),
     ],
 )

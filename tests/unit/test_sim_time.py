@@ -2,9 +2,9 @@
 for profile compute, and `[scale] dilation` (an emulation knob) neither slows nor rescales anything."""
 
 from dlcp.experiment import config as configmod
-from dlcp.reporting.steady import dilation_factor
+from dlcp.reporting.facts import run_facts
 from dlcp.workloads.profile import load_profile
-from simulation.ns3.runner import simulated_compute_s
+from simulation.ns3.simulated_run import simulated_compute_s
 
 BASE = {"name": "t", "backend": "ns3", "workload": {"model": "synthetic", "iterations": 4}}
 
@@ -20,6 +20,10 @@ def test_fixed_compute_is_compute_ms():
 
 
 def test_dilation_does_not_rescale_simulated_reports():
-    emulated = configmod.validate({**BASE, "backend": "ref", "scale": {"dilation": 10}})
+    """The clock comes from meta.json, as the backend wrote it (dlcp/runs/run_dir.py); without
+    meta.json, from what the config's backend runs on (dlcp/backends.py), not from its name."""
+    emulated = configmod.validate({**BASE, "backend": "builtin", "scale": {"dilation": 10}})
     simulated = configmod.validate({**BASE, "scale": {"dilation": 10}})
-    assert dilation_factor(emulated) == 10 and dilation_factor(simulated) == 1
+    assert run_facts({"clock": "wall"}, emulated).dilation == 10 and run_facts(None, emulated).dilation == 10
+    assert run_facts({"clock": "simulated"}, simulated).dilation == 1
+    assert run_facts(None, simulated).dilation == 1 and run_facts(None, simulated).simulated

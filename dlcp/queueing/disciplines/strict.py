@@ -26,5 +26,6 @@ STRICT = register_discipline(
         description="strict priority: the highest non-empty queue sends first (7, then 6, ... 0)",
         c_id=0,
         reference=Strict,
+        strict_priority=True,
     )
 )

@@ -81,9 +81,5 @@ WRR = register_discipline(
         reference=Wrr,
         options=WrrOptions,
         c_params=_c_params,
-        refused_on={
-            "bmv2": "simple_switch's priority queues serve strict priority only (bmv2 has no "
-            "weighted scheduler); use the built-in switch or ns-3"
-        },
     )
 )
