@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlcp import backends
+import dlcp.backends as backends
 
 MEASURED = "unknown: times are shown as measured"
 EVERY_ITERATION = "unknown: every iteration counts"

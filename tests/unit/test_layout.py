@@ -53,7 +53,7 @@ DLCP_ALLOWED = {
         "dlcp.backends",
         "dlcp.queueing",
     },
-    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
+    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables", "dlcp.backends"},
     # the switch's reference model and counter dump (the C core beside it is no Python import)
     "dlcp.switch": {"dlcp.wire", "dlcp.network", "dlcp.transport", "dlcp.settings", "dlcp.queueing"},
     "dlcp.codegen": {"dlcp.wire", "dlcp.network", "dlcp.queueing"},
