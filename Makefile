@@ -11,7 +11,7 @@ IS_ROOT := $(shell [ "$$(id -u)" -eq 0 ] && echo yes)
 
 .PHONY: setup setup-test demo test test-unit lint p4 gen clean bench
 
-# what the demo needs (the built-in dataplane); setup-test adds the test tools, the ns-3 simulator
+# what the demo needs (the built-in switch); setup-test adds the test tools, the ns-3 simulator
 # (the sim extra: about 4 minutes the first time), the bmv2 control plane, the model libraries of
 # `dlcp profile` (models) and Chakra (chakra), whose tests run on real models and real ET files
 setup:

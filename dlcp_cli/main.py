@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser(
         "gen",
         help="write the P4, C and doc views of the wire format and switch names",
-        description="Regenerate p4/include/generated/*.p4, emulation/refswitch/dlcp_wire.h and the "
+        description="Regenerate p4/include/generated/*.p4, dlcp/switch/c/dlcp_wire.h and the "
         "tables of docs/wire-format.md from dlcp/wire/layout.py and "
         "dlcp/network/pipeline_names.py (docs/wire-format.md).",
     )

@@ -1,12 +1,14 @@
-/* The built-in dataplane's fast path: the DLCP pipeline of docs/pipeline.md, the egress queues and
- * the batched AF_PACKET I/O loop, in C.
+/* The built-in switch's C engine: the C pipeline core (dlcp/switch/c/switch_core.h, shared with
+ * the ns-3 switch) driven by the egress queues, the link and the batched AF_PACKET I/O loop, as a
+ * CPython extension.
  *
- * It executes exactly what pipeline.py (the readable reference model) and queues.py do; Python
- * compiles the tables into flat arrays (set_tables) so no match semantics live here except LPM, and
- * tests/unit/test_refswitch_fastpath.py runs both engines on the same frames and compares every byte and
- * counter. Python keeps the control plane: runtime file, counters dump, control socket, signals.
- * Offsets, field positions, sizes and codes come from dlcp_wire.h, generated from
- * dlcp/wire/layout.py and dlcp/network/pipeline_names.py (`make gen`).
+ * What the pipeline does (parser, tables, admission, ECN, telemetry, queue disciplines, counters)
+ * is the core's; this file keeps the I/O: port sockets, the queues' storage, each port's rate,
+ * delay and loss, the clock, pcap, and the Python module. Python compiles the tables into flat
+ * arrays (set_tables) and keeps the control plane: runtime file, counter dump, control socket,
+ * signals. tests/unit/test_builtin_switch_fastpath.py runs this engine and the Python reference
+ * (dlcp/switch/pipeline.py, dlcp/queueing) on the same frames and compares every byte, choice and
+ * counter.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -22,33 +24,10 @@
 #include <sys/uio.h>
 #include <time.h>
 
-#include "dlcp_wire.h"
+#include "switch_core.h"
 
-#define QUEUE_SLOTS REGISTER_OCCUPANCY_SIZE          /* port * N_QUEUES + qid */
-#define COUNTER_SLOTS COUNTER_ADMITTED_SIZE          /* (port * N_QUEUES + qid) * N_COLORS + color */
-#define N_REASONS COUNTER_DROPS_SIZE
-#define NON_DLCP_SLOTS (COUNTER_SLOTS * NON_DLCP_DSCP_CLASSES)  /* queue counter slot * classes + dscp >> 3 */
-#define CLASSIFY_SLOTS (1 << CLASSIFY_KEY_BITS)      /* every (dlcp_valid, prio, drop_prec, dscp) */
-#define TEL_OFF (DLCP_OFF + DLCP_HEADER_LEN)
-#define UDP_CSUM_OFF (L4_OFF + 6)
 #define VNET_LEN 10
-
-/* what this code assumes of the generated layout (it reads these fields as single bytes, the
- * telemetry block as whole words, rr_next as 16 bits) */
-_Static_assert(QUEUE_SLOTS == MAX_PORTS * N_QUEUES, "occupancy is indexed port * N_QUEUES + qid");
-_Static_assert(COUNTER_CE_MARKED_SIZE == QUEUE_SLOTS, "ce_marked is indexed like occupancy");
-_Static_assert(COUNTER_SLOTS == QUEUE_SLOTS * N_COLORS && COUNTER_EARLY_DROPS_SIZE == COUNTER_SLOTS
-               && COUNTER_TAIL_DROPS_SIZE == COUNTER_SLOTS, "queue counters are indexed per color");
-_Static_assert(DLCP_VER_SIZE == 1 && DLCP_PRIO_SIZE == 1 && DLCP_DROP_PREC_SIZE == 1 && DLCP_FLAGS_SIZE == 1,
-               "the parser reads ver, prio, drop_prec and flags as single bytes");
-_Static_assert(DLCP_TEL_HOPS_SIZE == 1 && DLCP_TEL_MAX_ENQ_QDEPTH_SIZE == 2 && DLCP_TEL_SUM_DEQ_TIMEDELTA_US_SIZE == 4
-               && DLCP_TELEMETRY_LEN % 2 == 0, "stamp_telemetry's field widths");
-_Static_assert(REGISTER_RR_NEXT_BITS == 16, "rr_next is uint16_t");
-_Static_assert(NON_DLCP_DSCP_CLASSES == 8, "the DSCP class of a non-DLCP frame is its TOS byte >> 5");
-_Static_assert(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is the low bits of the classify index");
 #define SLOT (VNET_LEN + 65550)
-#define FINE 256
-#define COARSE (34 * 32)
 #define CONTROL_POLL_S 0.05
 /* the read lag histogram: the bins of dlcp/transport/core/waits.py (4 per doubling from 1 us) */
 #define LAG_BINS_PER_OCTAVE 4
@@ -92,33 +71,10 @@ typedef struct {
     FILE *pcap;
 } Port;
 
-typedef struct { uint32_t prefix, mask; int entry, group, size; } Lpm;
-typedef struct { int entry; uint8_t dmac[6]; int port; } Nhop;
-typedef struct { int n; Nhop *members; } Group;
-
 typedef struct {
     PyObject_HEAD
-    int batch, data_port, lb_mode;
-    /* tables */
-    Lpm *lpm; int n_lpm;
-    Group groups[MAX_GROUPS];
-    int16_t cls_entry[CLASSIFY_SLOTS]; uint8_t cls_qid[CLASSIFY_SLOTS], cls_color[CLASSIFY_SLOTS];
-    uint32_t thr[MAX_PORTS][4];
-    uint64_t *lpm_hits; int n_lpm_entries;   /* [entry * 2] pkts, [entry * 2 + 1] bytes */
-    uint64_t *cls_hits; int n_cls_entries;
-    /* registers and counters */
-    uint32_t occupancy[QUEUE_SLOTS];
-    uint16_t rr_next[MAX_GROUPS];
-    uint64_t adm[2][COUNTER_SLOTS], early[2][COUNTER_SLOTS], tail[2][COUNTER_SLOTS];
-    /* the share of those packet counts from frames without a DLCP header, [admitted, early, tail]
-     * indexed counter slot * 8 + dscp class: background and control traffic, told from gradients */
-    uint64_t non_dlcp[3][NON_DLCP_SLOTS];
-    uint32_t occ_peak[QUEUE_SLOTS];  /* highest occupancy since the last sample() */
-    uint64_t drops[2][N_REASONS];
-    int last_drop;
-    /* telemetry of the queues */
-    uint32_t max_enq_qdepth;
-    uint64_t fine[FINE], coarse[COARSE], delay_n, delay_max;
+    int batch;
+    SwCore core;  /* the pipeline: tables, registers, counters, queue disciplines */
     /* how long frames waited in the kernel before the switch read them (SO_TIMESTAMPNS) */
     uint64_t lag_bins[LAG_BINS], lag_n;
     double lag_max;
@@ -136,47 +92,14 @@ typedef struct {
     uint8_t *rxbuf, *rxctl;
     struct mmsghdr *rxmsgs, *txmsgs;
     struct iovec *rxiov, *txiov;
-    uint64_t rng;
-    /* ECN marking (the section "ECN marking" below) */
-    uint32_t ecn_k[QUEUE_SLOTS];
-    uint64_t ce[2][QUEUE_SLOTS];
 } Engine;
 
 static const uint8_t ZERO_VNET[VNET_LEN];
-static uint16_t CRC16_TABLE[256];
-
-static void crc16_init(void) {
-    for (int b = 0; b < 256; b++) {
-        uint16_t c = (uint16_t)b;
-        for (int i = 0; i < 8; i++) c = (c & 1) ? (uint16_t)((c >> 1) ^ 0xA001) : (uint16_t)(c >> 1);
-        CRC16_TABLE[b] = c;
-    }
-}
-
-static uint16_t crc16(const uint8_t *p, int n) {
-    uint16_t c = 0;
-    for (int i = 0; i < n; i++) c = (uint16_t)((c >> 8) ^ CRC16_TABLE[(c ^ p[i]) & 0xFF]);
-    return c;
-}
 
 static inline double mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static inline uint64_t rng_next(Engine *e) { /* xorshift64* */
-    uint64_t x = e->rng;
-    x ^= x >> 12; x ^= x << 25; x ^= x >> 27;
-    e->rng = x;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
-static inline double rng_unit(Engine *e) { return (rng_next(e) >> 11) * (1.0 / 9007199254740992.0); }
-
-static inline uint32_t fold(uint32_t x) {
-    while (x >> 16) x = (x & 0xFFFF) + (x >> 16);
-    return x;
 }
 
 /* --- rings ------------------------------------------------------------------------------------- */
@@ -221,200 +144,19 @@ static void ring_free(Ring *r) {
     r->items = NULL;
 }
 
-/* --- ECN marking (p4/include/ecn.p4, pipeline.py Pipeline._ecn_mark) --------------------------- */
-
-/* An admitted ECN-capable packet (ECT(0) or ECT(1)) whose queue held ecn_k[oi] or more packets
- * before it: CE, the IPv4 checksum patched over the first header word (RFC 1624), counted. */
-static inline void ecn_mark(Engine *e, uint8_t *f, int oi, uint32_t occ, uint32_t n) {
-    uint8_t tos = f[15];
-    uint8_t ecn = tos & ECN_MASK;
-    if ((ecn != ECN_ECT0 && ecn != ECN_ECT1) || occ < e->ecn_k[oi]) return;
-    uint32_t old = ((uint32_t)f[14] << 8) | tos, nw = (old & ~(uint32_t)ECN_MASK) | ECN_CE;
-    f[15] = (uint8_t)nw;
-    uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + nw;
-    hc = ~fold(hc) & 0xFFFF;
-    f[24] = (uint8_t)(hc >> 8);
-    f[25] = (uint8_t)hc;
-    e->ce[0][oi]++;
-    e->ce[1][oi] += n;
-}
-
-/* set_ecn(thresholds): QUEUE_SLOTS values of K, indexed port * N_QUEUES + qid (Pipeline.ecn_k) */
-static PyObject *Engine_set_ecn(Engine *e, PyObject *args) {
-    PyObject *ks;
-    if (!PyArg_ParseTuple(args, "O", &ks)) return NULL;
-    if (PySequence_Size(ks) != QUEUE_SLOTS) { PyErr_Format(PyExc_ValueError, "set_ecn: %d thresholds", QUEUE_SLOTS); return NULL; }
-    for (int i = 0; i < QUEUE_SLOTS; i++) {
-        PyObject *o = PySequence_GetItem(ks, i);
-        unsigned long v = o ? PyLong_AsUnsignedLong(o) : 0;
-        Py_XDECREF(o);
-        if (PyErr_Occurred()) return NULL;
-        e->ecn_k[i] = (uint32_t)v;
-    }
-    Py_RETURN_NONE;
-}
-
-/* --- ingress ----------------------------------------------------------------------------------- */
-
-static inline void drop(Engine *e, int reason, uint32_t n) {
-    e->drops[0][reason]++;
-    e->drops[1][reason] += n;
-    e->last_drop = reason;
-}
-
-/* Returns 1 and fills the outputs when admitted (frame edited in place), else 0 (counted). */
-static int ingress(Engine *e, uint8_t *f, uint32_t n, int *o_port, int *o_qid, int *o_color, int *o_tel) {
-    if (n < ETH_LEN) { drop(e, DROP_PARSER_ERROR, n); return 0; }
-    if (f[12] != 0x08 || f[13] != 0x00) { drop(e, DROP_NOT_IPV4, n); return 0; }
-    if (n < L4_OFF) { drop(e, DROP_PARSER_ERROR, n); return 0; }
-    int proto = f[23], sport = 0, dport = 0, dlcp = 0, tel = -1;
-    if ((f[14] & 0x0F) == 5 && !((f[20] & 0x1F) || f[21])) {
-        if (proto == 17) {
-            if (n < DLCP_OFF) { drop(e, DROP_PARSER_ERROR, n); return 0; }
-            sport = (f[34] << 8) | f[35];
-            dport = (f[36] << 8) | f[37];
-            if (dport == e->data_port) {
-                const uint8_t *h = f + DLCP_OFF;
-                if (n < TEL_OFF || ((h[DLCP_VER_OFF] >> DLCP_VER_SHIFT) & DLCP_VER_MASK) != DLCP_VERSION) {
-                    drop(e, DROP_PARSER_ERROR, n);
-                    return 0;
-                }
-                dlcp = 1;
-                if (h[DLCP_FLAGS_OFF] & DLCP_FLAG_TELEMETRY) {
-                    if (n < TEL_OFF + DLCP_TELEMETRY_LEN) { drop(e, DROP_PARSER_ERROR, n); return 0; }
-                    tel = TEL_OFF;
-                }
-            }
-        } else if (proto == 6) {
-            if (n < L4_OFF + 4) { drop(e, DROP_PARSER_ERROR, n); return 0; }
-            sport = (f[34] << 8) | f[35];
-            dport = (f[36] << 8) | f[37];
-        }
-    }
-    int ttl = f[22];
-    if (ttl <= 1) { drop(e, DROP_TTL_EXPIRED, n); return 0; }
-    uint32_t dst = ((uint32_t)f[30] << 24) | ((uint32_t)f[31] << 16) | ((uint32_t)f[32] << 8) | f[33];
-    Lpm *hit = NULL;
-    for (int i = 0; i < e->n_lpm; i++) {  /* sorted by prefix length, longest first */
-        if ((dst & e->lpm[i].mask) == e->lpm[i].prefix) { hit = &e->lpm[i]; break; }
-    }
-    if (!hit || hit->group < 0) { drop(e, DROP_NO_ROUTE, n); return 0; }
-    e->lpm_hits[hit->entry * 2]++;
-    e->lpm_hits[hit->entry * 2 + 1] += n;
-    int group = hit->group, size = hit->size, member;
-    if (dlcp && e->lb_mode == LB_SPRAY_RANDOM) {
-        member = (int)(rng_unit(e) * size);
-    } else if (dlcp && e->lb_mode == LB_SPRAY_RR) {
-        uint16_t r = e->rr_next[group];
-        member = r % size;
-        e->rr_next[group] = (uint16_t)(r + 1);
-    } else {
-        uint8_t key[13];
-        memcpy(key, f + 26, 8);
-        key[8] = (uint8_t)proto;
-        key[9] = (uint8_t)(sport >> 8); key[10] = (uint8_t)sport;
-        key[11] = (uint8_t)(dport >> 8); key[12] = (uint8_t)dport;
-        member = crc16(key, 13) % size;
-    }
-    Group *g = &e->groups[group];
-    if (member >= g->n || g->members[member].entry < 0) { drop(e, DROP_NO_ROUTE, n); return 0; }
-    Nhop *nh = &g->members[member];
-    memmove(f + 6, f, 6);
-    memcpy(f, nh->dmac, 6);
-    int port = nh->port;
-    int key = (f[15] >> 2) << CLASSIFY_DSCP_SHIFT;
-    if (dlcp) {
-        const uint8_t *h = f + DLCP_OFF;
-        key |= (1 << CLASSIFY_DLCP_VALID_SHIFT)
-               | (((h[DLCP_PRIO_OFF] >> DLCP_PRIO_SHIFT) & DLCP_PRIO_MASK) << CLASSIFY_DLCP_PRIO_SHIFT)
-               | (((h[DLCP_DROP_PREC_OFF] >> DLCP_DROP_PREC_SHIFT) & DLCP_DROP_PREC_MASK) << CLASSIFY_DLCP_DROP_PREC_SHIFT);
-    }
-    int ce = e->cls_entry[key], qid = e->cls_qid[key], color = e->cls_color[key];
-    if (ce >= 0) {
-        e->cls_hits[ce * 2]++;
-        e->cls_hits[ce * 2 + 1] += n;
-    }
-    uint32_t *th = e->thr[port];
-    int oi = port * N_QUEUES + qid, ci = oi * N_COLORS + color;
-    uint32_t occ = e->occupancy[oi];
-    int ni = dlcp ? -1 : ci * NON_DLCP_DSCP_CLASSES + (f[15] >> 5);
-    if (occ >= th[0]) {
-        e->tail[0][ci]++; e->tail[1][ci] += n; e->last_drop = -1;
-        if (ni >= 0) e->non_dlcp[2][ni]++;
-        return 0;
-    }
-    if (color && occ >= th[color]) {
-        e->early[0][ci]++; e->early[1][ci] += n; e->last_drop = -1;
-        if (ni >= 0) e->non_dlcp[1][ni]++;
-        return 0;
-    }
-    if (ni >= 0) e->non_dlcp[0][ni]++;
-    e->occupancy[oi] = occ + 1;
-    if (occ + 1 > e->occ_peak[oi]) e->occ_peak[oi] = occ + 1;
-    e->adm[0][ci]++;
-    e->adm[1][ci] += n;
-    ecn_mark(e, f, oi, occ, n);
-    uint32_t old = ((uint32_t)ttl << 8) | (uint32_t)proto;
-    f[22] = (uint8_t)(ttl - 1);
-    uint32_t hc = (~(((uint32_t)f[24] << 8) | f[25]) & 0xFFFF) + (~old & 0xFFFF) + (old - 0x100);
-    hc = ~fold(hc) & 0xFFFF;
-    f[24] = (uint8_t)(hc >> 8);
-    f[25] = (uint8_t)hc;
-    *o_port = port; *o_qid = qid; *o_color = color; *o_tel = tel;
-    return 1;
-}
-
-/* --- egress ------------------------------------------------------------------------------------ */
-
-static inline uint32_t be16(const uint8_t *p) { return ((uint32_t)p[0] << 8) | p[1]; }
-
-/* hops += 1, max_enq_qdepth = max(.., enq_qdepth), sum_deq_timedelta_us += wait (the reserved byte
- * stays); the UDP checksum follows over the block's 16-bit words unless it is 0 or partial. */
-static void stamp_telemetry(uint8_t *f, int tel, uint32_t enq_qdepth, uint32_t wait_us, int partial) {
-    uint8_t *t = f + tel;
-    uint32_t old[DLCP_TELEMETRY_LEN / 2];
-    for (int i = 0; i < DLCP_TELEMETRY_LEN / 2; i++) old[i] = be16(t + 2 * i);
-    uint8_t *hops = t + DLCP_TEL_HOPS_OFF, *qdp = t + DLCP_TEL_MAX_ENQ_QDEPTH_OFF, *tot = t + DLCP_TEL_SUM_DEQ_TIMEDELTA_US_OFF;
-    uint32_t qd = be16(qdp);
-    uint32_t total = (be16(tot) << 16) | be16(tot + 2);
-    *hops = (uint8_t)(*hops + 1);
-    uint32_t d = enq_qdepth > DLCP_TEL_MAX_ENQ_QDEPTH_MASK ? DLCP_TEL_MAX_ENQ_QDEPTH_MASK : enq_qdepth;
-    if (d > qd) qd = d;
-    total += wait_us;
-    qdp[0] = (uint8_t)(qd >> 8); qdp[1] = (uint8_t)qd;
-    tot[0] = (uint8_t)(total >> 24); tot[1] = (uint8_t)(total >> 16); tot[2] = (uint8_t)(total >> 8); tot[3] = (uint8_t)total;
-    uint32_t csum = be16(f + UDP_CSUM_OFF);
-    if (csum == 0 || partial) return;
-    uint32_t x = ~csum & 0xFFFF;
-    for (int i = 0; i < DLCP_TELEMETRY_LEN / 2; i++) x += (~old[i] & 0xFFFF) + be16(t + 2 * i);
-    csum = ~fold(x) & 0xFFFF;
-    if (!csum) csum = 0xFFFF;
-    f[UDP_CSUM_OFF] = (uint8_t)(csum >> 8);
-    f[UDP_CSUM_OFF + 1] = (uint8_t)csum;
-}
-
-static inline void egress(Engine *e, int port, Pkt *p, uint32_t wait_us) {
-    int oi = port * N_QUEUES + p->qid;
-    if (e->occupancy[oi]) e->occupancy[oi]--;
-    if (p->tel >= 0) stamp_telemetry(p->data, p->tel, p->enq_depth, wait_us, p->has_vnet && (p->vnet[0] & 1));
-}
-
-static void record_delay(Engine *e, uint64_t us) {
-    e->delay_n++;
-    if (us > e->delay_max) e->delay_max = us;
-    if (us < FINE) { e->fine[us]++; return; }
-    int b = 64 - __builtin_clzll(us);
-    int k = (b << 5) | (int)((us >> (b - 6)) & 31);
-    if (k < COARSE) e->coarse[k]++;
-}
-
 /* --- queues and the link ----------------------------------------------------------------------- */
 
-static Pkt *pop_highest(Port *pt) {
-    for (int q = N_QUEUES - 1; q >= 0; q--) {
-        if (pt->q[q].count) { pt->backlog--; return ring_pop(&pt->q[q]); }
+/* The head packet of the queue the port's discipline picks (sw_qdisc_pick), or NULL. */
+static Pkt *pop_next(Engine *e, Port *pt, int port) {
+    uint32_t count[N_QUEUES], head_len[N_QUEUES];
+    for (int q = 0; q < N_QUEUES; q++) {
+        count[q] = pt->q[q].count;
+        head_len[q] = count[q] ? pt->q[q].items[pt->q[q].head]->len : 0;
     }
-    return NULL;
+    int q = sw_qdisc_pick(&e->core.qdisc[port], count, head_len);
+    if (q < 0) return NULL;
+    pt->backlog--;
+    return ring_pop(&pt->q[q]);
 }
 
 static void pcap_write(FILE *fp, const uint8_t *data, uint32_t len) {
@@ -441,7 +183,7 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
     if (pt->backlog && !pt->txq.count) {
         if (!pt->unlimited && pt->t_free < now - pt->max_lag) pt->t_free = now;
         for (int k = 0; k < e->batch && pt->backlog && (pt->unlimited || pt->t_free <= now); k++) {
-            Pkt *p = pop_highest(pt);
+            Pkt *p = pop_next(e, pt, port);
             /* store-and-forward: on a rate-limited port the packet reaches the wire's far end when its
                transmission ends (queues.py) */
             double end = now;
@@ -454,10 +196,8 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
             }
             double w = (now - p->t_enq) * 1e6;
             uint32_t wait_us = w > 0 ? (uint32_t)w : 0;
-            if (p->enq_depth > e->max_enq_qdepth) e->max_enq_qdepth = p->enq_depth;
-            record_delay(e, wait_us);
-            egress(e, port, p, wait_us);
-            if (pt->loss > 0 && rng_unit(e) < pt->loss) { pt->lost++; free(p); continue; }
+            sw_egress(&e->core, port, p->qid, p->data, p->tel, p->enq_depth, wait_us, p->has_vnet && (p->vnet[0] & 1));
+            if (pt->loss > 0 && sw_random_unit(&e->core) < pt->loss) { pt->lost++; free(p); continue; }
             double due = end + pt->delay + p->in_tx;  /* the flight ring stays in order, as a wire does */
             if (due > now || pt->flight.count) {
                 if (pt->flight.count == pt->flight.cap && ring_grow(&pt->flight, &pt->due) < 0) { pt->tx_errors++; free(p); continue; }
@@ -519,23 +259,23 @@ static int transmit(Engine *e, Port *pt) {
 
 /* --- receive ----------------------------------------------------------------------------------- */
 
-static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, int port, int qid, int tel, double now,
+static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, const SwVerdict *v, double now,
                     double in_tx) {
-    Port *pt = &e->ports[port];
-    Ring *q = &pt->q[qid];
+    Port *pt = &e->ports[v->port];
+    Ring *q = &pt->q[v->qid];
     if (!pt->used || q->count >= pt->depth) {
         pt->overflow++;
-        e->occupancy[port * N_QUEUES + qid]--;  /* admitted, but it never got a slot */
+        sw_release(&e->core, v->port, v->qid);  /* admitted, but it never got a slot */
         return;
     }
     Pkt *p = malloc(sizeof(Pkt) + n);
-    if (!p) { pt->overflow++; e->occupancy[port * N_QUEUES + qid]--; return; }
+    if (!p) { pt->overflow++; sw_release(&e->core, v->port, v->qid); return; }
     p->t_enq = now;
     p->in_tx = in_tx;
     p->len = n;
     p->enq_depth = q->count;  /* enq_qdepth: this packet's own priority queue, as bmv2 counts */
-    p->tel = (int16_t)tel;
-    p->qid = (uint8_t)qid;
+    p->tel = (int16_t)v->tel;
+    p->qid = (uint8_t)v->qid;
     p->has_vnet = (vnet[0] & 1) || vnet[1];
     if (p->has_vnet) {
         memcpy(p->vnet, vnet, VNET_LEN);
@@ -557,7 +297,6 @@ static double rx_stamp(struct msghdr *h) {
     }
     return -1;
 }
-
 
 /* Returns frames received, or -errno on a socket error. */
 static int receive(Engine *e, Port *pt, double now) {
@@ -583,14 +322,14 @@ static int receive(Engine *e, Port *pt, double now) {
         pt->rx_pkts++;
         pt->rx_bytes += len;
         if (pt->pcap) pcap_write(pt->pcap, f, len);
-        if (truncated) { pt->truncated++; drop(e, DROP_PARSER_ERROR, len); continue; }
+        if (truncated) { pt->truncated++; sw_drop(&e->core, DROP_PARSER_ERROR, len); continue; }
         if (pt->in_byte_time > 0) {
             double start = pt->t_in > now ? pt->t_in : now;
             record_wait(e->burst_bins, &e->burst_n, &e->burst_max, (start - now) / pt->in_byte_time * 1e-6);
             pt->t_in = start + len * pt->in_byte_time;
         }
-        int oport, qid, color, tel;
-        if (ingress(e, f, len, &oport, &qid, &color, &tel)) enqueue(e, slot, f, len, oport, qid, tel, now, len * pt->in_byte_time);
+        SwVerdict v;
+        if (sw_ingress(&e->core, f, len, &v)) enqueue(e, slot, f, len, &v, now, len * pt->in_byte_time);
     }
     return n;
 }
@@ -685,97 +424,116 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
 
 /* --- configuration ----------------------------------------------------------------------------- */
 
-static void free_groups(Engine *e) {
-    for (int g = 0; g < MAX_GROUPS; g++) { free(e->groups[g].members); e->groups[g].members = NULL; e->groups[g].n = 0; }
-}
-
 /* set_tables(lpm, nhop, classify, thresholds, lb_mode, rr_next, n_lpm_entries, n_cls_entries)
  *   lpm: [(prefix, prefix_len, entry, group, size)] sorted longest first (group -1: mark_no_route)
  *   nhop: [(group, member, entry, dmac bytes, port)]
- *   classify: CLASSIFY_SLOTS (entry, qid, color), indexed by the classify keys concatenated
+ *   classify: SW_CLASSIFY_SLOTS (entry, qid, color), indexed by the classify keys concatenated
  *             (CLASSIFY_*_SHIFT: dlcp_valid, prio, drop_prec, dscp)
  *   thresholds: MAX_PORTS (qmax, k1, k2, k3) */
 static PyObject *Engine_set_tables(Engine *e, PyObject *args) {
     PyObject *lpm, *nhop, *cls, *thr, *rr;
     int mode, n_lpm_entries, n_cls_entries;
-    if (!PyArg_ParseTuple(args, "OOOOiOii", &lpm, &nhop, &cls, &thr, &mode, &rr, &n_lpm_entries, &n_cls_entries)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOOiOii", &lpm, &nhop, &cls, &thr, &mode, &rr, &n_lpm_entries, &n_cls_entries))
+        return NULL;
+    SwCore *c = &e->core;
+    sw_clear_routes(c);
     Py_ssize_t nl = PySequence_Size(lpm);
     if (nl < 0) return NULL;
-    free(e->lpm);
-    e->lpm = calloc(nl ? nl : 1, sizeof(Lpm));
-    e->n_lpm = 0;
     for (Py_ssize_t i = 0; i < nl; i++) {
         PyObject *t = PySequence_GetItem(lpm, i);
-        unsigned long prefix; int plen, entry, group, size;
+        unsigned long prefix;
+        int plen, entry, group, size;
         int ok = t && PyArg_ParseTuple(t, "kiiii", &prefix, &plen, &entry, &group, &size);
         Py_XDECREF(t);
         if (!ok) return NULL;
-        Lpm *l = &e->lpm[e->n_lpm++];
-        l->mask = plen ? (uint32_t)(0xFFFFFFFFu << (32 - plen)) : 0;
-        l->prefix = (uint32_t)prefix & l->mask;
-        l->entry = entry; l->group = group; l->size = size;
+        if (plen < 0 || plen > 32) return PyErr_Format(PyExc_ValueError, "lpm prefix length %d", plen);
+        if (sw_add_lpm(c, (uint32_t)prefix, plen, entry, group, size) < 0) return PyErr_NoMemory();
     }
-    free_groups(e);
     Py_ssize_t nn = PySequence_Size(nhop);
     if (nn < 0) return NULL;
-    for (int pass = 0; pass < 2; pass++) {  /* pass 0 sizes the groups, pass 1 fills them */
-        for (Py_ssize_t i = 0; i < nn; i++) {
-            PyObject *t = PySequence_GetItem(nhop, i);
-            int group, member, entry, port; const char *dmac; Py_ssize_t dlen;
-            int ok = t && PyArg_ParseTuple(t, "iiiy#i", &group, &member, &entry, &dmac, &dlen, &port);
-            Py_XDECREF(t);
-            if (!ok) return NULL;
-            if (group < 0 || group >= MAX_GROUPS || member < 0 || member > 0xFFFF || dlen != 6 || port < 0 || port >= MAX_PORTS) {
-                PyErr_Format(PyExc_ValueError, "nhop entry (%d, %d) out of range", group, member);
-                return NULL;
-            }
-            Group *g = &e->groups[group];
-            if (pass == 0) { if (member + 1 > g->n) g->n = member + 1; continue; }
-            if (!g->members) {
-                g->members = malloc(g->n * sizeof(Nhop));
-                for (int m = 0; m < g->n; m++) g->members[m].entry = -1;
-            }
-            g->members[member].entry = entry;
-            memcpy(g->members[member].dmac, dmac, 6);
-            g->members[member].port = port;
-        }
+    for (Py_ssize_t i = 0; i < nn; i++) {
+        PyObject *t = PySequence_GetItem(nhop, i);
+        int group, member, entry, port;
+        const char *dmac;
+        Py_ssize_t dlen;
+        int ok = t && PyArg_ParseTuple(t, "iiiy#i", &group, &member, &entry, &dmac, &dlen, &port);
+        Py_XDECREF(t);
+        if (!ok) return NULL;
+        if (dlen != 6 || sw_add_nhop(c, group, member, entry, (const uint8_t *)dmac, port) < 0)
+            return PyErr_Format(PyExc_ValueError, "nhop entry (%d, %d) out of range", group, member);
     }
-    if (PySequence_Size(cls) != CLASSIFY_SLOTS) {
-        PyErr_Format(PyExc_ValueError, "classify: %d entries", CLASSIFY_SLOTS);
-        return NULL;
-    }
-    for (int i = 0; i < CLASSIFY_SLOTS; i++) {
+    if (PySequence_Size(cls) != SW_CLASSIFY_SLOTS)
+        return PyErr_Format(PyExc_ValueError, "classify: %d entries", SW_CLASSIFY_SLOTS);
+    for (int i = 0; i < SW_CLASSIFY_SLOTS; i++) {
         PyObject *t = PySequence_GetItem(cls, i);
         int entry, qid, color;
         int ok = t && PyArg_ParseTuple(t, "iii", &entry, &qid, &color);
         Py_XDECREF(t);
         if (!ok) return NULL;
-        e->cls_entry[i] = (int16_t)entry;
-        e->cls_qid[i] = (uint8_t)(qid & (N_QUEUES - 1));
-        e->cls_color[i] = (uint8_t)(color & (N_COLORS - 1));
+        sw_set_class(c, i, entry, qid, color);
     }
-    if (PySequence_Size(thr) != MAX_PORTS) { PyErr_Format(PyExc_ValueError, "thresholds: %d entries", MAX_PORTS); return NULL; }
+    if (PySequence_Size(thr) != MAX_PORTS) return PyErr_Format(PyExc_ValueError, "thresholds: %d entries", MAX_PORTS);
     for (int p = 0; p < MAX_PORTS; p++) {
         PyObject *t = PySequence_GetItem(thr, p);
-        unsigned int a, b, c, d;
-        int ok = t && PyArg_ParseTuple(t, "IIII", &a, &b, &c, &d);
+        unsigned int a, b, k, d;
+        int ok = t && PyArg_ParseTuple(t, "IIII", &a, &b, &k, &d);
         Py_XDECREF(t);
         if (!ok) return NULL;
-        e->thr[p][0] = a; e->thr[p][1] = b; e->thr[p][2] = c; e->thr[p][3] = d;
+        sw_set_thresholds(c, p, a, b, k, d);
     }
-    if (PySequence_Size(rr) != MAX_GROUPS) { PyErr_Format(PyExc_ValueError, "rr_next: %d entries", MAX_GROUPS); return NULL; }
+    if (PySequence_Size(rr) != MAX_GROUPS) return PyErr_Format(PyExc_ValueError, "rr_next: %d entries", MAX_GROUPS);
     for (int g = 0; g < MAX_GROUPS; g++) {
         PyObject *o = PySequence_GetItem(rr, g);
         long v = o ? PyLong_AsLong(o) : -1;
         Py_XDECREF(o);
         if (PyErr_Occurred()) return NULL;
-        e->rr_next[g] = (uint16_t)v;
+        c->rr_next[g] = (uint16_t)v;
     }
-    e->lb_mode = mode;
-    free(e->lpm_hits); free(e->cls_hits);
-    e->n_lpm_entries = n_lpm_entries; e->n_cls_entries = n_cls_entries;
-    e->lpm_hits = calloc(2 * (n_lpm_entries + 1), sizeof(uint64_t));
-    e->cls_hits = calloc(2 * (n_cls_entries + 1), sizeof(uint64_t));
+    c->lb_mode = mode;
+    if (sw_set_table_sizes(c, n_lpm_entries, n_cls_entries) < 0) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* set_ecn(thresholds): SW_QUEUE_SLOTS values of K, indexed port * N_QUEUES + qid (Pipeline.ecn_k) */
+static PyObject *Engine_set_ecn(Engine *e, PyObject *args) {
+    PyObject *ks;
+    if (!PyArg_ParseTuple(args, "O", &ks)) return NULL;
+    if (PySequence_Size(ks) != SW_QUEUE_SLOTS)
+        return PyErr_Format(PyExc_ValueError, "set_ecn: %d thresholds", SW_QUEUE_SLOTS);
+    for (int i = 0; i < SW_QUEUE_SLOTS; i++) {
+        PyObject *o = PySequence_GetItem(ks, i);
+        unsigned long v = o ? PyLong_AsUnsignedLong(o) : 0;
+        Py_XDECREF(o);
+        if (PyErr_Occurred()) return NULL;
+        e->core.ecn_k[i] = (uint32_t)v;
+    }
+    Py_RETURN_NONE;
+}
+
+/* N_QUEUES unsigned parameters of a queue discipline from a Python sequence; -1 with an exception */
+static int qdisc_params(PyObject *seq, uint32_t *params) {
+    if (PySequence_Size(seq) != N_QUEUES) {
+        PyErr_Format(PyExc_ValueError, "queue discipline: %d parameters", N_QUEUES);
+        return -1;
+    }
+    for (int q = 0; q < N_QUEUES; q++) {
+        PyObject *o = PySequence_GetItem(seq, q);
+        unsigned long v = o ? PyLong_AsUnsignedLong(o) : 0;
+        Py_XDECREF(o);
+        if (PyErr_Occurred()) return -1;
+        params[q] = (uint32_t)v;
+    }
+    return 0;
+}
+
+/* set_queueing(port, kind, params): the port's queue discipline (QDISC_*, QueueingConfig.c_params) */
+static PyObject *Engine_set_queueing(Engine *e, PyObject *args) {
+    int port, kind;
+    PyObject *seq;
+    uint32_t params[N_QUEUES];
+    if (!PyArg_ParseTuple(args, "iiO", &port, &kind, &seq) || qdisc_params(seq, params) < 0) return NULL;
+    if (sw_set_qdisc(&e->core, port, kind, params) < 0)
+        return PyErr_Format(PyExc_ValueError, "port %d: queue discipline %d with these parameters", port, kind);
     Py_RETURN_NONE;
 }
 
@@ -830,11 +588,11 @@ static PyObject *Engine_ingress(Engine *e, PyObject *args) {
     Py_buffer buf;
     int in_port;
     if (!PyArg_ParseTuple(args, "w*i", &buf, &in_port)) return NULL;
-    int port, qid, color, tel;
-    int ok = ingress(e, buf.buf, (uint32_t)buf.len, &port, &qid, &color, &tel);
+    SwVerdict v;
+    int ok = sw_ingress(&e->core, buf.buf, (uint32_t)buf.len, &v);
     PyBuffer_Release(&buf);
     if (!ok) Py_RETURN_NONE;
-    return Py_BuildValue("(iiii)", port, qid, color, tel);
+    return Py_BuildValue("(iiii)", v.port, v.qid, v.color, v.tel);
 }
 
 static PyObject *Engine_egress(Engine *e, PyObject *args) {
@@ -842,13 +600,67 @@ static PyObject *Engine_egress(Engine *e, PyObject *args) {
     int port, qid, tel, partial;
     unsigned int depth, wait_us;
     if (!PyArg_ParseTuple(args, "w*iiiIIp", &buf, &port, &qid, &tel, &depth, &wait_us, &partial)) return NULL;
-    int oi = port * N_QUEUES + qid;
-    if (oi >= 0 && oi < QUEUE_SLOTS && e->occupancy[oi]) e->occupancy[oi]--;
-    if (tel >= 0 && (Py_ssize_t)tel + DLCP_TELEMETRY_LEN <= buf.len && buf.len >= DLCP_OFF) {
-        stamp_telemetry(buf.buf, tel, depth, wait_us, partial);
+    if (port < 0 || port >= MAX_PORTS || qid < 0 || qid >= N_QUEUES) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "port %d queue %d", port, qid);
     }
+    int stamp = tel >= 0 && (Py_ssize_t)tel + DLCP_TELEMETRY_LEN <= buf.len;
+    sw_egress(&e->core, port, qid, buf.buf, stamp ? tel : -1, depth, wait_us, partial);
     PyBuffer_Release(&buf);
     Py_RETURN_NONE;
+}
+
+/* qdisc_picks(kind, params, ops) -> the queues picked: the core's discipline on a port whose queues
+ * see `ops` in order, each (qid, frame bytes) enqueued or None for one pick (and its head taken).
+ * The Python reference (dlcp/queueing) must pick the same (tests/unit/test_queueing.py). */
+static PyObject *qdisc_picks(PyObject *Py_UNUSED(module), PyObject *args) {
+    int kind;
+    PyObject *seq, *ops;
+    uint32_t params[N_QUEUES];
+    if (!PyArg_ParseTuple(args, "iOO", &kind, &seq, &ops) || qdisc_params(seq, params) < 0) return NULL;
+    SwQdisc d;
+    SwCore *c = calloc(1, sizeof(SwCore)); /* sw_set_qdisc works on a core's port */
+    if (!c) return PyErr_NoMemory();
+    if (sw_set_qdisc(c, 0, kind, params) < 0) {
+        free(c);
+        return PyErr_Format(PyExc_ValueError, "queue discipline %d with these parameters", kind);
+    }
+    d = c->qdisc[0];
+    free(c);
+    Py_ssize_t n = PySequence_Size(ops);
+    if (n < 0) return NULL;
+    uint32_t *lens = calloc((size_t)(N_QUEUES * (n + 1)), sizeof(uint32_t)); /* a FIFO of frame sizes per queue */
+    uint32_t head[N_QUEUES] = {0}, count[N_QUEUES] = {0}, head_len[N_QUEUES];
+    PyObject *out = PyList_New(0);
+    if (!lens || !out) { free(lens); Py_XDECREF(out); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = PySequence_GetItem(ops, i);
+        if (!op) goto fail;
+        if (op == Py_None) {
+            Py_DECREF(op);
+            for (int q = 0; q < N_QUEUES; q++) head_len[q] = count[q] ? lens[q * (n + 1) + head[q]] : 0;
+            int q = sw_qdisc_pick(&d, count, head_len);
+            if (q >= 0) { head[q]++; count[q]--; }
+            PyObject *v = PyLong_FromLong(q);
+            if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); goto fail; }
+            Py_DECREF(v);
+            continue;
+        }
+        int qid;
+        unsigned int len;
+        int ok = PyArg_ParseTuple(op, "iI", &qid, &len);
+        Py_DECREF(op);
+        if (!ok) goto fail;
+        if (qid < 0 || qid >= N_QUEUES) { PyErr_Format(PyExc_ValueError, "queue %d", qid); goto fail; }
+        lens[qid * (n + 1) + head[qid] + count[qid]] = len;
+        count[qid]++;
+    }
+    free(lens);
+    return out;
+fail:
+    free(lens);
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* --- counters ---------------------------------------------------------------------------------- */
@@ -860,45 +672,40 @@ static PyObject *u64_list(const uint64_t *v, int n) {
     return l;
 }
 
+static PyObject *u32_list(const uint32_t *v, int n) {
+    PyObject *l = PyList_New(n);
+    if (!l) return NULL;
+    for (int i = 0; i < n; i++) PyList_SET_ITEM(l, i, PyLong_FromUnsignedLong(v[i]));
+    return l;
+}
+
 /* {index: (admitted, early, tail)} of the non-zero non-DLCP slots */
-static PyObject *non_dlcp_dict(Engine *e) {
+static PyObject *non_dlcp_dict(const SwCore *c) {
     PyObject *d = PyDict_New();
     if (!d) return NULL;
-    for (int i = 0; i < NON_DLCP_SLOTS; i++) {
-        if (!(e->non_dlcp[0][i] | e->non_dlcp[1][i] | e->non_dlcp[2][i])) continue;
+    for (int i = 0; i < SW_NON_DLCP_SLOTS; i++) {
+        if (!(c->non_dlcp[0][i] | c->non_dlcp[1][i] | c->non_dlcp[2][i])) continue;
         PyObject *k = PyLong_FromLong(i);
-        PyObject *v = Py_BuildValue("(KKK)", e->non_dlcp[0][i], e->non_dlcp[1][i], e->non_dlcp[2][i]);
+        PyObject *v = Py_BuildValue("(KKK)", c->non_dlcp[0][i], c->non_dlcp[1][i], c->non_dlcp[2][i]);
         if (!k || !v || PyDict_SetItem(d, k, v) < 0) { Py_XDECREF(k); Py_XDECREF(v); Py_DECREF(d); return NULL; }
         Py_DECREF(k); Py_DECREF(v);
     }
     return d;
 }
 
-/* What a periodic sample needs, cheaply: occupancy now and its peak since the last sample (the peak
- * restarts from the occupancy now), and per port the packet counts so far, all traffic and non-DLCP. */
+/* What a periodic sample needs, cheaply (sw_sample): occupancy now, its peak since the last
+ * sample, and per port the packet counts so far, all traffic and non-DLCP. */
 static PyObject *Engine_sample(Engine *e, PyObject *Py_UNUSED(noargs)) {
-    uint64_t occ[QUEUE_SLOTS], peak[QUEUE_SLOTS], tot[6][MAX_PORTS];
-    memset(tot, 0, sizeof tot);
-    for (int i = 0; i < QUEUE_SLOTS; i++) {
-        occ[i] = e->occupancy[i];
-        peak[i] = e->occ_peak[i];
-        e->occ_peak[i] = e->occupancy[i];
-    }
-    for (int i = 0; i < COUNTER_SLOTS; i++) {
-        int port = i / (N_QUEUES * N_COLORS);
-        tot[0][port] += e->adm[0][i]; tot[1][port] += e->early[0][i]; tot[2][port] += e->tail[0][i];
-    }
-    for (int i = 0; i < NON_DLCP_SLOTS; i++) {
-        int port = i / (N_QUEUES * N_COLORS * NON_DLCP_DSCP_CLASSES);
-        for (int k = 0; k < 3; k++) tot[3 + k][port] += e->non_dlcp[k][i];
-    }
-    return Py_BuildValue("{sNsNsNsNsNsNsNsN}", "occupancy", u64_list(occ, QUEUE_SLOTS), "peak", u64_list(peak, QUEUE_SLOTS),
-        "admitted_pkts", u64_list(tot[0], MAX_PORTS), "early_pkts", u64_list(tot[1], MAX_PORTS),
-        "tail_pkts", u64_list(tot[2], MAX_PORTS), "non_dlcp_admitted_pkts", u64_list(tot[3], MAX_PORTS),
-        "non_dlcp_early_pkts", u64_list(tot[4], MAX_PORTS), "non_dlcp_tail_pkts", u64_list(tot[5], MAX_PORTS));
+    uint64_t occ[SW_QUEUE_SLOTS], peak[SW_QUEUE_SLOTS], tot[6][MAX_PORTS];
+    sw_sample(&e->core, occ, peak, tot);
+    return Py_BuildValue("{sNsNsNsNsNsNsNsN}", "occupancy", u64_list(occ, SW_QUEUE_SLOTS), "peak",
+        u64_list(peak, SW_QUEUE_SLOTS), "admitted_pkts", u64_list(tot[0], MAX_PORTS), "early_pkts",
+        u64_list(tot[1], MAX_PORTS), "tail_pkts", u64_list(tot[2], MAX_PORTS), "non_dlcp_admitted_pkts",
+        u64_list(tot[3], MAX_PORTS), "non_dlcp_early_pkts", u64_list(tot[4], MAX_PORTS), "non_dlcp_tail_pkts",
+        u64_list(tot[5], MAX_PORTS));
 }
 
-/* d[prefix_bins], d[prefix_n], d[prefix_max_s]: a wait histogram for counters.py */
+/* d[prefix_bins], d[prefix_n], d[prefix_max_s]: a wait histogram for counter_dump.py */
 static int put_waits(PyObject *d, const char *prefix, const uint64_t *bins, uint64_t n, double max) {
     char key[32];
     PyObject *v[3] = {u64_list(bins, LAG_BINS), PyLong_FromUnsignedLongLong(n), PyFloat_FromDouble(max)};
@@ -912,11 +719,13 @@ static int put_waits(PyObject *d, const char *prefix, const uint64_t *bins, uint
     return rc;
 }
 
+/* The core's counters and registers (the layout of Pipeline.counters()), and the ports' I/O counts. */
 static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
-    uint64_t occ[QUEUE_SLOTS], rr[MAX_GROUPS];
-    for (int i = 0; i < QUEUE_SLOTS; i++) occ[i] = e->occupancy[i];
-    for (int i = 0; i < MAX_GROUPS; i++) rr[i] = e->rr_next[i];
+    const SwCore *c = &e->core;
+    uint64_t rr[MAX_GROUPS];
+    for (int i = 0; i < MAX_GROUPS; i++) rr[i] = c->rr_next[i];
     PyObject *ports = PyDict_New();
+    if (!ports) return NULL;
     for (int k = 0; k < e->n_ports; k++) {
         Port *pt = &e->ports[e->port_list[k]];
         PyObject *d = Py_BuildValue("{sKsKsKsKsKsKsKsKsIsi}", "rx_pkts", pt->rx_pkts, "rx_bytes", pt->rx_bytes,
@@ -925,30 +734,29 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
                                     "rx_truncated", pt->truncated, "queued_pkts", pt->backlog,
                                     "pending_pkts", (int)(pt->txq.count + pt->flight.count));
         PyObject *key = PyLong_FromLong(e->port_list[k]);
-        PyDict_SetItem(ports, key, d);
+        if (!d || !key || PyDict_SetItem(ports, key, d) < 0) {
+            Py_XDECREF(d); Py_XDECREF(key); Py_DECREF(ports);
+            return NULL;
+        }
         Py_DECREF(key); Py_DECREF(d);
     }
-    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsNsN}",
-        "admitted_pkts", u64_list(e->adm[0], COUNTER_SLOTS), "admitted_bytes", u64_list(e->adm[1], COUNTER_SLOTS),
-        "early_pkts", u64_list(e->early[0], COUNTER_SLOTS), "early_bytes", u64_list(e->early[1], COUNTER_SLOTS),
-        "tail_pkts", u64_list(e->tail[0], COUNTER_SLOTS), "tail_bytes", u64_list(e->tail[1], COUNTER_SLOTS),
-        "drops_pkts", u64_list(e->drops[0], N_REASONS), "drops_bytes", u64_list(e->drops[1], N_REASONS),
-        "lpm_hits", u64_list(e->lpm_hits, 2 * e->n_lpm_entries), "classify_hits", u64_list(e->cls_hits, 2 * e->n_cls_entries),
-        "occupancy", u64_list(occ, QUEUE_SLOTS), "rr_next", u64_list(rr, MAX_GROUPS),
-        "ports", ports, "max_enq_qdepth", e->max_enq_qdepth,
-        "delay_fine", u64_list(e->fine, FINE), "delay_coarse", u64_list(e->coarse, COARSE),
-        "delay_n", (unsigned long long)e->delay_n, "delay_max", (unsigned long long)e->delay_max,
-        "last_drop", PyLong_FromLong(e->last_drop), "non_dlcp", non_dlcp_dict(e));
+    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsNsNsNsN}",
+        "admitted_pkts", u64_list(c->adm[0], SW_COUNTER_SLOTS), "admitted_bytes", u64_list(c->adm[1], SW_COUNTER_SLOTS),
+        "early_pkts", u64_list(c->early[0], SW_COUNTER_SLOTS), "early_bytes", u64_list(c->early[1], SW_COUNTER_SLOTS),
+        "tail_pkts", u64_list(c->tail[0], SW_COUNTER_SLOTS), "tail_bytes", u64_list(c->tail[1], SW_COUNTER_SLOTS),
+        "drops_pkts", u64_list(c->drops[0], SW_N_REASONS), "drops_bytes", u64_list(c->drops[1], SW_N_REASONS),
+        "lpm_hits", u64_list(c->lpm_hits, 2 * c->n_lpm_entries),
+        "classify_hits", u64_list(c->cls_hits, 2 * c->n_cls_entries),
+        "occupancy", u32_list(c->occupancy, SW_QUEUE_SLOTS), "rr_next", u64_list(rr, MAX_GROUPS),
+        "ports", ports, "max_enq_qdepth", c->max_enq_qdepth,
+        "delay_fine", u64_list(c->delay_fine, SW_DELAY_FINE), "delay_coarse", u64_list(c->delay_coarse, SW_DELAY_COARSE),
+        "delay_n", (unsigned long long)c->delay_n, "delay_max", (unsigned long long)c->delay_max,
+        "last_drop", PyLong_FromLong(c->last_drop), "non_dlcp", non_dlcp_dict(c),
+        "ce_pkts", u64_list(c->ce[0], SW_QUEUE_SLOTS), "ce_bytes", u64_list(c->ce[1], SW_QUEUE_SLOTS));
     if (!d) return NULL;
     if (put_waits(d, "rx_lag", e->lag_bins, e->lag_n, e->lag_max) < 0
         || put_waits(d, "tx_late", e->late_bins, e->late_n, e->late_max) < 0
         || put_waits(d, "rx_burst", e->burst_bins, e->burst_n, e->burst_max) < 0) { Py_DECREF(d); return NULL; }
-    PyObject *cp = u64_list(e->ce[0], QUEUE_SLOTS), *cb = u64_list(e->ce[1], QUEUE_SLOTS);
-    if (!cp || !cb || PyDict_SetItemString(d, "ce_pkts", cp) < 0 || PyDict_SetItemString(d, "ce_bytes", cb) < 0) {
-        Py_XDECREF(cp); Py_XDECREF(cb); Py_DECREF(d);
-        return NULL;
-    }
-    Py_DECREF(cp); Py_DECREF(cb);
     return d;
 }
 
@@ -960,23 +768,15 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     unsigned long long seed = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|iiK", kwlist, &batch, &data_port, &seed)) return -1;
     if (batch < 1 || batch > 1024) { PyErr_SetString(PyExc_ValueError, "batch must be 1..1024"); return -1; }
+    if (e->rxbuf) { PyErr_SetString(PyExc_RuntimeError, "Engine is already initialised"); return -1; }
     e->batch = batch;
-    e->data_port = data_port;
-    e->rng = seed ? seed : 0x9E3779B97F4A7C15ULL;
-    e->last_drop = -1;
-    for (int p = 0; p < MAX_PORTS; p++) {
-        e->thr[p][0] = QUEUE_THRESHOLDS_DEFAULT_QMAX; e->thr[p][1] = QUEUE_THRESHOLDS_DEFAULT_K1;
-        e->thr[p][2] = QUEUE_THRESHOLDS_DEFAULT_K2; e->thr[p][3] = QUEUE_THRESHOLDS_DEFAULT_K3;
-    }
-    for (int i = 0; i < QUEUE_SLOTS; i++) e->ecn_k[i] = ECN_THRESHOLD_DEFAULT_K;
+    if (sw_init(&e->core, data_port, seed) < 0) { PyErr_NoMemory(); return -1; }
     e->rxbuf = malloc((size_t)batch * SLOT);
     e->rxctl = calloc(batch, RXCTL);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->rxiov = calloc(batch, sizeof(struct iovec));
     e->txiov = calloc(2 * batch, sizeof(struct iovec));
-    e->lpm_hits = calloc(2, sizeof(uint64_t));
-    e->cls_hits = calloc(2, sizeof(uint64_t));
     if (!e->rxbuf || !e->rxctl || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
     for (int i = 0; i < batch; i++) {
         e->rxiov[i].iov_base = e->rxbuf + (size_t)i * SLOT;
@@ -1001,8 +801,7 @@ static void Engine_dealloc(Engine *e) {
         free(pt->due);
         if (pt->pcap) fclose(pt->pcap);
     }
-    free_groups(e);
-    free(e->lpm); free(e->lpm_hits); free(e->cls_hits);
+    sw_free(&e->core);
     free(e->rxbuf); free(e->rxctl); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
@@ -1010,6 +809,7 @@ static void Engine_dealloc(Engine *e) {
 static PyMethodDef Engine_methods[] = {
     {"set_tables", (PyCFunction)Engine_set_tables, METH_VARARGS, "install compiled tables"},
     {"set_ecn", (PyCFunction)Engine_set_ecn, METH_VARARGS, "install the ECN threshold of every queue"},
+    {"set_queueing", (PyCFunction)Engine_set_queueing, METH_VARARGS, "set a port's queue discipline"},
     {"add_port", (PyCFunction)Engine_add_port, METH_VARARGS, "attach a port socket and its queue config"},
     {"port_gone", (PyCFunction)Engine_port_gone, METH_VARARGS, "stop using a port whose interface vanished"},
     {"run", (PyCFunction)Engine_run, METH_VARARGS, "forward until the time is up, a wake fd is readable or a port fails"},
@@ -1023,21 +823,25 @@ static PyMethodDef Engine_methods[] = {
 
 static PyTypeObject EngineType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "emulation.refswitch._fastpath.Engine",
+    .tp_name = "emulation.builtin_switch._fastpath.Engine",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Engine_init,
     .tp_dealloc = (destructor)Engine_dealloc,
     .tp_methods = Engine_methods,
-    .tp_doc = "The DLCP pipeline, egress queues and batched AF_PACKET loop of one switch.",
+    .tp_doc = "The DLCP pipeline core, egress queues and batched AF_PACKET loop of one switch.",
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "Fast path of the built-in dataplane.", -1,
-                                    NULL, NULL, NULL, NULL, NULL};
+static PyMethodDef module_methods[] = {
+    {"qdisc_picks", qdisc_picks, METH_VARARGS, "the core's queue discipline on a sequence of enqueues and picks (tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "The built-in switch's C engine.", -1,
+                                    module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
-    crc16_init();
     if (PyType_Ready(&EngineType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

@@ -8,15 +8,20 @@ for the default action, which a direct counter does not count (as in bmv2). The 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import Entry
+
+Hit = tuple[int, str, Mapping[str, int]]  # (entry index or -1 for the default action, action, params)
 
 
 class Table:
     def __init__(self, name: str):
         self.name = name
         spec = P.TABLES[name]
-        self.default = (-1, spec.default_action, dict(spec.default_params))
+        self.default: Hit = (-1, spec.default_action, dict(spec.default_params))
         self.entries: list[Entry] = []
         self.hits: list[list[int]] = []  # direct counter: [packets, bytes] per entry
 
@@ -52,7 +57,7 @@ class LpmTable(Table):
         super().add(e)
         self.lengths = sorted(self.by_len, reverse=True)
 
-    def lookup(self, value: int):
+    def lookup(self, value: int) -> Hit:
         for plen in self.lengths:
             i = self.by_len[plen].get(value & (0xFFFFFFFF ^ ((1 << (32 - plen)) - 1)))
             if i is not None:
@@ -71,7 +76,7 @@ class ExactTable(Table):
         self.index[tuple(e.match[key] for key in self.keys)] = len(self.entries)
         super().add(e)
 
-    def lookup(self, *values: int):
+    def lookup(self, *values: int) -> Hit:
         i = self.index.get(values)
         if i is None:
             return self.default
@@ -91,7 +96,7 @@ class TernaryTable(Table):
         super().add(e)
         self.order = sorted(range(len(self.entries)), key=lambda i: -self.entries[i].priority)
 
-    def lookup(self, **values: int):
+    def lookup(self, **values: int) -> Hit:
         for i in self.order:
             e = self.entries[i]
             for key, kind in self.keys:
@@ -106,6 +111,16 @@ class TernaryTable(Table):
             else:
                 return i, e.action, e.params
         return self.default
+
+
+T = TypeVar("T", bound=Table)
+
+
+def table_of(tables: Mapping[str, Table], name: str, kind: type[T]) -> T:
+    """tables[name], which build_tables made a `kind` (its match kinds say which)."""
+    t = tables[name]
+    assert isinstance(t, kind), f"{name} is a {type(t).__name__}"
+    return t
 
 
 def build_tables(entries) -> dict[str, Table]:

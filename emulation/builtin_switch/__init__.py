@@ -1,4 +1,4 @@
-"""The built-in dataplane: a user-space DLCP switch process (docs/pipeline.md), one per switch.
+"""The built-in switch: a user-space DLCP switch process (docs/pipeline.md), one per switch.
 
 Modules: match_tables + pipeline (the P4 semantics, no sockets; the runtime file comes typed from
 dlcp/network/runtime_file.py), hashing (bmv2's crc16), queues (strict-priority egress queues and

@@ -1,4 +1,4 @@
-"""Frame and runtime builders shared by the refswitch tests (scapy; nothing here needs root)."""
+"""Frame and runtime builders shared by the switch tests (scapy; nothing here needs root)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from dlcp.network.switch_runtime import DATA_FRAME_BYTES, Port, Route, SwitchCon
 from dlcp.wire.header import MAX_PAYLOAD_BYTES, DlcpHeader, dscp_of
 from emulation import netns
 from emulation.bmv2 import build as p4build
-from emulation.bmv2 import switch as bmv2switch
+from emulation.bmv2 import simple_switch as bmv2switch
 
 
 def _frame() -> bytes:

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlcp.network.runtime_file import DEFAULT_QUEUE_DEPTH_PKTS, Runtime
-from emulation.refswitch import counters as C
-from emulation.refswitch import fastpath_source
-from emulation.refswitch.afpacket import new_kernel_drops, open_port_socket
-from emulation.refswitch.pipeline import Pipeline
-from emulation.refswitch.pyengine import PyEngine
+from dlcp.switch import counter_dump as C
+from dlcp.switch.pipeline import Pipeline
+from emulation.builtin_switch import fastpath_source
+from emulation.builtin_switch.afpacket import new_kernel_drops, open_port_socket
+from emulation.builtin_switch.pyengine import PyEngine
 
 ENGINES = ("auto", "c", "python")
+BACKEND = "builtin"  # the backend whose switches this process is (dlcp/backends.py), in its counter dumps
 RUN_SLICE_S = 0.5
 MAX_LAG_S = 0.002  # catch-up a rate-limited port may take after a late wake-up
 
@@ -49,9 +50,9 @@ class Options:
 
 def load_fastpath():
     """The C engine module, checked to be built from the sources beside it (ImportError if not)."""
-    from emulation.refswitch import _fastpath
+    from emulation.builtin_switch import _fastpath
 
-    if all((fastpath_source.HERE / name).exists() for name in fastpath_source.SOURCES):  # noqa: SIM102
+    if all(path.exists() for path in fastpath_source.SOURCES):  # noqa: SIM102
         if getattr(_fastpath, "SOURCE_SHA", None) != fastpath_source.source_sha():
             raise ImportError(
                 "the built _fastpath module is stale (built from another _fastpath.c or "
@@ -67,8 +68,8 @@ def make_engine(pipeline: Pipeline, opts: Options):
             _fastpath = load_fastpath()
         except ImportError as e:
             if opts.engine == "c":
-                raise SystemExit(f"refswitch: the C engine is not usable ({e}); make setup builds it") from e
-            print(f"refswitch: C engine not available ({e}); using the Python engine", file=sys.stderr)
+                raise SystemExit(f"builtin_switch: the C engine is not usable ({e}); make setup builds it") from e
+            print(f"builtin_switch: C engine not available ({e}); using the Python engine", file=sys.stderr)
         else:
             eng = _fastpath.Engine(
                 batch=opts.batch,
@@ -79,7 +80,7 @@ def make_engine(pipeline: Pipeline, opts: Options):
             eng.set_ecn(pipeline.ecn_k)
             return eng, "c"
     elif opts.engine == "c":
-        raise SystemExit("refswitch: --debug-log needs the Python engine")
+        raise SystemExit("builtin_switch: --debug-log needs the Python engine")
     return PyEngine(pipeline, batch=opts.batch, debug_log=opts.debug_log, max_lag_s=MAX_LAG_S), "python"
 
 
@@ -144,14 +145,14 @@ class Switch:
         missing = set(self.opts.pcap_ports) - {p.port for p in self.runtime.ports}
         if missing:
             raise SystemExit(
-                f"refswitch {self.name}: --pcap-port {sorted(missing)[0]} is not a port of {self.runtime.source}"
+                f"builtin_switch {self.name}: --pcap-port {sorted(missing)[0]} is not a port of {self.runtime.source}"
             )
         for cfg in self.runtime.ports:
             try:
                 sock = open_port_socket(cfg.intf)
             except OSError as e:
                 raise SystemExit(
-                    f"refswitch {self.name}: port {cfg.port}: interface {cfg.intf}: {e.strerror or e}"
+                    f"builtin_switch {self.name}: port {cfg.port}: interface {cfg.intf}: {e.strerror or e}"
                 ) from None
             self.socks[cfg.port] = sock
             pcap = None
@@ -171,6 +172,7 @@ class Switch:
                     pcap,
                     cfg.host_nic,
                 )
+                self.engine.set_queueing(cfg.port, cfg.queueing.discipline.c_id, cfg.queueing.c_params())
             else:
                 self.engine.add_port(cfg, sock, pcap)
         if self.opts.samples_path:
@@ -222,14 +224,16 @@ class Switch:
         raw = self.engine.counters()
         for port, s in self.socks.items():
             self.kernel_drops[port] += new_kernel_drops(s)
-        ports = []
-        for cfg in self.runtime.ports:
-            row = {"port": cfg.port, "intf": cfg.intf}
-            row.update(raw["ports"][cfg.port])
-            row["rx_kernel_drops"] = self.kernel_drops[cfg.port]
-            row["state"] = "gone" if cfg.port in self.gone else "up"
-            ports.append(row)
-        return C.snapshot(self.name, raw, ports, self.engine_name)
+        ports = [
+            C.port_row(
+                cfg.port,
+                cfg.intf,
+                {**raw["ports"][cfg.port], "rx_kernel_drops": self.kernel_drops[cfg.port]},
+                "gone" if cfg.port in self.gone else "up",
+            )
+            for cfg in self.runtime.ports
+        ]
+        return C.snapshot(self.name, raw, ports, self.engine_name, backend=BACKEND)
 
     def dump(self) -> str | None:
         self.engine.flush()
@@ -242,7 +246,7 @@ class Switch:
 
     def run(self) -> None:
         gc.disable()  # the hot path makes no reference cycles; collections would only add latency
-        print(f"refswitch {self.name} ready: {len(self.socks)} ports, {self.engine_name} engine", flush=True)
+        print(f"builtin_switch {self.name} ready: {len(self.socks)} ports, {self.engine_name} engine", flush=True)
         wake = [self._wake_r.fileno()] + ([self.control.fileno()] if self.control else [])
         while not self.stopping:
             slice_s = RUN_SLICE_S if self.sampler is None else min(RUN_SLICE_S, self.sampler.due_in())
@@ -278,13 +282,13 @@ class Switch:
                 s.close()
             self.gone.add(port)
             print(
-                f"refswitch {self.name}: port {port}: interface {cfg.intf} is gone; forwarding on the other ports",
+                f"builtin_switch {self.name}: port {port}: interface {cfg.intf} is gone; forwarding on the other ports",
                 file=sys.stderr,
                 flush=True,
             )
             return
         print(
-            f"refswitch {self.name}: port {port} ({cfg.intf}): {os.strerror(err) if err else 'socket error'}"
+            f"builtin_switch {self.name}: port {port} ({cfg.intf}): {os.strerror(err) if err else 'socket error'}"
             f"{' (link down?)' if err == errno.ENETDOWN else ''}",
             file=sys.stderr,
             flush=True,

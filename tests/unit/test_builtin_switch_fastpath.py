@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 
 import pytest
-from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
+from switch_frames import dlcp_frame, entry, probe_frame, runtime_doc, udp_frame
 
+from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import parse_runtime
+from dlcp.switch.pipeline import Pipeline
 from dlcp.wire.header import tos_of
-from emulation.refswitch.pipeline import Pipeline
-from emulation.refswitch.switch import load_fastpath
+from emulation.builtin_switch.process import load_fastpath
 
 try:
     fastpath = load_fastpath()
@@ -19,8 +20,10 @@ except ImportError as e:
     pytest.skip(f"C engine not usable: {e} (make setup builds it)", allow_module_level=True)
 
 
-def both(**kw):
-    rt = parse_runtime(runtime_doc(**kw))
+def both(extra_entries=(), **kw):
+    doc = runtime_doc(**kw)
+    doc["table_entries"] += list(extra_entries)
+    rt = parse_runtime(doc)
     model = Pipeline(rt, seed=1)
     engine = fastpath.Engine(batch=8, seed=1)
     pipe = Pipeline(rt)
@@ -73,6 +76,8 @@ def test_c_engine_matches_the_model(lb_mode):
         thresholds=(4, 3, 2, 1),
         ecn_k=3,
         ecn_entries=[({"qid": 5}, 10, 1), ({"egress_port": 2, "qid": 5}, 20, 2)],
+        # an explicit mark_no_route entry: its hit counts, then the packet is dropped (no_route)
+        extra_entries=[entry(P.IPV4_LPM, P.MARK_NO_ROUTE, {}, match={"ipv4_dst": ["10.0.0.5", 32]})],
     )
     rng = random.Random(7)
     queued = []
@@ -104,12 +109,18 @@ def test_c_engine_matches_the_model(lb_mode):
         "rr_next",
         "ce_pkts",
         "ce_bytes",
+        "delay_fine",
     ):
         assert list(cm[key]) == list(ce[key]), key
+    for key in ("max_enq_qdepth", "delay_n", "delay_max", "last_drop"):
+        assert cm[key] == ce[key], key
+    assert {k: v for k, v in cm["delay_coarse"].items() if v} == {k: v for k, v in enumerate(ce["delay_coarse"]) if v}
     assert sum(cm["early_pkts"]) and sum(cm["tail_pkts"]) and all(cm["drops_pkts"][:4])  # every path was taken
+    no_route_entry = len(model.lpm_table.entries) - 1
+    assert cm["lpm_hits"][2 * no_route_entry] > 0  # the mark_no_route entry was hit and counted
     assert dict(cm["non_dlcp"]) == dict(ce["non_dlcp"]) and cm["non_dlcp"]
     assert model.sample() == {k: list(v) for k, v in engine.sample().items()}
-    assert sum(cm["ce_pkts"]) > 0  # marking was exercised (its exact thresholds: test_refswitch_pipeline.py)
+    assert sum(cm["ce_pkts"]) > 0  # marking was exercised (its exact thresholds: test_switch_pipeline.py)
 
 
 def test_c_engine_spray_random_spreads():

@@ -1,4 +1,4 @@
-"""`python -m emulation.refswitch`: run one built-in dataplane switch until SIGTERM / SIGINT."""
+"""`python -m emulation.builtin_switch`: run one built-in switch switch until SIGTERM / SIGINT."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import traceback
 
 from dlcp.network.runtime_file import RuntimeFileError, load_runtime
 from dlcp.wire.header import DATA_PORT
-from emulation.refswitch.switch import ENGINES, Options, Switch
+from emulation.builtin_switch.process import ENGINES, Options, Switch
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m emulation.refswitch",
+        prog="python -m emulation.builtin_switch",
         description="Built-in DLCP dataplane: one switch on AF_PACKET sockets, pipeline of docs/pipeline.md. "
         "Counters are written at exit (SIGTERM/SIGINT) and on SIGUSR1 or the control socket's "
         "'dump' command.",
@@ -56,18 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.pcap_port and not args.pcap_dir:
-        print("refswitch: --pcap-port needs --pcap-dir", file=sys.stderr)
+        print("builtin_switch: --pcap-port needs --pcap-dir", file=sys.stderr)
         return 2
     if args.sample_period <= 0:
-        print(f"refswitch: --sample-period must be > 0, got {args.sample_period}", file=sys.stderr)
+        print(f"builtin_switch: --sample-period must be > 0, got {args.sample_period}", file=sys.stderr)
         return 2
     if not 1 <= args.batch <= 1024:
-        print(f"refswitch: --batch must be 1..1024, got {args.batch}", file=sys.stderr)
+        print(f"builtin_switch: --batch must be 1..1024, got {args.batch}", file=sys.stderr)
         return 2
     try:
         runtime = load_runtime(args.runtime)
     except RuntimeFileError as e:
-        print(f"refswitch: {e}", file=sys.stderr)
+        print(f"builtin_switch: {e}", file=sys.stderr)
         return 2
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sw = Switch(runtime, opts)
     except RuntimeFileError as e:
-        print(f"refswitch: {e}", file=sys.stderr)
+        print(f"builtin_switch: {e}", file=sys.stderr)
         return 2
     except SystemExit as e:
         print(e.code, file=sys.stderr)
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         path = sw.dump()
         ports = sw.snapshot()["ports"]
         print(
-            f"refswitch {sw.name} stopped: rx {sum(p['rx_pkts'] for p in ports)} "
+            f"builtin_switch {sw.name} stopped: rx {sum(p['rx_pkts'] for p in ports)} "
             f"tx {sum(p['tx_pkts'] for p in ports)} pkts; counters {path or '(not written)'}",
             file=sys.stderr,
         )

@@ -1,4 +1,4 @@
-"""`dlcp bench switch`: the forwarding rate of the built-in dataplane, measured so that the figure is
+"""`dlcp bench switch`: the forwarding rate of the built-in switch, measured so that the figure is
 the switch's and not the harness's; beside a Linux bridge (and bmv2 simple_switch when installed).
 
     sender ns --veth--> switch ns (port 1 -> port 2) --veth--> receiver ns
@@ -286,7 +286,7 @@ class Bench:
         out = self.netdev[sw_out[1]].read(sw_out[0]) if sw_out[1] else link_counters(sw_out[0])
         drops = 0
         if control is not None:
-            from emulation.refswitch.switch import control_request
+            from emulation.builtin_switch.process import control_request
 
             ports = control_request(control, "counters", timeout=5)["counters"]["ports"]
             drops = next(p["rx_kernel_drops"] for p in ports if p["port"] == 1)
@@ -319,7 +319,7 @@ class Bench:
             rate *= LADDER_STEP
         return LADDER_MAX_KPPS, ladder, f"kept up with {LADDER_MAX_KPPS:.0f} kpps"
 
-    def refswitch(self) -> tuple[list[dict], dict]:
+    def builtin_switch(self) -> tuple[list[dict], dict]:
         """(one row per repeat at the chosen load, what the load search found)."""
         rt = self.workdir / "bench-runtime.json"
         rt.write_text(json.dumps(bench_runtime(self.p1, self.p2)))
@@ -331,7 +331,7 @@ class Bench:
             self.sw,
             sys.executable,
             "-m",
-            "emulation.refswitch",
+            "emulation.builtin_switch",
             "--runtime",
             str(rt),
             "--counters",
@@ -346,10 +346,10 @@ class Bench:
         if self.args.switch_cpu is not None:
             cmd += ["--cpu", str(self.args.switch_cpu)]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        label = f"refswitch ({self.args.engine} engine)" if self.args.engine != "auto" else "refswitch"
+        label = f"built-in switch ({self.args.engine} engine)" if self.args.engine != "auto" else "built-in switch"
         try:
             if "ready" not in proc.stdout.readline():
-                raise RuntimeError(f"refswitch did not start: {' '.join(cmd)}: {proc.stderr.read()[-800:]}")
+                raise RuntimeError(f"the built-in switch did not start: {' '.join(cmd)}: {proc.stderr.read()[-800:]}")
             try:
                 set_realtime(proc.pid)
                 realtime = True
@@ -385,11 +385,11 @@ class Bench:
             sh("ip", "link", "del", "br0", ns=self.sw, check=False)
 
     def bmv2(self) -> tuple[dict | None, str | None]:
-        """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py) when it is installed;
+        """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/simple_switch.py) when it is installed;
         else None and why. bmv2's gRPC/Thrift servers must be reachable from here, so its ports are
         a second pair of veths in the root namespace (the sender and receiver stay where they are)."""
         from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
-        from emulation.bmv2 import switch as bmv2switch
+        from emulation.bmv2 import simple_switch as bmv2switch
 
         try:
             bmv2switch.toolchain()
@@ -442,7 +442,7 @@ def summary_row(rows: list[dict]) -> dict:
     kpps = [r["kpps"] for r in rows]
     return {
         **med,
-        "dataplane": f"refswitch, median of {len(rows)}",
+        "dataplane": f"built-in switch, median of {len(rows)}",
         "note": f"forwarded {min(kpps):.0f}-{max(kpps):.0f} kpps over the runs",
     }
 
@@ -454,7 +454,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="measurements at the chosen load (default 3)")
     ap.add_argument("--probe-seconds", type=float, default=1.0, help="measured interval per step of the load ladder")
     ap.add_argument("--offered-kpps", type=float, help="offer this load instead of searching for it")
-    ap.add_argument("--batch", type=int, default=64, help="refswitch frames per recvmmsg/sendmmsg")
+    ap.add_argument("--batch", type=int, default=64, help="built-in switch frames per recvmmsg/sendmmsg")
     ap.add_argument(
         "--switch-cpu", type=int, help="the switch's core (-1: no pinning; default 1 on a multi-core machine)"
     )
@@ -463,7 +463,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="the core of the sender and of the receive work (-1: no pinning; default 0 on a multi-core machine)",
     )
-    ap.add_argument("--engine", choices=("auto", "c", "python"), default="auto", help="refswitch engine")
+    ap.add_argument("--engine", choices=("auto", "c", "python"), default="auto", help="built-in switch engine")
     ap.add_argument("--no-bridge", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -487,7 +487,7 @@ def bench_switch(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="dlcp-bench-switch-") as tmp, Lab("rs") as lab:
         b = Bench(lab, args, Path(tmp))
         try:
-            ref_rows, found = b.refswitch()
+            ref_rows, found = b.builtin_switch()
             bridge = None if args.no_bridge else b.bridge()
             bmv2, why = b.bmv2()
         finally:

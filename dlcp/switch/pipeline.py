@@ -1,8 +1,12 @@
-"""The DLCP switch pipeline of docs/pipeline.md, table by table, on one Ethernet frame at a time.
+"""The DLCP switch pipeline of docs/pipeline.md, table by table, on one Ethernet frame at a time:
+the readable reference model. The C pipeline core (dlcp/switch/c/switch_core.h, in the built-in
+switch's C engine and the ns-3 switch) states the same in C, and tests hold the two together.
 
 Pure Python, no sockets: `ingress()` parses a frame (a bytearray, edited in place), applies the
-tables, runs admission control and returns where the packet goes; `egress()` releases its queue slot
-and stamps telemetry. The switch process (switch.py) and the tests drive the same object.
+tables, runs admission control (dlcp/queueing/admission.py) and returns where the packet goes;
+`egress()` releases its queue slot, counts its queueing time and stamps telemetry. The built-in
+switch's Python engine (emulation/builtin_switch/pyengine.py) and the tests drive the same object;
+which queue of a port sends next is the port's discipline's (dlcp/queueing).
 
 Per-packet decisions that only depend on header fields are cached (LPM result per destination,
 crc16 per 5-tuple) or computed up front (the class of every (dlcp_valid, prio, drop_prec, dscp),
@@ -18,10 +22,12 @@ import struct
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import Runtime
+from dlcp.queueing.admission import ADMIT, TAIL_DROP, admit, marks_ce
+from dlcp.switch.counter_dump import DelayHistogram
+from dlcp.switch.hashing import crc16
+from dlcp.switch.match_tables import ExactTable, Hit, LpmTable, TernaryTable, build_tables, table_of
 from dlcp.wire import header as H
 from dlcp.wire.layout import LAYOUT
-from emulation.refswitch.hashing import crc16
-from emulation.refswitch.match_tables import build_tables
 
 PARSER_ERROR = P.DROP_REASONS["parser_error"]
 NOT_IPV4 = P.DROP_REASONS["not_ipv4"]
@@ -49,7 +55,6 @@ CLASSIFY_SLOTS = 1 << sum(k.bits for k in _CLASSIFY.keys)
 SPRAY_RANDOM, SPRAY_RR = P.LB_MODES["spray_random"], P.LB_MODES["spray_rr"]
 RR_MASK = (1 << P.REGISTERS[P.RR_NEXT].bits) - 1
 NQ, NC = P.N_QUEUES, P.N_COLORS
-_ECT = (H.ECN_ECT0, H.ECN_ECT1)  # ECN-capable: may be marked CE
 
 _U16 = struct.Struct("!H")
 _TEL_WORDS = struct.Struct(f"!{H.TELEMETRY_LEN // 2}H")  # the block as 16-bit words, for the UDP checksum
@@ -70,9 +75,9 @@ class Pipeline:
         self.tables = build_tables(runtime.entries)
         self.data_port = data_port
         self.rng = random.Random(seed)
-        lpm, nhop = self.tables[P.IPV4_LPM], self.tables[P.NHOP]
-        self.lpm_table = lpm
-        self.classify_table = self.tables[P.CLASSIFY]
+        self.lpm_table = table_of(self.tables, P.IPV4_LPM, LpmTable)
+        self.classify_table = table_of(self.tables, P.CLASSIFY, TernaryTable)
+        nhop = table_of(self.tables, P.NHOP, ExactTable)
         # nhop: (group, member) -> (entry index, dmac bytes, port)
         self.nhop = {
             k: (i, nhop.entries[i].params["dmac"].to_bytes(6, "big"), nhop.entries[i].params["port"])
@@ -81,7 +86,7 @@ class Pipeline:
         }
         _, action, params = self.tables[P.LB_CONFIG].default
         self.lb_mode = params["mode"]
-        th = self.tables[P.QUEUE_THRESHOLDS]
+        th = table_of(self.tables, P.QUEUE_THRESHOLDS, ExactTable)
         self.thresholds = [self._thresholds(th.lookup(port)) for port in range(P.MAX_PORTS)]
         self.ecn_k = self._ecn_thresholds()
         # registers
@@ -101,12 +106,15 @@ class Pipeline:
         self.non_dlcp: dict[int, list[int]] = {}
         self.occ_peak = [0] * QUEUE_SLOTS  # highest occupancy since the last sample()
         self.last_drop = -1  # reason of the last dropped packet (tests, debug log)
+        # the queues' telemetry: deepest queue a packet found, queueing times
+        self.max_enq_qdepth = 0
+        self.delays = DelayHistogram()
         self._lpm_cache: dict[int, tuple] = {}
         self._hash_cache: dict[bytes, int] = {}
         self.classes = [self._class_of(index) for index in range(CLASSIFY_SLOTS)]
 
     @staticmethod
-    def _thresholds(hit) -> tuple[int, int, int, int]:
+    def _thresholds(hit: Hit) -> tuple[int, int, int, int]:
         _, _, p = hit
         return (p["qmax"], p["k1"], p["k2"], p["k3"])
 
@@ -114,7 +122,7 @@ class Pipeline:
 
     def _ecn_thresholds(self) -> list[int]:
         """ecn_threshold resolved for every (port, qid): K per queue slot, port * N_QUEUES + qid."""
-        table = self.tables[P.ECN_THRESHOLD]
+        table = table_of(self.tables, P.ECN_THRESHOLD, TernaryTable)
         return [
             table.lookup(egress_port=port, qid=qid)[2]["k"] for port in range(P.MAX_PORTS) for qid in range(P.N_QUEUES)
         ]
@@ -123,7 +131,7 @@ class Pipeline:
         """An admitted ECN-capable packet whose queue held K or more: CE, IPv4 checksum patched
         over the first header word (RFC 1624), counted."""
         tos = f[15]
-        if tos & H.ECN_MASK in _ECT and occ >= self.ecn_k[oi]:
+        if marks_ce(tos, occ, self.ecn_k[oi]):
             old = (f[14] << 8) | tos
             new = (old & ~H.ECN_MASK) | H.ECN_CE
             f[15] = new & 0xFF
@@ -261,19 +269,14 @@ class Pipeline:
             hits[0] += 1
             hits[1] += n
         # queue_thresholds + admission
-        qmax, k1, k2, k3 = self.thresholds[port]
         oi = port * NQ + qid
         occ = self.occupancy[oi]
         ci = oi * NC + color
-        if occ >= qmax:
-            c, kind = self.tail, 2
-        elif color and occ >= (k1, k2, k3)[color - 1]:
-            c, kind = self.early, 1
-        else:
-            c, kind = self.admitted, 0
+        kind = admit(occ, color, *self.thresholds[port])
+        c = self.admitted if kind == ADMIT else self.tail if kind == TAIL_DROP else self.early
         if not dlcp:
             self.non_dlcp.setdefault(ci * DSCP_CLASSES + (f[15] >> 5), [0, 0, 0])[kind] += 1
-        if kind == 0:
+        if kind == ADMIT:
             self.occupancy[oi] = occ + 1
             self.occ_peak[oi] = max(self.occ_peak[oi], occ + 1)
             c[0][ci] += 1
@@ -338,6 +341,11 @@ class Pipeline:
             "ce_pkts": self.ce_marked[0],
             "ce_bytes": self.ce_marked[1],
             "non_dlcp": {i: tuple(v) for i, v in self.non_dlcp.items()},
+            "max_enq_qdepth": self.max_enq_qdepth,
+            "delay_fine": self.delays.fine,
+            "delay_coarse": self.delays.counts,
+            "delay_n": self.delays.n,
+            "delay_max": self.delays.max,
         }
 
     def sample(self) -> dict:
@@ -361,13 +369,21 @@ class Pipeline:
 
     # --- egress --------------------------------------------------------------------------------
 
-    def egress(
-        self, f: bytearray, port: int, qid: int, tel: int, enq_qdepth: int, deq_timedelta_us: int, csum_partial: bool
-    ) -> None:
-        """Release the queue slot of a dequeued packet and stamp its telemetry block."""
+    def release(self, port: int, qid: int) -> None:
+        """An admitted packet its queue could not take (the physical queue was full): its slot back."""
         oi = port * NQ + qid
         if self.occupancy[oi]:
             self.occupancy[oi] -= 1
+
+    def egress(
+        self, f: bytearray, port: int, qid: int, tel: int, enq_qdepth: int, deq_timedelta_us: int, csum_partial: bool
+    ) -> None:
+        """A dequeued packet leaves: its queue slot back, its queueing time and the depth it found
+        counted, its telemetry block stamped."""
+        self.release(port, qid)
+        if enq_qdepth > self.max_enq_qdepth:
+            self.max_enq_qdepth = enq_qdepth
+        self.delays.add(deq_timedelta_us)
         if tel >= 0:
             stamp_telemetry(f, tel, enq_qdepth, deq_timedelta_us, csum_partial)
 

@@ -290,8 +290,8 @@ class Bmv2Process(DataplaneProcess):
         return rows
 
     def request_counters(self) -> None:
+        from dlcp.switch.counter_dump import write_json_atomic
         from emulation.bmv2.control import ControllerError
-        from emulation.refswitch.counters import write_json_atomic
 
         try:
             dump = self.counter_dump()

@@ -1,5 +1,6 @@
-"""Egress queues of one port: 8 strict-priority FIFOs drained at the port rate, then the link
-(optional propagation delay and random loss).
+"""Egress queues of one port: 8 FIFOs drained at the port rate in the order the port's queue
+discipline picks (dlcp/queueing: strict priority by default), then the link (optional propagation
+delay and random loss).
 
 Time is virtual: the port is busy until `t_free`; a packet starts when `t_free <= now` and pushes
 `t_free` on by its transmission time (frame bits / rate, or 1 / packet rate). A port that idled or
@@ -28,13 +29,18 @@ from dlcp.transport.core.waits import WaitHistogram
 FRAME, VNET, QID, TEL, T_ENQ, ENQ_DEPTH, IN_TX = range(7)
 
 
+def _frame_len(pkt: list) -> int:
+    return len(pkt[FRAME])
+
+
 class EgressPort:
     def __init__(
         self, cfg: PortConfig, rng: random.Random, max_lag_s: float = 0.002, late: WaitHistogram | None = None
     ):
         self.port = cfg.port
         self.depth = cfg.queue_depth_pkts or DEFAULT_QUEUE_DEPTH_PKTS  # null: this target's default
-        self.queues = [deque() for _ in range(P.N_QUEUES)]
+        self.queues: list[deque] = [deque() for _ in range(P.N_QUEUES)]
+        self.scheduler = cfg.queueing.scheduler()  # which queue sends next
         self.backlog = 0  # packets in all 8 queues
         self.byte_time = 8.0 / cfg.rate_bps if cfg.rate_bps else None
         self.pkt_time = 1.0 / cfg.rate_pps if cfg.rate_pps else None
@@ -61,11 +67,11 @@ class EgressPort:
         return True
 
     def _pop(self):
-        for q in reversed(self.queues):
-            if q:
-                self.backlog -= 1
-                return q.popleft()
-        return None
+        q = self.scheduler.pick(self.queues, _frame_len)
+        if q < 0:
+            return None
+        self.backlog -= 1
+        return self.queues[q].popleft()
 
     def dequeue_due(self, now: float, out: list, limit: int) -> list[float]:
         """Move up to `limit` packets whose slot has begun to `out`, highest queue first; returns

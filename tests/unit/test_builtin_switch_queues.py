@@ -7,7 +7,7 @@ import random
 import pytest
 
 from dlcp.network.runtime_file import PortConfig
-from emulation.refswitch.queues import FRAME, EgressPort
+from emulation.builtin_switch.queues import FRAME, EgressPort
 
 
 def pkt(qid: int, size: int = 1000, tag=None) -> list:
@@ -71,7 +71,7 @@ def test_depth_loss_and_delay():
 
 
 def test_delay_histogram_percentiles():
-    from emulation.refswitch.counters import DelayHistogram
+    from dlcp.switch.counter_dump import DelayHistogram
 
     h = DelayHistogram()
     for us in list(range(100)) + [5000] * 100:

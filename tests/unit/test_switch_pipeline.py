@@ -1,4 +1,4 @@
-"""The built-in dataplane's pipeline model (no sockets): bmv2's crc16, each
+"""The built-in switch's pipeline model (no sockets): bmv2's crc16, each
 table's semantics, admission control, checksums and telemetry."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import random
 import struct
 
 import pytest
-from refswitch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
+from switch_frames import dlcp_frame, probe_frame, runtime_doc, udp_frame
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import parse_runtime
-from emulation.refswitch.hashing import crc16, five_tuple_bytes
-from emulation.refswitch.pipeline import Pipeline, stamp_telemetry
+from dlcp.switch.hashing import crc16, five_tuple_bytes
+from dlcp.switch.pipeline import Pipeline, stamp_telemetry
 
 
 def pipeline(**kw) -> Pipeline:

@@ -1,4 +1,4 @@
-/* Generated from dlcp/wire/layout.py and dlcp/network/pipeline_names.py by `python -m dlcp.codegen` (make gen): do not edit. */
+/* Generated from dlcp/wire/layout.py, dlcp/network/pipeline_names.py and dlcp/queueing by `python -m dlcp.codegen` (make gen): do not edit. */
 #ifndef DLCP_WIRE_H
 #define DLCP_WIRE_H
 
@@ -163,7 +163,12 @@
 #define COUNTER_TAIL_DROPS_SIZE              2048
 #define COUNTER_DROPS_SIZE                   8
 #define COUNTER_CE_MARKED_SIZE               512
-#define NON_DLCP_DSCP_CLASSES                8  /* the built-in dataplane's non-DLCP split */
+#define NON_DLCP_DSCP_CLASSES                8  /* the non-DLCP split of the queue counters */
+
+/* queue disciplines (dlcp/queueing): the id sw_qdisc_pick switches on; bytes per unit of weight */
+#define QDISC_STRICT                         0
+#define QDISC_WRR                            1
+#define QDISC_QUANTUM_BYTES                  1514
 
 /* each table's keys concatenated, first key most significant: a dense index */
 #define IPV4_LPM_KEY_BITS                    32

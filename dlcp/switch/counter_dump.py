@@ -1,5 +1,6 @@
-"""The counter dump `counters/sN.json` (shape: docs/pipeline.md "Counter dump") and the queueing-time
-histogram behind its telemetry section."""
+"""The counter dump `counters/sN.json` (shape: docs/pipeline.md "Counter dump"), the same keys from
+every engine of the pipeline core (the built-in switch's C and Python engines, the ns-3 switch),
+and the queueing-time histogram behind its telemetry section."""
 
 from __future__ import annotations
 
@@ -134,13 +135,56 @@ def burst_bytes(h: WaitHistogram) -> dict:
     }
 
 
-def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
-    """The counter dump from an engine's raw counters plus per-port rows (already complete)."""
+# every port row has these; what an engine has no such thing for is 0 (a simulated port has no
+# kernel to drop frames, no socket to fail) and its state "up"
+PORT_COUNTS = (
+    "rx_pkts",
+    "rx_bytes",
+    "tx_pkts",
+    "tx_bytes",
+    "tx_errors",
+    "queue_overflow_pkts",
+    "link_loss_pkts",
+    "rx_truncated",
+    "queued_pkts",
+    "pending_pkts",
+    "rx_kernel_drops",
+)
+DUMP_KEYS = (
+    "switch",
+    "backend",
+    "engine",
+    "time_unix",
+    "queues",
+    "ecn_marks",
+    "drops",
+    "ports",
+    "telemetry",
+    "tables",
+    "registers",
+    "non_dlcp",
+    "read_lag",
+    "send_late",
+    "host_burst",
+)
+
+
+def port_row(port: int, intf: str, counts: dict, state: str = "up") -> dict:
+    """One `ports` row: the port, its interface, every count of PORT_COUNTS, its state."""
+    return {"port": port, "intf": intf, **{k: int(counts.get(k, 0)) for k in PORT_COUNTS}, "state": state}
+
+
+def snapshot(name: str, raw: dict, ports: list[dict], engine: str, backend: str) -> dict:
+    """The counter dump from an engine's raw counters (the layout of `Pipeline.counters()`) plus its
+    `port_row`s. The wait histograms `read_lag`, `send_late` and `host_burst` are the built-in
+    switch's wall-clock measurements of its own I/O; an engine without them (ns-3: it reads and
+    sends at the simulated instant) writes them empty (count 0)."""
     delays = DelayHistogram.from_counts(raw["delay_fine"], raw["delay_coarse"], raw["delay_n"], raw["delay_max"])
     pairs = lambda v: {"pkts": sum(v[0::2]), "bytes": sum(v[1::2])}
+    waits = lambda prefix: engine_waits(raw, prefix) if f"{prefix}_bins" in raw else WaitHistogram()
     dump = {
         "switch": name,
-        "backend": "builtin",
+        "backend": backend,
         "engine": engine,
         "time_unix": time.time(),
         "queues": queue_rows(raw),
@@ -153,13 +197,12 @@ def snapshot(name: str, raw: dict, ports: list[dict], engine: str) -> dict:
         },
         "tables": {P.IPV4_LPM_HITS: pairs(raw["lpm_hits"]), P.CLASSIFY_HITS: pairs(raw["classify_hits"])},
         "registers": {P.RR_NEXT: {str(i): v for i, v in enumerate(raw["rr_next"]) if v}},
+        "non_dlcp": non_dlcp_rows(raw),
+        "read_lag": waits("rx_lag").as_dict(),
+        "send_late": waits("tx_late").as_dict(),
+        "host_burst": burst_bytes(waits("rx_burst")),
     }
-    if "rx_lag_bins" in raw:  # the built-in switch's engines; not the ns-3 switch, which is never late
-        dump["read_lag"] = engine_waits(raw, "rx_lag").as_dict()
-        dump["send_late"] = engine_waits(raw, "tx_late").as_dict()
-        dump["host_burst"] = burst_bytes(engine_waits(raw, "rx_burst"))
-    if "non_dlcp" in raw:  # the ns-3 switch does not split non-DLCP frames by DSCP class: reports fall back
-        dump["non_dlcp"] = non_dlcp_rows(raw)
+    assert tuple(dump) == DUMP_KEYS
     return dump
 
 

@@ -3,7 +3,7 @@
 bmv2 (src/bm_sim/calculations.cpp, struct crc16) computes CRC-16/ARC: polynomial 0x8005, initial
 remainder 0, input and output reflected, no final xor. It does so with a non-reflected table and
 reflects every byte; the reflected table below (polynomial 0xA001) gives the same value.
-tests/unit/test_refswitch_pipeline.py pins it with known answers and against a literal transcription
+tests/unit/test_switch_pipeline.py pins it with known answers and against a literal transcription
 of bmv2's loop.
 """
 

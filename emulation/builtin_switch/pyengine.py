@@ -1,9 +1,10 @@
-"""The reference engine: pipeline.py + queues.py + afpacket.py driven by a Python event loop.
+"""The Python engine: the reference pipeline (dlcp/switch/pipeline.py) and the port disciplines
+(dlcp/queueing) behind queues.py and afpacket.py, driven by a Python event loop.
 
 Same interface as the C engine (`_fastpath.Engine`): add_port, run, port_gone, flush, counters.
 It is what runs when the C extension is not built, with --engine python, and with --debug-log (one
 line per packet). Slower (a few microseconds per packet) but the readable statement of what the
-fast path does.
+C engine does.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import sys
 import time
 
 from dlcp.network.runtime_file import PortConfig
+from dlcp.switch.pipeline import PARSER_ERROR, Pipeline
 from dlcp.transport.core.waits import WaitHistogram
-from emulation.refswitch.afpacket import MsgBatch, PortSocket
-from emulation.refswitch.counters import DelayHistogram
-from emulation.refswitch.pcap import PcapWriter
-from emulation.refswitch.pipeline import PARSER_ERROR, Pipeline
-from emulation.refswitch.queues import ENQ_DEPTH, FRAME, QID, T_ENQ, TEL, VNET, EgressPort
+from emulation.builtin_switch.afpacket import MsgBatch, PortSocket
+from emulation.builtin_switch.pcap import PcapWriter
+from emulation.builtin_switch.queues import ENQ_DEPTH, FRAME, QID, T_ENQ, TEL, VNET, EgressPort
 
 CONTROL_POLL_S = 0.05
 
@@ -45,11 +45,9 @@ class PyEngine:
         self.rx = MsgBatch(batch, control=True)
         self.tx = MsgBatch(batch)
         self.ports: dict[int, _Port] = {}
-        self.delays = DelayHistogram()
         self.read_lag = WaitHistogram()  # how long frames waited in the kernel before they were read
         self.tx_late = WaitHistogram()  # how long after its slot began each packet started (every port)
         self.rx_burst = WaitHistogram()  # bytes still on a host's link as its next frame came, 1 us = 1 byte
-        self.max_enq_qdepth = 0
         self.rng: random.Random = pipeline.rng
 
     def add_port(self, cfg: PortConfig, sock, pcap_path: str | None = None) -> None:
@@ -149,7 +147,7 @@ class PyEngine:
             if self.debug:
                 print(f"port {p.num} len {ln} -> port {eport} q{qid} c{color} depth {depth}", file=sys.stderr)
             if not ep.enqueue([f, vnet, qid, tel, now, depth, ln * in_byte_time], qid):
-                pipe.occupancy[eport * 8 + qid] -= 1  # admitted, but it never got a slot
+                pipe.release(eport, qid)  # admitted, but it never got a slot
         return n
 
     def _transmit(self, p: _Port, now: float) -> int:
@@ -160,12 +158,8 @@ class PyEngine:
             egress = self.pipeline.egress
             for pkt in due:
                 wait_us = max(0, int((now - pkt[T_ENQ]) * 1e6))
-                depth = pkt[ENQ_DEPTH]
-                if depth > self.max_enq_qdepth:
-                    self.max_enq_qdepth = depth
-                self.delays.add(wait_us)
                 v = pkt[VNET]
-                egress(pkt[FRAME], p.num, pkt[QID], pkt[TEL], depth, wait_us, v is not None and bool(v[0] & 1))
+                egress(pkt[FRAME], p.num, pkt[QID], pkt[TEL], pkt[ENQ_DEPTH], wait_us, v is not None and bool(v[0] & 1))
             ep.link(due, ends, now, p.txq)
         if ep.in_flight:
             ep.arrived(now, p.txq)
@@ -239,11 +233,6 @@ class PyEngine:
             }
             for num, p in self.ports.items()
         }
-        c["max_enq_qdepth"] = self.max_enq_qdepth
-        c["delay_fine"] = self.delays.fine
-        c["delay_coarse"] = self.delays.counts
-        c["delay_n"] = self.delays.n
-        c["delay_max"] = self.delays.max
         for prefix, h in (("rx_lag", self.read_lag), ("tx_late", self.tx_late), ("rx_burst", self.rx_burst)):
             c[f"{prefix}_bins"], c[f"{prefix}_n"], c[f"{prefix}_max_s"] = list(h.bins), h.count, h.max_s
         return c
