@@ -51,6 +51,7 @@ class SeriesRequest:
     out_root: str | None = None  # --out; default: the config's output.dir
     run_dir: str | None = None  # --run-dir: the one run's directory itself (dlcp sweep)
     with_report: bool = True
+    named: list[tuple[str, list[str]]] = field(default_factory=list)  # variants as named override bundles
 
 
 @dataclass(frozen=True)
@@ -91,9 +92,14 @@ def plan(request: SeriesRequest) -> Series:
     raw = configmod.load_raw(request.config, request.overrides)
     base = configmod.validate(raw)
     varies = ([f"dlcp.policy={','.join(request.policies)}"] if request.policies else []) + list(request.vary)
-    variants = configmod.variants(raw, varies)
+    if request.named and varies:
+        raise configmod.ConfigError("variants: named variants or --vary / --policies, not both")
+    variants = configmod.named_variants(raw, request.named) if request.named else configmod.variants(raw, varies)
     names = naming.variant_names(
-        [n for n, _ in variants] if varies else None, base["dlcp"]["policy"], request.overrides, request.name
+        [n for n, _ in variants] if varies or request.named else None,
+        base["dlcp"]["policy"],
+        request.overrides,
+        request.name,
     )
     runs = [
         PlannedRun(v, rep, cfg)
