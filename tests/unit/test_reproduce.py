@@ -159,3 +159,19 @@ def test_cli_fast_writes_the_report_and_prints_the_table(tmp_path):
 
 def test_claims_root_defaults_to_the_checkout():
     assert claims_root().resolve() == ROOT.resolve() or (Path.cwd() / "experiments" / "papers").is_dir()
+
+
+def test_named_variants_bundle_several_keys_without_their_product(tmp_path):
+    from dlcp.runs.series_runner import SeriesRequest, plan
+
+    cfg = str(ROOT.parent / "ps-incast.toml")
+    named = [("a", ["dlcp.policy=fifo", "dlcp.load_balancing=per_flow"]), ("b", ["dlcp.policy=dlcp"])]
+    s = plan(SeriesRequest(cfg, named=named, repeat=2, out_root=str(tmp_path)))
+    assert s.variants == ["a", "b"] and len(s.runs) == 4
+    assert (s.runs[0].cfg["dlcp"]["policy"], s.runs[0].cfg["dlcp"]["load_balancing"]) == ("fifo", "per_flow")
+    with pytest.raises(ConfigError, match="named variants or --vary"):
+        plan(SeriesRequest(cfg, named=named, vary=["seed=1,2"]))
+    with pytest.raises(ConfigError, match="need two or more"):
+        plan(SeriesRequest(cfg, named=named[:1]))
+    with pytest.raises(ConfigError, match="variant b: dlcp.policy"):
+        plan(SeriesRequest(cfg, named=[named[0], ("b", ["dlcp.policy=nope"])]))
