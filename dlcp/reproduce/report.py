@@ -106,6 +106,11 @@ def build_doc(claims: list[Claim], entries: list[dict], meta: dict) -> Doc:
         "model: deterministic, so no confidence interval; a range is given where it means something and says "
         "what it is. --full figures are packet-level (ns-3) with paired repeats and a 95 % interval."
     )
+    if meta.get("reduced"):
+        doc.warn(
+            "--reduced: the packet-level series ran at each claim's reduced scale (its full.reduced overrides, "
+            "listed per claim below), to check the path and its cost; their figures are not the paper's setting."
+        )
     rows = summary_rows(entries)
     if rows:
         doc.table(list(rows[0]), [list(r.values()) for r in rows])
@@ -150,6 +155,8 @@ def build_doc(claims: list[Claim], entries: list[dict], meta: dict) -> Doc:
                 doc.p(f"Series: {e['results']} ({e['wall_s']:.0f} s of wall time).")
             if e.get("notes"):
                 doc.bullets(e["notes"][:8] + ([f"... {len(e['notes']) - 8} more"] if len(e["notes"]) > 8 else []))
+        if meta.get("reduced") and claim.full is not None and claim.full.reduced:
+            doc.p("Reduced scale: " + ", ".join(f"`{o}`" for o in claim.full.reduced) + ".")
         if claim.why:
             doc.bullets([f"Known difference: {w}" for w in claim.why])
     return doc
