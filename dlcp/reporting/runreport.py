@@ -150,6 +150,7 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
             "stopped; or it is still running)"
             if info["status"] == UNFINISHED
             else f"it ended with status {info['status']!r} before finishing"
+            + (f" ({info['error']})" if info.get("error") else "")
         )
         doc.warn(
             f"Partial run: {how}; every figure below covers only the {s['iteration']['count']} iteration(s) "
