@@ -1,7 +1,7 @@
 """`dlcp run`: the command line of the series runner (dlcp/runs/series_runner.py), which drives
 whichever backend the experiment names (dlcp/backends.py). Exit status: 0 done, 1 a run failed
-(or root is missing, or another run has the machine), 2 a config or option error before anything started, 130 Ctrl-C, 143
-SIGTERM (docs/runs.md)."""
+(or root is missing, or another run has the machine), 2 a config or option error before anything
+started, 130 Ctrl-C, 143 SIGTERM (docs/runs.md)."""
 
 from __future__ import annotations
 
