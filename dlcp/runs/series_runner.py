@@ -216,10 +216,11 @@ def signal_report(job: RunJob, progress: Progress, exc: BaseException) -> None:
     print(interrupted_message(job.run_dir, report, signals.status_of(exc)), file=sys.stderr)
 
 
-def write_partial_report(path: Path, progress: Progress) -> Path | None:
+def write_partial_report(path: Path, progress: Progress, why: str | None = None) -> Path | None:
     """The report of a run stopped early: what was recorded, marked partial (meta.json status).
-    None if even that fails; the records stay either way."""
-    progress.phase("writing the partial report")
+    None if even that fails; the records stay either way. `why` it stopped goes on the progress
+    line at once (the report takes seconds)."""
+    progress.phase(f"{why}; writing the partial report" if why else "writing the partial report")
     progress.done()
     try:
         write_report(path)
@@ -232,7 +233,7 @@ def write_partial_report(path: Path, progress: Progress) -> Path | None:
 def cut_short_message(job: RunJob, progress: Progress, why: str) -> str:
     """`why` the run was cut short, then what it kept: the partial run (how far it got, which
     switches' counters it has) and its partial report (when reports are on)."""
-    report = write_partial_report(job.run_dir, progress) if job.with_report else None
+    report = write_partial_report(job.run_dir, progress, why.splitlines()[0]) if job.with_report else None
     lines = [
         why,
         "  everything it started was stopped and cleaned up",

@@ -179,6 +179,7 @@ def test_a_killed_switch_ends_the_run_within_seconds_naming_it(tmp_path):
     why = f"switch s1 (pid {pid}) was killed by SIGKILL"
     assert failure(err) == why, err[-3000:]
     assert ended_after(run, killed) < 5.0
+    assert f"dlcp run: {why}; writing the partial report (" in err  # said at once, before the report
     assert f"partial run: {run} (" in err and "counters of s2; none from s1)" in err, err[-3000:]
     assert (run / "counters" / "s2.json").exists() and not (run / "counters" / "s1.json").exists()
     for h in ("h1", "h2"):  # the workers were stopped (SIGTERM) and wrote what they had
