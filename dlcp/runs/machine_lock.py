@@ -25,7 +25,7 @@ LOCK_PATH = Path(os.environ.get("DLCP_RUN_LOCK", "/run/dlcp/run.lock"))
 
 
 class MachineBusy(RuntimeError):
-    """Another series holds the machine; one line naming it."""
+    """Another series holds the machine (one line naming it), or its lock cannot be opened."""
 
 
 def process_start(pid: int) -> str | None:
@@ -104,8 +104,11 @@ def claim(backend, path: Path | None = None) -> Iterator[MachineLock | None]:
 
 
 def acquire(backend: str, path: Path) -> MachineLock:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a+")  # noqa: SIM115 (held until release)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")  # noqa: SIM115 (held until release)
+    except OSError as e:
+        raise MachineBusy(f"cannot open the machine's run lock {path} ({e.strerror or e})") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
