@@ -134,9 +134,8 @@ class EmulatedRun:
                 return died(f"switch {sw.name} (pid {dp.proc.pid})", dp.proc.returncode, dp.log_path)
         server = self.forkserver.proc
         if server.poll() is not None:
-            return died(f"the agents' fork server (pid {server.pid})", server.returncode, self.forkserver.log) + (
-                "; its agents were stopped with it (SIGTERM) and wrote their records" if self.agents else ""
-            )
+            note = "; its agents were stopped with it (SIGTERM) and wrote their records" if self.agents else ""
+            return died(f"the agents' fork server (pid {server.pid})", server.returncode, self.forkserver.log, note)
         for node in self.net.hosts + self.net.switches:
             if node.shell is not None and node.shell.poll() is not None:
                 return died(f"the shell of Mininet node {node.name} (pid {node.pid})", node.shell.returncode, None)
@@ -233,10 +232,10 @@ class EmulatedRun:
             signal.signal(signal.SIGALRM, old)
 
 
-def died(what: str, returncode: int, log: Path | None) -> str:
-    """ "<what> was killed by SIGKILL"; a process that exited by itself (a crash) adds its log's
-    last lines."""
-    line = f"{what} {exit_text(returncode)}"
+def died(what: str, returncode: int, log: Path | None, note: str = "") -> str:
+    """ "<what> was killed by SIGKILL<note>"; a process that exited by itself (a crash) adds its
+    log's last lines."""
+    line = f"{what} {exit_text(returncode)}{note}"
     if returncode < 0 or log is None:
         return line
     return f"{line}; last lines of {log}:\n{procs.log_tail(log)}"
