@@ -1,5 +1,7 @@
-"""A step collective driven by events instead of threads: the simulated hosts' (ns-3) ring,
-MultiTree and DS-Sync groups.
+"""The comm layer driven by events instead of threads, for the simulated hosts (ns-3): the ring,
+MultiTree and DS-Sync groups (`EventSteppedCollective` under `EventEngine`, which also re-syncs
+to rank 0), and PS push / pull (`EventPSClient`, `EventPSServer`: the threaded PSClient's and
+PSServer's packets and sums, dlcp/comm/collectives.py).
 
 It runs the same StepPlan schedules with the same rules as `SteppedCollective`
 (dlcp/comm/stepped.py: chunks, wire ids, tagging, SendInfo counts and budgets, the lockstep rule,
@@ -191,7 +193,9 @@ class EventEngine(CommEngine):
     and wire ids (dlcp/comm/policy.py comm_plan), an EventSteppedCollective and PushedOrder over
     `send(dst, batch, info) -> key`. The host reports every finished send and arrived message to
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
-    Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""
+    `resync` is TransportEngine's re-sync to rank 0 (its messages, P2P ids past the order
+    announcements'). Iterations are told apart by the wire's 16-bit iteration: a run has fewer
+    than 65,536."""
 
     def __init__(
         self,
@@ -239,7 +243,6 @@ class EventEngine(CommEngine):
             clock=clock,
             sizes_only=sizes_only,
         )
-
         self.send, self.vpp, self.cfg, self.layouts = send, vpp, cfg, {lay.msg_id: lay for lay in layouts}
         self._resync: tuple | None = None  # (iteration, parameters, on_done) while this rank re-syncs
         self._resync_sends: set = set()  # rank 0: re-sync sends not finished yet

@@ -37,7 +37,7 @@ from dlcp.transport.api import TransportError
 
 
 class SimRun:
-    """What the agents share: the clock, the per-host records, the end condition."""
+    """What the agents share: the clock, the compute times, the end condition."""
 
     def __init__(self, clock, iterations: int, compute_s: float, sizes_only: bool = False):
         self.clock = clock
