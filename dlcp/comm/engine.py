@@ -245,7 +245,8 @@ class CommEngine:
         (DS-Sync's averaging; `param_means` of the aggregates is the average). None: sizes only."""
         for lay in sorted(self.tensors, key=lambda lay: lay.msg_id):
             values = None if params is None else np.asarray(params[lay.msg_id], np.float32)
-            self.submit(iteration, GradMessage(lay, values, self.n_layers))
+            # sizes only: a message without values, as SizesOnlyWorkload yields them
+            self.submit(iteration, GradMessage(lay, values, self.n_layers))  # type: ignore[arg-type]
         self.backward_done(iteration)
 
     def close(self) -> None:
