@@ -5,7 +5,7 @@
 The aggregation loop is dlcp/iteration/server_core.py's (`ServerCore`, the one ns-3 runs too);
 this module drives it with the agent's thread and the transport. Per iteration
 (dlcp/workloads/contract.py): gather (each message once every worker's push is complete or
-forced) -> ServerWorkload.update (fill policy + optimizer) -> scatter the parameters to every
+forced) -> ServerWorkload.update (fill rule + optimizer) -> scatter the parameters to every
 worker. Records and progress: docs/runs.md.
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import time
 
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
-from dlcp.comm.collectives import PSServer
+from dlcp.comm.ps import PSServer
 from dlcp.iteration import actions as A
 from dlcp.iteration.server_core import ServerCore
 from dlcp.records import now_us
-from dlcp.workloads.registry import make_server_workload
+from dlcp.workloads.lookup import make_server_workload
 
 
 class ThreadedServer:

@@ -6,7 +6,7 @@ The iteration is dlcp/iteration/worker_core.py's (`WorkerCore`, the one ns-3 run
 module drives it with the agent's thread, the real clock and the transport. Per iteration
 (dlcp/workloads/contract.py): backward yields messages, each is pushed (PS) or handed to the comm
 layer at once (all-reduce: `[comm] scheduler` decides what runs when over `[comm] collective`,
-dlcp/comm/engine.py); then parameters are pulled (PS) or aggregates awaited and applied. DS-Sync
+dlcp/comm/communicator.py); then parameters are pulled (PS) or aggregates awaited and applied. DS-Sync
 with `average = "parameters"` takes a local SGD step with the worker's own gradient and then
 averages parameters inside its group of the iteration. Every `dlcp.resync_every` iterations of
 ring or MultiTree all-reduce, rank 0's parameters replace the others' and the drift is recorded
@@ -19,13 +19,14 @@ import logging
 import time
 
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
-from dlcp.comm.collectives import PSClient, TransportEngine
+from dlcp.comm.ps import PSClient
+from dlcp.comm.transport_communicator import TransportCommunicator
 from dlcp.iteration import actions as A
 from dlcp.iteration.worker_core import WorkerCore, worker_spec
 from dlcp.records import now_us
 from dlcp.transport.api import TransportError
 from dlcp.wire.control_frames import PS_RANK
-from dlcp.workloads.registry import make_workload
+from dlcp.workloads.lookup import make_workload
 
 log = logging.getLogger("agent")
 
@@ -104,7 +105,7 @@ class ThreadedWorker:
 
 
 def planning_backward_ms(workload_cfg) -> float:
-    """The backward time the planners assume (dlcp/comm/policy.py): the synthetic model's
+    """The backward time the planners assume (dlcp/comm/assemble.py): the synthetic model's
     compute_ms; 0 for real torch compute, which is not known before it runs."""
     return workload_cfg.compute_ms if workload_cfg.model == "synthetic" else 0.0
 
@@ -128,7 +129,7 @@ def run(agent: Agent) -> None:
         coll = PSClient(transport, comm, layouts, workload.n_layers)
     else:
         transport.connect()  # trees, groups and rank 0's order announcements reach any rank
-        coll = TransportEngine(
+        coll = TransportCommunicator(
             transport,
             comm,
             cfg.comm,
@@ -157,7 +158,7 @@ def run(agent: Agent) -> None:
         stats = getattr(workload, "compute_stats", lambda: None)()
         if stats is not None:  # how well the machine kept up with the profile (records/hN-agent.json)
             agent.extra_totals["compute"] = stats
-        if isinstance(coll, TransportEngine):
+        if isinstance(coll, TransportCommunicator):
             coll.close()
 
 

@@ -157,9 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser(
         "schedule",
-        help="a scheduler's or a collective's plan (--json: last line)",
-        description="The plan of a communication scheduler on a profile, or of a collective on a "
-        "topology: dlcp schedule --help",
+        help="a scheduler's prediction or a collective's plan (--json: last line)",
+        description="What a communication scheduler decides on a profile and the iteration time it "
+        "predicts, or a collective's plan on a topology: dlcp schedule --help",
     )
     sc.add_argument("schedule_args", nargs=argparse.REMAINDER, help="options (dlcp schedule --help)")
     sc.set_defaults(func=lambda a: _schedule(a.schedule_args))

@@ -4,9 +4,10 @@
         [--set KEY=VALUE ...] [--jobs N] [--shard I/N] [--out DIR] [--dry-run]
 
 Points are the Cartesian product of the `--grid` keys, in the order given (the last key varies
-fastest); short names: workers = workload.workers, policy = dlcp.policy, scheduler =
-dlcp.scheduler, mode = workload.mode (any dotted config key works, as with `--set`). Every point
-is checked before anything starts and runs as its own process (`dlcp run CONFIG --set ...
+fastest). Any dotted config key works, as with `--set`; so does a short key, the last part of a key
+that no other key ends with (workers = workload.workers, policy = dlcp.policy, scheduler =
+comm.scheduler, mode = workload.mode, kary = comm.multitree.kary...: `short_keys`, derived from
+the config model and its registered sections). Every point is checked before anything starts and runs as its own process (`dlcp run CONFIG --set ...
 --run-dir OUT/POINT`), so one failing point costs only itself.
 
 Results merge by directory: point P always lands in `OUT/P` (P spells its values, e.g.
@@ -35,13 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlcp.experiment import config as configmod
+from dlcp.settings import reference_rows
 
-ALIASES = {
-    "workers": "workload.workers",
-    "policy": "dlcp.policy",
-    "scheduler": "dlcp.scheduler",
-    "mode": "workload.mode",
-}
 PARALLEL_BACKENDS = {"ns3"}  # backends whose runs share nothing on one machine
 SERIAL_NOTE = (
     "dlcp sweep: backend {backend} runs points one at a time (Mininet runs on one machine collide "
@@ -51,6 +47,35 @@ SERIAL_NOTE = (
 
 class SweepError(ValueError):
     """A sweep that cannot start; one line naming the option or point."""
+
+
+def config_keys() -> list[str]:
+    """Every key of the experiment model (registered sections included; list entries excluded)."""
+    return list(dict.fromkeys(k for k, *_ in reference_rows(configmod.Experiment, "", repr) if "[]" not in k))
+
+
+def _by_last_part() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in config_keys():
+        out.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+    return out
+
+
+def short_keys() -> dict[str, str]:
+    """Short key -> key: the last part of every key inside a section that no other key ends with."""
+    return {last: keys[0] for last, keys in _by_last_part().items() if len(keys) == 1 and keys[0] != last}
+
+
+def full_key(key: str) -> str:
+    """The config key `key` stands for: itself when dotted or top-level, else the key it is short for."""
+    if "." in key:
+        return key
+    candidates = _by_last_part().get(key, [])
+    if len(candidates) == 1:
+        return candidates[0]
+    if candidates:
+        raise SweepError(f"--grid {key}: short for {' and '.join(candidates)}: give the whole key")
+    raise SweepError(f"--grid {key}: not a config key, nor the last part of one")
 
 
 @dataclass(frozen=True)
@@ -63,7 +88,7 @@ class Point:
         return ",".join(f"{k}={_safe(v)}" for k, v in self.values) or "default"
 
     def overrides(self) -> list[str]:
-        return [f"{ALIASES.get(k, k)}={v}" for k, v in self.values]
+        return [f"{full_key(k)}={v}" for k, v in self.values]
 
 
 def _safe(text: str) -> str:
@@ -81,9 +106,9 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
         values = [v.strip() for v in text.split(",")]
         if not key or not all(values):
             raise SweepError(f"--grid {item}: empty key or value")
-        if ALIASES.get(key, key) in seen:
+        if full_key(key) in seen:
             raise SweepError(f"--grid {key}: given twice")
-        seen.add(ALIASES.get(key, key))
+        seen.add(full_key(key))
         grid.append((key, values))
     return grid
 
@@ -228,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=V1,V2",
-        help="a grid dimension (repeatable); short keys: " + ", ".join(ALIASES),
+        help="a grid dimension (repeatable); a key or its last part when no other key ends with it: "
+        + ", ".join(sorted(short_keys())),
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points at once (simulator only)")

@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from dlcp.exit_status import exit_text
 from emulation import procs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +160,7 @@ class DataplaneProcess:
             self._raise_priority()
             self.configure()
             if not self.alive():
-                self._refuse(f"{self.program} exited with status {self.proc.returncode} after start-up")
+                self._refuse(f"{self.program} {exit_text(self.proc.returncode)} after start-up")
         except SwitchStartError as e:
             self.stop(dump_counters=False)
             raise SwitchStartError(
@@ -174,7 +175,7 @@ class DataplaneProcess:
         deadline = time.monotonic() + self.ready_timeout_s
         while not self.is_ready():
             if self.proc.poll() is not None:
-                self._refuse(f"{self.program} exited with status {self.proc.returncode} during start-up")
+                self._refuse(f"{self.program} {exit_text(self.proc.returncode)} during start-up")
             if time.monotonic() > deadline:
                 self._refuse(self.not_ready_reason())
             time.sleep(0.05)

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from dlcp.exit_status import exit_text
 from emulation import procs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -115,7 +116,7 @@ class ForkServer:
             while not done():
                 if self.proc.poll() is not None:
                     raise ForkServerError(
-                        f"the agents' fork server exited with status {self.proc.returncode} "
+                        f"the agents' fork server {exit_text(self.proc.returncode)} "
                         f"before it could {what}; last lines of {self.log}:\n{procs.log_tail(self.log)}"
                     )
                 left = deadline - time.monotonic()
@@ -144,7 +145,7 @@ class ForkServer:
             self.proc.stdin.flush()
         except BrokenPipeError:
             raise ForkServerError(
-                f"the agents' fork server is gone (exit status {self.proc.wait()}); last lines "
+                f"the agents' fork server is gone (it {exit_text(self.proc.wait())}); last lines "
                 f"of {self.log}:\n{procs.log_tail(self.log)}"
             ) from None
         self._await(lambda: rid in self._replies, SPAWN_TIMEOUT_S, f"fork agent {module}")

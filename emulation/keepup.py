@@ -5,7 +5,7 @@ to do (emulation/refswitch: ppoll until the next frame or departure), so the sha
 spends on a CPU says how close it came to saturation; a switch that needs a whole CPU queues
 frames in the kernel instead of in its emulated queues. Sampled from /proc/PID/stat (utime + stime,
 every thread) by a thread of the runner; the result goes into meta.json `switch_cpu` and the
-report flags a saturated switch (dlcp/reporting/keepup.py).
+report flags a saturated switch (dlcp/reporting/keepup_check.py).
 """
 
 from __future__ import annotations

@@ -26,8 +26,10 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from dlcp.exit_status import exit_text
 from dlcp.experiment import config as configmod
 from dlcp.experiment import dilation as dilationmod
+from dlcp.experiment import run_inputs
 from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
 from dlcp.experiment.background_release import release_background
 from dlcp.network import topology as topospec
@@ -371,9 +373,7 @@ class Experiment:
             for host, role, p, log in self.agents:
                 rc = p.poll()
                 if rc not in (None, 0):
-                    raise RunFailed(
-                        f"{role} on {host} exited with status {rc}; last lines of {log}:\n{procs.log_tail(log)}"
-                    )
+                    raise RunFailed(f"{role} on {host} {exit_text(rc)}; last lines of {log}:\n{procs.log_tail(log)}")
             done = {h: read_progress(self.run_dir, h).get("iter", 0) for h, r, _, _ in self.agents if r == "worker"}
             if self.background_held and min(done.values()) >= 1:
                 self.release_background()
@@ -624,6 +624,7 @@ def run(
     # before anything starts
     for _, _, cfg in runs:
         topospec.from_config(dilationmod.emulated(cfg))
+    run_inputs.check_run_inputs([cfg for _, _, cfg in runs], out_root, run_dir)
     preflight(base)
     tools = check_backend(base)
     if os.geteuid() != 0:

@@ -1,7 +1,7 @@
 """The comm layer driven by events instead of threads, for the simulated hosts (ns-3): the ring,
-MultiTree and DS-Sync groups (`EventSteppedCollective` under `EventEngine`, which also re-syncs
+MultiTree and DS-Sync groups (`EventSteppedCollective` under `EventCommunicator`, which also re-syncs
 to rank 0), and PS push / pull (`EventPSClient`, `EventPSServer`: the threaded PSClient's and
-PSServer's packets and sums, dlcp/comm/collectives.py).
+PSServer's packets and sums, dlcp/comm/ps.py).
 
 It runs the same StepPlan schedules with the same rules as `SteppedCollective`
 (dlcp/comm/stepped.py: chunks, wire ids, tagging, SendInfo counts and budgets, the lockstep rule,
@@ -21,13 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial
-from dlcp.comm.collectives import PullMessages, push_message, resync_messages, sum_pushes
+from dlcp.comm.assemble import LayerTimes, assemble_rank
+from dlcp.comm.communicator import Communicator, OrderChannel
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import CommEngine, OrderChannel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
-from dlcp.comm.policy import LayerTimes, comm_plan
-from dlcp.comm.settings import CommConfig, CommPolicy
-from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
+from dlcp.comm.plans.collective import StepPlan
+from dlcp.comm.ps import PullMessages, push_message, sum_pushes
+from dlcp.comm.resync import resync_messages
+from dlcp.comm.settings import CommConfig, CommSetup
+from dlcp.comm.stepped import AG, RS, RankSteps, StepRules, _State
 from dlcp.comm.wire_ids import WireIds
 from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import TransportError
@@ -171,7 +173,7 @@ class EventSteppedCollective(Collective):
 
 class PushedOrder(OrderChannel):
     """Rank 0's announcements as messages (the packets and ids of TransportOrder) sent through
-    `send`; the followers' host pushes them into `CommEngine.announced` (EventEngine.received)."""
+    `send`; the followers' host pushes them into `Communicator.announced` (EventCommunicator.received)."""
 
     pushes = True
 
@@ -185,24 +187,26 @@ class PushedOrder(OrderChannel):
                 self.send(r, batch, announcement_info(slot))
 
     def receive(self, iteration: int, seq: int, timeout_s: float) -> tuple[int, str]:
-        raise RuntimeError("PushedOrder: announcements are pushed into CommEngine.announced, not read")
+        raise RuntimeError("PushedOrder: announcements are pushed into Communicator.announced, not read")
 
 
-class EventEngine(CommEngine):
-    """TransportEngine's counterpart for an event-driven host: the `[comm]` scheduler, step plan
-    and wire ids (dlcp/comm/policy.py comm_plan), an EventSteppedCollective and PushedOrder over
+class EventCommunicator(Communicator):
+    """TransportCommunicator's counterpart for an event-driven host: the `[comm]` scheduler, step plan
+    and wire ids (dlcp/comm/assemble.py assemble_rank), an EventSteppedCollective and PushedOrder over
     `send(dst, batch, info) -> key`. The host reports every finished send and arrived message to
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
-    `resync` is TransportEngine's re-sync to rank 0 (its messages, P2P ids past the order
+    `resync` is TransportCommunicator's re-sync to rank 0 (its messages, P2P ids past the order
     announcements'). Iterations are told apart by the wire's 16-bit iteration: a run has fewer
     than 65,536."""
+
+    coll: EventSteppedCollective  # the one __init__ builds
 
     def __init__(
         self,
         send: Callable,
         vpp: int,
         cfg: CommConfig,
-        policy: CommPolicy,
+        comm: CommSetup,
         layouts: list[MessageLayout],
         n_layers: int,
         *,
@@ -217,8 +221,8 @@ class EventEngine(CommEngine):
         plan: StepPlan | None = None,
         cost: CostModel | None = None,
     ):
-        scheduler, plan, self.ids = comm_plan(
-            policy,
+        scheduler, plan, self.ids = assemble_rank(
+            comm,
             cfg.world,
             layouts,
             host_mbps=host_mbps,
@@ -229,8 +233,8 @@ class EventEngine(CommEngine):
             plan=plan,
             cost=cost,
         )
-        self.policy, self.plan = policy, plan
-        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=policy.lockstep)
+        self.comm, self.plan = comm, plan
+        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=comm.lockstep)
         order = PushedOrder(send, vpp, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
         super().__init__(
             scheduler,
@@ -269,7 +273,7 @@ class EventEngine(CommEngine):
             self.coll.received(key, result)
 
     def resync(self, iteration: int, params: dict | None, on_done: Callable[[dict | None], None]) -> None:
-        """Re-sync to rank 0 (dlcp/comm/collectives.py `resync`): rank 0 sends `params` to every
+        """Re-sync to rank 0 (dlcp/comm/resync.py `resync`): rank 0 sends `params` to every
         rank; `on_done(rank 0's parameters)` once its sends finished (rank 0: `params`) or every
         message arrived (None when sizes only: `params` None)."""
         self._resync = (iteration, params, on_done)
@@ -303,7 +307,7 @@ class EventEngine(CommEngine):
 
 
 class EventPSClient:
-    """PSClient's counterpart for an event-driven host (dlcp/comm/collectives.py): pushes through
+    """PSClient's counterpart for an event-driven host (dlcp/comm/ps.py): pushes through
     `send(dst, batch, info) -> key`; the host reports finished sends to `sent` and arrived messages
     to `received`. `on_done(iteration)` once every push of the iteration finished and every
     parameter message arrived; `collect(iteration)` then gives {msg_id: ParamChunk}, in arrival

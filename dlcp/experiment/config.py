@@ -2,9 +2,9 @@
 
 The model is composed from the layers' own settings (dlcp/settings.py): the `dlcp` section is
 TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
-(comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
+(comm/settings.py) + the fill rule (workloads/settings.py) + SwitchSettings
 (network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
-(workloads/settings.py) + mode and workers; `comm` is CommPolicy (comm/settings.py: scheduler,
+(workloads/settings.py) + mode and workers; `comm` is CommSetup (comm/settings.py: scheduler,
 collective and their parameters); `scale` is ScaleSettings (experiment/dilation.py); the other
 sections are declared here. Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
@@ -16,6 +16,7 @@ into the run directory (`dumps`). Reference: docs/experiments.md (its table is `
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,10 +27,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dlcp.comm.settings import CommPolicy, CommSettings, Mode
+from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
-from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
+from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows, registered_value_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
 from dlcp.wire.tagging import TaggingConfig
@@ -45,6 +46,7 @@ __all__ = [
     "parse_vary",
     "schema_markdown",
     "validate",
+    "values_markdown",
     "variants",
 ]
 
@@ -233,7 +235,7 @@ class Experiment(Settings):
     links: Links = Field(default_factory=Links)
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
-    comm: CommPolicy = Field(default_factory=CommPolicy)
+    comm: CommSetup = Field(default_factory=CommSetup)
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
@@ -267,15 +269,17 @@ class Experiment(Settings):
                 "control must act before the queue is full)",
             )
         c = self.comm
-        if w.mode == "ps" and (c.scheduler != "wfbp" or c.collective != "ring"):
-            key, val = ("scheduler", c.scheduler) if c.scheduler != "wfbp" else ("collective", c.collective)
+        changed = [k for k in ("scheduler", "collective") if getattr(c, k) != CommSetup.model_fields[k].default]
+        if w.mode == "ps" and changed:
             raise BadValue(
-                f"comm.{key}",
-                f"{val!r} runs all-reduces: it needs workload.mode = 'allreduce' "
+                f"comm.{changed[0]}",
+                f"{getattr(c, changed[0])!r} runs all-reduces: it needs workload.mode = 'allreduce' "
                 "(the parameter server pushes and pulls one message per layer)",
             )
-        if c.collective == "dssync" and w.workers % c.dssync.group:
-            raise BadValue("comm.dssync.group", f"{c.dssync.group} does not divide workload.workers = {w.workers}")
+        try:
+            c.check_workers(w.workers)
+        except BadValue as e:
+            raise BadValue(f"comm.{e.key}", e.what or "") from None
         if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
             raise BadValue(
                 "workload.workers",
@@ -306,6 +310,8 @@ class Experiment(Settings):
                 f"layer profile without a model); model {w.model!r} with compute "
                 f"{w.compute!r} trains on the values it carries",
             )
+        if self.output.pcap_ports and self.backend == "ns3":
+            raise BadValue("output.pcap_ports", "captures exist only on the emulated backends (ns-3 has no interfaces)")
         if self.backend == "bmv2" and (links.delay_us or links.loss):
             raise BadValue(
                 "links.delay_us",
@@ -351,7 +357,7 @@ def apply_override(raw: dict, assignment: str) -> None:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"--set {assignment}: empty key part")
-    node = raw
+    node: dict | list = raw  # a table, or a list of tables on the way down
     for i, p in enumerate(parts[:-1]):
         here = ".".join(parts[: i + 1])
         if isinstance(node, list):
@@ -398,6 +404,13 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
     keys = [k for k, _ in parsed]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"--vary: key {next(k for k in keys if keys.count(k) > 1)} given twice")
+    for key, values in parsed:  # the user asked for a comparison: one value would run without one
+        if len(set(values)) < 2:
+            also = f" (--policies {values[0]} is --vary dlcp.policy={values[0]})" if key == "dlcp.policy" else ""
+            raise ConfigError(
+                f"--vary {key}={','.join(values)}: one value compares nothing{also}; give two or more, or "
+                f"run it alone with --set {key}={values[0]}"
+            )
     out, names = [], set()
     for combo in itertools.product(*(values for _, values in parsed)):
         cfg = copy.deepcopy(raw)
@@ -408,19 +421,47 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
             raise ConfigError(f"--vary: two variants would both be named {name!r}")
         names.add(name)
         try:
-            out.append((name, validate(cfg)))
+            resolved = validate(cfg)
+            check_warmup(cfg, resolved)
         except ConfigError as e:
+            if not combo:  # nothing varied: the config itself
+                raise
             raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+        out.append((name, resolved))
     return out
 
 
-def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
+def check_warmup(raw: dict, resolved: dict) -> None:
+    """A warm-up the user set (in the file, by --set or --vary) leaves iterations to measure. The
+    default (5) is not held to it: a short test run without the key measures nothing, as its
+    report says, rather than failing."""
+    workload = raw.get("workload")
+    if not isinstance(workload, dict) or "warmup_iterations" not in workload:
+        return
+    w = resolved["workload"]
+    if w["warmup_iterations"] >= w["iterations"]:
+        raise BadValue(
+            "workload.warmup_iterations",
+            f"{w['warmup_iterations']} leaves none of the {w['iterations']} iterations (workload.iterations) to "
+            "measure: MCT and iteration statistics leave the warm-up out",
+        )
+
+
+def load_raw(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}), as TOML must be"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for o in overrides:
@@ -428,7 +469,7 @@ def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
     return raw
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> dict:
+def load(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read, override and validate an experiment config file."""
     return validate(load_raw(path, overrides))
 
@@ -485,19 +526,36 @@ def schema_markdown() -> str:
     )
 
 
+def values_markdown() -> str:
+    """The table of every registered value of the keys that take one (a scheduler, a collective, a
+    fill rule...) with its one-line description (kept in docs/experiments.md like the keys)."""
+    rows = registered_value_rows(Experiment)
+    return (
+        "\n".join(["| key | value | what it is |", "|---|---|---|"] + [f"| `{k}` | `{v}` | {d} |" for k, v, d in rows])
+        + "\n"
+    )
+
+
 def write_reference(path: str | Path) -> None:
-    """Replace the key table in the Markdown file `path` (the lines starting with `|` after the
-    line `REFERENCE_MARK`) with `schema_markdown()`."""
+    """Replace the tables in the Markdown file `path` (the lines starting with `|` after the lines
+    `REFERENCE_MARK` and `VALUES_MARK`) with `schema_markdown()` and `values_markdown()`."""
     p = Path(path)
-    lines = p.read_text().splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.strip() == REFERENCE_MARK) + 1
-    end = start
-    while end < len(lines) and lines[end].startswith("|"):
-        end += 1
-    p.write_text("".join(lines[:start]) + schema_markdown() + "".join(lines[end:]))
+    text = p.read_text()
+    for mark, table in ((REFERENCE_MARK, schema_markdown()), (VALUES_MARK, values_markdown())):
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if line.strip() == mark), None)
+        if start is None:
+            raise ConfigError(f"{p}: no line {mark}")
+        start += 1
+        end = start
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        text = "".join(lines[:start]) + table + "".join(lines[end:])
+    p.write_text(text)
 
 
 REFERENCE_MARK = "<!-- generated: python -m dlcp.experiment.config docs/experiments.md -->"
+VALUES_MARK = "<!-- generated (registered values): python -m dlcp.experiment.config docs/experiments.md -->"
 
 
 def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:

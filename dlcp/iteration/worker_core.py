@@ -26,7 +26,7 @@ at the submit): it is applied at `compute_done`. The iteration cannot end before
 
 Records: the iteration row (dlcp.records.ITERATION_COLUMNS) is the one both backends write; the
 workload's `evaluate` decides the metrics (test metrics at its evaluation iterations) and may
-override `lost_values` with what its fill policy filled.
+override `lost_values` with what its fill rule filled.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlcp.comm.collectives import drift
-from dlcp.comm.engine import param_means
+from dlcp.comm.communicator import param_means
+from dlcp.comm.resync import drift
 from dlcp.iteration.actions import (
     ApplyGradients,
     ApplyParameters,

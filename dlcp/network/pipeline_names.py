@@ -80,6 +80,9 @@ class _Symbol:
     It defaults to the upper-cased last part of the name and stays when the name changes, so a
     renamed table keeps its macro and the P4 program that uses it."""
 
+    name: str  # fields of each dataclass below (a plain base: not fields here)
+    sym: str
+
     def __post_init__(self):
         if not self.sym:
             object.__setattr__(self, "sym", self.name.rsplit(".", 1)[-1].upper())

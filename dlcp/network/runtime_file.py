@@ -139,7 +139,7 @@ def _match(table: Table, raw: Any, where: str) -> dict:
     unknown = sorted(set(raw) - set(keys))
     if unknown:
         raise RuntimeFileError(f"{where}: unknown match key {unknown[0]!r} (keys of {table.name}: {', '.join(keys)})")
-    out = {}
+    out: dict[str, int | tuple[int, int]] = {}
     for key in table.keys:
         w = f"{where}: match.{key.name}"
         if key.name not in raw:
@@ -171,7 +171,8 @@ def _match(table: Table, raw: Any, where: str) -> dict:
 def _entry(raw: Any, where: str, spec: PipelineSpec) -> Entry:
     if not isinstance(raw, dict):
         raise RuntimeFileError(f"{where}: must be an object")
-    table = spec.table.get(raw.get("table"))
+    name = raw.get("table")
+    table = spec.table.get(name) if isinstance(name, str) else None  # a list or a table: no such table
     if table is None:
         raise RuntimeFileError(f"{where}: unknown table {raw.get('table')!r} (tables: {', '.join(spec.table)})")
     action = raw.get("action_name")
@@ -213,7 +214,7 @@ def _check_entries(
 ) -> None:
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
-    qmax = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
+    qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
     for i, e in enumerate(entries):
         where = f"{source}: table_entries[{i}]"
         key = (e.table, e.default, tuple(sorted(e.match.items())), e.priority)
@@ -238,14 +239,14 @@ def _check_entries(
                     f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}"
                 )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
-    for i, p in enumerate(ports.values()):
-        limit = qmax.get(p.port, qmax[None])
-        if target == "bmv2" and p.queue_depth_pkts is not None and p.queue_depth_pkts <= limit:
+    for i, cfg in enumerate(ports.values()):
+        limit = qmax.get(cfg.port, qmax[None])
+        if target == "bmv2" and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
             # would never get those packets back (the built-in dataplane gives them back and counts
             # them as queue_overflow_pkts)
             raise RuntimeFileError(
-                f"{source}: ports[{i}]: queue_depth_pkts {p.queue_depth_pkts} must exceed qmax {limit}"
+                f"{source}: ports[{i}]: queue_depth_pkts {cfg.queue_depth_pkts} must exceed qmax {limit}"
             )
 
 
@@ -289,7 +290,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     name = raw.get("register") if isinstance(raw, dict) else None
-    reg = spec.register.get(name)
+    reg = spec.register.get(name) if isinstance(name, str) else None  # a list or a table: no such register
     if reg is None or not reg.writable:
         # occupancy is the live length of the switch's queues: writing it would desynchronise them
         writable = ", ".join(r.name for r in spec.registers if r.writable)
@@ -297,7 +298,7 @@ def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     index = int_value(raw.get("index"), 32, where + ".index")
     if index >= reg.size:
         raise RuntimeFileError(f"{where}: index {index} >= size {reg.size}")
-    return RegisterWrite(name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
+    return RegisterWrite(reg.name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
 
 
 # --- the file --------------------------------------------------------------------------------------

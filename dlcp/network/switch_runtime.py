@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -55,8 +55,12 @@ from dlcp.wire.tagging import Policy
 # full DLCP data frame (Ethernet + IPv4 + UDP + DLCP header + payload).
 DATA_FRAME_BYTES = LAYOUT.eth_len + LAYOUT.ipv4_len + LAYOUT.udp_len + HEADER_LEN + MAX_PAYLOAD_BYTES
 
-LbMode = Literal[tuple(pn.LB_MODES)]
-Target = Literal[TARGETS]
+if TYPE_CHECKING:  # a Literal built from data: the checker sees a str, pydantic the allowed values
+    LbMode = str
+    Target = str
+else:
+    LbMode = Literal[tuple(pn.LB_MODES)]
+    Target = Literal[TARGETS]
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
@@ -322,9 +326,9 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
     `switches` maps switch name -> device id; switch interfaces are `<switch>-eth<port>` with MAC
     `switch_port_mac(device_id, port)`.
     """
-    hosts = {h.name: h for h in hosts}
+    by_name = {h.name: h for h in hosts}
     links = list(links)
-    nodes = set(hosts) | set(switches)
+    nodes = set(by_name) | set(switches)
     adjacency: dict[str, list[tuple[int, str, int, Link]]] = {n: [] for n in nodes}
     for ln in links:
         for a, pa, b, pb in ((ln.node1, ln.port1, ln.node2, ln.port2), (ln.node2, ln.port2, ln.node1, ln.port1)):
@@ -333,10 +337,10 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
             adjacency[a].append((pa, b, pb, ln))
 
     def mac_of(node: str, port: int) -> str:
-        return hosts[node].mac if node in hosts else switch_port_mac(switches[node], port)
+        return by_name[node].mac if node in by_name else switch_port_mac(switches[node], port)
 
     out = []
-    dist = {h: _hop_distances(h, adjacency, hosts) for h in hosts}
+    dist = {h: _hop_distances(h, adjacency, by_name) for h in by_name}
     for sw, device_id in switches.items():
         ports = tuple(
             Port(
@@ -346,17 +350,17 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
                 peer_mac=mac_of(b, pb),
                 rate_mbps=ln.rate_mbps,
                 queue_depth_pkts=ln.queue_depth_pkts,
-                host_nic=b in hosts,
+                host_nic=b in by_name,
             )
             for pa, b, pb, ln in sorted(adjacency[sw], key=lambda t: t[0])
         )
         routes = []
-        for h in sorted(hosts, key=_natural):
+        for h in sorted(by_name, key=_natural):
             d = dist[h]
             if sw not in d:
                 continue  # unreachable from this switch
             via = tuple(pa for pa, b, _, _ in sorted(adjacency[sw], key=lambda t: t[0]) if b in d and d[b] == d[sw] - 1)
-            routes.append(Route(f"{hosts[h].ip}/32", via))
+            routes.append(Route(f"{by_name[h].ip}/32", via))
         out.append(SwitchTopo(sw, device_id, ports, tuple(routes)))
     return out
 

@@ -240,7 +240,28 @@ def from_config(cfg: dict) -> TopologySpec:
     else:
         spec = leaf_spine(t["spines"], t["leaves"], t["hosts_per_leaf"], links["host_mbps"], links["fabric_mbps"])
     assign_roles(spec, cfg["workload"]["workers"], cfg["workload"]["mode"] == "ps", cfg["background"])
+    check_pcap_ports(spec, cfg.get("output", {}).get("pcap_ports", []))  # agents rebuild it without [output]
     return spec
+
+
+def check_pcap_ports(spec: TopologySpec, ports: list[str]) -> None:
+    """Every `output.pcap_ports` entry is a port of this topology (sN-ethK); ConfigError naming the
+    first that is not, and what the topology has instead."""
+    for entry in ports:
+        sw, sep, _ = entry.partition("-eth")
+        if sep and sw in spec.switches and entry in {p.intf for p in spec.switches[sw].ports.values()}:
+            continue
+        if sep and sw in spec.switches:
+            have = f"{sw} has ports {sw}-eth1..{sw}-eth{len(spec.switches[sw].ports)}"
+        elif sep:
+            have = f"no switch {sw} (the topology has {_span(list(spec.switches))})"
+        else:
+            have = "not a switch port (sN-ethK, e.g. 's1-eth1')"
+        raise ConfigError(f"output.pcap_ports: {entry!r}: {have}", "output.pcap_ports", have)
+
+
+def _span(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
 
 
 def _placement_order(spec: TopologySpec) -> list[Host]:

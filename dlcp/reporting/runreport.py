@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import TypeVar
 
 from dlcp.reporting import plots
-from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.load import UNFINISHED, RunData, load_run
 from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, refused_text
@@ -24,6 +25,8 @@ from dlcp.reporting.summarise import (
 from dlcp.reporting.traffic import run_timeline
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
+
+_V = TypeVar("_V")
 
 
 def pct_cell(d: dict, key: str, scale: float = 1.0):
@@ -107,16 +110,23 @@ def headline_lines(s: dict) -> list[str]:
 
 
 def scale_line(sc: dict) -> str:
-    warm = (
-        f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
-        "of MCT and iteration statistics"
-        if sc["warmup_iterations"]
-        else "every iteration counts (no warm-up)"
-    )
+    if sc["warmup_iterations"]:
+        warm = (
+            f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
+            "of MCT and iteration statistics"
+        )
+    elif sc.get("warmup_from", "config.toml") is None:
+        warm = "warm-up unknown (no readable config.toml): every iteration counts"
+    else:
+        warm = "every iteration counts (no warm-up)"
     if sc["dilation"] != 1:
         return (
             f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
             f"every time shown is measured / {sc['dilation']:g}; {warm}"
+        )
+    if sc.get("dilation_from", "config.toml") is None:
+        return (
+            f"Time dilation unknown (neither meta.json nor config.toml records it): times are shown as measured; {warm}"
         )
     return f"No time dilation; {warm}"
 
@@ -135,9 +145,15 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
         figures=figures,
     )
     if info["partial"]:
+        how = (
+            "it was killed before it could record its end (meta.json has no status: SIGKILL, or the machine "
+            "stopped; or it is still running)"
+            if info["status"] == UNFINISHED
+            else f"it ended with status {info['status']!r} before finishing"
+        )
         doc.warn(
-            f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
-            f"covers only the {s['iteration']['count']} iteration(s) recorded until then."
+            f"Partial run: {how}; every figure below covers only the {s['iteration']['count']} iteration(s) "
+            "recorded until then."
         )
     doc.bullets(headline_lines(s))
     warning = protected_warning(s["loss"])
@@ -158,7 +174,7 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
 
     _mct_section(doc, run, s)
     _lower_bound_section(doc, s["lower_bound"])
-    _iteration_section(doc, run, s["iteration"])
+    _iteration_section(doc, run, s["iteration"], s["scale"])
     _loss_section(doc, s["loss"])
     _switch_section(doc, s["switch"], run)
     _training_section(doc, run, s["training"])
@@ -179,7 +195,7 @@ def _keepup_section(doc: Doc, k: dict) -> None:
         )
         return
     doc.p(
-        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
+        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup_check.py; "
         "wall-clock figures of the emulation machine)."
     )
     doc.bullets(k["flags"])
@@ -308,7 +324,14 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     mct = s["mct_us"]
     doc.h("Message completion time (MCT)")
     if not mct["overall"]["count"]:
-        doc.p("No sender-side message records: MCT unavailable.")
+        sc = s["scale"]
+        if sc["warmup_messages_left_out"]:
+            doc.p(
+                f"MCT unavailable: all {sc['warmup_messages_left_out']} sender-side message records are from the "
+                f"warm-up (workload.warmup_iterations = {sc['warmup_iterations']}, which statistics leave out)."
+            )
+        else:
+            doc.p("No sender-side message records: MCT unavailable.")
         return
     doc.p(
         "From the sender's first packet to STOP / FORCE_STOP, sender rows only, warm-up iterations left out. "
@@ -340,7 +363,7 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     doc.table(["layer"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_layer"].items()])
 
 
-def prio_groups(by_prio: dict[str, object], strict: bool) -> dict[str, object]:
+def prio_groups(by_prio: dict[str, _V], strict: bool) -> dict[str, _V]:
     """Legend labels of the per-priority MCT curves: under strict priority each says its turn
     ("prio 6 (served 1st)"), since a higher class is always served before a lower one."""
     ordinal = lambda n: {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
@@ -392,10 +415,16 @@ def _lower_bound_section(doc: Doc, lb: dict) -> None:
         )
 
 
-def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
+def _iteration_section(doc: Doc, run: RunData, it: dict, sc: dict) -> None:
     doc.h("Iteration time")
     if not it["count"]:
-        doc.p("No iteration records.")
+        if sc["warmup_iterations_left_out"]:
+            doc.p(
+                f"Iteration times unavailable: all {sc['warmup_iterations_left_out']} recorded iteration(s) are "
+                f"warm-up (workload.warmup_iterations = {sc['warmup_iterations']}, which statistics leave out)."
+            )
+        else:
+            doc.p("No iteration records.")
         return
     doc.p(
         f"{it['count']} iterations after {it['warmup_iterations']} warm-up iteration(s); {it['definition']}. "

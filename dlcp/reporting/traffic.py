@@ -113,13 +113,14 @@ def traffic_section(counters: list[dict], config: dict | None, policy: str | Non
     priority queue and per port, and per queue row."""
     bg = background_classes(config)
     by_kind: dict[str, dict] = {}
-    by_kind_prec: dict[str, dict[str, dict]] = {}
-    by_prio: dict[str, dict[str, dict]] = {}
-    by_port: dict[str, dict[str, dict]] = {}
+    # these three nest one level deeper (key -> kind -> counts): typed like by_kind for the loop below
+    by_kind_prec: dict[str, dict] = {}
+    by_prio: dict[str, dict] = {}
+    by_port: dict[str, dict] = {}
     rows, sources = [], set()
     for dump in counters:
-        split, source = split_queues(dump, policy, bg)
-        sources.add(source)
+        split, dump_source = split_queues(dump, policy, bg)
+        sources.add(dump_source)
         for r in split:
             counts = {k: r[k] for k in KINDS}
             rows.append({"switch": dump.get("switch"), **r})
@@ -141,7 +142,7 @@ def traffic_section(counters: list[dict], config: dict | None, policy: str | Non
     source = "switch" if sources == {"switch"} else "none" if "none" in sources else ("queues" if sources else None)
     return {
         "source": source,
-        "source_text": SOURCE_TEXT.get(source, "no counter dumps"),
+        "source_text": SOURCE_TEXT[source] if source is not None else "no counter dumps",
         "background_dscp_classes": sorted(bg),
         "by_traffic": {k: with_rate(v) for k, v in sorted(by_kind.items(), key=lambda kv: order[kv[0]])},
         "by_traffic_drop_prec": {

@@ -27,6 +27,7 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dlcp.transport.api import SendInfo, TransportConfig
@@ -100,10 +101,10 @@ class SwitchModel:
 class Faults:
     loss: float = 0.0
     dup: float = 0.0
-    drop: object = None  # VPacket -> bool
-    delay: object = None  # VPacket -> extra seconds
-    drop_control: object = None  # VFrame -> bool
-    control_delay: object = None  # VFrame -> extra seconds
+    drop: Callable[[VPacket], bool] | None = None
+    delay: Callable[[VPacket], float] | None = None  # extra seconds
+    drop_control: Callable[[VFrame], bool] | None = None
+    control_delay: Callable[[VFrame], float] | None = None  # extra seconds
 
 
 @dataclass
@@ -178,7 +179,8 @@ class VirtualNetwork:
         self._seen: collections.Counter = collections.Counter()  # data packet identity -> times seen
         self._frames_seen: collections.Counter = collections.Counter()
         self._control_at: dict = {}  # (src, dst) -> when the last frame on that channel arrives
-        self.counters = collections.Counter()  # tail_drops, early_drops, ce_marked, fault_drops, ...
+        # tail_drops, early_drops, ce_marked, fault_drops, ...
+        self.counters: collections.Counter[str] = collections.Counter()
 
     def add_host(self, cfg: TransportConfig) -> VirtualHost:
         h = VirtualHost(self, cfg)

@@ -1,21 +1,25 @@
 """What a workload is configured with: the keys of the `workload` section (an experiment's adds
-`mode` and `workers`, an agent's the run's `seed`) and the fill policies of `dlcp.fill`."""
+`mode` and `workers`, an agent's the run's `seed`) and the fill rules `dlcp.fill` takes
+(registered in dlcp/workloads/fills/: FILLS)."""
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.settings import BadValue, Settings, check_argument
+from dlcp.settings import BadValue, Settings, check_argument, registry_name
 from dlcp.wire.header import FIELD_BITS
+from dlcp.workloads.fills import FILLS
 
 ModelName = Literal["mlp", "cnn", "resnet", "synthetic"]
 TORCH_MODELS = ("mlp", "cnn", "resnet")
 Dataset = Literal["digits", "synthetic"]
-Fill = Literal["zero", "rescale", "stale", "local"]
 Compute = Literal["real", "profile"]
-FILLS = get_args(Fill)
+if TYPE_CHECKING:
+    Fill = str
+else:  # a registered fill rule (dlcp/workloads/fills/), looked up when a config is validated
+    Fill = registry_name(FILLS)
 # LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
 DEFAULT_LAYERS = (156, 2416, 30840, 10164, 850)
 MAX_LAYERS = 1 << dict(FIELD_BITS)["layer_id"]  # layer ids travel in 16 bits
@@ -23,7 +27,7 @@ SYNTHETIC_LR_LIMIT = 0.4  # the synthetic problem's largest curvature is 5: SGD 
 
 
 def check_fill(name: str) -> str:
-    """`name` if it is a fill policy (for callers that take one as an argument: fill_average, the DDP hook)."""
+    """`name` if it is a fill rule (for callers that take one as an argument: fill_average, the DDP hook)."""
     return check_argument("fill", Fill, name, "dlcp")
 
 

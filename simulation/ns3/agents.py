@@ -4,7 +4,7 @@ event-driven PS push / pull, all-reduce and re-sync (dlcp/comm/evented.py), whic
 core's completions drive instead of blocking calls.
 
 The workload objects are the emulated run's (`make_workload`, `make_server_workload`: real
-gradients, fill policies, parameters, evaluation), so records have the same columns and meaning.
+gradients, fill rules, parameters, evaluation), so records have the same columns and meaning.
 What differs is time: compute takes `workload.compute_ms` of simulated time per iteration, spread
 over the messages in backward order as the synthetic workload spreads it (message k of K is ready
 (k + 1) / K of the way through), or, with `workload.compute = "profile"`, the profile's per-layer
@@ -12,7 +12,7 @@ times: the whole forward, then each message when the backward reaches its first 
 dlcp/workloads/compute_model.py times the emulated compute); however long the real computation took
 on this CPU. Communication takes what the simulated network makes it take. All-reduce runs the
 comm layer itself (`[comm]` scheduler and collective: dlcp/comm/evented.py, the emulated
-TransportEngine's objects driven by this host's completions). Python runs per message and per
+TransportCommunicator's objects driven by this host's completions). Python runs per message and per
 collective step, never per packet (hosts.py, cpp/dlcp_host.h).
 
 With `workload.payload = "sizes"` (`SimRun.sizes_only`; the workload is a SizesOnlyWorkload) the
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from dlcp import records as R
-from dlcp.comm.evented import EventEngine, EventPSClient, EventPSServer
+from dlcp.comm.evented import EventCommunicator, EventPSClient, EventPSServer
 from dlcp.iteration import actions as A
 from dlcp.iteration.server_core import ServerCore
 from dlcp.iteration.worker_core import WorkerCore, worker_spec
@@ -56,7 +56,7 @@ class SimRun:
     def set_layer_times(self, layer_times) -> None:
         """(forward_s, backward_s) per model layer in simulated seconds (workload.compute =
         "profile"), or None: compute_s spread over the messages. The schedulers plan with the same
-        times (dlcp/comm/policy.py planning_profile)."""
+        times (dlcp/comm/assemble.py planning_profile)."""
         self.layer_times = layer_times
         self.planning_backward_ms = self.compute_s * 1e3 if layer_times is None else 0.0
         if layer_times is not None:
@@ -157,7 +157,7 @@ class _Agent:
 
 class SimWorker(_Agent):
     """One worker: `WorkerCore`'s iteration with compute in simulated time and the comm layer's
-    event-driven PS client or `EventEngine` (the emulated TransportEngine's scheduler, step plan,
+    event-driven PS client or `EventCommunicator` (the emulated TransportCommunicator's scheduler, step plan,
     wire ids, order announcements and re-sync, driven by this host's completions)."""
 
     role = "worker"
@@ -179,7 +179,7 @@ class SimWorker(_Agent):
                 sizes_only=run.sizes_only,
             )
         else:
-            self.coll = EventEngine(
+            self.coll = EventCommunicator(
                 host.send,
                 self.vpp,
                 self.comm,

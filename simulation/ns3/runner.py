@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dlcp import records as R
 from dlcp.experiment import config as configmod
+from dlcp.experiment import run_inputs
 from dlcp.experiment.agent_config import agent_configs
 from dlcp.network import topology as topospec
 from dlcp.network.switch_runtime import write_runtime
@@ -133,10 +134,10 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     missing = H.core_missing()
     if missing:
         raise SimFailed(missing)
-    from dlcp.comm.policy import cost_model, step_plan
+    from dlcp.comm.assemble import cost_model, step_plan
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
-    from dlcp.workloads.registry import make_server_workload, make_workload
+    from dlcp.workloads.lookup import make_server_workload, make_workload
     from dlcp.workloads.sizes_only import SizesOnlyWorkload
     from simulation.ns3.agents import SimPS, SimRun, SimWorker
     from simulation.ns3.network import add_background, build_network
@@ -285,6 +286,7 @@ def run(
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
     for _, _, cfg in runs:  # roles and background placement are checked before anything starts
         topospec.from_config(cfg)
+    run_inputs.check_run_inputs([cfg for _, _, cfg in runs], out_root, run_dir)
     reason = loader.available()
     if reason:
         raise SimFailed(reason)

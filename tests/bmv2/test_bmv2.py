@@ -12,10 +12,10 @@ from dlcp.network.switch_runtime import Route, SwitchConfig
 
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
-from bmv2_rig import PREFIX, SENDER, bmv2_rig, host_ip, host_mac  # noqa: E402
-from frames import dlcp_frame, flow_member, udp_frame  # noqa: E402
+from bmv2_rig import PREFIX, SENDER, bmv2_rig, host_ip, host_mac
+from frames import dlcp_frame, flow_member, udp_frame
 
-from emulation import (  # noqa: E402
+from emulation import (
     netns,
     procs,
 )

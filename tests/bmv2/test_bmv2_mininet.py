@@ -14,11 +14,11 @@ from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, r
 
 pytest.importorskip("p4runtime_sh", reason="needs the bmv2 extra (make setup)")
 
-from bmv2_rig import PREFIX  # noqa: E402
-from fake_p4runtime import free_port  # noqa: E402
+from bmv2_rig import PREFIX
+from fake_p4runtime import free_port
 
-from emulation import procs  # noqa: E402
-from emulation.switches import Bmv2Switch  # noqa: E402
+from emulation import procs
+from emulation.switches import Bmv2Switch
 
 RECEIVER = textwrap.dedent("""
     import json, socket, sys

@@ -12,12 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from ns3_scripts import STAR3_NETWORK
-
-from dlcp.network.runtime_file import RuntimeFileError
-from simulation.ns3.loader import available
-from simulation.ns3.switch import Ns3Switch
 
 ROOT = Path(__file__).resolve().parents[2]
 

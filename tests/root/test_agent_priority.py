@@ -5,8 +5,6 @@ transport's threads take their own, higher priority when they start."""
 import os
 import threading
 
-import pytest
-
 from agents.common import TRANSPORT_RT_PRIORITY, WORK_RT_PRIORITY, realtime_work_thread
 from dlcp.transport.api import TransportConfig
 from dlcp.transport.udp_driver import UdpTransport

@@ -6,8 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
-
 
 def test_bench_switch_json_last_line():
     p = subprocess.run(

@@ -1,7 +1,6 @@
 """`dlcp bench transport` and `dlcp bench incast` print their tables and, with --json, the figures on
 their last line."""
 
-import pytest
 from cli_runs import bench_json
 
 
@@ -17,10 +16,24 @@ def test_emulated_link_reaches_the_link_rate():
 
 
 def test_incast_rows_and_congestion_control():
-    _, res = bench_json(
-        "incast", "--senders", "4", "--cc", "dctcp", "--rounds", "2", "--repeats", "1", "--size-kb", "200", timeout_s=600
+    out, res = bench_json(
+        "incast",
+        "--senders",
+        "4",
+        "--cc",
+        "dctcp",
+        "--rounds",
+        "2",
+        "--repeats",
+        "1",
+        "--size-kb",
+        "200",
+        timeout_s=600,
     )
     (row,) = res["rows"]
     assert {"senders", "cc", "goodput_fraction", "forced", "protected_lost", "mct_p99_over_ideal"} <= set(row)
     assert (row["senders"], row["cc"], row["forced"], row["protected_lost"]) == (4, "dctcp", 0, 0)
     assert 0.5 < row["goodput_fraction"] <= 0.96 and row["mct_p99_over_ideal"] >= 1.0
+    assert (row["failed"], row["errors"]) == (0, []) and row["early_drops"] >= 0
+    header = next(line for line in out.splitlines() if "senders" in line and "cc" in line)
+    assert "early_drops" in header and "failed" in header  # columns of the table

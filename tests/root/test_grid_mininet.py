@@ -4,8 +4,6 @@ Run under the lock: flock /work/locks/netns.lock pytest tests/root/test_grid_min
 
 from __future__ import annotations
 
-import pytest
-
 from dlcp.experiment import config
 from dlcp.network import topology as topospec
 from dlcp.network.switch_runtime import write_runtime

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from agent_runs import agent_configs, check_bounded_loss, log_text, read_csv, start_agent, wait_all
 
 from emulation import procs

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 from refswitch_frames import runtime_doc
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig

@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 import pytest
-from switch_harness import ENGINES, RefSwitchSUT
 from refswitch_frames import runtime_doc
+from switch_harness import ENGINES, RefSwitchSUT
 
 from emulation.netns import Lab, sh
 

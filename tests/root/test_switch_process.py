@@ -10,8 +10,8 @@ import sys
 import time
 
 import pytest
-from switch_harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame
+from switch_harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
 
 from emulation.refswitch.pcap import read_pcap
 from emulation.refswitch.switch import control_request

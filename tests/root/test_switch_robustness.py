@@ -8,14 +8,13 @@ import random
 import time
 
 import pytest
-from switch_harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
 from refswitch_frames import dlcp_frame, udp_frame
+from switch_harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import parse_runtime
 from emulation.netns import link_counters, sh
 from emulation.refswitch.pipeline import Pipeline
-
 
 ENGINE = ENGINES[0]  # the C engine where it is built
 N_FUZZ = 100_000

@@ -421,6 +421,7 @@ def _write_dir(
                 "start_utc": "2023-11-14T22:13:20Z",
                 "wall_time_s": (end - start) / 1e6,
                 "exit_status": 0,
+                "status": "ok",
             },
             indent=1,
         )

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import predict
+from dlcp.comm.prediction import predict
 from dlcp.comm.schedulers import SCHEDULERS
 from dlcp.workloads.profile import load_profile
 
@@ -42,10 +42,10 @@ def test_bench_schedulers_json_last_line():
     assert rows[1]["dear"] == round(tl.iteration_s * 1e3, 2)
     assert all(set(SCHEDULERS) <= set(r) and min(r[s] for s in SCHEDULERS) >= r["compute_ms"] for r in rows)
     coll = {(r["topology"], r["collective"]): r for r in result["collectives"]["rows"]}
-    ring, tree = coll[("torus:4x4", "ring")], coll[("torus:4x4", "multitree k5")]
+    ring, tree = coll[("torus:4x4", "ring")], coll[("torus:4x4", "multitree kary=5")]
     assert ring["steps_per_phase"] == 15 and tree["steps_per_phase"] < 8
     assert tree["allreduce_ms"] < ring["allreduce_ms"] / 2
-    assert coll[("leaf_spine:2x2x4", "dssync g4")]["rounds"] == 2
+    assert coll[("leaf_spine:2x2x4", "dssync group=4")]["rounds"] == 2
 
 
 def test_emulated_statistics_on_hand_made_runs(tmp_path):

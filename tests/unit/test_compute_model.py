@@ -307,8 +307,8 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
 
 def test_the_planners_get_the_profiles_times_per_message_dilated(tmp_path):
     from agents.worker import planning_layer_times
-    from dlcp.comm.engine import forward_order
-    from dlcp.comm.policy import planning_profile
+    from dlcp.comm.assemble import planning_profile
+    from dlcp.comm.communicator import forward_order
 
     w = SyntheticWorkload(
         WorkloadConfig(model="synthetic", compute="profile", profile=tiny_profile(tmp_path), dilation=2), 0, 2

@@ -118,6 +118,15 @@ def test_reference_doc_lists_every_key():
     )
 
 
+def test_reference_doc_lists_every_registered_value():
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    assert config.values_markdown() in doc, (
+        "docs/experiments.md is stale: python -m dlcp.experiment.config docs/experiments.md"
+    )
+    for key in ("dlcp.fill", "comm.scheduler", "comm.collective"):
+        assert f"| `{key}` | `" in config.values_markdown()
+
+
 KEYS = [row.split("`")[1] for row in config.schema_markdown().splitlines()[2:]]
 TOML_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=True) | st.text(max_size=5),
@@ -170,8 +179,15 @@ def test_vary_gives_one_validated_variant_per_combination():
         (["comm.scheduler"], "--vary comm.scheduler: expected key=value1,value2"),
         (["comm.scheduler=wfbp", "comm.scheduler=dear"], "--vary: key comm.scheduler given twice"),
         (["comm.scheduler=wfbp,fifo"], "variant fifo: comm.scheduler: 'fifo' is not one of"),
-        (["comm.scheduler=dear", "comm.collective=dssync"], "variant dear-dssync: comm.scheduler: 'dear' schedules"),
-        (["workload.mode=ps", "comm.scheduler=mgwfbp"], "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces"),
+        # two values each (one would compare nothing): the first combination is the bad one
+        (
+            ["comm.scheduler=dear,wfbp", "comm.collective=dssync,ring"],
+            "variant dear-dssync: comm.scheduler: 'dear' schedules",
+        ),
+        (
+            ["workload.mode=ps,allreduce", "comm.scheduler=mgwfbp,wfbp"],
+            "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces",
+        ),
     ],
 )
 def test_bad_vary_is_one_line(vary, msg):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlcp.comm.collectives import sum_pushes
+from dlcp.comm.ps import sum_pushes
 from dlcp.experiment import config
 from dlcp.experiment.agent_config import agent_configs
 from dlcp.iteration import actions as A
@@ -157,7 +157,7 @@ def test_evaluation_metrics_go_into_the_row_and_the_workload_s_count_wins():
     metrics = {"train_loss": 0.25, "test_loss": 0.5, "test_accuracy": 0.9, "lost_values": 7}
     row, progress, finished = core.work_done(4_100, 0.0, metrics)
     assert (row.row["train_loss"], row.row["test_loss"], row.row["test_accuracy"]) == (0.25, 0.5, 0.9)
-    assert row.row["lost_values"] == 7  # what the fill policy filled, when the workload says
+    assert row.row["lost_values"] == 7  # what the fill rule filled, when the workload says
     assert progress == A.Progress(1, 1) and finished == A.Finished() and core.done == 1
     with pytest.raises(RuntimeError, match="start in iteration 0 while done"):
         core.start(5_000)

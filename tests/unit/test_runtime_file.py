@@ -78,6 +78,10 @@ def test_port_fields_and_defaults():
         (lambda d: d.update(target="tofino"), "unknown target 'tofino'"),
         (lambda d: d["table_entries"].append(entry("Nope.table", P.MARK_NO_ROUTE, {})), "unknown table 'Nope.table'"),
         (
+            lambda d: d["table_entries"].append(entry([P.NHOP], P.MARK_NO_ROUTE, {})),
+            "unknown table ['DlcpIngress.nhop']",
+        ),
+        (
             lambda d: d["table_entries"].append(
                 entry(P.NHOP, P.SET_LB_MODE, {"mode": 1}, match={"nhop_group": 1, "nhop_member": 0})
             ),
@@ -204,6 +208,7 @@ def test_port_fields_and_defaults():
             "ports[0]: queue_depth_pkts 64 must exceed qmax 64",
         ),
         (lambda d: d.update(registers=[{"register": P.OCCUPANCY, "index": 0, "value": 1}]), "cannot be written"),
+        (lambda d: d.update(registers=[{"register": {}, "index": 0, "value": 1}]), "register {} cannot be written"),
         (
             lambda d: d.update(registers=[{"register": P.RR_NEXT, "index": P.MAX_GROUPS, "value": 1}]),
             "registers[0]: index 1024 >= size 1024",

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import predict
+from dlcp.comm.prediction import predict
 from dlcp.workloads.profile import load_profile
 
 

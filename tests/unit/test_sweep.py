@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from dlcp.experiment import config as configmod
 from dlcp_cli import sweep
 from dlcp_cli.sweep import Point, SweepError
 
@@ -25,6 +26,34 @@ def test_grid_points_in_order_with_aliases():
     ]
     assert [p.index for p in pts] == list(range(6))
     assert pts[4].overrides() == ["dlcp.policy=dlcp", "seed=2"]
+
+
+@pytest.mark.parametrize("short,key", sorted(sweep.short_keys().items()))
+def test_every_short_key_resolves_to_a_key_the_config_checks(short, key):
+    """A table where a value belongs: the error must name the key the short one stands for, and
+    not as an unknown key."""
+    assert sweep.full_key(short) == key
+    raw = {"name": "t"}
+    configmod.apply_override(raw, f"{key}={{x = 1}}")
+    with pytest.raises(configmod.ConfigError) as e:
+        configmod.validate(raw)
+    assert str(e.value).startswith(f"{key}: ") and "unknown key" not in str(e.value), str(e.value)
+
+
+def test_the_documented_short_keys_exist_and_scheduler_is_comm_scheduler():
+    assert {k: sweep.full_key(k) for k in ("workers", "policy", "scheduler", "mode")} == {
+        "workers": "workload.workers",
+        "policy": "dlcp.policy",
+        "scheduler": "comm.scheduler",
+        "mode": "workload.mode",
+    }
+    assert sweep.full_key("seed") == "seed" and sweep.full_key("comm.usbyte.credit_bytes") == "comm.usbyte.credit_bytes"
+    with pytest.raises(
+        SweepError, match="--grid credit_bytes: short for comm.bytescheduler.credit_bytes and comm.usbyte"
+    ):
+        sweep.full_key("credit_bytes")
+    with pytest.raises(SweepError, match="--grid nosuch: not a config key"):
+        sweep.full_key("nosuch")
 
 
 def test_point_names_are_directory_safe():
@@ -94,6 +123,14 @@ def test_dry_run_lists_the_shard(tmp_path):
         f"1\tpolicy=fifo,seed=2\t{tmp_path}/policy=fifo,seed=2",
         f"3\tpolicy=dlcp,seed=2\t{tmp_path}/policy=dlcp,seed=2",
     ]
+
+
+def test_scheduler_grid_checks_every_point(tmp_path):
+    p = _cli(
+        "experiments/schedulers-allreduce.toml", "--grid", "scheduler=wfbp,dear", "--out", str(tmp_path), "--dry-run"
+    )
+    assert p.returncode == 0, p.stderr
+    assert [line.split("\t")[1] for line in p.stdout.splitlines()] == ["scheduler=wfbp", "scheduler=dear"]
 
 
 def test_cli_errors_are_one_line():

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import sweep
+from dlcp.comm.prediction import sweep
 from dlcp.comm.schedulers import SCHEDULERS, Op, Scheduler, Segment, make_scheduler
 from dlcp.comm.timeline import ready_times, simulate
 from dlcp.workloads.profile import Profile, load_profile

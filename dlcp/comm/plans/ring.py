@@ -1,4 +1,5 @@
-"""Ring all-reduce as a step schedule: the order dlcp.comm.collectives.RingAllReduce runs today.
+"""Ring all-reduce as a step schedule, and its registration as the collective `ring` (the default;
+the schedulers plan with the analytic ring cost of CostModel.from_link).
 
 P ranks, P chunks. Reduce-scatter step s (0..P-2): rank r sends chunk (r - s) mod P to r + 1,
 which adds it to its own. All-gather step s: rank r sends chunk (r + 1 - s) mod P to r + 1, which
@@ -8,6 +9,7 @@ pair, chosen by Router.balanced_paths (the ring's best pinned choice among equal
 
 from __future__ import annotations
 
+from dlcp.comm.plans.collective import CollectiveEntry, FixedSchedule, register_collective, spec_for, worker_hosts
 from dlcp.comm.plans.paths import Router, rank_hosts
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
@@ -53,3 +55,19 @@ def plan_json(spec: TopologySpec, hosts: list[str] | None = None) -> dict:
         "paths": {f"{r}->{(r + 1) % P}": list(sched.steps[0][r].path) for r in range(P)} if P > 1 else {},
         "steps_per_phase": sched.steps_per_phase,
     }
+
+
+def ring_plan(workers: int, spec: TopologySpec | None = None) -> FixedSchedule:
+    spec = spec_for(workers, spec)
+    return FixedSchedule("ring", ring_schedule(spec, worker_hosts(spec, workers)))
+
+
+register_collective(
+    CollectiveEntry(
+        name="ring",
+        description="ring all-reduce: reduce-scatter then all-gather, P-1 steps each, to the next rank",
+        plan=lambda options, workers, spec: ring_plan(workers, spec),
+        describe=lambda options, workers, spec: plan_json(spec_for(workers, spec)),
+        link_cost=True,
+    )
+)

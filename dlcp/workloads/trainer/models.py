@@ -109,6 +109,7 @@ class ResNet20(nn.Module):
     def dlcp_layers(self):
         layers = [[self.stem.weight, *self.stem_norm.parameters()]]
         for block in self.blocks:
+            assert isinstance(block, BasicBlock)  # what __init__ put there (Sequential yields Modules)
             layers += block.dlcp_layers()
         return layers + [list(self.fc.parameters())]
 
@@ -128,8 +129,9 @@ def build_model(name: str, in_shape, n_classes: int, seed: int) -> nn.Module:
 
 def parameter_layers(model: nn.Module) -> list[list[nn.Parameter]]:
     """Layers of `model` (parameters grouped, input side first), every trainable parameter once."""
-    if hasattr(model, "dlcp_layers"):
-        layers = [list(group) for group in model.dlcp_layers()]
+    dlcp_layers = getattr(model, "dlcp_layers", None)  # a model may list its own layers
+    if dlcp_layers is not None:
+        layers = [list(group) for group in dlcp_layers()]
     else:
         layers = [list(m.parameters(recurse=False)) for m in model.modules()]
     layers = [[p for p in group if p.requires_grad] for group in layers]

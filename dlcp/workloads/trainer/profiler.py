@@ -25,6 +25,7 @@ import platform
 import statistics
 import time
 from datetime import datetime, timezone
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +37,9 @@ from dlcp.workloads.trainer.models import build_model, parameter_layers
 
 def _one_step(model, x, y, layer_of_module: dict, layer_params: list[set], n_layers: int) -> tuple[list, list]:
     """(forward seconds per layer, backward seconds per layer) of one step."""
-    starts = [None] * n_layers
+    starts: list[float | None] = [None] * n_layers
     pending = [len(p) for p in layer_params]
-    ready = [None] * n_layers
+    ready: list[float | None] = [None] * n_layers
     clock = time.perf_counter
 
     def pre_hook(module, args):
@@ -67,12 +68,13 @@ def _one_step(model, x, y, layer_of_module: dict, layer_params: list[set], n_lay
             h.remove()
     if any(s is None for s in starts) or any(r is None for r in ready):
         raise RuntimeError("profile: a layer was not reached in forward or backward (unused parameters?)")
-    bounds = [t0] + starts[1:] + [t_fwd]  # layer 0's forward includes preparing the input
+    started, done = cast(list[float], starts), cast(list[float], ready)  # no None left (checked above)
+    bounds = [t0] + started[1:] + [t_fwd]  # layer 0's forward includes preparing the input
     fwd = [max(0.0, bounds[i + 1] - bounds[i]) for i in range(n_layers)]
     bwd, prev = [0.0] * n_layers, t_fwd
     for layer in reversed(range(n_layers)):
-        bwd[layer] = max(0.0, ready[layer] - prev)
-        prev = max(prev, ready[layer])
+        bwd[layer] = max(0.0, done[layer] - prev)
+        prev = max(prev, done[layer])
     return fwd, bwd
 
 

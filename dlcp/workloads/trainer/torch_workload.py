@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dlcp.workloads.compute_model import ParameterGate, ProfileCompute
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 from dlcp.workloads.profiled import check_tensor_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
@@ -128,7 +129,8 @@ class TorchWorkload:
         self.lost_values = 0
         for p in self.model.parameters():
             p.register_post_accumulate_grad_hook(self._on_gradient)
-        self.timer = self.gate = None
+        self.timer: ProfileCompute | None = None
+        self.gate: ParameterGate | None = None
         self._timed_forward = False
         profile = workload_profile(config)
         if profile is not None:
@@ -152,6 +154,7 @@ class TorchWorkload:
 
     def _on_forward(self, layer: int) -> None:
         if self._timed_forward:  # not during evaluation
+            assert self.timer is not None  # forwards are timed only with one
             self.timer.forward(layer)
 
     def compute_stats(self) -> dict | None:
@@ -163,6 +166,7 @@ class TorchWorkload:
 
     def _on_gradient(self, p: torch.nn.Parameter) -> None:
         index, sl = self.flat.message_of[id(p)]
+        assert p.grad is not None  # a post-accumulate-grad hook runs once the gradient is in
         self.flat.messages[index].send[sl].copy_(p.grad.reshape(-1))
         p.grad = None  # the copy is what travels; nothing accumulates into the next iteration
         if self._readiness is not None:
@@ -230,7 +234,7 @@ class TorchWorkload:
         """A copy of this replica's parameters of message `msg_id` (ring re-sync compares them)."""
         return self.flat.message(msg_id).params_np.copy()
 
-    def evaluate(self, iteration: int) -> dict | None:
+    def evaluate(self, iteration: int) -> dict:
         out = {"train_loss": self.train_loss, "lost_values": self.lost_values}
         if self.config.is_eval_iteration(iteration):
             out.update(_test_metrics(self.model, self.data))

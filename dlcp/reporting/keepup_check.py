@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from dlcp.reporting.load import RunData, Table
-from dlcp.reporting.steady import after_warmup, run_time_us, warmup_iterations
+from dlcp.reporting.steady import after_warmup, run_time_us
 
 COMPUTE_OVERRUN_MAX = 0.05
 SWITCH_BUSY_MAX = 0.9
@@ -59,7 +59,7 @@ BACKGROUND_MISSED_MAX = 0.02
 
 def iteration_wall_ms(run: RunData, host: str) -> float | None:
     """Wall-clock milliseconds of `host`'s iterations after the warm-up."""
-    t = after_warmup(run.iterations, warmup_iterations(run.config))
+    t = after_warmup(run.iterations, run.facts.warmup_iterations)
     if not len(t):
         return None
     v = t.col("iteration_us")[t.col("host") == host]
@@ -226,7 +226,7 @@ def receive_keepup(run: RunData, senders: Table) -> dict:
 def measured_iteration_starts_us(run: RunData) -> np.ndarray:
     """When each measured iteration (after the warm-up) began: its earliest start over the workers,
     on the run's timeline."""
-    t = after_warmup(run.iterations, warmup_iterations(run.config))
+    t = after_warmup(run.iterations, run.facts.warmup_iterations)
     if not len(t) or "start_us" not in t.columns:
         return np.empty(0)
     it, start = t.col("iter"), t.col("start_us")

@@ -12,25 +12,23 @@ included) summed per message, a layer split over messages shared by values. Real
 runs and differs per rank, so it plans with zero compute times (every gradient ready at once)
 rather than with measurements the ranks would not share.
 
-**Cost model.** `[comm] alpha_s` / `beta_s_per_byte` when given; otherwise a ring all-reduce over
-the host links (`CostModel.from_link`: rate `host_mbps`, `step_latency_s` per step), or the
-collective's own schedule on the experiment's topology (`collective_cost`).
+**Cost model.** `[comm] alpha_s` / `beta_s_per_byte` when given; otherwise, for a collective whose
+entry says `link_cost` (the ring), a ring all-reduce over the host links (`CostModel.from_link`:
+rate `host_mbps`, `step_latency_s` per step), and for the others their own schedule on the
+experiment's topology (`collective_cost`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dlcp.comm.communicator import forward_order
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import forward_order
-from dlcp.comm.plans.dssync import topology_plan
-from dlcp.comm.plans.paths import rank_hosts
+from dlcp.comm.plans.collective import StepPlan
 from dlcp.comm.plans.schedule import Schedule, alpha_beta_cost
 from dlcp.comm.schedulers import Scheduler, make_scheduler
-from dlcp.comm.settings import CommPolicy
-from dlcp.comm.stepped import DsSyncRounds, StepPlan, multitree_plan, ring_plan
+from dlcp.comm.settings import CommSetup
 from dlcp.comm.wire_ids import WireIds
-from dlcp.network import topology as topospec
 from dlcp.network.topology import TopologySpec
 from dlcp.workloads.contract import MessageLayout
 from dlcp.workloads.profile import Profile
@@ -97,7 +95,7 @@ def collective_cost(sched: Schedule, spec: TopologySpec | None, step_latency_s: 
 
 
 def cost_model(
-    policy: CommPolicy,
+    comm: CommSetup,
     workers: int,
     host_mbps: float,
     plan: StepPlan | None = None,
@@ -105,26 +103,21 @@ def cost_model(
     fabric_mbps: float | None = None,
 ) -> CostModel:
     """The planners' cost model (see the module docstring)."""
-    if policy.alpha_s or policy.beta_s_per_byte:
-        return CostModel(alpha=policy.alpha_s, beta=policy.beta_s_per_byte, workers=workers)
-    if plan is not None and plan.collective != "ring" and workers > 1:
-        return collective_cost(plan.schedule(0), spec, policy.step_latency_s, fabric_mbps or host_mbps)
-    return CostModel.from_link(host_mbps * 1e6, policy.step_latency_s, workers)
+    if comm.alpha_s or comm.beta_s_per_byte:
+        return CostModel(alpha=comm.alpha_s, beta=comm.beta_s_per_byte, workers=workers)
+    if plan is not None and not comm.collective_entry.link_cost and workers > 1:
+        return collective_cost(plan.schedule(0), spec, comm.step_latency_s, fabric_mbps or host_mbps)
+    return CostModel.from_link(host_mbps * 1e6, comm.step_latency_s, workers)
 
 
-def build_scheduler(policy: CommPolicy, profile: Profile, workers: int, cost: CostModel) -> Scheduler:
-    return make_scheduler(policy.scheduler, profile, cost, workers, **policy.scheduler_options())
+def build_scheduler(comm: CommSetup, profile: Profile, workers: int, cost: CostModel) -> Scheduler:
+    return make_scheduler(comm.scheduler, profile, cost, workers, **comm.scheduler_options())
 
 
-def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None) -> StepPlan:
+def step_plan(comm: CommSetup, workers: int, spec: TopologySpec | None = None) -> StepPlan:
     """The collective's schedule(s) for `workers` ranks on `spec` (None: a star; paths do not
     matter to the transport, the switches route by destination)."""
-    if policy.collective == "multitree":
-        return multitree_plan(workers, spec, policy.multitree.kary, policy.multitree.paths)
-    if policy.collective == "dssync":
-        spec = spec if spec is not None else topospec.star(workers, 50.0)
-        return DsSyncRounds(topology_plan(spec, policy.dssync.group, rank_hosts(spec)[:workers]), spec)
-    return ring_plan(workers, spec)
+    return comm.collective_entry.plan(comm.collective_options(), workers, spec)
 
 
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
@@ -137,8 +130,8 @@ def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:
     )
 
 
-def comm_plan(
-    policy: CommPolicy,
+def assemble_rank(
+    comm: CommSetup,
     workers: int,
     layouts: list[MessageLayout],
     *,
@@ -154,9 +147,9 @@ def comm_plan(
     messages; `plan`, `cost`: the step plan and cost model when the caller already has them (the
     same for every rank; a 128-rank MultiTree costs seconds to plan and price)."""
     tensors = forward_order(layouts)
-    plan = plan if plan is not None else step_plan(policy, workers, spec)
-    cost = cost if cost is not None else cost_model(policy, workers, host_mbps, plan, spec, fabric_mbps)
-    scheduler = build_scheduler(policy, planning_profile(tensors, backward_ms, layer_times=layer_times), workers, cost)
+    plan = plan if plan is not None else step_plan(comm, workers, spec)
+    cost = cost if cost is not None else cost_model(comm, workers, host_mbps, plan, spec, fabric_mbps)
+    scheduler = build_scheduler(comm, planning_profile(tensors, backward_ms, layer_times=layer_times), workers, cost)
     return scheduler, plan, wire_ids(scheduler, plan, len(layouts))
 
 

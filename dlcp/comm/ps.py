@@ -1,29 +1,14 @@
-"""Collectives over the transport: parameter-server push / pull, the ring all-reduce endpoint,
-replica re-sync, and `TransportEngine`, which puts a worker's scheduler and collective together.
+"""The parameter server over the transport: workers push gradients and pull parameters, the PS
+gathers the pushes and scatters parameters (`workload.mode = "ps"`). Every message is tagged
+(dlcp/comm/packets.py) and cut into packets by dlcp.wire.chunking.
 
-Driving pattern (dlcp/workloads/contract.py): in all-reduce mode `submit` every GradMessage as
-backward yields it, then `wait` for the Aggregates (a `CommEngine`, dlcp/comm/engine.py: the
-scheduler decides what runs when, the collective runs it); in PS mode workers `push` every message
-and `pull` the parameters, the PS `gather`s the pushes and `scatter`s parameters. Every message is
-tagged (dlcp/comm/packets.py) and cut into packets by dlcp.wire.chunking.
-
-**PS.** A push is one message per GradMessage (phase PUSH, wire msg_id = layout msg_id:
+A push is one message per GradMessage (phase PUSH, wire msg_id = layout msg_id:
 `WireIds.message`); `push` returns a `Handle` that completes with the transport's SendResult. The
 PS sums a message over workers once every worker's push is complete or forced; lost packets
 contribute nothing, so `count[v]` is the number of pushes that delivered value v. Pulls (phase
 PULL, type PARAM) carry the parameters; their priority comes from the layer as usual and their drop
 precedence from |w_new - w_old| per packet (a lost chunk keeps the worker's previous value, which is
 worst where the parameters moved most). A lost pull value is marked in `ParamChunk.lost`.
-
-**All-reduce.** `RingAllReduce` is the engine with WFBP (each message's all-reduce as soon as it
-is ready, one at a time in that order) over the ring of dlcp/comm/stepped.py: reduce-scatter then
-all-gather, P-1 steps each, every step its own transport message, exact contribution counts, the
-`ring_budget` rules. `TransportEngine` is the same for any `[comm]` scheduler and collective.
-
-**Re-sync.** All-gather losses leave replicas different (each fills holes its own way). Every
-`resync_every` iterations rank 0 sends its parameters to every rank (phase P2P, reliable, wire ids
-`WireIds.resync`); the others measure their drift from rank 0 (L2 and max |diff|, logged and
-returned) and adopt rank 0's values.
 """
 
 from __future__ import annotations
@@ -33,18 +18,13 @@ import collections
 import numpy as np
 
 from dlcp.comm.api import Handle
-from dlcp.comm.engine import CommEngine
-from dlcp.comm.order import TransportOrder
 from dlcp.comm.packets import sized_packets, tagged_packets
-from dlcp.comm.policy import LayerTimes, comm_plan
-from dlcp.comm.settings import CommConfig, CommPolicy
-from dlcp.comm.stepped import SteppedCollective
+from dlcp.comm.settings import CommConfig
 from dlcp.comm.wire_ids import WireIds
-from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import SendInfo
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
-from dlcp.wire.header import PHASE_P2P, PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
+from dlcp.wire.header import PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 
 
@@ -182,121 +162,3 @@ class PSServer(_Collective):
                 handles.append(self.t.send(rank, batch, info))
         for h in handles:
             h.wait(self.cfg.timeout_s)
-
-
-# --- all-reduce ----------------------------------------------------------------------------------------
-
-
-class TransportEngine(CommEngine):
-    """One worker's communication layer over the transport for the `[comm]` settings: the
-    scheduler planned on the workload's messages (dlcp/comm/policy.py), the collective's step plan
-    on the topology (`spec`; None: a star), one set of wire ids, and rank 0's order announcements
-    when the scheduler needs them (dlcp/comm/engine.py). Adds `resync`."""
-
-    def __init__(
-        self,
-        transport,
-        cfg: CommConfig,
-        policy: CommPolicy,
-        layouts: list[MessageLayout],
-        n_layers: int,
-        *,
-        host_mbps: float = 50.0,
-        spec: TopologySpec | None = None,
-        backward_ms: float = 0.0,
-        fabric_mbps: float | None = None,
-        on_final=None,
-        layer_times: LayerTimes | None = None,
-    ):
-        scheduler, plan, self.ids = comm_plan(
-            policy,
-            cfg.world,
-            layouts,
-            host_mbps=host_mbps,
-            spec=spec,
-            backward_ms=backward_ms,
-            fabric_mbps=fabric_mbps,
-            layer_times=layer_times,
-        )
-        self.t, self.cfg, self.policy, self.plan = transport, cfg, policy, plan
-        self.layouts = {lay.msg_id: lay for lay in layouts}
-        collective = SteppedCollective(transport, cfg, plan, self.ids, lockstep=policy.lockstep)
-        order = TransportOrder(transport, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
-        super().__init__(
-            scheduler, collective, layouts, n_layers, order=order, timeout_s=cfg.timeout_s, on_final=on_final
-        )
-
-    def resync(self, iteration: int, params: dict[int, np.ndarray]) -> tuple[dict[int, np.ndarray], dict]:
-        return resync(self.t, self.cfg, self.ids, self.layouts, self.n_layers, iteration, params)
-
-
-class RingAllReduce(TransportEngine):
-    """WFBP over the ring: the default `[comm]` (see the module docstring)."""
-
-    def __init__(self, transport, cfg: CommConfig, layouts: list[MessageLayout], n_layers: int):
-        super().__init__(transport, cfg, CommPolicy(), layouts, n_layers)
-
-
-def resync(
-    transport,
-    cfg: CommConfig,
-    ids: WireIds,
-    layouts: dict[int, MessageLayout],
-    n_layers: int,
-    iteration: int,
-    params: dict[int, np.ndarray],
-) -> tuple[dict[int, np.ndarray], dict]:
-    """Rank 0 sends `params` to every rank (reliably); returns (rank 0's parameters, drift of
-    this rank's `params` from them: {"drift_l2", "drift_max", "param_l2"})."""
-    order = sorted(layouts)
-    if cfg.rank == 0:
-        handles = [
-            transport.send(*m) for m in resync_messages(cfg, ids, layouts, n_layers, transport.vpp, iteration, params)
-        ]
-        for h in handles:
-            h.wait(cfg.timeout_s)
-        ref = params
-    else:
-        ref = {
-            m: transport.recv(0, iteration, PHASE_P2P, ids.resync(order.index(m)), cfg.timeout_s).values for m in order
-        }
-    return ref, drift(params, ref)
-
-
-def resync_messages(
-    cfg: CommConfig,
-    ids: WireIds,
-    layouts: dict[int, MessageLayout],
-    n_layers: int,
-    vpp: int,
-    iteration: int,
-    params: dict[int, np.ndarray] | None,
-) -> list[tuple[int, object, SendInfo]]:
-    """Rank 0's re-sync: (destination, packets, SendInfo) of every message to every other rank
-    (P2P, TYPE_PARAM, wire id `ids.resync(index in msg_id order)`, protected, budget 0). `params`
-    None: packets of the right sizes without values (workload.payload = "sizes")."""
-    out = []
-    for k, msg_id in enumerate(sorted(layouts)):
-        lay = layouts[msg_id]
-        ident = MessageId(cfg.job_id, 0, iteration, ids.resync(k), PHASE_P2P, TYPE_PARAM)
-        if params is None:
-            batch, lf, ll = sized_packets(ident, lay, 0, lay.n_values, n_layers, cfg, vpp, protect=True)
-        else:
-            values = np.array(params[msg_id], dtype=np.float32).reshape(-1)
-            batch, lf, ll = tagged_packets(values, ident, lay, 0, lay.n_values, n_layers, cfg, vpp, protect=True)
-        for dst in range(1, cfg.world):
-            out.append((dst, batch, SendInfo(rec_msg_id=msg_id, layer_first=lf, layer_last=ll, budget=0.0)))
-    return out
-
-
-def drift(params: dict[int, np.ndarray], ref: dict[int, np.ndarray]) -> dict:
-    """How far this rank's parameters are from rank 0's: L2 and max |diff|, and rank 0's L2."""
-    order = sorted(ref)
-    diff = [np.asarray(params[m], np.float32) - ref[m] for m in order]
-    d = np.concatenate(diff) if diff else np.zeros(0, np.float32)
-    ref_all = np.concatenate([np.asarray(ref[m], np.float32) for m in order])
-    return {
-        "drift_l2": float(np.linalg.norm(d)),
-        "drift_max": float(np.abs(d).max(initial=0.0)),
-        "param_l2": float(np.linalg.norm(ref_all)),
-    }

@@ -1,10 +1,10 @@
 """The communication layer between a worker's trainer and its collective: gradient-ready events in,
 a scheduler's operations through a `Collective`, per-message aggregates out.
 
-    engine.begin(it)
+    comm.begin(it)
     for msg in workload.compute(it):     # backward order, as gradients become ready
-        engine.submit(it, msg)           # a ready event: (tensor, size, time)
-    aggregates = engine.wait(it)         # {msg_id: Aggregate}, as RingAllReduce gave them
+        comm.submit(it, msg)           # a ready event: (tensor, size, time)
+    aggregates = comm.wait(it)         # {msg_id: Aggregate}, as RingAllReduce gave them
 
 **Tensors.** The scheduler's tensors are the workload's messages in forward order (index 0 = the
 input side), so a profile's tensor i and message i line up when messages are layers.
@@ -16,11 +16,11 @@ it + 1 reaching every tensor: with this blocking contract the next forward canno
 every parameter is final anyway, so DeAR's all-gathers then run back to back.
 
 **The channel.** Released operations run one at a time, in release order (FIFO), as on the
-timeline's channel (dlcp/comm/timeline.py): the plan the timeline predicts is the order the
+timeline's channel (dlcp/comm/timeline.py): the send order the timeline predicts is the order the
 network sees. An operation starts once the one before it is done and its data is here.
 
 **One order on every rank.** Every rank must run the same operations in the same order (a ring
-step waits for its neighbour's). Grouped policies and DeAR release in an order fixed by the plan;
+step waits for its neighbour's). Grouped schedulers and DeAR release in an order fixed when they are built;
 policies whose order depends on timing (ByteScheduler's and US-Byte's credit loop:
 `Scheduler.timing_dependent_order`) run on rank 0 only, which announces each operation it
 releases (`OrderChannel`: its slot and primitive, in release order); the other ranks run the
@@ -33,7 +33,7 @@ per-tensor buffers; a reduce-scatter's `Partial` waits for the all-gather of the
 every element of a tensor is final, `on_final(iteration, msg_id, Aggregate)` runs (for a per-layer
 parameter gate), and `wait` returns once every tensor is. Without threads (the simulated hosts,
 dlcp/comm/evented.py): `backward_done(it)` after the last submit, `on_done(it)` when the iteration
-is over, then `collect(it)`; the scheduler's `now` comes from the `clock` the engine is given.
+is over, then `collect(it)`; the scheduler's `now` comes from the `clock` the communicator is given.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
@@ -74,8 +75,8 @@ def param_means(aggs: dict[int, Aggregate]) -> dict[int, ParamChunk]:
 
 class OrderChannel(ABC):
     """Rank 0's release order, told to the other ranks (see the module docstring). A channel that
-    `pushes` delivers announcements by calling `CommEngine.announced` itself (an event-driven
-    host); otherwise the engine reads them with `receive` in a thread per iteration."""
+    `pushes` delivers announcements by calling `Communicator.announced` itself (an event-driven
+    host); otherwise the communicator reads them with `receive` in a thread per iteration."""
 
     pushes = False
 
@@ -92,8 +93,8 @@ class _Iteration:
     def __init__(self, tensors: list[MessageLayout], sizes_only: bool = False):
         self.values: dict[int, np.ndarray | None] = {}
         # sizes only: no per-value sums or counts, only how many values fell short
-        self.total = None if sizes_only else [np.zeros(t.n_values, np.float32) for t in tensors]
-        self.count = None if sizes_only else [np.zeros(t.n_values, np.uint16) for t in tensors]
+        self.total = [] if sizes_only else [np.zeros(t.n_values, np.float32) for t in tensors]
+        self.count = [] if sizes_only else [np.zeros(t.n_values, np.uint16) for t in tensors]
         self.short = 0
         self.final = [0] * len(tensors)  # elements made final, per tensor
         self.n_final = 0  # tensors complete
@@ -106,7 +107,7 @@ class _Iteration:
         self.error: BaseException | None = None
 
 
-class CommEngine:
+class Communicator:
     """One worker's communication layer (see the module docstring).
 
     scheduler: its tensors are `forward_order(layouts)`; collective: this rank's; order: needed
@@ -201,7 +202,8 @@ class CommEngine:
                 f"communication of iteration {iteration} not done after {limit:g} s "
                 f"({st.n_final} of {len(self.tensors)} messages final)"
             )
-        return self.collect(iteration)
+        # values mode: every aggregate is there (sizes only, read with collect, has None per message)
+        return cast(dict[int, Aggregate], self.collect(iteration))
 
     def backward_done(self, iteration: int) -> _Iteration:
         """Every message of `iteration` has been submitted: report the next forward reaching every
@@ -245,8 +247,7 @@ class CommEngine:
         (DS-Sync's averaging; `param_means` of the aggregates is the average). None: sizes only."""
         for lay in sorted(self.tensors, key=lambda lay: lay.msg_id):
             values = None if params is None else np.asarray(params[lay.msg_id], np.float32)
-            # sizes only: a message without values, as SizesOnlyWorkload yields them
-            self.submit(iteration, GradMessage(lay, values, self.n_layers))  # type: ignore[arg-type]
+            self.submit(iteration, GradMessage(lay, values, self.n_layers))
         self.backward_done(iteration)
 
     def close(self) -> None:
@@ -273,6 +274,7 @@ class CommEngine:
         for op in ops:
             slot = self._slot(op)
             if self.leader:
+                assert self.order is not None  # a leader has one (checked in __init__)
                 st = self._iter(op.iteration)
                 self.order.announce(op.iteration, st.released, slot, op.primitive)
                 st.released += 1
@@ -280,6 +282,7 @@ class CommEngine:
 
     def _follow(self, iteration: int, st: _Iteration) -> None:
         """Start this iteration's announcement reader (follower; lock held)."""
+        assert self.order is not None  # a follower has one (checked in __init__)
         if st.follower is None and not self.order.pushes:
             st.follower = threading.Thread(
                 target=self._read_order, args=(iteration, st), daemon=True, name=f"order-{self.coll.rank}-{iteration}"
@@ -287,6 +290,7 @@ class CommEngine:
             st.follower.start()
 
     def _read_order(self, iteration: int, st: _Iteration) -> None:
+        assert self.order is not None  # a follower has one (checked in __init__)
         try:
             for seq in range(self.sched.ops_per_iteration()):
                 slot, primitive = self.order.receive(iteration, seq, self.timeout_s * 4)
@@ -332,7 +336,8 @@ class CommEngine:
         elif self.sizes_only:
             values = None
         else:
-            values = np.concatenate([st.values[s.tensor][s.start : s.stop] for s in op.segments])
+            given = cast(dict[int, np.ndarray], st.values)  # values mode: no None
+            values = np.concatenate([given[s.tensor][s.start : s.stop] for s in op.segments])
         label = self.tensors[op.segments[0].tensor].msg_id
         return op, OpData(op.iteration, slot, values, self.unit_layouts[slot], self.n_layers, label=label), st
 
@@ -358,7 +363,7 @@ class CommEngine:
         except BaseException as e:  # noqa: BLE001
             self._fail(st, e)
             return
-        h.add_done_callback(lambda done, op=op, st=st: self._on_done(op, st, done))
+        h.add_done_callback(lambda done: self._on_done(op, st, done))
 
     def _on_done(self, op: Op, st: _Iteration, h: Handle) -> None:
         if h.error is not None:
@@ -376,7 +381,7 @@ class CommEngine:
                     self._release(self.sched.on_complete(op.op_id, self.clock()))
                 start = self._next()
                 done = st.n_final == len(self.tensors)
-        except BaseException as e:  # noqa: BLE001 (a scheduler or plan bug: the iteration cannot finish)
+        except BaseException as e:  # noqa: BLE001 (a scheduler or collective bug: the iteration cannot finish)
             self._fail(st, e)
             return
         self._start(start)
@@ -428,7 +433,9 @@ class CommEngine:
 
     def _unit_layout(self, slot: int, unit: tuple[Segment, ...]) -> MessageLayout:
         """The layer segments of a unit's buffer (its segments concatenated), for tagging."""
-        starts, ids, offset = [], [], 0
+        starts: list[int] = []
+        ids: list[int] = []
+        offset = 0
         for s in unit:
             seg_starts, seg_ids = sub_layers(self.tensors[s.tensor], s.start, s.stop)
             for a, lid in zip(seg_starts, seg_ids):

@@ -1,10 +1,10 @@
-"""Plans you can inspect and predicted iteration times, from the virtual-time timeline.
+"""What a scheduler decides and how long its iterations take, predicted on the virtual-time timeline.
 
-`plan_json` is what `dlcp schedule --profile P --workers N --alpha A --beta B --scheduler S --json`
-prints: the scheduler's plan (groups of tensor indices in the profile's forward order; partitions
-where the policy has them), the operations of one steady-state iteration in send order with
+`prediction_json` is what `dlcp schedule --profile P --workers N --alpha A --beta B --scheduler S --json`
+prints: the scheduler's decisions (groups of tensor indices in the profile's forward order; partitions
+where the scheduler has them), the operations of one steady-state iteration in send order with
 their predicted times, and the predicted iteration time. `sweep` tabulates predicted iteration
-times over schedulers x profiles x worker counts; `tune` grid-searches a policy's knobs under the
+times over schedulers x profiles x worker counts; `tune` grid-searches a scheduler's knobs under the
 model (ByteScheduler and DeAR tune theirs at run time by Bayesian optimisation).
 """
 
@@ -48,8 +48,9 @@ def _ops_json(tl: Timeline) -> list[dict]:
     ]
 
 
-def plan_json(scheduler: str, profile: Profile, workers: int, cost: CostModel, **options) -> dict:
-    """The plan of `scheduler` as plain JSON-ready data (see module docstring)."""
+def prediction_json(scheduler: str, profile: Profile, workers: int, cost: CostModel, **options) -> dict:
+    """What `scheduler` decides and the timeline predicts, as plain JSON-ready data (see the module
+    docstring)."""
     sched, tl = predict(scheduler, profile, workers, cost, **options)
     return {
         "scheduler": scheduler,
@@ -65,9 +66,10 @@ def plan_json(scheduler: str, profile: Profile, workers: int, cost: CostModel, *
     }
 
 
-def sweep(profiles, workers_list, cost_for, schedulers=tuple(SCHEDULERS), options=None) -> list[dict]:
-    """Predicted iteration time of every scheduler x profile x worker count.
-    cost_for(workers) -> CostModel; options: {scheduler name: {option: value}}."""
+def sweep(profiles, workers_list, cost_for, schedulers=None, options=None) -> list[dict]:
+    """Predicted iteration time of every scheduler (default: every registered one) x profile x
+    worker count. cost_for(workers) -> CostModel; options: {scheduler name: {option: value}}."""
+    schedulers = SCHEDULERS.names() if schedulers is None else schedulers
     options = options or {}
     rows = []
     for profile, workers, name in itertools.product(profiles, workers_list, schedulers):

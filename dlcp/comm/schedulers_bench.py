@@ -1,15 +1,18 @@
 """`dlcp bench schedulers`, the parts that need no network: iteration times from the alpha-beta
-timeline (dlcp/comm/timeline.py) per scheduler x profile x worker count, and the collectives'
-rows (ring, MultiTree, DS-Sync on a torus, a mesh and a leaf-spine).
+timeline (dlcp/comm/timeline.py) per registered scheduler x profile x worker count, and one row
+per registered collective (ring, MultiTree, DS-Sync...) on a torus, a mesh and a leaf-spine.
 
 Timeline rows: each scheduler at its defaults, a ring all-reduce over links of `rate_gbps` with
 `latency_s` per step (CostModel.from_link), as docs/schedulers.md's sweep. Collective rows: the
 collective's own step schedule on the topology priced with contention (alpha_beta_cost with the
 topology: a step lasts latency + the busiest link's bytes / its rate), for the profile's whole
 gradient (`allreduce_ms`), and the iteration time of WFBP, MG-WFBP and DeAR planning and running
-with that collective's (alpha, beta) (`collective_cost`). DS-Sync's row is one iteration's group
-all-reduce (mean over its period) and `rounds` to the exact global average; with its parameter
-averaging nothing overlaps the backward, so its iteration is compute + allreduce_ms.
+with that collective's (alpha, beta) (`collective_cost`). A collective's options are flags
+(`--kary`, `--group`, ...: every option a registered collective declares; this bench's own
+defaults are MultiTree's kary 5 and DS-Sync's group 4), and its row is labelled with the options
+set here. A collective that varies per iteration (DS-Sync) gives one iteration's all-reduce as the
+mean over its period and `rounds` to the exact global average; with DS-Sync's parameter averaging
+nothing overlaps the backward, so its iteration is compute + allreduce_ms.
 Deterministic: one run gives the figures (no spread to report).
 """
 
@@ -17,19 +20,20 @@ from __future__ import annotations
 
 import statistics
 
+from dlcp.comm.assemble import collective_cost
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import predict, sweep
-from dlcp.comm.plans.dssync import topology_plan
+from dlcp.comm.plans.collective import COLLECTIVES
 from dlcp.comm.plans.schedule import alpha_beta_cost
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.policy import collective_cost
+from dlcp.comm.prediction import predict, sweep
 from dlcp.comm.schedulers import SCHEDULERS
-from dlcp.comm.stepped import DsSyncRounds, multitree_plan, ring_plan
+from dlcp.settings import add_option_flags
 from dlcp.workloads.profile import BYTES_PER_ELEMENT, load_profile
 
 WORKERS = (4, 8, 16, 32, 64, 128)
 TOPOLOGIES = ("torus:4x4", "mesh:4x4", "leaf_spine:2x4x4", "torus:8x8")
 COLLECTIVE_SCHEDULERS = ("wfbp", "mgwfbp", "dear")
+COLLECTIVE_OPTIONS = {"kary": 5, "group": 4}  # this bench's defaults of collectives' options
 
 
 def timeline_rows(profiles, workers, rate_gbps: float, latency_s: float) -> list[dict]:
@@ -45,23 +49,28 @@ def timeline_rows(profiles, workers, rate_gbps: float, latency_s: float) -> list
     return list(out.values())
 
 
-def _plans(topology: str, spec, kary: int, group: int):
-    P = len(spec.hosts)
-    yield "ring", ring_plan(P, spec)
-    yield f"multitree k{kary}", multitree_plan(P, spec, kary)
-    yield f"dssync g{group}", DsSyncRounds(topology_plan(spec, group), spec)
+def _plans(spec, options: dict):
+    """(label, plan) of every registered collective on `spec`, each with the options of `options`
+    it declares (the others at its defaults); the label names the options set."""
+    workers = len(spec.hosts)
+    for entry in COLLECTIVES.entries():
+        mine = {k: v for k, v in options.items() if entry.options is not None and k in entry.options.model_fields}
+        label = " ".join([entry.name, *(f"{k}={v}" for k, v in mine.items())])
+        yield label, entry.plan(entry.options.parse(mine) if entry.options is not None else None, workers, spec)
 
 
 def collective_rows(
-    profile, topologies, fabric_gbps: float, latency_s: float, kary: int = 5, group: int = 4
+    profile, topologies, fabric_gbps: float, latency_s: float, options: dict | None = None
 ) -> list[dict]:
-    """One row per topology x collective (see the module docstring)."""
+    """One row per topology x collective (see the module docstring); `options`: collectives'
+    options by key (default COLLECTIVE_OPTIONS)."""
+    options = COLLECTIVE_OPTIONS if options is None else options
     nbytes = BYTES_PER_ELEMENT * profile.parameters
     link_beta = 8.0 / (fabric_gbps * 1e9)
     rows = []
     for topology in topologies:
         spec = parse_topology(topology, fabric_mbps=fabric_gbps * 1e3)
-        for name, plan in _plans(topology, spec, kary, group):
+        for name, plan in _plans(spec, options):
             scheds = [plan.schedule(k) for k in range(plan.period)]
             allreduce = statistics.fmean(alpha_beta_cost(s, nbytes, latency_s, link_beta, spec) for s in scheds)
             costs = [collective_cost(s, spec, latency_s, fabric_gbps * 1e3) for s in scheds]
@@ -92,24 +101,22 @@ def timeline_result(
     collective_profile: str,
     topologies,
     fabric_gbps: float,
-    kary: int,
-    group: int,
+    options: dict,
 ) -> dict:
     loaded = [load_profile(p) for p in profiles]
     return {
         "timeline": {
             "rate_gbps": rate_gbps,
             "latency_s": latency_s,
-            "schedulers": list(SCHEDULERS),
+            "schedulers": list(SCHEDULERS.names()),
             "rows": timeline_rows(loaded, workers, rate_gbps, latency_s),
         },
         "collectives": {
             "profile": collective_profile,
             "fabric_gbps": fabric_gbps,
             "latency_s": latency_s,
-            "kary": kary,
-            "group": group,
-            "rows": collective_rows(load_profile(collective_profile), topologies, fabric_gbps, latency_s, kary, group),
+            "options": options,
+            "rows": collective_rows(load_profile(collective_profile), topologies, fabric_gbps, latency_s, options),
         },
     }
 
@@ -141,8 +148,7 @@ def parser():
     ap.add_argument("--collective-profile", default="resnet50", help="the profile of the collectives' rows")
     ap.add_argument("--topologies", type=_names, default=list(TOPOLOGIES))
     ap.add_argument("--fabric-gbps", type=float, default=10.0, help="switch-to-switch rate of the collectives' rows")
-    ap.add_argument("--kary", type=int, default=5, help="MultiTree kary")
-    ap.add_argument("--group", type=int, default=4, help="DS-Sync group size")
+    add_option_flags(ap, COLLECTIVES, COLLECTIVE_OPTIONS)
     ap.add_argument("--json", action="store_true")
     return ap
 
