@@ -9,6 +9,10 @@ contribute nothing, so `count[v]` is the number of pushes that delivered value v
 PULL, type PARAM) carry the parameters; their priority comes from the layer as usual and their drop
 precedence from |w_new - w_old| per packet (a lost chunk keeps the worker's previous value, which is
 worst where the parameters moved most). A lost pull value is marked in `ParamChunk.lost`.
+
+The packets of a push (`push_message`), the sum of the pushes (`sum_pushes`) and the parameter
+messages (`PullMessages`) are shared with the event-driven PS of the simulated hosts
+(dlcp/comm/evented.py `EventPSClient`, `EventPSServer`).
 """
 
 from __future__ import annotations
