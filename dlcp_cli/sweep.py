@@ -15,10 +15,11 @@ Results merge by directory: point P always lands in `OUT/P` (P spells its values
 outputs of shards run on different machines are merged by copying them into one directory;
 `dlcp sweep --summary OUT` tabulates whatever points are there.
 
-Parallelism: points run concurrently up to `--jobs` (default: the number of cores) on the
-simulator (backend ns3: one process each, nothing shared). Emulated backends (ref, bmv2) run their
-points one at a time whatever `--jobs` says: two Mininet runs on one machine collide (interface
-names, and the clean-up of one removes the other's leftovers).
+Parallelism: points run concurrently up to `--jobs` (default: the number of cores) on a backend
+whose runs share nothing on one machine (dlcp/backends.py, `parallel_runs`: the simulator, one
+process each). The emulated backends run their points one at a time whatever `--jobs` says: two
+Mininet runs on one machine collide (interface names, and the clean-up of one removes the other's
+leftovers).
 `--shard I/N` takes points I, I+N, I+2N, ... (1-based) for a batch system that spreads a sweep.
 """
 
@@ -35,13 +36,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlcp import backends
 from dlcp.experiment import config as configmod
 from dlcp.settings import reference_rows
 
-PARALLEL_BACKENDS = {"ns3"}  # backends whose runs share nothing on one machine
 SERIAL_NOTE = (
-    "dlcp sweep: backend {backend} runs points one at a time (Mininet runs on one machine collide "
-    "on interface names and clean-up); use backend ns3 for parallel points"
+    "dlcp sweep: backend {backend} runs points one at a time (two of its runs on one machine collide "
+    "on interface names and clean-up); use backend {parallel} for parallel points"
 )
 
 
@@ -144,15 +145,17 @@ def check_points(config: str, overrides: list[str], pts: list[Point]) -> dict[st
     return out
 
 
-def effective_jobs(backends: set[str], jobs: int) -> tuple[int, str | None]:
+def effective_jobs(names: set[str], jobs: int) -> tuple[int, str | None]:
     """Points at once for these backends, and the note to print when that is fewer than asked."""
-    serial = backends - PARALLEL_BACKENDS
+    serial = sorted(b for b in names if not backends.capabilities(b).parallel_runs)
     if serial and jobs > 1:
-        return 1, SERIAL_NOTE.format(backend=", ".join(sorted(serial)))
+        return 1, SERIAL_NOTE.format(backend=", ".join(serial), parallel=backends.offering(lambda c: c.parallel_runs))
     return jobs, None
 
 
 def run_command(config: str, overrides: list[str], point: Point, run_dir: Path) -> list[str]:
+    """The point as one `dlcp run --run-dir`: the series runner's per-run entry point, in a process
+    of its own."""
     cmd = [sys.executable, "-m", "dlcp_cli", "run", config]
     for o in overrides + point.overrides():
         cmd += ["--set", o]

@@ -27,9 +27,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+import dlcp.backends as backends
 from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows, registered_value_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
@@ -116,7 +118,14 @@ TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSp
 Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discriminator="kind")]
 
 
-EMULATED_MAX_WORKERS = 64  # Mininet hosts on one machine; the simulator takes up to 253
+# the registry's names; mypy cannot see a Literal computed at import
+BackendName = Literal[backends.names()]  # type: ignore[valid-type]
+MAX_WORKERS = max(b.max_workers for b in map(backends.capabilities, backends.names()))
+
+
+def _more_workers_than(cap: backends.Capabilities, quoted: bool = True) -> str:
+    """Which backends take more workers than `cap`."""
+    return backends.offering(lambda other: other.max_workers > cap.max_workers, quoted)
 
 
 class Links(Settings):
@@ -135,7 +144,8 @@ class Links(Settings):
         STANDARD_MTU,
         ge=STANDARD_MTU,
         le=JUMBO_MTU,
-        description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)",
+        description="IP MTU of every link; data packets fill it (above "
+        f"{STANDARD_MTU}: backend {backends.offering(lambda c: c.max_mtu > STANDARD_MTU, quoted=False)} only)",
     )
 
 
@@ -144,8 +154,9 @@ class Placement(Settings):
     workers: int = Field(
         4,
         ge=1,
-        le=253,
-        description=f"training workers (one host each; more than {EMULATED_MAX_WORKERS} only on backend ns3)",
+        le=MAX_WORKERS,
+        description=f"training workers (one host each; more than {backends.capabilities(backends.DEFAULT).max_workers} "
+        f"only on backend {_more_workers_than(backends.capabilities(backends.DEFAULT), quoted=False)})",
     )
 
 
@@ -155,8 +166,8 @@ class Workload(TrainingSettings, Placement):
     payload: Literal["values", "sizes"] = Field(
         "values",
         description="what gradient packets carry: real values (trained), or only their sizes (backend "
-        "ns3, synthetic model timed by a profile: nothing trained, memory per worker "
-        "independent of the model size)",
+        f"{backends.offering(lambda c: 'sizes' in c.payloads, quoted=False)}, synthetic model timed by a profile: nothing "
+        "trained, memory per worker independent of the model size)",
     )
 
 
@@ -223,8 +234,12 @@ class Experiment(Settings):
 
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
-    backend: Literal["ref", "bmv2", "ns3"] = Field(
-        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)"
+    backend: BackendName = Field(  # type: ignore[valid-type]
+        backends.DEFAULT,
+        description="; ".join(
+            f"{b}: {backends.get(b).description}{' (root)' if backends.capabilities(b).root else ''}"
+            for b in backends.names()
+        ),
     )
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
@@ -236,9 +251,18 @@ class Experiment(Settings):
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
     comm: CommSetup = Field(default_factory=CommSetup)
+    switch: QueueingSettings = Field(default_factory=QueueingSettings)
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _known_backend(cls, v):
+        """A renamed backend gets its new name in the error."""
+        if isinstance(v, str) and v in backends.RENAMED:
+            raise ValueError(backends.unknown_backend(v))
+        return v
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -280,17 +304,19 @@ class Experiment(Settings):
             c.check_workers(w.workers)
         except BadValue as e:
             raise BadValue(f"comm.{e.key}", e.what or "") from None
-        if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
+        cap = backends.capabilities(self.backend)
+        if w.workers > cap.max_workers:
             raise BadValue(
                 "workload.workers",
-                f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
-                "backend = 'ns3' (Mininet hosts on one machine)",
+                f"{w.workers} workers: more than {cap.max_workers} need backend = {_more_workers_than(cap)} "
+                f"({backends.get(self.backend).hosts})",
             )
-        if links.mtu != STANDARD_MTU and self.backend != "ns3":
+        if links.mtu > cap.max_mtu:
             raise BadValue(
                 "links.mtu",
-                f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
-                f"hosts and switches use {STANDARD_MTU})",
+                f"{links.mtu}: jumbo links exist only on backend = "
+                f"{backends.offering(lambda c: c.max_mtu >= links.mtu)} (backend {self.backend!r} "
+                f"takes up to {cap.max_mtu})",
             )
         if self.scale.dilation != 1 and w.model in TORCH_MODELS and w.compute == "real":
             raise BadValue(
@@ -298,10 +324,11 @@ class Experiment(Settings):
                 f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
                 f"torch model {w.model} (real compute cannot be slowed down)",
             )
-        if w.payload == "sizes" and self.backend != "ns3":
+        if w.payload not in cap.payloads:
             raise BadValue(
                 "workload.payload",
-                "'sizes' exists only on backend = 'ns3' (emulated hosts carry and reduce real gradient values)",
+                f"{w.payload!r} exists only on backend = {backends.offering(lambda c: w.payload in c.payloads)} "
+                f"(backend {self.backend!r} carries {' and '.join(cap.payloads)}: its hosts train on what they carry)",
             )
         if w.payload == "sizes" and (w.model != "synthetic" or w.compute != "profile"):
             raise BadValue(
@@ -310,14 +337,27 @@ class Experiment(Settings):
                 f"layer profile without a model); model {w.model!r} with compute "
                 f"{w.compute!r} trains on the values it carries",
             )
-        if self.output.pcap_ports and self.backend == "ns3":
-            raise BadValue("output.pcap_ports", "captures exist only on the emulated backends (ns-3 has no interfaces)")
-        if self.backend == "bmv2" and (links.delay_us or links.loss):
+        if self.output.pcap_ports and not cap.captures:
+            raise BadValue(
+                "output.pcap_ports",
+                f"captures exist only on the emulated backends ({backends.offering(lambda c: c.captures)}); "
+                f"{self.backend} has no interfaces",
+            )
+        if (links.delay_us or links.loss) and not cap.link_delay_loss:
             raise BadValue(
                 "links.delay_us",
-                "delay and loss emulation exist only in the built-in dataplane "
-                "(backend = 'ref'); bmv2 has no such knob",
+                "delay and loss emulation exist only on backend = "
+                f"{backends.offering(lambda c: c.link_delay_loss)}; {self.backend} has no such knob",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _queueing_on_backend(self):
+        """A discipline the backend's switches cannot run (bmv2: strict priority only) is refused here."""
+        try:
+            self.switch.check_target(self.backend)
+        except BadValue as e:
+            raise BadValue(f"switch.{e.key}", e.what or str(e)) from None
         return self
 
 

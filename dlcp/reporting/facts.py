@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import dlcp.backends as backends
+
 MEASURED = "unknown: times are shown as measured"
 EVERY_ITERATION = "unknown: every iteration counts"
 
@@ -32,10 +34,20 @@ class RunFacts:
     dilation_from: str | None = None
     warmup_iterations: int = 0  # left out of MCT and iteration statistics (0 when unknown)
     warmup_from: str | None = None
+    clock: str | None = None  # "wall" or "simulated" (meta.json, else the backend's; None: unknown)
 
     @property
     def simulated(self) -> bool:
-        return self.backend == "ns3"  # simulated time is the system's: nothing ran slower
+        return self.clock == "simulated"  # simulated time is the system's: nothing ran slower
+
+
+def _clock(meta: dict, backend: str | None) -> tuple[str | None, str | None]:
+    """The run's clock and where it came from: meta.json `clock`, else what its backend runs on."""
+    if meta.get("clock") in ("wall", "simulated"):
+        return meta["clock"], "meta.json"
+    if backend in backends.names():
+        return backends.capabilities(backend).clock, None
+    return None, None
 
 
 def run_facts(meta: dict | None, config: dict | None) -> RunFacts:
@@ -47,8 +59,9 @@ def run_facts(meta: dict | None, config: dict | None) -> RunFacts:
     elif isinstance(config.get("backend"), str):
         backend, backend_from = config["backend"], "config.toml"
     dilation, dilation_from = 1.0, None
-    if backend == "ns3":
-        dilation_from = backend_from
+    clock, clock_from = _clock(meta, backend)
+    if clock == "simulated":
+        dilation_from = clock_from or backend_from
     else:
         recorded = _number(meta.get("dilation"))
         scale = config.get("scale")
@@ -65,7 +78,7 @@ def run_facts(meta: dict | None, config: dict | None) -> RunFacts:
         w = workload.get("warmup_iterations", 0)  # a config without the key (older runs): W = 0
         if isinstance(w, int) and not isinstance(w, bool) and w >= 0:
             warmup, warmup_from = w, "config.toml"
-    return RunFacts(backend, backend_from, dilation, dilation_from, warmup, warmup_from)
+    return RunFacts(backend, backend_from, dilation, dilation_from, warmup, warmup_from, clock)
 
 
 def config_unknowns(facts: RunFacts) -> str:

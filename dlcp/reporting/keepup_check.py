@@ -11,7 +11,7 @@ The signs, each with its threshold (figures in wall-clock time, about the emulat
   the measured iteration time was stretched). The share of the profile's compute time is shown
   too: it says how faithful the compute itself was.
 - switch CPU: the runner samples each switch process's CPU time (meta.json `switch_cpu`,
-  emulation/keepup.py). Flagged when a switch was busy SWITCH_BUSY_MAX (90 %) of a CPU or more
+  emulation/cpu_sampler.py). Flagged when a switch was busy SWITCH_BUSY_MAX (90 %) of a CPU or more
   in its busiest 5 s: it sleeps when idle, so that is a switch at its limit.
 - kernel drops: frames the kernel dropped at a switch port because the switch did not read them in
   time (counters/sN.json ports `rx_kernel_drops`). Flagged when any: those losses are in none of

@@ -68,6 +68,7 @@ class RunSample:
     problems: list[str] = field(default_factory=list)
     series: str = ""  # the results directory (series) the run belongs to
     backend: str | None = None
+    deterministic: bool = False  # a seed fixes the run exactly (meta.json)
 
     def pair_label(self, pooled: bool) -> str:
         return f"{self.series}/rep{self.rep}" if pooled else f"rep{self.rep}"
@@ -103,7 +104,14 @@ def sample_of(rep: int, path: pathlib.Path, series: str = "") -> RunSample:
         problems=s["problems"],
         series=series,
         backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")),
+        deterministic=is_deterministic(run.meta),
     )
+
+
+def is_deterministic(meta: dict | None) -> bool:
+    """meta.json `deterministic`; runs older than the key ran deterministically on a simulated clock."""
+    meta = meta or {}
+    return bool(meta.get("deterministic", meta.get("clock") == "simulated"))
 
 
 # --- metrics over sets of runs -------------------------------------------------------------------

@@ -28,14 +28,6 @@ DURATION_COLUMNS = ("mct_us", "iteration_us", "comm_us", "compute_us")
 TIMESTAMP_COLUMNS = ("start_us", "first_byte_us", "complete_us", "end_us")
 
 
-def dilation_factor(config: dict | None) -> float:
-    """D of a resolved config alone (a run's D is `run.facts.dilation`: meta.json first)."""
-    if (config or {}).get("backend") == "ns3":  # simulated time is the system's: nothing ran slower
-        return 1.0
-    d = ((config or {}).get("scale") or {}).get("dilation", 1)
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 1 else 1.0
-
-
 def _first_timestamp(*tables: Table) -> float | None:
     firsts = [
         np.nanmin(t.col(c))
@@ -101,13 +93,16 @@ def after_warmup(table: Table, warmup: int) -> Table:
 
 
 def scale_info(run: RunData) -> dict:
-    """summary.json `scale`: the dilation applied and the warm-up left out, and where each came
+    """summary.json `scale`: the dilation applied, the profile's compute scale and the warm-up left out, and where each came
     from (None: unknown, so times are as measured and every iteration counts)."""
     f = run.facts
+    workload = (run.config or {}).get("workload") or {}
     return {
         "dilation": f.dilation,
         "dilation_from": f.dilation_from,
         "times": "measured / dilation (the system's time)" if f.dilation != 1 else "measured",
+        "compute_scale": workload.get("compute_scale", 1.0),
+        "profile": workload.get("profile", "") if workload.get("compute") == "profile" else "",
         "warmup_iterations": f.warmup_iterations,
         "warmup_from": f.warmup_from,
     }

@@ -44,7 +44,7 @@ import os, sys
 from pathlib import Path
 import numpy as np
 from dlcp.comm.communicator import Communicator
-from simulation.ns3 import runner
+from dlcp.runs.series_runner import SeriesRequest, run_series
 
 cfg_path, out, trace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 submitted = {}  # (iteration, msg_id, rank) -> values (float64)
@@ -76,11 +76,11 @@ def collect(self, it):
 
 Communicator.on_start = staticmethod(on_start)
 Communicator.submit, Communicator.collect = submit, collect
-runner.run(cfg_path, [], None, out, with_report=False,
-           vary=["comm.scheduler=bytescheduler,dear", "comm.collective=ring,multitree"])
+run_series(SeriesRequest(cfg_path, out_root=out, with_report=False,
+                         vary=["comm.scheduler=bytescheduler,dear", "comm.collective=ring,multitree"]))
 log("series done")
-runner.run(cfg_path, ["comm.collective=dssync", "comm.dssync.group=2", "workload.iterations=3"], None, out,
-           with_report=False)
+run_series(SeriesRequest(cfg_path, ["comm.collective=dssync", "comm.dssync.group=2", "workload.iterations=3"],
+                         out_root=out, with_report=False))
 log("dssync done")
 """
 

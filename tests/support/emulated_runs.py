@@ -43,7 +43,7 @@ off_ms = 30
 """
 
 
-def write_config(tmp_path: Path, iterations=4, model="cnn", timeout=120, backend="ref") -> Path:
+def write_config(tmp_path: Path, iterations=4, model="cnn", timeout=120, backend="builtin") -> Path:
     p = tmp_path / "short.toml"
     p.write_text(SHORT.format(iterations=iterations, model=model, timeout=timeout, backend=backend))
     return p

@@ -26,7 +26,7 @@ def test_examples_validate_and_round_trip(path):
 
 def test_defaults_filled():
     cfg = config.validate(minimal())
-    assert cfg["backend"] == "ref" and cfg["dlcp"]["policy"] == "dlcp" and cfg["dlcp"]["loss_budget"] == 0.01
+    assert cfg["backend"] == "builtin" and cfg["dlcp"]["policy"] == "dlcp" and cfg["dlcp"]["loss_budget"] == 0.01
     assert cfg["topology"] == {"kind": "star", "hosts": 6} and cfg["background"] == []
 
 
@@ -41,14 +41,15 @@ def test_defaults_filled():
         (minimal(workload={"iterations": True}), "workload.iterations: expected integer, got bool"),
         (minimal(workload={"workers": 9}, topology={"hosts": 6}), "workload.workers: 9 workers + 1 PS need 10 hosts"),
         (minimal(workload={"mode": "gossip"}), "workload.mode: 'gossip' is not one of ps, allreduce"),
-        (minimal(backend="ovs"), "backend: 'ovs' is not one of ref, bmv2, ns3"),
+        (minimal(backend="ovs"), "backend: 'ovs' is not one of builtin, bmv2, ns3"),
+        (minimal(backend="ref"), "backend: 'ref' is now called 'builtin'"),
         (minimal(dlcp={"k1": 70}), "dlcp.k1: thresholds must satisfy"),
         (minimal(dlcp={"qmax": 200}), "dlcp.qmax: 200 must be below links.queue_pkts 128"),
         (minimal(dlcp={"qmax": 128, "k1": 64}), "dlcp.qmax: 128 must be below links.queue_pkts 128"),
         (minimal(topology={"kind": "leaf_spine", "hosts": 4}), "topology.hosts: not a setting of kind 'leaf_spine'"),
         (minimal(background=[{"kind": "udp_onoff", "off_ms": 0}]), "background[0].off_ms"),
         (minimal(background={"kind": "tcp"}), "background: expected a list of tables"),
-        ({"backend": "ref"}, "name: required"),
+        ({"backend": "builtin"}, "name: required"),
         (minimal(name="a b"), "name: 'a b' may only hold"),
         (minimal(backend="bmv2", links={"loss": 0.01}), "links.delay_us: delay and loss emulation exist only"),
         (

@@ -24,9 +24,13 @@ DLCP_ALLOWED = {
     "dlcp.exit_status": set(),
     "dlcp.bench_output": {"dlcp.tables"},
     "dlcp.wire": {"dlcp.bench_output", "dlcp.settings"},
-    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings"},
+    # egress queueing: admission, ECN decision, disciplines (the switch's and the virtual network's)
+    # the backends and what they can do, as data (their implementations live above dlcp/)
+    "dlcp.backends": {"dlcp.wire"},
+    "dlcp.queueing": {"dlcp.wire", "dlcp.settings", "dlcp.registry", "dlcp.backends"},
+    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings", "dlcp.registry"},
-    "dlcp.network": {"dlcp.wire", "dlcp.settings"},
+    "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.backends", "dlcp.queueing"},
     "dlcp.comm": {
         "dlcp.wire",
         "dlcp.transport",
@@ -41,26 +45,37 @@ DLCP_ALLOWED = {
     # the worker's and the PS's iterations without I/O: what they hand to the comm layer and get back
     "dlcp.iteration": {"dlcp.comm", "dlcp.workloads"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
-    "dlcp.experiment": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings", "dlcp.network"},
-    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables"},
-    "dlcp.codegen": {"dlcp.wire", "dlcp.network"},
+    "dlcp.experiment": {
+        "dlcp.wire",
+        "dlcp.transport",
+        "dlcp.comm",
+        "dlcp.workloads",
+        "dlcp.settings",
+        "dlcp.network",
+        "dlcp.backends",
+        "dlcp.queueing",
+    },
+    "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables", "dlcp.backends"},
+    # the switch's reference model and counter dump (the C core beside it is no Python import)
+    "dlcp.switch": {"dlcp.wire", "dlcp.network", "dlcp.transport", "dlcp.settings", "dlcp.queueing"},
+    "dlcp.codegen": {"dlcp.wire", "dlcp.network", "dlcp.queueing"},
+    # the series runner: above the config, the network and the reports; backends by the registry
+    "dlcp.runs": {
+        "dlcp.backends",
+        "dlcp.experiment",
+        "dlcp.network",
+        "dlcp.reporting",
+        "dlcp.settings",
+        "dlcp.workloads",
+    },
 }
 # Who may import which top-level package
 TOP_ALLOWED = {
     "dlcp": {"dlcp"},
     "agents": {"dlcp", "agents"},
     "emulation": {"dlcp", "emulation"},
-    "simulation": {"dlcp", "emulation", "simulation"},
+    "simulation": {"dlcp", "simulation"},
     "dlcp_cli": {"dlcp", "emulation", "simulation", "dlcp_cli"},
-}
-# simulation/ flattens runtime files with the built-in dataplane's table code, which is pure Python;
-# nothing of emulation/ that needs root, sockets or Mininet
-SIMULATION_MAY_IMPORT = {
-    "emulation.refswitch.pipeline",
-    "emulation.refswitch.match_tables",
-    "emulation.refswitch.counters",
-    "emulation.refswitch.hashing",
-    "emulation.refswitch",
 }
 NS3_LOADER = "simulation.ns3.loader"  # the one module that imports cppyy / the ns3 wheel
 
@@ -162,17 +177,6 @@ def test_top_level_packages_depend_downward_only():
     assert not bad, bad
 
 
-def test_simulation_uses_only_pure_emulation_modules():
-    bad = [
-        f"{m} imports {t}"
-        for m, p in MODULES.items()
-        if m.split(".")[0] == "simulation"
-        for t in imports_of(p)
-        if t.split(".")[0] == "emulation" and t not in SIMULATION_MAY_IMPORT
-    ]
-    assert not bad, bad
-
-
 def test_only_the_loader_imports_ns3():
     """The sim extra stays optional: everything else reaches ns-3 through loader.ns()."""
     bad = [
@@ -234,3 +238,36 @@ def test_bench_tagging_json_last_line():
 def test_unknown_bench_is_one_line_error():
     p = subprocess.run([sys.executable, "-m", "dlcp_cli", "bench", "nosuch"], capture_output=True, text=True)
     assert p.returncode != 0 and "unknown benchmark 'nosuch'" in p.stderr
+
+
+# A string equal to a backend's name that is not a backend (the benchmark of simple_switch_grpc)
+NOT_BACKEND_NAMES = {("dlcp_cli.benches", "bmv2")}
+
+
+def test_only_the_registry_names_backends():
+    """dlcp/ and dlcp_cli/ compare no backend's name: they ask dlcp/backends.py for capabilities,
+    and reports read meta.json's facts. Docstrings and comments may name backends; code may not."""
+    import dlcp.backends as backends
+
+    names = set(backends.names()) | set(backends.RENAMED)
+    bad = [
+        f"{m}:{node.lineno} {node.value!r}"
+        for m, p in MODULES.items()
+        if m.split(".")[0] in ("dlcp", "dlcp_cli") and m != "dlcp.backends"
+        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        if isinstance(node, ast.Constant) and node.value in names and (m, node.value) not in NOT_BACKEND_NAMES
+    ]
+    assert not bad, bad
+
+
+def test_the_registry_imports_no_backend_until_a_run_starts():
+    """The config, the registry, the series runner and the CLI's parser load without emulation/ or
+    simulation/; `backends.implementation` is what imports one."""
+    code = (
+        "import sys, dlcp.backends as b, dlcp.experiment.config, dlcp.runs.series_runner, dlcp_cli.main; "
+        "dlcp_cli.main.build_parser(); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'emulation', 'simulation', 'mininet', 'cppyy'})); "
+        "b.implementation('ns3'); print('simulation.ns3.backend' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]

@@ -90,8 +90,8 @@ def test_bad_shard(text):
 
 def test_mininet_backends_run_one_point_at_a_time():
     assert sweep.effective_jobs({"ns3"}, 2) == (2, None)
-    jobs, note = sweep.effective_jobs({"ref"}, 2)
-    assert jobs == 1 and "backend ref runs points one at a time" in note
+    jobs, note = sweep.effective_jobs({"builtin"}, 2)
+    assert jobs == 1 and "backend builtin runs points one at a time" in note and "use backend 'ns3'" in note
     assert sweep.effective_jobs({"bmv2"}, 1) == (1, None)
 
 
