@@ -87,14 +87,15 @@ class WorkerSpec:
 
 def worker_spec(acfg, workload, sizes_only: bool = False) -> WorkerSpec:
     """The spec of a worker from its agent configuration (dlcp/experiment/agent_config.py) and its
-    workload: DS-Sync with `average = "parameters"` averages parameters; re-sync runs in ring and
-    MultiTree all-reduce of more than one rank (DS-Sync reaches consensus by shuffling its groups)
-    and needs the workload's `parameters` (unless sizes only)."""
+    workload: a collective that averages parameters (DS-Sync with `average = "parameters"`) does so;
+    re-sync runs in all-reduce of more than one rank over a collective that takes rank 0's re-sync
+    (the collective registry says which: not DS-Sync, which reaches consensus by shuffling its
+    groups) and needs the workload's `parameters` (unless sizes only)."""
     comm = acfg.comm
     allreduce = acfg.mode == "allreduce"
-    average = allreduce and comm.collective == "dssync" and comm.dssync.average == "parameters"
+    average = allreduce and comm.averages_parameters()
     can_resync = sizes_only or hasattr(workload, "parameters")
-    resync = allreduce and acfg.world > 1 and comm.collective != "dssync" and can_resync
+    resync = allreduce and acfg.world > 1 and comm.resyncs() and can_resync
     return WorkerSpec(
         host=acfg.host,
         rank=acfg.rank,
