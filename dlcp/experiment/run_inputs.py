@@ -12,11 +12,12 @@ from pathlib import Path
 from dlcp.settings import ConfigError
 
 
-def check_results_root(path: str | Path, option: str) -> None:
+def check_results_root(path: str | Path, option: str, probe_write: bool = True) -> None:
     """`path` (a results root, or a run directory: `option` says which, e.g. "--out",
     "output.dir", "--run-dir") is a directory or can be made one: every part of it that exists is
-    a directory, and a directory can be created in the deepest one (tried, then removed: this is
-    what finds a read-only mount, /proc or /sys, which permissions alone do not show to root)."""
+    a directory, and (`probe_write`) a directory can be created in the deepest one (tried, then
+    removed: this is what finds a read-only mount, /proc or /sys, which permissions alone do not
+    show to root)."""
     path = Path(path)
     where = f"{option} {str(path)!r}"
     existing = path
@@ -27,6 +28,8 @@ def check_results_root(path: str | Path, option: str) -> None:
     if not existing.is_dir():
         what = "a file" if existing.is_file() else "not a directory"
         raise ConfigError(f"{where}: {existing} is {what}, not a directory that can hold results", option, what)
+    if not probe_write:
+        return
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".dlcp-write-check-", dir=existing))
     except OSError as e:
@@ -100,16 +103,17 @@ def model_layers(model: str, dataset: str, layers: tuple, compute: str, profile:
     return len(parameter_layers(build_model(model, data.in_shape, data.n_classes, 0)))
 
 
-def check_run_inputs(cfgs: list[dict], out: str | None, run_dir: str | None) -> None:
+def check_run_inputs(cfgs: list[dict], out: str | None, run_dir: str | None, probe_write: bool = True) -> None:
     """The checks above for the runs one `dlcp run` planned (their resolved configs; `out` and
-    `run_dir`: its --out and --run-dir, None when not given)."""
+    `run_dir`: its --out and --run-dir, None when not given). `probe_write` False: the user that
+    checks is not the one that will write (a run refused for root is rerun under sudo)."""
     if run_dir:
-        check_results_root(run_dir, "--run-dir")
+        check_results_root(run_dir, "--run-dir", probe_write)
         check_new_run_dir(run_dir)
     elif out:
-        check_results_root(out, "--out")
+        check_results_root(out, "--out", probe_write)
     else:
         for root in dict.fromkeys(cfg["output"]["dir"] for cfg in cfgs):
-            check_results_root(root, "output.dir")
+            check_results_root(root, "output.dir", probe_write)
     for cfg in cfgs:
         check_layer_budgets(cfg)

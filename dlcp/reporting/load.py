@@ -458,7 +458,7 @@ def _read_progress(run_path: pathlib.Path, problems: list[str]) -> dict[str, dic
     return out
 
 
-# What each agent writes (agents/common.py, simulation/ns3/runner.py), and what the report loses
+# What each agent writes (agents/common.py, simulation/ns3/simulated_run.py), and what the report loses
 # without it. Workers and the PS write message records and totals; workers also iteration records.
 AGENT_RECORDS = (
     ("messages.csv", ("worker", "ps"), "its messages: MCT, loss and retransmission figures leave it out"),

@@ -373,7 +373,7 @@ def summarise(run: RunData) -> dict:
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series, warmup),
         "loss": loss_section(loss_rows, run, loss_which),
-        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config, run.policy)},
+        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config)},
         "agents": agents_section(run.agents),
         "training": {**training_section(curves), "payload": payload_of(run)},
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},

@@ -129,13 +129,18 @@ def check(series: Series, runner: BackendRunner) -> None:
     for run in series.runs:
         topospec.from_config(run_config(series.backend, run.cfg))
         runner.check_config(run.cfg)
-    run_inputs.check_run_inputs([run.cfg for run in series.runs], series.request.out_root, series.request.run_dir)
     try:
         check_workload(configmod.Experiment.parse(series.base).workload)
     except ValueError as e:
         raise configmod.ConfigError(str(e)) from None
     why = series.backend.capabilities.root
-    if why and not privilege.privileged():
+    # a bad results root is named before root is asked for (sudo would not mend it); whether the
+    # directory can be written is asked only of the user who will write it
+    runs_as_is = not why or privilege.privileged()
+    run_inputs.check_run_inputs(
+        [run.cfg for run in series.runs], series.request.out_root, series.request.run_dir, probe_write=runs_as_is
+    )
+    if not runs_as_is:
         raise NeedsRoot(f"needs root ({why}); run: sudo dlcp run ...")
 
 

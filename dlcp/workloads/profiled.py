@@ -5,8 +5,10 @@ the synthetic model sleeps `compute_ms`) or `"profile"` (times from a layer prof
 dlcp/workloads/compute_model.py). `workload.profile`: a bundled profile name
 (dlcp/workloads/profiles/) or a JSON file. Empty with a torch model means that model's own
 measured profile, `<model>-<dataset>-b<batch_size>` (written by `dlcp profile`); the synthetic
-model needs one named (it then trains tensors of the profile's sizes). An agent's
-`workload.dilation` (the experiment's `scale.dilation`) multiplies every time.
+model needs one named (it then trains tensors of the profile's sizes). `workload.compute_scale`
+k multiplies every time of the profile (a device k times slower), here, where every consumer gets
+its profile: the emulated agents, the ns-3 hosts, the sizes-only workload and the planners. An
+agent's `workload.dilation` (the experiment's `scale.dilation`) multiplies every time again.
 """
 
 from __future__ import annotations
@@ -24,10 +26,15 @@ def default_profile_name(model: str, dataset: str, batch_size: int) -> str:
 
 
 def workload_profile(workload: TrainingSettings) -> Profile | None:
-    """The profile `workload` times its compute with, or None for real compute. ValueError with
-    one line naming the key or file when it cannot be had."""
+    """The profile `workload` times its compute with (`compute_scale` applied), or None for real
+    compute. ValueError with one line naming the key or file when it cannot be had."""
     if workload.compute == "real":
         return None
+    profile = _named_profile(workload)
+    return profile if workload.compute_scale == 1 else profile.scaled(workload.compute_scale)
+
+
+def _named_profile(workload: TrainingSettings) -> Profile:
     name = workload.profile
     if not name:  # the settings model requires one for the synthetic model
         name = default_profile_name(workload.model, workload.dataset, workload.batch_size)

@@ -1,4 +1,4 @@
-"""The experiment runner end to end, as root: a short real experiment on the built-in dataplane,
+"""The experiment runner end to end, as root: a short real experiment on the built-in switch,
 Ctrl-C in the middle, a crashing agent, and `dlcp clean` after a SIGKILLed run. Each test checks
 the machine is clean afterwards."""
 
