@@ -78,9 +78,10 @@ def test_emulated_vary_must_name_a_key_and_values():
 
 
 def test_bench_schedulers_takes_a_measured_profile_and_the_compute_scale():
-    from dlcp.comm.bench import timeline_result
+    from dlcp.comm.schedulers_bench import timeline_result
 
-    args = (["bert-base-fp32-b32-h200"], (8,), 10.0, 30e-6, "bert-base-fp32-b32-h200", ["torus:2x2"], 10.0, 5, 2)
+    options = {"kary": 5, "group": 2}  # what the CLI's option flags give (flag_values)
+    args = (["bert-base-fp32-b32-h200"], (8,), 10.0, 30e-6, "bert-base-fp32-b32-h200", ["torus:2x2"], 10.0, options)
     one, four = timeline_result(*args), timeline_result(*args, compute_scale=4.0)
     assert one["compute_scale"] == 1 and four["compute_scale"] == 4
     compute = load_profile("bert-base-fp32-b32-h200").compute_s * 1e3

@@ -42,6 +42,8 @@ DLCP_ALLOWED = {
         "dlcp.tables",
     },
     "dlcp.ddp_hook": {"dlcp.wire", "dlcp.transport", "dlcp.comm", "dlcp.workloads", "dlcp.settings"},
+    # the worker's and the PS's iterations without I/O: what they hand to the comm layer and get back
+    "dlcp.iteration": {"dlcp.comm", "dlcp.workloads"},
     # the experiment config is composed from the layers' settings models (dlcp/settings.py)
     "dlcp.experiment": {
         "dlcp.wire",
@@ -60,6 +62,7 @@ DLCP_ALLOWED = {
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
         "dlcp.backends",
+        "dlcp.exit_status",
         "dlcp.experiment",
         "dlcp.network",
         "dlcp.reporting",
@@ -127,27 +130,38 @@ def test_every_dlcp_unit_is_known():
 
 
 NO_IO = {"socket", "threading", "time", "select", "selectors", "os", "ctypes", "asyncio", "subprocess"}
+TRANSPORT_DRIVERS = ("udp_driver", "udpio", "sockets", "sync", "virtual", "tcp_baseline", "factory", "deadline_timer")
+
+
+def io_imports(prefix: str, also: set[str] = frozenset()) -> dict[str, list[str]]:
+    """The modules under `prefix` that import a socket, thread, clock, process (NO_IO, `also`) or
+    transport driver module, with those imports."""
+    core = {m: p for m, p in MODULES.items() if m.startswith(prefix)}
+    assert core, prefix
+    bad = {
+        m: sorted(
+            t
+            for t in imports_of(p)
+            if t.split(".")[0] in NO_IO | also
+            or t in also
+            or (t.startswith("dlcp.transport.") and t.split(".")[2] in TRANSPORT_DRIVERS)
+        )
+        for m, p in core.items()
+    }
+    return {m: v for m, v in bad.items() if v}
 
 
 def test_transport_core_does_no_io():
     """The protocol core is driven by events and the caller's clock (a simulator drives it too): it may
     not touch sockets, threads or clocks, nor import the drivers that do."""
-    core = {m: p for m, p in MODULES.items() if m.startswith("dlcp.transport.core")}
-    assert core
-    bad = {
-        m: sorted(
-            t
-            for t in imports_of(p)
-            if t.split(".")[0] in NO_IO
-            or (
-                t.startswith("dlcp.transport.")
-                and t.split(".")[2]
-                in ("udp_driver", "udpio", "sockets", "sync", "virtual", "tcp_baseline", "factory", "deadline_timer")
-            )
-        )
-        for m, p in core.items()
-    }
-    assert not {m: v for m, v in bad.items() if v}
+    assert not io_imports("dlcp.transport.core")
+
+
+def test_iteration_core_does_no_io():
+    """The worker's and the PS's iterations are driven by events that carry the time (the agents'
+    threads and ns-3 drive them): no socket, thread, clock, transport driver, and no file (the
+    records writer is the drivers')."""
+    assert not io_imports("dlcp.iteration", {"pathlib", "io", "shutil", "tempfile", "csv", "json", "dlcp.records"})
 
 
 def test_dlcp_units_depend_downward_only():

@@ -36,7 +36,7 @@ def _profile_run(tmp_path: Path, compute: str = "profile") -> Path:
     workload = {"mode": "ps", "workers": WORKERS, "model": "synthetic", "iterations": ITERATIONS}
     if compute == "profile":
         workload.update(compute="profile", profile=str(prof), compute_scale=1.5)
-    raw = {"name": "synthetic", "backend": "ref", "workload": workload}
+    raw = {"name": "synthetic", "backend": "builtin", "workload": workload}
     (run / "config.toml").write_text(configmod.dumps(configmod.validate(raw)))
     return run
 
