@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -206,7 +207,7 @@ def fast_ecmp(spec: EcmpFast) -> list[Row]:
         cost = CostModel(alpha=a, beta=(b1 - a) / 1e6, workers=P)
         return predict("wfbp", profile, P, cost)[1].iteration_s
 
-    rows_per_profile = []
+    rows_per_profile: list[dict[str, Any]] = []
     for name in spec.profiles:
         profile = load_profile(name).scaled(spec.compute_scale)
         sprayed = iteration(profile, lambda m: _ring_cost_sprayed(sched, router, m, spec.latency_s, beta))
@@ -232,7 +233,7 @@ def fast_ecmp(spec: EcmpFast) -> list[Row]:
         spec.label,
         best["speedup"],
         best["at"],
-        spread=tuple(best["spread"]),
+        spread=(best["spread"][0], best["spread"][1]),
         spread_kind=f"2.5-97.5 percentiles over {spec.draws} per-flow hash draws (median shown)",
         details=rows_per_profile,
     )
