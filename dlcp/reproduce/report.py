@@ -59,7 +59,7 @@ def fast_entry(claim: Claim, row: Row) -> dict:
 
 def full_entry(claim: Claim, row: FullRow) -> dict:
     figure = figure_for(claim, row.label)
-    v = judge(figure, row.speedup, row.ci, KNOWN if claim.why else "")
+    v = judge(figure, row.speedup, row.ci, KNOWN if claim.why else "", measured=True)
     return {
         "claim": claim.id,
         "comparison": f"{row.label} [{row.series}]",
@@ -100,8 +100,8 @@ def build_doc(claims: list[Claim], entries: list[dict], meta: dict) -> Doc:
     doc = Doc("Reproducing the source papers' claims")
     doc.p(
         f"`{meta['command']}` on {meta['machine']}, {meta['wall_s']:.1f} s. Every figure is a speed-up: the "
-        "baseline's time over the paper's system's (above 1: the system is faster). Direction: above 1 (its "
-        "95 % interval wholly above 1 where there is one). Magnitude: the gain (speed-up - 1) within a factor "
+        "baseline's time over the paper's system's (above 1: the system is faster). Direction: above 1 (a --full "
+        "figure: its 95 % interval wholly above 1; 'no interval' with too few pairs for one). Magnitude: the gain (speed-up - 1) within a factor "
         "of two of the paper's. --fast figures come from the alpha-beta timeline and the collectives' cost "
         "model: deterministic, so no confidence interval; a range is given where it means something and says "
         "what it is. --full figures are packet-level (ns-3) with paired repeats and a 95 % interval."

@@ -1,7 +1,9 @@
 """The verdict on one claim: is the direction reproduced, is the magnitude within 2x, and why not.
 
 Both figures are speed-ups S (baseline time / the system's). Direction: S > 1, and where ours has a
-95 % interval, its low end > 1 ("not significant" when it holds 1). Magnitude: the gains G = S - 1
+95 % interval, its low end > 1 ("not significant" when it holds 1). A measured figure (paired
+repeats) is judged on its interval only: without one (too few pairs) its direction is "no
+interval", whatever the point says. Magnitude: the gains G = S - 1
 (what "83 % faster" states) within a factor of two, 0.5 <= G_ours / G_paper <= 2; a range claim
 (5-16 %) takes the factor against its nearer end. A claim that gives no figure is judged on the
 direction alone.
@@ -16,7 +18,7 @@ from dlcp.reproduce.claims import Figure
 
 @dataclass(frozen=True)
 class Verdict:
-    direction: str  # "reproduced" | "not reproduced" | "not significant" | "no figure"
+    direction: str  # "reproduced" | "not reproduced" | "not significant" | "no interval" | "no figure"
     magnitude: str  # "within 2x" | "outside 2x (...)" | "no paper figure" | "-"
     why: str
 
@@ -25,22 +27,28 @@ class Verdict:
         return self.direction == "reproduced"
 
 
-def judge(paper: Figure, ours: float | None, ci: tuple[float, float] | None = None, why: str = "") -> Verdict:
+def judge(
+    paper: Figure, ours: float | None, ci: tuple[float, float] | None = None, why: str = "", measured: bool = False
+) -> Verdict:
+    """The verdict on `ours` against the paper's figure; `measured`: ours comes from paired
+    repeats, so its direction needs its 95 % interval `ci`."""
     if ours is None:
         return Verdict("no figure", "-", why or "this model cannot price this comparison")
-    if ci is not None and ci[0] <= 1 <= ci[1]:
+    if measured and ci is None:
+        direction = "no interval"
+    elif ci is not None and ci[0] <= 1 <= ci[1]:
         direction = "not significant"
     elif (ci[0] if ci is not None else ours) > 1:
         direction = "reproduced"
     else:
         direction = "not reproduced"
     reasons = []
-    if direction != "reproduced":
-        reasons.append(
-            f"ours {ours:.3g}x: the paper's system is not faster here"
-            if direction == "not reproduced"
-            else f"ours {ours:.3g}x, but the 95 % interval {ci[0]:.3g}-{ci[1]:.3g} holds 1"  # type: ignore[index]
-        )
+    if direction == "not reproduced":
+        reasons.append(f"ours {ours:.3g}x: the paper's system is not faster here")
+    elif direction == "not significant":
+        reasons.append(f"ours {ours:.3g}x, but the 95 % interval {ci[0]:.3g}-{ci[1]:.3g} holds 1")  # type: ignore[index]
+    elif direction == "no interval":
+        reasons.append(f"ours {ours:.3g}x from too few pairs for a 95 % interval: the direction is not judged")
     if paper.kind == "direction" or paper.speedup is None:
         magnitude = "no paper figure"
     else:

@@ -84,6 +84,8 @@ def test_full_runs_the_claims_series_on_ns3(tmp_path):
     full = [r for r in data["results"] if r["mode"] == "full"]
     assert len(full) == 1 and full[0]["comparison"] == "DeAR vs WFBP [tiny]"
     assert full[0]["ours"] is not None and full[0]["wall_s"] > 0
+    # two pairs give no 95 % interval: the packet-level figure judges no direction
+    assert full[0]["interval"] is None and full[0]["direction"] == "no interval"
     series = Path(full[0]["results"])
     assert (series / "compare.json").is_file() and sorted(p.name for p in (series / "dear").iterdir()) == [
         "rep1",

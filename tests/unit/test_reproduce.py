@@ -77,6 +77,10 @@ def test_verdict_rules():
     # a 95 % interval holding 1 is no direction, whatever the point says
     assert judge(up_to, 1.2, (0.95, 1.5)).direction == "not significant"
     assert judge(up_to, 1.2, (1.05, 1.4)).direction == "reproduced"
+    # a measured figure (paired repeats) without its interval (too few pairs) judges no direction
+    assert judge(up_to, 1.005, None, measured=True).direction == "no interval"
+    assert "too few pairs" in judge(up_to, 1.005, None, measured=True).why
+    assert judge(up_to, 1.2, (1.05, 1.4), measured=True).direction == "reproduced"
     rng = Figure(kind="range", low=1.05, speedup=1.16, quote="q", source="s")
     assert judge(rng, 1.03).magnitude == "within 2x" and judge(rng, 1.02).magnitude.startswith("outside")
     direction = Figure(kind="direction", quote="q", source="s")
