@@ -119,6 +119,28 @@ def test_full_series_are_dlcp_runs_with_named_variants_at_full_and_reduced_scale
     assert full.runs[0].cfg["seed"] == full.runs[3].cfg["seed"]  # one pair: one seed
 
 
+FULL_CLAIMS = [c.id for c in load_claims(ROOT) if c.full]
+
+
+@pytest.mark.parametrize("name", FULL_CLAIMS)
+@pytest.mark.parametrize("reduced", [False, True], ids=["full", "reduced"])
+def test_every_run_gives_its_pair_a_ratio_of_the_metric(name, reduced, tmp_path):
+    """A pair's ratio needs the metric in each of its runs: a percentile pooled over ranks needs
+    min_samples(q) measured iterations (workers x iterations after warm-up) in one run, or no
+    pair has a ratio and no number of repeats gives an interval."""
+    from dlcp.reporting.ranks import RANK_METRICS
+    from dlcp.reporting.stats import min_samples
+    from dlcp.runs.series_runner import plan
+
+    claim = load_claim(ROOT / name)
+    metric = next(m for m in RANK_METRICS if m.key == claim.full.metric)
+    need = min_samples(metric.q) if metric.q is not None else 1
+    for s in claim.full.series:
+        for run in plan(series_request(ROOT / name, claim.full, s, tmp_path, reduced, 1)).runs:
+            w = run.cfg["workload"]
+            assert w["workers"] * (w["iterations"] - w["warmup_iterations"]) >= need, (s.name, run.variant)
+
+
 def test_full_rows_read_the_series_comparison():
     claim = load_claim(ROOT / "dear-10gbe")
     s = claim.full.series[0]
