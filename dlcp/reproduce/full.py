@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dlcp.reproduce.claims import Claim, Full, Series
 from dlcp.runs.series_runner import SeriesRequest, run_series
+from dlcp.settings import ConfigError
 
 
 @dataclass
@@ -86,6 +87,14 @@ def rows_of(data: dict, claim: Claim, s: Series, results: Path, wall_s: float) -
             )
         )
     return out
+
+
+def check_series(claims: list[Claim], only: list[str] | None) -> None:
+    """Every name of `--series` names a series of one of `claims`, before anything runs."""
+    known = sorted({s.name for c in claims if c.full for s in c.full.series})
+    unknown = [n for n in only or [] if n not in known]
+    if unknown:
+        raise ConfigError(f"--series {', '.join(unknown)}: no such series in these claims (series: {', '.join(known)})")
 
 
 def run_full(

@@ -17,7 +17,7 @@ from dlcp.reporting.render import Doc
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reproduce.claims import Claim, Figure, claims_root, figure_for, load_claims
 from dlcp.reproduce.fast import Row, fast_rows
-from dlcp.reproduce.full import FullRow, run_full
+from dlcp.reproduce.full import FullRow, check_series, run_full
 from dlcp.reproduce.verdict import judge
 from dlcp.runs.naming import results_dir
 from dlcp.tables import format_table
@@ -177,6 +177,8 @@ def reproduce(
     started = time.monotonic()
     folder = claims_root(root)
     claims = load_claims(folder, names)
+    if full:
+        check_series(claims, series)
     out = out or results_dir("results", "reproduce-full" if full else "reproduce")
     entries: list[dict] = []
     for claim in claims:

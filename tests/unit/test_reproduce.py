@@ -164,6 +164,21 @@ def test_full_rows_read_the_series_comparison():
     assert row.also["rank_iteration_p90"] == "too few samples (n=12 < 100)"
 
 
+def test_an_unknown_series_is_one_line_before_anything_runs(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "-m", "dlcp_cli", "reproduce", "dear-10gbe", "--full", "--series", "resnet5"]
+        + ["--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 2 and not (tmp_path / "out").exists()
+    assert p.stderr.strip().splitlines() == [
+        "dlcp reproduce: --series resnet5: no such series in these claims "
+        "(series: bert-base, bert-large, densenet201, inception_v3, resnet50)"
+    ]
+
+
 def test_cli_fast_writes_the_report_and_prints_the_table(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "dlcp_cli", "reproduce", "usbyte-8", "dear-100gbib", "--fast", "--out", str(tmp_path)],
