@@ -1,5 +1,5 @@
 """`dlcp reproduce [CLAIM ...] [--fast | --full]`: the source papers' claims beside our figures
-(dlcp/reproduce/, docs/reproduce.md). Exit status: 0 done, 1 a run failed, 2 a bad claim or option."""
+(dlcp/reproduce/, docs/reproduce.md). Exit status: 0 done, 1 a run failed, 2 a bad claim or option, 130 / 143 stopped by Ctrl-C / SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from dlcp.runs import signals
 from dlcp.runs.contract import RunFailed
+from dlcp.runs.machine_lock import MachineBusy
+from dlcp.runs.series_runner import NeedsRoot
 from dlcp.settings import ConfigError
 
 
@@ -73,9 +76,12 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"dlcp reproduce: {e}", file=sys.stderr)
         return 2
+    except (NeedsRoot, MachineBusy) as e:
+        print(f"dlcp reproduce: {e}", file=sys.stderr)
+        return 1
     except RunFailed as e:
         print(f"dlcp reproduce: failed: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except (KeyboardInterrupt, signals.Terminated) as e:  # the series runner said where it stopped
+        return signals.exit_code(e)
     return 0

@@ -5,6 +5,7 @@ series' directory. The claims of experiments/papers run the same path at their s
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,12 +57,7 @@ versus = { dear = "DeAR vs WFBP" }
 """
 
 
-@pytest.mark.skipif(core_missing() is not None, reason=str(core_missing()))
-def test_full_runs_the_claims_series_on_ns3(tmp_path):
-    from simulation.ns3 import loader
-
-    if reason := loader.available():
-        pytest.skip(reason)
+def tiny_claim(tmp_path: Path) -> None:
     claim = tmp_path / "papers" / "tiny"
     claim.mkdir(parents=True)
     (claim / "claim.toml").write_text(CLAIM)
@@ -70,6 +66,15 @@ def test_full_runs_the_claims_series_on_ns3(tmp_path):
         + 'model = "synthetic"\niterations = 4\nwarmup_iterations = 1\ncompute_ms = 4\n'
         + "layers = [20000, 20000, 20000]\n[dlcp]\nreliable = true\nresync_every = 0\n"
     )
+
+
+@pytest.mark.skipif(core_missing() is not None, reason=str(core_missing()))
+def test_full_runs_the_claims_series_on_ns3(tmp_path):
+    from simulation.ns3 import loader
+
+    if reason := loader.available():
+        pytest.skip(reason)
+    tiny_claim(tmp_path)
     out = tmp_path / "out"
     p = subprocess.run(
         [sys.executable, "-m", "dlcp_cli", "reproduce", "tiny", "--full", "--claims-dir", str(tmp_path / "papers")]
@@ -94,3 +99,32 @@ def test_full_runs_the_claims_series_on_ns3(tmp_path):
     assert "rank_comm_p50" in full[0]["also"]
     md = (out / "reproduce.md").read_text()
     assert "DeAR vs WFBP [tiny]" in md and str(series) in md
+
+
+@pytest.mark.skipif(core_missing() is not None, reason=str(core_missing()))
+def test_sigterm_during_full_stops_with_143_and_no_traceback(tmp_path):
+    """SIGTERM while a series runs: the series runner says where it stopped, `dlcp reproduce`
+    exits 143 without a traceback."""
+    from simulation.ns3 import loader
+
+    if reason := loader.available():
+        pytest.skip(reason)
+    tiny_claim(tmp_path)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "dlcp_cli", "reproduce", "tiny", "--full", "--claims-dir", str(tmp_path / "papers")]
+        + ["--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert p.stderr is not None
+    lines = []
+    for line in p.stderr:  # the first run has started
+        lines.append(line)
+        if "on ns3 ->" in line:
+            break
+    p.send_signal(signal.SIGTERM)
+    rest = p.stderr.read()
+    assert p.wait(timeout=300) == 143, "".join(lines) + rest
+    assert "terminated (SIGTERM)" in rest and "Traceback" not in rest, rest[-2000:]
