@@ -33,6 +33,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlcp.queueing.admission import ADMIT, EARLY_DROP, admit, marks_ce
 from dlcp.queueing.registry import N_QUEUES, QueueingConfig, Scheduler, configure
@@ -147,7 +148,8 @@ class VirtualHost:
         self.net = net
         self.rank = cfg.rank
         self.endpoint = Endpoint(cfg, wall_offset_s=0.0)
-        self.rxpath = self.mirror = None
+        self.rxpath: Any = None  # the extension's RxPath
+        self.mirror: Any = None  # its RxMirror
         if rx_path != "python":
             from dlcp.transport.rx_mirror import RxMirror, load_rxpath  # the extension, only when asked for
 
