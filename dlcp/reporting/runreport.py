@@ -137,7 +137,12 @@ def compute_line(sc: dict) -> str:
     k = sc.get("compute_scale", 1)
     scaled = f" x {k:g} (workload.compute_scale: a device {k:g}x slower)" if k != 1 else ""
     name = sc.get("profile") or "(the model's own)"
-    return f"compute from profile {name}{scaled}; "
+    fitted = (
+        " (another model's: its compute laid over this model's tensors by parameter fraction)"
+        if sc.get("profile_fitted")
+        else ""
+    )
+    return f"compute from profile {name}{fitted}{scaled}; "
 
 
 def keepup_warning(k: dict) -> str | None:
