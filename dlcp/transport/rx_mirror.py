@@ -123,16 +123,17 @@ class RxMirror:
         h.count += int(waits[1])
         h.max_s = max(h.max_s, float(waits[2]))
         self.rx.totals["host_marked"] += int(waits[3])
-        for b, k in enumerate(waits[4:].tolist()):
-            if k:
-                h.bins[b] += int(k)
+        bins = waits[4:]
+        for b in np.flatnonzero(bins).tolist():  # a few of the 120 bins at a time
+            h.bins[b] += int(bins[b])
         waits[0] = 0
 
     def decide(self, src: int, now: float) -> None:
-        """C took a packet of `src` that used up its budget: the core's FEEDBACK rule decides."""
+        """C took a packet of `src` that used up its budget: the core's FEEDBACK rule decides. The
+        rule touches only that sender's FEEDBACK state, so only its budget can change."""
         self.take()
         self.rx.counted(src, now)
-        self.publish()
+        self._give_budget(src, self.rx._sources[src])
 
     def open_after(self, data) -> None:
         """After the receiver took datagram `data` (per-datagram mode: a message opens once its first
@@ -185,17 +186,23 @@ class RxMirror:
             for key, st in rx._rx.items():
                 if key not in self.opened and self._openable(st):
                     self._open(key, st)
-        every = self.feedback_every
         for src, s in rx._sources.items():
-            if not s.want:
-                b = (-1, False)
-            elif self.batched:
-                b = (1 if s.due == math.inf else max(1, every - (s.rcvd - s.reported)), True)
-            else:
-                b = (0 if s.due == math.inf else max(0, every - 1 - (s.rcvd - s.reported)), False)
-            if self.budget.get(src) != b:
-                self.path.Budget(src, b[0], b[1])
-                self.budget[src] = b
+            self._give_budget(src, s)
+
+    def _give_budget(self, src: int, s) -> None:
+        """Tell C how many packets of `src` it may count before the FEEDBACK rule can act (its
+        _Source `s`): any while the sender wants no FEEDBACK; batched, up to and including the one
+        that starts the delay or makes a FEEDBACK due; per datagram, those before it."""
+        every = self.feedback_every
+        if not s.want:
+            b = (-1, False)
+        elif self.batched:
+            b = (1 if s.due == math.inf else max(1, every - (s.rcvd - s.reported)), True)
+        else:
+            b = (0 if s.due == math.inf else max(0, every - 1 - (s.rcvd - s.reported)), False)
+        if self.budget.get(src) != b:
+            self.path.Budget(src, b[0], b[1])
+            self.budget[src] = b
 
     def datagram(self, data, ecn: int, now: float, queued_s: float = 0.0) -> None:
         """A datagram the C path did not take (or, in "python" mode, any): through the receiver."""

@@ -131,6 +131,9 @@ class SimHost:
         self.timer_token = None
         self._stepping = False
         self._again = False
+        # a datagram or a control frame went through the core since the last step: it may have
+        # created a message, which the receive path may then take packets of (RxMirror.publish)
+        self._scan = False
         self.io = None  # DlcpHostIo, set by the stack
         self.tx_blocked = False  # its data socket is full: no new transmission until WRITABLE
         self.rxm = None  # RxMirror of its receive path, set by the stack
@@ -156,16 +159,21 @@ class SimHost:
         self.endpoint.on_datagram(memoryview(data), ecn, self.stack.clock.now())
         m.open_after(data)
         if rx.outputs_pending() != pending or rx.next_timer() != timer:
+            self._scan = True
             self.step()  # publishes
         else:
             m.publish(scan=True)
 
     def decide(self, src: int) -> None:
         """The C++ path took a packet of `src` after which its FEEDBACK may be due: the core's
-        FEEDBACK rule decides (a FEEDBACK now, or its delay starts)."""
-        self.rxm.take()
-        self.endpoint.receiver.counted(src, self.stack.clock.now())
-        self.step()
+        FEEDBACK rule decides (a FEEDBACK now, or its delay starts); the driver loop runs only if
+        that made output or moved a timer, as after a datagram."""
+        rx, m = self.endpoint.receiver, self.rxm
+        m.take()
+        timer, pending = rx.next_timer(), rx.outputs_pending()
+        m.decide(src, self.stack.clock.now())
+        if rx.outputs_pending() != pending or rx.next_timer() != timer:
+            self.step()
 
     def writable(self) -> None:
         """The data socket took every datagram handed down: the next transmission may go."""
@@ -178,6 +186,7 @@ class SimHost:
         now = self.stack.clock.now()
         for body in reader.feed(data):
             self.endpoint.on_control(body, conn, now)
+        self._scan = True
         self.step()
 
     # --- the driver loop -----------------------------------------------------------------------
@@ -199,7 +208,8 @@ class SimHost:
         finally:
             self._stepping = False
         self._rearm()
-        self.rxm.publish(scan=True)
+        self.rxm.publish(scan=self._scan)
+        self._scan = False
 
     def _step_once(self) -> None:
         from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone
