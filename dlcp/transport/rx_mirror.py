@@ -19,8 +19,7 @@ budgets.
 Modes (`DLCP_RX`, read when an endpoint is built): "c" (the default where the path exists),
 "python" (every datagram through `ReceiverCore.on_datagram`, the path the C one must equal), and
 "c-per-datagram" (C passes up whole every packet on which the FEEDBACK rule may act, and a message's
-first data packet: the ns-3 receive path before the budget counted to the decision; kept for
-`dlcp bench datapath`'s before/after).
+first data packet: the ns-3 hosts' default, DLCP_SIM_RX=cpp, and `dlcp bench datapath`'s third path).
 """
 
 from __future__ import annotations

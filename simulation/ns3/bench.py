@@ -181,7 +181,7 @@ def bench_sim(argv: list[str]) -> int:
 # --- dlcp bench datapath, the ns-3 half -------------------------------------------------------------
 
 # DLCP_SIM_RX values (hosts.SIM_RX_MODES), the baseline first
-SIM_RX_PATHS = ("python", "c-per-datagram", "cpp")
+SIM_RX_PATHS = ("python", "cpp", "c")
 
 
 DATAPATH_VALUES = 1 << 18  # one 1 MB message per iteration: ring steps of many datagrams each

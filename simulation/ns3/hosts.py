@@ -38,10 +38,12 @@ SKB_TRUESIZE = 2304
 STANDARD_MTU = 1500
 
 
-# DLCP_SIM_RX=python: every datagram goes up to Python (the receive path before dlcp_rx.h; for
-# comparisons and tests: records are the same either way); c-per-datagram: the C++ path as it was
-# before it counted up to the FEEDBACK decision (dlcp/transport/rx_mirror.py, for dlcp bench datapath)
-SIM_RX_MODES = {"cpp": "c", "python": "python", "c-per-datagram": "c-per-datagram"}
+# DLCP_SIM_RX picks the hosts' receive path (a mode of dlcp/transport/rx_mirror.py): "cpp" (the
+# default) passes up a message's first packet and each one a FEEDBACK may come due on; "c" counts
+# up to the core's FEEDBACK decisions (DECIDE up-calls), which on ns-3 measured no cheaper
+# (docs/notes/2026-11-27-datapath-bench.md); "python" sends every datagram up. Records are the same
+# either way.
+SIM_RX_MODES = {"cpp": "c-per-datagram", "c": "c", "python": "python"}
 
 
 def sim_rx_mode() -> str:

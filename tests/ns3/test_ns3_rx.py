@@ -5,8 +5,8 @@ malformed ones, a late one after the message ended) and control frames on a real
 connection (DESCRIBE asking for FEEDBACK every few packets); the receiver's whole state at the end
 (counters, drops, FEEDBACK state, the finished message's values and bitmap, the open message's
 buffers) must be the same with every datagram going up to Python (DLCP_SIM_RX=python), with
-the C++ path taking what it can, and with it in its per-datagram mode (c-per-datagram, the
-bench's "before"), and the C++ path must have taken most data packets. Each
+the C++ path in its default per-datagram mode (cpp), and with it counting up to the FEEDBACK
+decisions (c), and the C++ path must have taken most data packets. Each
 simulation runs in a child process (one simulator per process)."""
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def _run(mode: str) -> dict:
 
 
 def test_cpp_receive_path_leaves_the_receiver_as_python_does():
-    py, cpp, per = _run("python"), _run("cpp"), _run("c-per-datagram")
+    py, per, cpp = _run("python"), _run("cpp"), _run("c")
     assert py["taken_in_cpp"] == 0
     # the C++ path took the packets it may: not the duplicate, the malformed or the late one; never
     # the PROBE; counting up to a FEEDBACK decision, it takes more than the per-datagram path, which
