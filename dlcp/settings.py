@@ -433,6 +433,9 @@ def reference_rows(model: type[BaseModel], prefix: str, show_value, note: str = 
                     r for r in reference_rows(v, f"{key}.", show_value, note=f"{tag}: ") if r[0] != f"{key}.{disc}"
                 ]
             continue
+        if is_model(ann) and getattr(ann, "reference_row", None):  # a section given as a whole (a job's)
+            rows.append((key, "table", "the experiment's", note + ann.reference_row))
+            continue
         if is_model(ann):
             rows += reference_rows(ann, f"{key}.", show_value)
             continue
