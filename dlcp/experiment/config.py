@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 try:
     import tomllib
@@ -44,6 +44,7 @@ from dlcp.settings import (
     Port,
     SectionedSettings,
     Settings,
+    config_error,
     reference_rows,
     registered_value_rows,
     registry_name,
@@ -330,25 +331,37 @@ class Experiment(Settings):
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
 
+    @classmethod
+    def parse(cls, data):
+        """Settings.parse; with [[jobs]], a mistake the first job and the experiment's sections
+        share (they are one, `_jobs_start_from_the_experiment`) is named by the job's key."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            jobs = isinstance(data, dict) and isinstance(data.get("jobs"), list) and bool(data["jobs"])
+            if jobs:
+                _job_views_valid(data)  # a job's own mistake, by its jobs[i] key
+            raise config_error(e, cls, prefer="jobs" if jobs else None) from None
+
     @model_validator(mode="before")
     @classmethod
     def _jobs_start_from_the_experiment(cls, data):
         """Each job's `workload`, `comm` and `dlcp` are the experiment's sections with the job's
-        own keys on top (the hosts' `[dlcp]` keys only: the switches' are the fabric's)."""
+        own keys on top (the hosts' `[dlcp]` keys only: the switches' are the fabric's). The
+        experiment's sections then resolve to the first job's: whatever reads one workload (a
+        report's warm-up, the checks of a profile) reads a job that runs, and the experiment's
+        `[workload]` need not be complete on its own (a mistake in the first job is named by its
+        `jobs[0]` key: `parse`)."""
         if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
             return data
-        host_keys = set(HostDlcp.model_fields)
-        tables: dict[str, dict] = {k: _table(data, k) for k in ("workload", "comm", "dlcp")}
-        tables["dlcp"] = {k: v for k, v in tables["dlcp"].items() if k in host_keys}
-        jobs = []
-        for job in data["jobs"]:
-            if isinstance(job, dict):
-                job = dict(job)
-                for section, defaults in tables.items():
-                    own = job.get(section, {})
-                    job[section] = _merged(defaults, own) if isinstance(own, dict) else own
-            jobs.append(job)
-        return {**data, "jobs": jobs}
+        jobs = _jobs_on_the_experiment(data)
+        out = {**data, "jobs": jobs}
+        if jobs and isinstance(jobs[0], dict):  # the experiment's sections are the first job's (below)
+            first = jobs[0]
+            out["workload"], out["comm"] = first.get("workload", {}), first.get("comm", {})
+            if isinstance(first.get("dlcp"), dict):
+                out["dlcp"] = {**_table(data, "dlcp"), **first["dlcp"]}
+        return out
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -484,9 +497,7 @@ class Experiment(Settings):
         decided = entry.decide(jobs, exp, self.cluster.options_of(entry.name))
         out = [_job_as_decided(i, job, sets, self.cluster.policy) for i, (job, sets) in enumerate(zip(jobs, decided))]
         object.__setattr__(self, "jobs", out)
-        # The experiment's sections resolve to the first job's, once every job is valid (so a
-        # job's mistake is named by its own key): whatever reads one workload (a report's
-        # warm-up, the checks of a profile) reads a job that runs.
+        # the experiment's sections: the first job's as the policy decided it
         first = out[0]
         object.__setattr__(self, "workload", Workload.parse(first.workload.model_dump()))
         object.__setattr__(self, "comm", CommSetup.parse(first.comm.model_dump()))
@@ -516,6 +527,38 @@ class Experiment(Settings):
         except BadValue as e:
             raise BadValue(f"switch.{e.key}", e.what or str(e)) from None
         return self
+
+
+def _jobs_on_the_experiment(data: dict) -> list:
+    """The raw `jobs` of the raw config `data`, each job's `workload`, `comm` and `dlcp` the
+    experiment's with its own keys on top (of `[dlcp]`, the hosts' keys only)."""
+    host_keys = set(HostDlcp.model_fields)
+    tables: dict[str, dict] = {k: _table(data, k) for k in ("workload", "comm", "dlcp")}
+    tables["dlcp"] = {k: v for k, v in tables["dlcp"].items() if k in host_keys}
+    jobs = []
+    for job in data["jobs"]:
+        if isinstance(job, dict):
+            job = dict(job)
+            for section, defaults in tables.items():
+                own = job.get(section, {})
+                job[section] = _merged(defaults, own) if isinstance(own, dict) else own
+        jobs.append(job)
+    return jobs
+
+
+def _job_views_valid(data: dict) -> None:
+    """Each job of the raw config `data` validated as it would run alone (its sections merged on
+    the experiment's); the first that fails raises BadValue under its `jobs[i]` key."""
+    for i, job in enumerate(_jobs_on_the_experiment(data)):
+        if not isinstance(job, dict):
+            continue
+        view = {**data, "jobs": [], "cluster": {}}
+        view["workload"], view["comm"] = job.get("workload", {}), job.get("comm", {})
+        view["dlcp"] = {**_table(data, "dlcp"), **_table(job, "dlcp")}
+        try:
+            Experiment.parse(view)
+        except ConfigError as e:
+            raise BadValue(f"jobs[{i}].{e.key}" if e.key else f"jobs[{i}]", e.what or str(e)) from None
 
 
 def _table(data: dict, key: str) -> dict:
