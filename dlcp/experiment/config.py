@@ -262,7 +262,7 @@ class Job(Settings):
 
     name: str = Field("", description="the job's name in reports (letters, digits, '_', '-', '.'); empty = jobN")
     priority: int = Field(
-        0, ge=0, le=255, description="priority class: cluster.policy = 'priority' serves higher classes first"
+        0, ge=0, le=255, description="priority class: cluster.job_policy = 'priority' serves higher classes first"
     )
     start_s: float = Field(
         0.0,
@@ -273,7 +273,7 @@ class Job(Settings):
     shift_s: float = Field(
         0.0,
         ge=0,
-        description="time-shift: the first iteration's delay after start_s (cluster.policy = 'timeshift' sets it)",
+        description="time-shift: the first iteration's delay after start_s (cluster.job_policy = 'timeshift' sets it)",
     )
     workload: JobWorkload = Field(default_factory=JobWorkload)
     comm: JobComm = Field(default_factory=JobComm)
@@ -290,7 +290,7 @@ class Cluster(SectionedSettings):
 
     section: ClassVar[str] = "cluster"
     section_registries = (JOB_POLICIES,)
-    policy: registry_name(JOB_POLICIES) = Field(  # type: ignore[valid-type]
+    job_policy: registry_name(JOB_POLICIES) = Field(  # type: ignore[valid-type]
         "fifo", description="what the jobs get from the network and when they start ([[jobs]])"
     )
 
@@ -463,8 +463,10 @@ class Experiment(Settings):
         """Every job runs on its own (the experiment's checks on its view), the jobs fit the
         topology together, and the cluster policy decides what it owns (job_policy.py)."""
         if not self.jobs:
-            if self.cluster.policy != Cluster.model_fields["policy"].default:
-                raise BadValue("cluster.policy", f"{self.cluster.policy!r} is a policy between jobs: it needs [[jobs]]")
+            if self.cluster.job_policy != Cluster.model_fields["job_policy"].default:
+                raise BadValue(
+                    "cluster.job_policy", f"{self.cluster.job_policy!r} is a policy between jobs: it needs [[jobs]]"
+                )
             return self
         if not backends.get(self.backend).capabilities.several_jobs:
             raise BadValue(
@@ -492,10 +494,12 @@ class Experiment(Settings):
                 Experiment.parse(exp.job_view(i))
             except ConfigError as e:
                 raise BadValue(f"jobs[{i}].{e.key}" if e.key else f"jobs[{i}]", e.what or str(e)) from None
-        entry = JOB_POLICIES.get(self.cluster.policy)
+        entry = JOB_POLICIES.get(self.cluster.job_policy)
         assert entry.decide is not None
         decided = entry.decide(jobs, exp, self.cluster.options_of(entry.name))
-        out = [_job_as_decided(i, job, sets, self.cluster.policy) for i, (job, sets) in enumerate(zip(jobs, decided))]
+        out = [
+            _job_as_decided(i, job, sets, self.cluster.job_policy) for i, (job, sets) in enumerate(zip(jobs, decided))
+        ]
         object.__setattr__(self, "jobs", out)
         # the experiment's sections: the first job's as the policy decided it
         first = out[0]
@@ -585,14 +589,14 @@ def _job_as_decided(i: int, job: Job, sets: dict, policy: str) -> Job:
         if mine != list(FULL_BAND) and mine != list(sets[QUEUES]):
             raise BadValue(
                 f"jobs[{i}].dlcp.queues",
-                f"{mine}: cluster.policy = {policy!r} gives this job {list(sets[QUEUES])} (leave it out)",
+                f"{mine}: cluster.job_policy = {policy!r} gives this job {list(sets[QUEUES])} (leave it out)",
             )
         update["dlcp"] = job.dlcp.replace(queues=list(sets[QUEUES]))
     if SHIFT in sets:
         if job.shift_s and abs(job.shift_s - sets[SHIFT]) > 1e-12:
             raise BadValue(
                 f"jobs[{i}].shift_s",
-                f"{job.shift_s:g}: cluster.policy = {policy!r} gives this job {sets[SHIFT]:g} s (leave it out, or "
+                f"{job.shift_s:g}: cluster.job_policy = {policy!r} gives this job {sets[SHIFT]:g} s (leave it out, or "
                 "give [cluster.timeshift] shifts_s)",
             )
         update["shift_s"] = float(sets[SHIFT])
@@ -616,8 +620,8 @@ def _keys_fit_kind(raw: dict) -> None:
 
 def policy_of(cfg: dict) -> str:
     """The policy a run is named and reported by: the experiment's `dlcp.policy`; with [[jobs]],
-    the policy between them (`cluster.policy`)."""
-    return cfg["cluster"]["policy"] if cfg.get("jobs") else cfg["dlcp"]["policy"]
+    the policy between them (`cluster.job_policy`)."""
+    return cfg["cluster"]["job_policy"] if cfg.get("jobs") else cfg["dlcp"]["policy"]
 
 
 def validate(raw: dict) -> dict:

@@ -1,4 +1,4 @@
-"""Policies between the jobs of one experiment (`cluster.policy`; docs/experiments.md, "Several
+"""Policies between the jobs of one experiment (`cluster.job_policy`; docs/experiments.md, "Several
 jobs"): a registry of what each does to the jobs before they run.
 
 A policy decides, from the validated jobs and their experiment, two things per job: the switch

@@ -61,7 +61,7 @@ class TaggingConfig(Settings):
         min_length=2,
         max_length=2,
         description="lowest and highest switch queue the data classes 1..6 map onto (a job's band: "
-        "cluster.policy = 'priority' sets it per job)",
+        "cluster.job_policy = 'priority' sets it per job)",
     )
 
     @model_validator(mode="after")

@@ -60,7 +60,17 @@ def series(tmp_path_factory) -> Path:
     cfg.write_text(TWO_JOBS)
     out = tmp / "out"
     p = subprocess.run(
-        [sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--vary", "cluster.policy=fifo,priority", "--repeat", "2"]
+        [
+            sys.executable,
+            "-m",
+            "dlcp_cli",
+            "run",
+            str(cfg),
+            "--vary",
+            "cluster.job_policy=fifo,priority",
+            "--repeat",
+            "2",
+        ]
         + ["--out", str(out)],
         cwd=ROOT,
         capture_output=True,
@@ -138,7 +148,7 @@ def test_a_shifted_job_starts_its_first_iteration_after_its_shift(tmp_path: Path
     run = run_experiment(
         cfg,
         tmp_path / "run",
-        "cluster.policy=timeshift",
+        "cluster.job_policy=timeshift",
         "cluster.timeshift.shifts_s=[0, 0.02]",
         "workload.iterations=2",
     )

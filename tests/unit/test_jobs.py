@@ -25,7 +25,7 @@ TWO_JOBS = {
     "topology": {"kind": "leaf_spine", "spines": 1, "leaves": 2, "hosts_per_leaf": 4},
     "workload": {"mode": "allreduce", "model": "synthetic", "iterations": 4, "compute_ms": 2},
     "dlcp": {"policy": "layer", "loss_budget": 0.02},
-    "cluster": {"policy": "priority"},
+    "cluster": {"job_policy": "priority"},
     "jobs": [
         {"name": "a", "priority": 1, "workload": {"workers": 4}},
         {"name": "b", "start_s": 0.5, "workload": {"workers": 3, "iterations": 6}, "dlcp": {"policy": "fifo"}},
@@ -57,7 +57,7 @@ def test_a_single_job_file_resolves_as_before():
     raw = {k: v for k, v in TWO_JOBS.items() if k not in ("jobs", "cluster")}
     raw["workload"] = {**raw["workload"], "workers": 4}
     cfg = config.validate(raw)
-    assert cfg["jobs"] == [] and cfg["cluster"]["policy"] == "fifo"
+    assert cfg["jobs"] == [] and cfg["cluster"]["job_policy"] == "fifo"
     assert cfg["dlcp"]["queues"] == [1, 6]
     assert config.policy_of(cfg) == "layer"
     assert config.policy_of(config.validate(TWO_JOBS)) == "priority"
@@ -74,17 +74,17 @@ def test_a_single_job_file_resolves_as_before():
             r"^jobs\[0\]\.dlcp\.queues: \[2, 3\]: .*gives this job",
         ),
         (lambda r: r.update(backend="builtin"), r"^jobs: several jobs on one fabric run on backend = 'ns3'"),
-        (lambda r: r.pop("jobs"), r"^cluster\.policy: 'priority' is a policy between jobs: it needs \[\[jobs\]\]"),
+        (lambda r: r.pop("jobs"), r"^cluster\.job_policy: 'priority' is a policy between jobs: it needs \[\[jobs\]\]"),
         (
-            lambda r: r["cluster"].update(policy="timeshift", timeshift={"shifts_s": [0.1]}),
+            lambda r: r["cluster"].update(job_policy="timeshift", timeshift={"shifts_s": [0.1]}),
             r"^cluster\.timeshift\.shifts_s: 1 shifts for 2 jobs",
         ),
         (
             lambda r: (
-                r["cluster"].update(policy="timeshift", timeshift={"shifts_s": [0, 0.1]}),
+                r["cluster"].update(job_policy="timeshift", timeshift={"shifts_s": [0, 0.1]}),
                 r["jobs"][1].update(shift_s=0.2),
             ),
-            r"^jobs\[1\]\.shift_s: 0\.2: cluster\.policy = 'timeshift' gives this job 0\.1 s",
+            r"^jobs\[1\]\.shift_s: 0\.2: cluster\.job_policy = 'timeshift' gives this job 0\.1 s",
         ),
     ],
 )
@@ -138,7 +138,7 @@ def test_jobs_take_disjoint_hosts_spread_over_the_leaves():
 
 
 def test_switches_classify_once_any_job_needs_queues():
-    fifo = _two(policy="fifo")
+    fifo = _two(job_policy="fifo")
     for j in fifo["jobs"]:
         j.setdefault("dlcp", {})["policy"] = "fifo"
     assert topology.switch_policy(config.validate(fifo)) == "fifo"
@@ -149,7 +149,7 @@ def test_switches_classify_once_any_job_needs_queues():
 
 
 def test_each_agent_carries_its_jobs_id_and_start(tmp_path: Path):
-    raw = _two(policy="timeshift", timeshift={"shifts_s": [0, 0.25]})
+    raw = _two(job_policy="timeshift", timeshift={"shifts_s": [0, 0.25]})
     cfg = config.validate(raw)
     spec = topology.from_config(cfg)
     agents = [(host, role, a) for host, role, a in agent_configs(cfg, spec, tmp_path) if role == "worker"]

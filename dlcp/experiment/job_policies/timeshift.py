@@ -87,12 +87,12 @@ def _predicted_pattern(view: dict) -> CommPattern:
     w = exp.workload
     if w.mode != "allreduce":
         raise BadValue(
-            "workload.mode", "cluster.policy = 'timeshift' plans all-reduce jobs (a PS job has no pattern here)"
+            "workload.mode", "cluster.job_policy = 'timeshift' plans all-reduce jobs (a PS job has no pattern here)"
         )
     profile = workload_profile(w)
     if profile is None and w.model != "synthetic":
         raise BadValue(
-            "workload.compute", "cluster.policy = 'timeshift' needs compute = 'profile' (or the synthetic model)"
+            "workload.compute", "cluster.job_policy = 'timeshift' needs compute = 'profile' (or the synthetic model)"
         )
     layouts = forward_order([lay for lay, _ in message_layouts(layer_sizes(w), w.bucket_values)])
     if profile is not None:
@@ -188,7 +188,7 @@ def decide(jobs, exp, options: TimeshiftOptions) -> list[dict]:
         except BadValue as e:
             raise BadValue(f"jobs[{i}].{e.key}", e.what or "") from None
         except ValueError as e:  # a profile that cannot be had, a scheduler that cannot plan
-            raise BadValue(f"jobs[{i}]", f"cluster.policy = 'timeshift' cannot predict its pattern: {e}") from None
+            raise BadValue(f"jobs[{i}]", f"cluster.job_policy = 'timeshift' cannot predict its pattern: {e}") from None
     return [{SHIFT: s} for s in best_shifts(patterns, options.resolution)]
 
 
