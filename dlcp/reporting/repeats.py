@@ -335,8 +335,9 @@ def table_rows(data: dict, keys=None) -> tuple[list[str], list[list[str]]]:
     names = [v["name"] for v in data["variants"]]
     labels = {m["key"]: m["label"] for m in data["metrics"]}
     header = ["metric"] + names
-    for n in names[1:]:
-        header += [f"{n} ÷ {names[0]}", "95% CI", "verdict"]
+    for n in names[1:]:  # with several variants each one's columns are named (a table row is a dict by header)
+        tag = f" ({n})" if len(names) > 2 else ""
+        header += [f"{n} ÷ {names[0]}", f"95% CI{tag}", f"verdict{tag}"]
     rows = []
     for k in keys or [m["key"] for m in data["metrics"]]:
         row = [labels[k]] + [_value_text(v["values"][k]) for v in data["variants"]]
