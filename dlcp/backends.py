@@ -45,6 +45,9 @@ class Capabilities:
     # its switches run the pipeline core's queue disciplines (dlcp/queueing); False: their queues
     # serve strict priority only (bmv2's simple_switch has no other scheduler)
     queue_disciplines: bool
+    # [[jobs]]: several training jobs on one fabric, each starting at its own time (its workers'
+    # first iteration delayed by its start_s + shift_s)
+    several_jobs: bool
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ register(
             switch_engines=("c", "python"),
             queue_must_exceed_qmax=False,
             queue_disciplines=True,
+            several_jobs=False,
         ),
         implementation="emulation.mininet_backend:BUILTIN",
     )
@@ -152,6 +156,7 @@ register(
             switch_engines=("bmv2",),
             queue_must_exceed_qmax=True,
             queue_disciplines=False,
+            several_jobs=False,
         ),
         implementation="emulation.mininet_backend:BMV2",
     )
@@ -175,6 +180,7 @@ register(
             switch_engines=("ns3",),
             queue_must_exceed_qmax=False,
             queue_disciplines=True,
+            several_jobs=True,
         ),
         implementation="simulation.ns3.backend:NS3",
     )

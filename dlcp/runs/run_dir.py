@@ -150,7 +150,7 @@ def start_meta(
     return {
         "name": cfg["name"],
         "variant": variant,
-        "policy": cfg["dlcp"]["policy"],
+        "policy": configmod.policy_of(cfg),
         "backend": backend.name,
         "clock": caps.clock,
         "deterministic": caps.deterministic,

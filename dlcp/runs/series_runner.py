@@ -94,7 +94,7 @@ def plan(request: SeriesRequest) -> Series:
     varies = ([f"dlcp.policy={','.join(request.policies)}"] if request.policies else []) + list(request.vary)
     variants = configmod.variants(raw, varies)
     names = naming.variant_names(
-        [n for n, _ in variants] if varies else None, base["dlcp"]["policy"], request.overrides, request.name
+        [n for n, _ in variants] if varies else None, configmod.policy_of(base), request.overrides, request.name
     )
     runs = [
         PlannedRun(v, rep, cfg)
@@ -130,7 +130,8 @@ def check(series: Series, runner: BackendRunner) -> None:
         topospec.from_config(run_config(series.backend, run.cfg))
         runner.check_config(run.cfg)
     try:
-        check_workload(configmod.Experiment.parse(series.base).workload)
+        for workload in configmod.Experiment.parse(series.base).workloads():  # every job's
+            check_workload(workload)
     except ValueError as e:
         raise configmod.ConfigError(str(e)) from None
     why = series.backend.capabilities.root

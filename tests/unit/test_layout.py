@@ -51,6 +51,7 @@ DLCP_ALLOWED = {
         "dlcp.comm",
         "dlcp.workloads",
         "dlcp.settings",
+        "dlcp.registry",  # the policies between jobs (experiment/job_policy.py)
         "dlcp.network",
         "dlcp.backends",
         "dlcp.queueing",
