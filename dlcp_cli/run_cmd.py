@@ -1,4 +1,4 @@
-"""`dlcp run`: the command line of the series runner (dlcp/runs/series_runner.py), which drives
+"""`dlcp run`: the command line of the series runner (dlcp/runs/series.py), which drives
 whichever backend the experiment names (dlcp/backends.py). Exit status: 0 done, 1 a run failed
 (or root is missing), 2 a config or option error before anything started, 130 Ctrl-C, 143
 SIGTERM (docs/runs.md)."""
@@ -11,8 +11,10 @@ from pathlib import Path
 
 from dlcp.runs import signals
 from dlcp.runs.contract import RunFailed
-from dlcp.runs.series_runner import NeedsRoot, SeriesRequest, run_series
+from dlcp.runs.series import run_series
+from dlcp.runs.series_runner import NeedsRoot, SeriesRequest
 from dlcp.settings import ConfigError
+from dlcp_cli import cluster_options
 
 
 def request_of(args: argparse.Namespace) -> SeriesRequest:
@@ -26,6 +28,9 @@ def request_of(args: argparse.Namespace) -> SeriesRequest:
         out_root=args.out,
         run_dir=args.run_dir,
         with_report=not args.no_report,
+        resume=args.resume,
+        cluster=cluster_options.options_of(args),
+        command=("dlcp", *sys.argv[1:]),
     )
 
 

@@ -26,11 +26,11 @@ leftovers).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +38,13 @@ from pathlib import Path
 
 from dlcp import backends
 from dlcp.experiment import config as configmod
+from dlcp.runs import resume, series_runner, signals
+from dlcp.runs import series as series_mod
+from dlcp.runs.cluster import ClusterOptions
+from dlcp.runs.contract import RunFailed
+from dlcp.runs.series_runner import Series, SeriesRequest
 from dlcp.settings import reference_rows
+from dlcp_cli import cluster_options
 
 SERIAL_NOTE = (
     "dlcp sweep: backend {backend} runs points one at a time (two of its runs on one machine collide "
@@ -153,55 +159,44 @@ def effective_jobs(names: set[str], jobs: int) -> tuple[int, str | None]:
     return jobs, None
 
 
-def run_command(config: str, overrides: list[str], point: Point, run_dir: Path) -> list[str]:
-    """The point as one `dlcp run --run-dir`: the series runner's per-run entry point, in a process
-    of its own."""
-    cmd = [sys.executable, "-m", "dlcp_cli", "run", config]
-    for o in overrides + point.overrides():
-        cmd += ["--set", o]
-    return cmd + ["--run-dir", str(run_dir)]
+def plan_sweep(config: str, overrides: list[str], pts: list[Point], out: Path, options: ClusterOptions) -> list[Series]:
+    """The points as series of runs, one per backend (a series runs on one): each point's run
+    planned as `dlcp run CONFIG --set ... --run-dir OUT/POINT` plans it, into OUT/POINT."""
+    by_backend: dict[str, Series] = {}
+    for p in pts:
+        point = series_runner.plan(SeriesRequest(config, overrides + p.overrides(), run_dir=str(out / p.name)))
+        (run,) = point.runs
+        run = dataclasses.replace(run, dir=out / p.name)
+        series = by_backend.get(point.backend.name)
+        if series is None:
+            request = SeriesRequest(config, overrides, out_root=str(out), cluster=options)
+            series = by_backend[point.backend.name] = Series(request, point.base, point.backend, [], out)
+        series.runs.append(run)
+    return list(by_backend.values())
 
 
-def run_points(cmds: list[tuple[Point, list[str], Path]], jobs: int, log_dir: Path) -> dict[str, dict]:
-    """Run `(point, command, run dir)` as processes, at most `jobs` at a time; status per point."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    todo = list(cmds)
-    running: list[tuple[Point, subprocess.Popen, float, object]] = []
-    status: dict[str, dict] = {}
-    while todo or running:
-        while todo and len(running) < jobs:
-            point, cmd, _run_dir = todo.pop(0)
-            log = open(log_dir / f"{point.name}.log", "wb")  # noqa: SIM115 (closed when the process ends)
-            print(f"dlcp sweep: start {point.name}", file=sys.stderr, flush=True)
-            running.append(
-                (
-                    point,
-                    subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
-                    time.monotonic(),
-                    log,
-                )
-            )
-        time.sleep(0.2)
-        for item in list(running):
-            point, proc, t0, log = item
-            rc = proc.poll()
-            if rc is None:
-                continue
-            log.close()
-            running.remove(item)
-            status[point.name] = {
-                "index": point.index,
-                "values": dict(point.values),
-                "returncode": rc,
-                "wall_s": round(time.monotonic() - t0, 3),
-                "log": str(Path(log.name)),
-            }
-            print(
-                f"dlcp sweep: {'done' if rc == 0 else f'FAILED ({rc})'} {point.name} "
-                f"({status[point.name]['wall_s']:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+def run_points(series: Series, names: dict[str, Point]) -> dict[str, dict]:
+    """Run a series of points (those not already done in OUT); status per point."""
+    runner = backends.implementation(series.backend.name)
+    series_runner.check(series, runner)
+    todo = series_mod.runs_to_do(series)
+    started = time.monotonic()
+    statuses = dict(zip((r.label for r in todo), series_mod.execute(series, runner, todo, keep_going=True)))
+    status = {}
+    for run in series.runs:
+        point = names[run.dir.name if run.dir else ""]
+        meta = resume.read_meta(run.dir) if run.dir else None
+        done_before = run not in todo
+        state = "ok" if done_before else statuses.get(run.label, "not started")
+        status[point.name] = {
+            "index": point.index,
+            "values": dict(point.values),
+            "status": state,
+            "returncode": 0 if state == "ok" else 1,
+            "done_before": done_before,
+            "wall_s": (meta or {}).get("wall_s"),
+        }
+    print(f"dlcp sweep: {len(todo)} points ran in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return status
 
 
@@ -260,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(sorted(short_keys())),
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override (repeatable)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points at once (simulator only)")
+    cluster_options.add_to(ap, "points at once on this machine (simulator only; default: the cores)")
     ap.add_argument("--shard", metavar="I/N", help="run only shard I of N (points I, I+N, ...)")
     ap.add_argument("--out", help="sweep directory (default: results/sweep-NAME)")
     ap.add_argument("--dry-run", action="store_true", help="list this shard's points and exit")
@@ -277,7 +272,7 @@ def main(argv: list[str]) -> int:
         print("dlcp sweep: give an experiment file (or --summary DIR)", file=sys.stderr)
         return 2
     try:
-        if args.jobs < 1:
+        if args.jobs is not None and args.jobs < 1:
             raise SweepError(f"--jobs {args.jobs}: must be >= 1")
         if not args.grid:
             raise SweepError("--grid: give at least one KEY=V1,V2,... dimension")
@@ -293,18 +288,33 @@ def main(argv: list[str]) -> int:
         for p in pts:
             print(f"{p.index}\t{p.name}\t{out / p.name}")
         return 0
-    jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs)
+    options = cluster_options.options_of(args)
+    jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs or os.cpu_count() or 1)
     if note:
         print(note, file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
-    cmds = [(p, run_command(args.config, args.set, p, out / p.name), out / p.name) for p in pts]
-    status = run_points(cmds, jobs, out / "logs")
+    status: dict[str, dict] = {}
+    try:
+        all_series = plan_sweep(args.config, args.set, pts, out, options)
+        for series in all_series:
+            status.update(run_points(series, {p.name: p for p in pts}))
+    except configmod.ConfigError as e:
+        print(f"dlcp sweep: {e}", file=sys.stderr)
+        return 2
+    except RunFailed as e:
+        print(f"dlcp sweep: failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, signals.Terminated) as e:
+        print(
+            f"dlcp sweep: stopped; run the same command again to run the points still missing in {out}", file=sys.stderr
+        )
+        return signals.exit_code(e)
     index = {
         "config": args.config,
         "set": args.set,
         "grid": args.grid,
         "shard": list(shard),
         "jobs": jobs,
+        "cluster": args.cluster,
         "points": status,
     }
     (out / f"shard-{shard[0]}-of-{shard[1]}.json").write_text(json.dumps(index, indent=1) + "\n")
@@ -312,7 +322,8 @@ def main(argv: list[str]) -> int:
     failed = [n for n, s in status.items() if s["returncode"]]
     if failed:
         print(
-            f"dlcp sweep: {len(failed)} of {len(status)} points failed: {', '.join(failed)} (logs in {out / 'logs'})",
+            f"dlcp sweep: {len(failed)} of {len(status)} points failed: {', '.join(failed)} (each point's "
+            "logs/; run the same command again to rerun them)",
             file=sys.stderr,
         )
         return 1

@@ -56,9 +56,11 @@ DLCP_ALLOWED = {
     "dlcp.runs": {
         "dlcp.backends",
         "dlcp.experiment",
+        "dlcp.exit_status",
         "dlcp.network",
         "dlcp.reporting",
         "dlcp.settings",
+        "dlcp.tables",
         "dlcp.workloads",
     },
 }

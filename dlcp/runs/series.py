@@ -1,0 +1,122 @@
+"""`dlcp run` and `dlcp sweep`: a series from its request to its comparison, on this machine or a
+Dask cluster (docs/runs.md).
+
+    plan and check (series_runner.py) -> the series' directory: new, or the one --resume names ->
+    the runs still to do there (resume.py: a run found finished is not run again) -> on a cluster
+    (cluster_series.py: with --cluster, or when two or more runs can run at once here) or one
+    after the other in this process (series_runner.run_all) -> the comparison of the variants.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import dlcp.backends as backends
+from dlcp.experiment import config as configmod
+from dlcp.runs import naming, privilege, resume, signals
+from dlcp.runs.contract import BackendRunner, RunFailed
+from dlcp.runs.series_runner import (
+    PlannedRun,
+    Series,
+    SeriesRequest,
+    check,
+    job_of,
+    plan,
+    rerun_command,
+    run_here,
+)
+
+
+def run_series(request: SeriesRequest) -> Path:
+    """Run the series `request` asks for; returns its results directory. Raises ConfigError (before
+    anything starts), NeedsRoot, RunFailed, KeyboardInterrupt or signals.Terminated."""
+    series = plan(request)
+    runner: BackendRunner = backends.implementation(series.backend.name)
+    check(series, runner)
+    if request.resume:
+        series.results = resumed_results(request.resume)
+    elif request.run_dir:
+        series.results = Path(request.run_dir)
+    else:
+        series.results = naming.results_dir(request.out_root or series.base["output"]["dir"], series.base["name"])
+    todo = runs_to_do(series)
+    try:
+        outcomes = execute(series, runner, todo)
+    except (KeyboardInterrupt, signals.Terminated):
+        if request.command and len(series.runs) > 1:
+            again = [*request.command, *([] if request.resume else ["--resume", str(series.results)])]
+            print(f"dlcp run: to run what is missing: {shlex.join(again)}", file=sys.stderr)
+        raise
+    failed = [o for o in outcomes if o != "ok"]
+    if failed:
+        raise RunFailed(
+            f"{len(failed)} of {len(todo)} runs did not finish (see above); rerun them with --resume {series.results}"
+        )
+    if series.request.with_report and len(series.variants) > 1:
+        from dlcp.reporting import compare_runs
+
+        compare_runs([series.results / v for v in series.variants], series.results, echo=True)
+    return series.results
+
+
+def resumed_results(path: str) -> Path:
+    """--resume DIR: a series' directory; ConfigError naming the option otherwise."""
+    if not Path(path).is_dir():
+        raise configmod.ConfigError(f"--resume {path}: no such directory (a series' results directory)", "--resume")
+    return Path(path)
+
+
+def runs_to_do(series: Series) -> list[PlannedRun]:
+    """The runs whose directories do not hold them finished (all of a new series); ConfigError when
+    one holds another run (resume.py)."""
+    return [run for run in series.runs if resume.state(series.run_dir_of(run), run.cfg) == "todo"]
+
+
+def on_cluster(series: Series, todo: list[PlannedRun]) -> bool:
+    """Whether the runs go to a Dask cluster: always with --cluster; on this machine when two or
+    more can run at once (an emulated run has the machine to itself: its series runs here, one
+    run after the other, in this process)."""
+    return not series.request.cluster.local or (len(todo) > 1 and series.backend.capabilities.parallel_runs)
+
+
+def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_going: bool = False) -> list[str]:
+    """Run `todo` of `series` into `series.results`, on a cluster or here; each run's status
+    ("ok" or why not), in order. Here, the first failure ends the series (RunFailed) unless
+    `keep_going`; on a cluster every run runs."""
+    assert series.results is not None
+    created = [p for p in [series.results, *series.results.parents] if not p.exists()]  # handed over under sudo
+    skipped = [run.label for run in series.runs if run not in todo]
+    if skipped:
+        print(
+            f"dlcp run: {len(skipped)} of {len(series.runs)} runs are done in {series.results}; running the "
+            f"{len(todo)} missing",
+            file=sys.stderr,
+        )
+    with signals.installed():
+        try:
+            if on_cluster(series, todo):
+                return run_on_cluster(series, todo, skipped)
+            series.results.mkdir(parents=True, exist_ok=True)
+            return run_here(series, runner, todo, keep_going)
+        finally:
+            with signals.deferred():  # the results handed over, whatever comes
+                privilege.hand_over_to_sudo_user(series.results, created)
+
+
+def run_on_cluster(series: Series, todo: list[PlannedRun], skipped: list[str]) -> list[str]:
+    """`todo` as tasks on the cluster the request names (a local one by default)."""
+    from dlcp.runs import cluster, transfer
+    from dlcp.runs.cluster_series import ClusterJob, run_jobs
+
+    assert series.results is not None
+    results = series.results.resolve()
+    jobs = [ClusterJob(job_of(series, run), rerun_command(series, run)) for run in todo]
+    with cluster.connect(series.request.cluster, series.backend, len(todo)) as engine:
+        results.mkdir(parents=True, exist_ok=True)
+        try:
+            outcomes = run_jobs(engine, series.backend, jobs, results, series.base["name"], skipped)
+        finally:
+            transfer.remove_staging(results)
+    return [o.status for o in outcomes]
