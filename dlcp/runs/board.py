@@ -25,11 +25,16 @@ class RunState:
 class Board:
     """The runs of a series on a cluster; `line()` says where they stand."""
 
-    def __init__(self, series: str, labels: list[str], done_before: list[str], stream=sys.stderr):
+    def __init__(self, series: str, labels: list[str], done_before: set[str], stream=sys.stderr):
+        """`labels`: every run of the series, in its order; `done_before`: those a resumed series
+        found finished."""
         self.series = series  # the token of this series' events (a scheduler may serve others)
-        self.runs = {label: RunState(label) for label in labels}
-        for label in done_before:
-            self.runs[label] = RunState(label, "done before", note="found in the results (resumed)")
+        self.runs = {
+            label: RunState(label, "done before", note="found finished (resumed)")
+            if label in done_before
+            else RunState(label)
+            for label in labels
+        }
         self.stream = stream
         self._events: list[dict] = []
         self._lock = threading.Lock()

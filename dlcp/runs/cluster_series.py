@@ -37,15 +37,16 @@ class ClusterJob:
 
 
 def run_jobs(
-    engine: Engine, backend: backends.Backend, jobs: list[ClusterJob], results: Path, name: str, done_before: list[str]
+    engine: Engine, backend: backends.Backend, jobs: list[ClusterJob], results: Path, name: str, labels: list[str]
 ) -> list[RunOutcome]:
-    """Run `jobs` on the cluster into `results`; how each ended, in the series' order. Raises
-    KeyboardInterrupt or signals.Terminated after a stop, once the stopped runs are home."""
+    """Run `jobs` on the cluster into `results`; how each ended, in the series' order (`labels`:
+    every run of the series, those not in `jobs` found finished before). Raises KeyboardInterrupt
+    or signals.Terminated after a stop, once the stopped runs are home."""
     from distributed import wait
 
     client = engine.client
     token = uuid.uuid4().hex
-    board = Board(token, [j.job.run.label for j in jobs], done_before)
+    board = Board(token, labels, set(labels) - {j.job.run.label for j in jobs})
     client.subscribe_topic(TOPIC, board.on_event)  # type: ignore[attr-defined]
     futures = {}
     for i, cj in enumerate(jobs):
@@ -107,7 +108,7 @@ def collect(future, cj: ClusterJob, results: Path, board: Board) -> RunOutcome:
         staged = transfer.staging_dir(results, cj.job.run_dir.name)
         transfer.unpack(outcome.archive, staged)
         transfer.install(staged, cj.job.run_dir)
-    note = (outcome.error or "").strip().splitlines()[-1:] if outcome.status not in ("ok", "not started") else []
+    note = (outcome.error or "").strip().splitlines()[-1:] if outcome.status in ("error", "lost") else []
     board.finished(label, outcome.status, outcome.worker, outcome.wall_s, note[0] if note else "")
     return RunOutcome(label, outcome.status, outcome.worker, outcome.host, outcome.wall_s, outcome.error)
 

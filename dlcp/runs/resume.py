@@ -64,9 +64,10 @@ def what_differs(run_dir: Path, cfg: dict) -> str:
     return first_difference(identity(there), identity(cfg)) or "a config that no longer hashes the same"
 
 
-def state(run_dir: Path, cfg: dict) -> str:
-    """ "done" (this run, finished), "todo" (absent, stopped or failed), or ConfigError when the
-    directory holds another run."""
+def state(run_dir: Path, cfg: dict, report: bool) -> str:
+    """ "done" (this run, finished, with its report when the series writes them), "todo" (absent,
+    stopped, failed, or stopped while writing its report), or ConfigError when the directory holds
+    another run."""
     meta = read_meta(run_dir)
     if meta is None:  # never started, or killed before its meta.json: a run's inputs at most
         if run_dir.exists() and any(run_dir.iterdir()) and not (run_dir / "config.toml").exists():
@@ -77,4 +78,5 @@ def state(run_dir: Path, cfg: dict) -> str:
             f"{run_dir}: holds another run ({what_differs(run_dir, cfg)}); a resumed series reruns its "
             "own runs only (start a new series, or give another --out)"
         )
-    return "done" if meta.get("status") == "ok" else "todo"
+    finished = meta.get("status") == "ok" and (not report or (run_dir / "report.html").exists())
+    return "done" if finished else "todo"

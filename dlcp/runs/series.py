@@ -71,7 +71,8 @@ def resumed_results(path: str) -> Path:
 def runs_to_do(series: Series) -> list[PlannedRun]:
     """The runs whose directories do not hold them finished (all of a new series); ConfigError when
     one holds another run (resume.py)."""
-    return [run for run in series.runs if resume.state(series.run_dir_of(run), run.cfg) == "todo"]
+    report = series.request.with_report
+    return [run for run in series.runs if resume.state(series.run_dir_of(run), run.cfg, report) == "todo"]
 
 
 def on_cluster(series: Series, todo: list[PlannedRun]) -> bool:
@@ -97,7 +98,7 @@ def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_
     with signals.installed():
         try:
             if on_cluster(series, todo):
-                return run_on_cluster(series, todo, skipped)
+                return run_on_cluster(series, todo)
             series.results.mkdir(parents=True, exist_ok=True)
             return run_here(series, runner, todo, keep_going)
         finally:
@@ -105,18 +106,19 @@ def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_
                 privilege.hand_over_to_sudo_user(series.results, created)
 
 
-def run_on_cluster(series: Series, todo: list[PlannedRun], skipped: list[str]) -> list[str]:
+def run_on_cluster(series: Series, todo: list[PlannedRun]) -> list[str]:
     """`todo` as tasks on the cluster the request names (a local one by default)."""
     from dlcp.runs import cluster, transfer
     from dlcp.runs.cluster_series import ClusterJob, run_jobs
 
     assert series.results is not None
-    results = series.results.resolve()
+    results = series.results = series.results.absolute()  # the workers' paths, whatever their directory
     jobs = [ClusterJob(job_of(series, run), rerun_command(series, run)) for run in todo]
     with cluster.connect(series.request.cluster, series.backend, len(todo)) as engine:
         results.mkdir(parents=True, exist_ok=True)
         try:
-            outcomes = run_jobs(engine, series.backend, jobs, results, series.base["name"], skipped)
+            labels = [run.label for run in series.runs]
+            outcomes = run_jobs(engine, series.backend, jobs, results, series.base["name"], labels)
         finally:
             transfer.remove_staging(results)
     return [o.status for o in outcomes]

@@ -18,6 +18,7 @@ start and end is an event on the topic `TOPIC` (the series' progress board), and
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import platform
 import shutil
@@ -66,9 +67,10 @@ class RunOutcome:
 
 # per worker process: the sessions of forked backends, the series stopped, the runs' processes
 _sessions: dict[str, Session] = {}
-_lock = threading.Lock()
-_stopped: set[str] = set()
-_running: dict[str, set[int]] = {}
+_session_lock = threading.Lock()  # held while a session opens (seconds)
+_runs_lock = threading.Lock()  # held briefly: stop_runs runs on the worker's event loop
+_stopped: dict[str, int] = {}  # series -> the signal it was stopped by
+_running: dict[str, set[int]] = {}  # series -> its runs' processes
 
 
 def _worker():
@@ -95,7 +97,7 @@ def worker_session(backend: backends.Backend, cfg: dict, where: Path, with_repor
         import dlcp.reporting  # noqa: F401
     if not backend.capabilities.forked_runs:
         return None
-    with _lock:
+    with _session_lock:
         if backend.name not in _sessions:
             runner = backends.implementation(backend.name)
             _sessions[backend.name] = runner.open_session(cfg, where, Progress(sys.stderr))
@@ -152,6 +154,7 @@ def run_staged(task: RunTask, job: RunJob, name: str, host: str) -> RunOutcome:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+        gc.callbacks.clear()  # the worker's (distributed's diagnostics): a signal landing in one is lost
         # new stream objects: the worker's own may have been locked by another thread at the fork
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
@@ -177,25 +180,41 @@ def run_staged(task: RunTask, job: RunJob, name: str, host: str) -> RunOutcome:
     pids: list[int] = []
 
     def started(pid: int) -> None:
+        """The run's process is there: registered for stop_runs, or stopped now when the series was
+        stopped since the check above."""
         pids.append(pid)
-        _running.setdefault(task.series, set()).add(pid)
+        with _runs_lock:
+            _running.setdefault(task.series, set()).add(pid)
+            if task.series in _stopped:
+                os.kill(pid, _stopped[task.series])
 
     if task.series in _stopped:  # stopped while the session opened
         return RunOutcome(job.run.label, "not started", name, host, None)
     try:
         code = run_forked(child, started)
     finally:
-        for pid in pids:
-            _running.get(task.series, set()).discard(pid)
-    meta = read_meta(job.run_dir) or {}
-    status = meta.get("status") or "error"
-    if code < 0:
-        status = "error"
+        with _runs_lock:
+            for pid in pids:
+                _running.get(task.series, set()).discard(pid)
+    meta = read_meta(job.run_dir)
+    if meta is None and task.series in _stopped:  # stopped before the run began
+        return RunOutcome(job.run.label, "not started", name, host, None)
+    status = ended(code, (meta or {}).get("status"))
     error = None
     if status != "ok":
         why = f"its process {exit_text(code)}" if code else None
         error = "\n".join(filter(None, [why, tail(log)]))
-    return RunOutcome(job.run.label, status, name, host, meta.get("wall_s"), error)
+    return RunOutcome(job.run.label, status, name, host, (meta or {}).get("wall_s"), error)
+
+
+def ended(code: int, status: str | None) -> str:
+    """How a run ended, from its process's exit code and meta.json's status: "ok" only when both
+    say so (a stop in its report leaves meta.json "ok" and the report unfinished)."""
+    if code == 0 and status:
+        return status
+    if code in (signals.exit_code(KeyboardInterrupt()), signals.exit_code(signals.Terminated())):
+        return signals.status_of(signals.stop_for(code))
+    return "error"
 
 
 def tail(path: Path, lines: int = ERROR_LINES) -> str:
@@ -210,11 +229,12 @@ def stop_runs(series: str, signum: int) -> int:
     """On a worker (`Client.run`): no new run of `series` starts here, and its running runs get
     `signum` (SIGINT or SIGTERM: they stop as a run on one machine does, partial report and all).
     How many were signalled."""
-    _stopped.add(series)
-    pids = list(_running.get(series, ()))
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
+    with _runs_lock:
+        _stopped[series] = signum
+        pids = list(_running.get(series, ()))
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
     return len(pids)
