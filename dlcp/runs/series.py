@@ -95,6 +95,8 @@ def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_
             f"{len(todo)} missing",
             file=sys.stderr,
         )
+    if not todo:
+        return []
     with signals.installed():
         try:
             if on_cluster(series, todo):
