@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from dlcp.runs import signals
+from dlcp.runs.cluster import ClusterError
 from dlcp.runs.contract import RunFailed
 from dlcp.runs.series import run_series
 from dlcp.runs.series_runner import NeedsRoot, SeriesRequest
@@ -40,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
-    except NeedsRoot as e:
+    except (NeedsRoot, ClusterError) as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 1
     except RunFailed as e:

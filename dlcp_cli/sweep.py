@@ -40,7 +40,7 @@ from dlcp import backends
 from dlcp.experiment import config as configmod
 from dlcp.runs import resume, series_runner, signals
 from dlcp.runs import series as series_mod
-from dlcp.runs.cluster import ClusterOptions
+from dlcp.runs.cluster import ClusterError, ClusterOptions
 from dlcp.runs.contract import RunFailed
 from dlcp.runs.series_runner import Series, SeriesRequest
 from dlcp.settings import reference_rows
@@ -300,6 +300,9 @@ def main(argv: list[str]) -> int:
     except configmod.ConfigError as e:
         print(f"dlcp sweep: {e}", file=sys.stderr)
         return 2
+    except (series_runner.NeedsRoot, ClusterError) as e:
+        print(f"dlcp sweep: {e}", file=sys.stderr)
+        return 1
     except RunFailed as e:
         print(f"dlcp sweep: failed: {e}", file=sys.stderr)
         return 1

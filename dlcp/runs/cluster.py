@@ -23,13 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dlcp.backends as backends
-from dlcp.runs.contract import RunFailed
 from dlcp.settings import ConfigError
 
 EMULATION = "emulation"  # the worker resource of a machine that holds one emulated run at a time
 TCP = re.compile(r"(tcp|tls)://[^\s:/]+:\d+")
 CONNECT_TIMEOUT_S = 30.0
 FIRST_WORKER_TIMEOUT_S = 60.0  # a running scheduler without a worker: refused after this
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot take the series (no scheduler answers, no worker can run its runs); one
+    line naming the option."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class Engine:
 @contextlib.contextmanager
 def connect(options: ClusterOptions, backend: backends.Backend, runs: int) -> Iterator[Engine]:
     """The cluster for a series of `runs` runs on `backend`, with at least one worker, closed
-    (its local workers or Slurm jobs gone) after. RunFailed, one line, when none answers."""
+    (its local workers or Slurm jobs gone) after. ClusterError, one line, when none answers."""
     import dask
     from distributed import Client
 
@@ -99,12 +103,12 @@ def connect(options: ClusterOptions, backend: backends.Backend, runs: int) -> It
             try:
                 client = stack.enter_context(Client(options.address, timeout=CONNECT_TIMEOUT_S))
             except OSError as e:
-                raise RunFailed(f"--cluster {options.address}: no Dask scheduler answers there ({e})") from None
+                raise ClusterError(f"--cluster {options.address}: no Dask scheduler answers there ({e})") from None
             engine = Engine(client, options.address or "", options.shared)
             try:
                 client.wait_for_workers(1, timeout=FIRST_WORKER_TIMEOUT_S)
             except TimeoutError:
-                raise RunFailed(
+                raise ClusterError(
                     f"--cluster {options.address}: the scheduler has no worker (start one: dask worker "
                     f"{options.address})"
                 ) from None
@@ -147,7 +151,7 @@ def slurm_cluster(options: ClusterOptions, runs: int) -> Iterator[object]:
     try:
         from dask_jobqueue import SLURMCluster
     except ImportError:
-        raise RunFailed("--cluster slurm needs dask-jobqueue: pip install dask-jobqueue") from None
+        raise ClusterError("--cluster slurm needs dask-jobqueue: pip install dask-jobqueue") from None
     if options.config:
         import yaml
 
@@ -155,7 +159,7 @@ def slurm_cluster(options: ClusterOptions, runs: int) -> Iterator[object]:
     try:
         cluster = SLURMCluster()
     except ValueError as e:  # cores / memory not configured
-        raise RunFailed(f"--cluster slurm: {e} (dask-jobqueue's jobqueue.slurm settings: docs/runs.md)") from None
+        raise ClusterError(f"--cluster slurm: {e} (dask-jobqueue's jobqueue.slurm settings: docs/runs.md)") from None
     try:
         cluster.scale(n=min(options.jobs or runs, runs))
         yield cluster
@@ -164,13 +168,13 @@ def slurm_cluster(options: ClusterOptions, runs: int) -> Iterator[object]:
 
 
 def check_placement(engine: Engine, backend: backends.Backend) -> None:
-    """RunFailed, one line, when no worker can take `backend`'s runs."""
+    """ClusterError, one line, when no worker can take `backend`'s runs."""
     need = resources(backend)
     if not need:
         return
     workers = engine.client.scheduler_info(n_workers=-1)["workers"]  # type: ignore[attr-defined]
     if not any(w.get("resources", {}).get(EMULATION, 0) >= 1 for w in workers.values()):
-        raise RunFailed(
+        raise ClusterError(
             f"{engine.where}: no worker offers the resource {EMULATION}=1 that backend {backend.name}'s runs need "
             f"(a root worker with Mininet, the machine to itself: dask worker ADDRESS --nthreads 1 "
             f"--resources {EMULATION}=1, as root, one per machine)"

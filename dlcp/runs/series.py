@@ -31,7 +31,7 @@ from dlcp.runs.series_runner import (
 
 def run_series(request: SeriesRequest) -> Path:
     """Run the series `request` asks for; returns its results directory. Raises ConfigError (before
-    anything starts), NeedsRoot, RunFailed, KeyboardInterrupt or signals.Terminated."""
+    anything starts), NeedsRoot, ClusterError, RunFailed, KeyboardInterrupt or signals.Terminated."""
     series = plan(request)
     runner: BackendRunner = backends.implementation(series.backend.name)
     check(series, runner)
