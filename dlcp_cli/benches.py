@@ -132,6 +132,12 @@ def _sim(argv):
     return bench_sim(argv)
 
 
+def _sweep(argv):
+    from dlcp.runs.bench import bench_sweep
+
+    return bench_sweep(argv)
+
+
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
@@ -142,6 +148,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
     "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),
+    "sweep": (_sweep, "a series of ns-3 runs on the local Dask cluster, 1 vs N workers: runs per minute, overhead"),
 }
 
 

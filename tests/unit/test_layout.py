@@ -55,6 +55,7 @@ DLCP_ALLOWED = {
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
         "dlcp.backends",
+        "dlcp.bench_output",
         "dlcp.experiment",
         "dlcp.exit_status",
         "dlcp.network",
