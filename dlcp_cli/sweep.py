@@ -1,26 +1,29 @@
-"""`dlcp sweep`: one experiment over a grid of config values, each point an independent `dlcp run`.
+"""`dlcp sweep`: one experiment over a grid of config values, each point one run.
 
     dlcp sweep experiments/ps-incast.toml --grid dlcp.policy=fifo,dlcp --grid seed=1,2,3 \
-        [--set KEY=VALUE ...] [--jobs N] [--shard I/N] [--out DIR] [--dry-run]
+        [--set KEY=VALUE ...] [--jobs N] [--cluster tcp://HOST:PORT|slurm] [--shard I/N]
+        [--out DIR] [--dry-run]
 
 Points are the Cartesian product of the `--grid` keys, in the order given (the last key varies
 fastest). Any dotted config key works, as with `--set`; so does a short key, the last part of a key
 that no other key ends with (workers = workload.workers, policy = dlcp.policy, scheduler =
 comm.scheduler, mode = workload.mode, kary = comm.multitree.kary...: `short_keys`, derived from
-the config model and its registered sections). Every point is checked before anything starts and runs as its own process (`dlcp run CONFIG --set ...
---run-dir OUT/POINT`), so one failing point costs only itself.
+the config model and its registered sections). Every point is planned as `dlcp run CONFIG --set
+... --run-dir OUT/POINT` plans its run, and checked, before anything starts.
+
+The points are the runs of one series per backend (dlcp/runs/series.py): tasks on the local Dask
+cluster (`--jobs` worker processes, default the cores) or the one `--cluster` names, on a backend
+whose runs share nothing on one machine (dlcp/backends.py, `parallel_runs`: the simulator); one
+at a time in this process on the emulated backends without `--cluster` (two Mininet runs on one
+machine collide: interface names, and the clean-up of one removes the other's leftovers). One
+failing point costs only itself.
 
 Results merge by directory: point P always lands in `OUT/P` (P spells its values, e.g.
 `policy=fifo,seed=2`), and each shard writes its own index `OUT/shard-I-of-N.json`, so the
 outputs of shards run on different machines are merged by copying them into one directory;
-`dlcp sweep --summary OUT` tabulates whatever points are there.
-
-Parallelism: points run concurrently up to `--jobs` (default: the number of cores) on a backend
-whose runs share nothing on one machine (dlcp/backends.py, `parallel_runs`: the simulator, one
-process each). The emulated backends run their points one at a time whatever `--jobs` says: two
-Mininet runs on one machine collide (interface names, and the clean-up of one removes the other's
-leftovers).
-`--shard I/N` takes points I, I+N, I+2N, ... (1-based) for a batch system that spreads a sweep.
+`dlcp sweep --summary OUT` tabulates whatever points are there. The same sweep into the same OUT
+runs only the points not found finished there (a run is its resolved config and seed:
+dlcp/runs/resume.py). `--shard I/N` takes points I, I+N, I+2N, ... (1-based).
 """
 
 from __future__ import annotations
@@ -290,7 +293,7 @@ def main(argv: list[str]) -> int:
         return 0
     options = cluster_options.options_of(args)
     jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs or os.cpu_count() or 1)
-    if note:
+    if note and options.local:  # a cluster's emulation workers take one run per machine anyway
         print(note, file=sys.stderr)
     status: dict[str, dict] = {}
     try:
