@@ -119,8 +119,8 @@ def connect(options: ClusterOptions, backend: backends.Backend, runs: int) -> It
 @contextlib.contextmanager
 def local_cluster(n: int) -> Iterator[object]:
     """`n` single-threaded worker processes on this machine. They ignore SIGINT (a terminal's
-    Ctrl-C reaches the whole process group; the series stops its runs itself), have no memory
-    limit (a run's process is not theirs to kill) and no dashboard."""
+    Ctrl-C reaches the whole process group; the series stops its runs itself) and have no memory
+    limit (a run's process is not theirs to kill)."""
     from distributed import LocalCluster
 
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the workers, which Python leaves as is
@@ -130,7 +130,7 @@ def local_cluster(n: int) -> Iterator[object]:
             threads_per_worker=1,
             processes=True,
             memory_limit=0,
-            dashboard_address=None,
+            dashboard_address=":0",  # its HTTP endpoints on any free port (8787 may be taken)
             silence_logs=logging.ERROR,
         )
     finally:

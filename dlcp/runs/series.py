@@ -9,6 +9,7 @@ Dask cluster (docs/runs.md).
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -115,7 +116,11 @@ def run_on_cluster(series: Series, todo: list[PlannedRun]) -> list[str]:
 
     assert series.results is not None
     results = series.results = series.results.absolute()  # the workers' paths, whatever their directory
-    jobs = [ClusterJob(job_of(series, run), rerun_command(series, run)) for run in todo]
+    jobs = [
+        ClusterJob(dataclasses.replace(job, run_dir=job.run_dir.absolute()), rerun_command(series, run))
+        for run in todo
+        for job in [job_of(series, run)]
+    ]
     with cluster.connect(series.request.cluster, series.backend, len(todo)) as engine:
         results.mkdir(parents=True, exist_ok=True)
         try:

@@ -298,8 +298,9 @@ def job_of(series: Series, run: PlannedRun) -> RunJob:
 
 
 def rerun_command(series: Series, run: PlannedRun) -> str:
-    """The command that runs `run` alone on this machine."""
-    out = ["--out", series.request.out_root] if series.request.out_root else []
+    """The command that runs `run` alone on this machine (into a new results directory: a sweep's
+    point directory holds the run that failed)."""
+    out = ["--out", series.request.out_root] if series.request.out_root and run.dir is None else []
     return shlex.join(["dlcp", "run", series.request.config, *(a for s in run.sets for a in ("--set", s)), *out])
 
 

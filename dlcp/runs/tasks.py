@@ -119,10 +119,11 @@ def run_task(task: RunTask) -> RunOutcome:
     started = time.monotonic()
     try:
         outcome = run_staged(task, dataclasses.replace(job, run_dir=staged), name, host)
-        if task.shared and outcome.status != "not started":
-            transfer.install(staged, job.run_dir)
-        elif outcome.status != "not started":
-            outcome = dataclasses.replace(outcome, archive=transfer.pack(staged))
+        if (staged / "meta.json").exists():  # a run began: it comes home, finished or not
+            if task.shared:
+                transfer.install(staged, job.run_dir)
+            else:
+                outcome = dataclasses.replace(outcome, archive=transfer.pack(staged))
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     _event(
