@@ -112,7 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run what is missing of the series in DIR (its results directory), with the same arguments "
         "it was started with: runs found finished there (same config and seed) are not run again",
     )
-    cluster_options.add_to(r, "runs at once on this machine: the local cluster's worker processes (default: the cores)")
+    cluster_options.add_to(
+        r,
+        "runs at once on this machine: the local cluster's worker processes (default: the cores); with "
+        "--cluster slurm, at most N worker jobs (default: one per run)",
+    )
     r.add_argument(
         "--run-dir",
         metavar="DIR",

@@ -258,7 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(sorted(short_keys())),
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override (repeatable)")
-    cluster_options.add_to(ap, "points at once on this machine (simulator only; default: the cores)")
+    cluster_options.add_to(
+        ap,
+        "points at once on this machine (simulator only; default: the cores); with --cluster slurm, at most "
+        "N worker jobs",
+    )
     ap.add_argument("--shard", metavar="I/N", help="run only shard I of N (points I, I+N, ...)")
     ap.add_argument("--out", help="sweep directory (default: results/sweep-NAME)")
     ap.add_argument("--dry-run", action="store_true", help="list this shard's points and exit")
