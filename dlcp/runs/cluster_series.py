@@ -105,7 +105,7 @@ def collect(future, cj: ClusterJob, results: Path, board: Board) -> RunOutcome:
         outcome = RunOutcome(label, "error", "-", "-", None, f"{type(e).__name__}: {e}")
     future.release()
     if outcome.archive is not None:
-        staged = transfer.staging_dir(results, cj.job.run_dir.name)
+        staged = transfer.staging_dir(results, cj.job.run_dir)
         transfer.unpack(outcome.archive, staged)
         transfer.install(staged, cj.job.run_dir)
     note = (outcome.error or "").strip().splitlines()[-1:] if outcome.status in ("error", "lost") else []

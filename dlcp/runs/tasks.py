@@ -113,9 +113,13 @@ def run_task(task: RunTask) -> RunOutcome:
     if task.series in _stopped:
         return RunOutcome(label, "not started", name, host, None)
     _event(worker, {"series": task.series, "run": label, "event": "start", "name": name, "host": host})
-    results = Path(task.results) if task.shared else Path(worker.local_directory) / "dlcp"
-    rel = os.path.relpath(job.run_dir, task.results)
-    staged = transfer.staging_dir(results, rel)
+    # the workers write the results: stage beside them; else in this worker's own directory
+    results = Path(task.results)
+    if task.shared:
+        staged = transfer.staging_dir(results, job.run_dir)
+    else:
+        mine = Path(worker.local_directory) / "dlcp" / results.name
+        staged = transfer.staging_dir(mine, mine / job.run_dir.relative_to(results))
     started = time.monotonic()
     try:
         outcome = run_staged(task, dataclasses.replace(job, run_dir=staged), name, host)

@@ -4,7 +4,8 @@ A run is written into a staging directory and appears at its place in the result
 complete, by a rename: a reader (the comparison, a resumed series, `dlcp sweep --summary`) sees a
 whole run or none, and a worker that dies mid-run leaves nothing at the run's place. Staging
 directories live in `<results>/.staging/` (one filesystem with the results, so the rename is
-atomic; hidden from the `*/meta.json` globs that find runs). When the workers cannot write the
+atomic; hidden from the `*/meta.json` globs that find runs), or beside a series that is one run
+(`--run-dir`: the run's place is the results directory itself). When the workers cannot write the
 results directory (another machine), the run travels as a tar archive in the task's result and
 is unpacked into staging on the submitting machine.
 """
@@ -21,9 +22,16 @@ from pathlib import Path
 STAGING = ".staging"
 
 
-def staging_dir(results: Path, name: str) -> Path:
-    """A new, empty directory to stage one run in, beside the results it will join."""
-    path = results / STAGING / f"{name.replace('/', '_')}-{uuid.uuid4().hex[:12]}"
+def staging_root(results: Path, dest: Path) -> Path:
+    """Where runs going to `dest` in `results` are staged: on the results' filesystem, outside
+    `dest`."""
+    return results.parent / f".{results.name}{STAGING}" if dest == results else results / STAGING
+
+
+def staging_dir(results: Path, dest: Path) -> Path:
+    """A new, empty directory to stage the run going to `dest` in."""
+    name = "run" if dest == results else str(dest.relative_to(results)).replace("/", "_")
+    path = staging_root(results, dest) / f"{name}-{uuid.uuid4().hex[:12]}"
     path.mkdir(parents=True)
     return path
 
@@ -64,5 +72,6 @@ def install(staged: Path, dest: Path) -> None:
 
 
 def remove_staging(results: Path) -> None:
-    """The staging area once a series is over (what a dead worker or a stop left in it)."""
-    shutil.rmtree(results / STAGING, ignore_errors=True)
+    """The staging areas once a series is over (what a dead worker or a stop left in them)."""
+    for root in (staging_root(results, results), staging_root(results, results / "run")):
+        shutil.rmtree(root, ignore_errors=True)

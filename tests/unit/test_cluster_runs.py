@@ -79,8 +79,8 @@ def test_a_run_travels_as_an_archive_and_replaces_an_unfinished_one_whole(tmp_pa
     results = tmp_path / "results"
     dest = results / "fifo" / "rep1"
     write_run(dest, cfg(), "interrupted")  # the partial run a stop left
-    staged = transfer.staging_dir(results, "fifo/rep1")
-    assert staged.parent == results / ".staging"
+    staged = transfer.staging_dir(results, dest)
+    assert staged.parent == results / ".staging" and staged.name.startswith("fifo_rep1-")
     transfer.unpack(data, staged)
     transfer.install(staged, dest)
     assert (dest / "records" / "h1-messages.csv").read_text() == "a,b\n1,2\n"
@@ -89,6 +89,10 @@ def test_a_run_travels_as_an_archive_and_replaces_an_unfinished_one_whole(tmp_pa
     assert not list((results / ".staging").iterdir())
     transfer.remove_staging(results)
     assert sorted(p.name for p in results.iterdir()) == ["fifo"]
+    one = tmp_path / "one"  # a series that is one run (--run-dir): staged beside it
+    assert transfer.staging_dir(one, one).parent == tmp_path / ".one.staging"
+    transfer.remove_staging(one)
+    assert not (tmp_path / ".one.staging").exists()
 
 
 def test_the_board_says_where_runs_are_and_which_were_retried():
