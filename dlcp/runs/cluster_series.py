@@ -59,7 +59,7 @@ def run_jobs(
             run_task, task, key=f"dlcp-run-{token[:12]}-{i}", pure=False, resources=resources(backend)
         )
         futures[f] = cj
-    print(f"dlcp run: {len(jobs)} runs on {engine.where}", file=sys.stderr)
+    print(f"dlcp run: {len(jobs)} run{'s' if len(jobs) > 1 else ''} on {engine.where}", file=sys.stderr)
     outcomes: dict[str, RunOutcome] = {}
     pending = set(futures)
     try:
