@@ -72,8 +72,11 @@ def run_once(config: str, args: argparse.Namespace, workers: int, into: Path) ->
         cluster=ClusterOptions(jobs=workers),
     )
     series = plan(request)
-    if series.backend.name != "ns3":
-        raise SystemExit(f"dlcp bench sweep: {config}: backend {series.backend.name}, not ns3")
+    if not series.backend.capabilities.parallel_runs:
+        raise SystemExit(
+            f"dlcp bench sweep: {config}: backend {series.backend.name} holds one run per machine at a time "
+            f"(bench a backend whose runs share nothing: {backends.offering(lambda c: c.parallel_runs)})"
+        )
     series.results = into
     runner = backends.implementation(series.backend.name)
     t0 = time.monotonic()
