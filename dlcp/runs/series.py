@@ -102,7 +102,6 @@ def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_
         try:
             if on_cluster(series, todo):
                 return run_on_cluster(series, todo)
-            series.results.mkdir(parents=True, exist_ok=True)
             return run_here(series, runner, todo, keep_going)
         finally:
             with signals.deferred():  # the results handed over, whatever comes
