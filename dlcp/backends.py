@@ -42,6 +42,9 @@ class Capabilities:
     deterministic: bool  # a seed fixes the run exactly (two runs with one seed are one sample)
     switch_engines: tuple[str, ...]  # the switch implementations it runs
     queue_must_exceed_qmax: bool  # the switch's own queue drops before admission control can act
+    # its switches run the pipeline core's queue disciplines (dlcp/queueing); False: their queues
+    # serve strict priority only (bmv2's simple_switch has no other scheduler)
+    queue_disciplines: bool
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ MININET_HOSTS = "Mininet hosts on one machine"
 register(
     Backend(
         name="builtin",
-        description="the built-in dataplane (emulation/refswitch) in Mininet",
+        description="the built-in switch (emulation/builtin_switch) in Mininet",
         hosts=MININET_HOSTS,
         capabilities=Capabilities(
             root="Mininet network namespaces",
@@ -125,6 +128,7 @@ register(
             deterministic=False,
             switch_engines=("c", "python"),
             queue_must_exceed_qmax=False,
+            queue_disciplines=True,
         ),
         implementation="emulation.mininet_backend:BUILTIN",
     )
@@ -147,6 +151,7 @@ register(
             deterministic=False,
             switch_engines=("bmv2",),
             queue_must_exceed_qmax=True,
+            queue_disciplines=False,
         ),
         implementation="emulation.mininet_backend:BMV2",
     )
@@ -169,6 +174,7 @@ register(
             deterministic=True,
             switch_engines=("ns3",),
             queue_must_exceed_qmax=False,
+            queue_disciplines=True,
         ),
         implementation="simulation.ns3.backend:NS3",
     )

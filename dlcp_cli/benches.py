@@ -13,7 +13,7 @@ def _tagging(argv):
 
 
 def _switch(argv):
-    from emulation.benches.switch import bench_switch
+    from emulation.benches.switch_forwarding import bench_switch
 
     return bench_switch(argv)
 
@@ -92,6 +92,7 @@ def _schedulers(argv):
             args.topologies,
             args.fabric_gbps,
             flag_values(args, COLLECTIVES),
+            args.compute_scale,
         )
     except ValueError as e:
         raise SystemExit(f"dlcp bench schedulers: {e}") from None
@@ -121,7 +122,7 @@ def _schedulers(argv):
 
 
 def _bmv2(argv):
-    from emulation.bmv2.bench import bench_bmv2
+    from emulation.benches.bmv2_forwarding import bench_bmv2
 
     return bench_bmv2(argv)
 
@@ -141,7 +142,7 @@ def _sweep(argv):
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
-    "switch": (_switch, "built-in dataplane forwarding rate vs Linux bridge (root)"),
+    "switch": (_switch, "built-in switch forwarding rate vs Linux bridge (root)"),
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "incast": (_incast, "N senders to one receiver through the built-in switch, cc on and off (root)"),
     "accuracy": (_accuracy, "test accuracy under packet loss per fill rule (in-process)"),

@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | sweep | build | gen | report | compare | profile | clean | bench | schedule.
+"""The `dlcp` command: run | sweep | build | gen | report | trace | compare | profile | chakra | clean | bench | schedule.
 
 The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
 or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser(
         "gen",
         help="write the P4, C and doc views of the wire format and switch names",
-        description="Regenerate p4/include/generated/*.p4, emulation/refswitch/dlcp_wire.h and the "
+        description="Regenerate p4/include/generated/*.p4, dlcp/switch/c/dlcp_wire.h and the "
         "tables of docs/wire-format.md from dlcp/wire/layout.py and "
         "dlcp/network/pipeline_names.py (docs/wire-format.md).",
     )
@@ -180,7 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="write the report here instead of into the run directory")
     r.set_defaults(func=report_cmds.cmd_report)
 
+    t = sub.add_parser(
+        "trace",
+        help="a run's timeline as a Chrome/Perfetto trace (dlcp report writes it too)",
+        description="Per rank the forward and backward of every layer and every message; per switch "
+        "port queue depth and drops (dlcp/reporting/trace.py). Open it at https://ui.perfetto.dev.",
+    )
+    t.add_argument("run_dir", help="a run directory")
+    t.add_argument("--out", help="output file (default: RUN_DIR/trace.json)")
+    t.set_defaults(func=report_cmds.cmd_trace)
+
     profile_cmd.add_parser(sub)
+    ch = sub.add_parser("chakra", help="Chakra execution traces: import one as a profile, export a run", add_help=False)
+    ch.add_argument("chakra_args", nargs=argparse.REMAINDER)
 
     c = sub.add_parser(
         "compare",
@@ -220,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(argv[1:])
     if argv[:1] == ["schedule"]:
         return _schedule(argv[1:])
+    if argv[:1] == ["profile"]:  # list | show | MODEL: its own parser
+        return profile_cmd.main(argv[1:])
+    if argv[:1] == ["chakra"]:
+        from dlcp_cli import chakra_cmd
+
+        return chakra_cmd.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0

@@ -1,7 +1,7 @@
 """`dlcp run`: the command line of the series runner (dlcp/runs/series.py), which drives
 whichever backend the experiment names (dlcp/backends.py). Exit status: 0 done, 1 a run failed
-(or root is missing), 2 a config or option error before anything started, 130 Ctrl-C, 143
-SIGTERM (docs/runs.md)."""
+(or root is missing, or another run has the machine, or the cluster cannot take the series), 2 a config or option error before anything
+started, 130 Ctrl-C, 143 SIGTERM (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from dlcp.runs import signals
 from dlcp.runs.cluster import ClusterError
 from dlcp.runs.contract import RunFailed
+from dlcp.runs.machine_lock import MachineBusy
 from dlcp.runs.series import run_series
 from dlcp.runs.series_runner import NeedsRoot, SeriesRequest
 from dlcp.settings import ConfigError
@@ -41,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
-    except (NeedsRoot, ClusterError) as e:
+    except (NeedsRoot, MachineBusy, ClusterError) as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 1
     except RunFailed as e:

@@ -1,6 +1,6 @@
 """`dlcp schedule`: a scheduler's decisions and predicted iteration time, or a collective's plan.
 
-    dlcp schedule --profile resnet50 --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
+    dlcp schedule --profile resnet50-usbyte --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
     dlcp schedule --collective multitree --topology torus:4x4 --json
     dlcp schedule --collective ring --topology leaf_spine:2x2x4 --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json
@@ -39,8 +39,15 @@ from dlcp.workloads.profile import load_profile
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp schedule", description=__doc__.splitlines()[0])
     ap.add_argument("--scheduler", choices=SCHEDULERS.choices(), help="a communication scheduler's decisions")
-    ap.add_argument("--profile", help="bundled profile name (resnet50, vgg16) or a profile JSON file")
+    ap.add_argument("--profile", help="bundled profile name (`dlcp profile list`) or a profile JSON file")
     ap.add_argument("--workers", type=int, help="ranks")
+    ap.add_argument(
+        "--compute-scale",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="every compute time of the profile times K: a device K times slower (default 1)",
+    )
     ap.add_argument("--alpha", type=float, help="all-reduce start-up, seconds")
     ap.add_argument("--beta", type=float, help="all-reduce seconds per byte")
     ap.add_argument("--rate-gbps", type=float, help="instead of alpha/beta: link rate (ring all-reduce)")
@@ -94,7 +101,9 @@ def scheduler_plan(args) -> dict:
     if spec is not None and len(spec.hosts) != args.workers:
         raise ValueError(f"--workers {args.workers}, but --topology {args.topology} has {len(spec.hosts)} hosts")
     options = dict(parse_option(o) for o in args.option)
-    plan = prediction_json(args.scheduler, load_profile(args.profile), args.workers, _cost(args, spec), **options)
+    profile = load_profile(args.profile).scaled(args.compute_scale)  # ValueError on K <= 0
+    plan = prediction_json(args.scheduler, profile, args.workers, _cost(args, spec), **options)
+    plan["compute_scale"] = args.compute_scale
     if args.collective:
         plan["collective"] = args.collective
     return plan
@@ -116,7 +125,9 @@ def summary(plan: dict) -> list[str]:
             f"{plan['scheduler']} on {plan['profile']} with {plan['workers']} workers: "
             f"{len(plan.get('groups', []))} groups, {len(ops)} operations per iteration",
             f"predicted iteration {plan['predicted_iteration_s'] * 1e3:.2f} ms "
-            f"(compute {plan['compute_s'] * 1e3:.2f} ms)",
+            f"(compute {plan['compute_s'] * 1e3:.2f} ms"
+            + (f", the profile's x {plan['compute_scale']:g}" if plan.get("compute_scale", 1) != 1 else "")
+            + ")",
         ]
     return COLLECTIVES.get(plan["collective"]).summary(plan)
 

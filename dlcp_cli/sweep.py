@@ -41,10 +41,11 @@ from pathlib import Path
 
 from dlcp import backends
 from dlcp.experiment import config as configmod
-from dlcp.runs import resume, series_runner, signals
+from dlcp.runs import privilege, resume, series_runner, signals
 from dlcp.runs import series as series_mod
 from dlcp.runs.cluster import ClusterError, ClusterOptions
 from dlcp.runs.contract import RunFailed
+from dlcp.runs.machine_lock import MachineBusy
 from dlcp.runs.series_runner import Series, SeriesRequest
 from dlcp.settings import reference_rows
 from dlcp_cli import cluster_options
@@ -184,13 +185,21 @@ def run_points(series: Series, names: dict[str, Point]) -> dict[str, dict]:
     series_runner.check(series, runner)
     todo = series_mod.runs_to_do(series)
     started = time.monotonic()
-    statuses = dict(zip((r.label for r in todo), series_mod.execute(series, runner, todo, keep_going=True)))
+    created = [p for p in [series.results, *series.results.parents] if not p.exists()] if series.results else []
+    with signals.installed():
+        try:
+            ran = series_mod.execute(series, runner, todo, keep_going=True)
+        finally:
+            with signals.deferred():
+                if series.results is not None:
+                    privilege.hand_over_to_sudo_user(series.results, created)
+    statuses = {id(run): state for run, state in zip(todo, ran)}
     status = {}
     for run in series.runs:
         point = names[run.dir.name if run.dir else ""]
         meta = resume.read_meta(run.dir) if run.dir else None
-        done_before = run not in todo
-        state = "ok" if done_before else statuses.get(run.label, "not started")
+        done_before = all(run is not t for t in todo)
+        state = "ok" if done_before else statuses.get(id(run), "not started")
         status[point.name] = {
             "index": point.index,
             "values": dict(point.values),
@@ -307,7 +316,7 @@ def main(argv: list[str]) -> int:
     except configmod.ConfigError as e:
         print(f"dlcp sweep: {e}", file=sys.stderr)
         return 2
-    except (series_runner.NeedsRoot, ClusterError) as e:
+    except (series_runner.NeedsRoot, MachineBusy, ClusterError) as e:
         print(f"dlcp sweep: {e}", file=sys.stderr)
         return 1
     except RunFailed as e:

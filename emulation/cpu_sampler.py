@@ -1,7 +1,7 @@
 """Did the machine keep up? The CPU time of the switch processes during a run.
 
 A switch process stands in for hardware that forwards at line rate. It sleeps when it has nothing
-to do (emulation/refswitch: ppoll until the next frame or departure), so the share of wall time it
+to do (emulation/builtin_switch: ppoll until the next frame or departure), so the share of wall time it
 spends on a CPU says how close it came to saturation; a switch that needs a whole CPU queues
 frames in the kernel instead of in its emulated queues. Sampled from /proc/PID/stat (utime + stime,
 every thread) by a thread of the runner; the result goes into meta.json `switch_cpu` and the

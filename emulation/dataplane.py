@@ -10,8 +10,8 @@ runtime file (docs/pipeline.md), and stops it:
     stop: counter dump in <run_dir>/counters/<name>.json, SIGTERM, SIGKILL if it hangs, forget PID
 
 Any failure stops the process and raises SwitchStartError naming the switch; once a process ran,
-the message also has the exact command line and the tail of the process's own log. `RefProcess`
-runs the built-in dataplane; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
+the message also has the exact command line and the tail of the process's own log. `BuiltinProcess`
+runs the built-in switch; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
 Mininet switch classes (`emulation.switches`) and the conformance harness use these.
 """
 
@@ -78,7 +78,7 @@ class DataplaneProcess:
 
     @property
     def samples_path(self) -> Path:
-        """Periodic queue samples (built-in dataplane; emulation/refswitch/switch.py, Sampler)."""
+        """Periodic queue samples (built-in switch; emulation/builtin_switch/process.py, Sampler)."""
         return self.run_dir / "counters" / f"{self.name}-samples.jsonl"
 
     @property
@@ -216,21 +216,21 @@ class DataplaneProcess:
             self.proc = None
 
     def write_final_counters(self) -> None:
-        """The dump a stop leaves behind (the built-in dataplane writes its own on SIGTERM)."""
+        """The dump a stop leaves behind (the built-in switch writes its own on SIGTERM)."""
 
     def counters(self) -> dict:
         """The last counter dump (after stop(), or after request_counters())."""
         return json.loads(self.counters_path.read_text())
 
 
-class RefProcess(DataplaneProcess):
-    """The built-in dataplane: `python -m emulation.refswitch` (emulation/refswitch)."""
+class BuiltinProcess(DataplaneProcess):
+    """The built-in switch: `python -m emulation.builtin_switch` (emulation/builtin_switch)."""
 
     backend = "builtin"
-    program = "refswitch"
+    program = "builtin_switch"
 
     def __init__(self, *args, extra_args=(), **kw):
-        """extra_args: more refswitch options (--engine, --seed, ...)."""
+        """extra_args: more builtin_switch options (--engine, --seed, ...)."""
         super().__init__(*args, **kw)
         self.extra_args = list(extra_args)
 
@@ -255,7 +255,7 @@ class RefProcess(DataplaneProcess):
         cmd = [
             sys.executable,
             "-m",
-            "emulation.refswitch",
+            "emulation.builtin_switch",
             "--runtime",
             str(self.runtime_json),
             "--name",
@@ -285,7 +285,7 @@ class RefProcess(DataplaneProcess):
 
     def control(self, command: str, timeout: float = 5.0) -> dict:
         """One control-socket request (ping, counters, dump)."""
-        from emulation.refswitch.switch import control_request
+        from emulation.builtin_switch.process import control_request
 
         return control_request(self.control_path, command, timeout=timeout)
 

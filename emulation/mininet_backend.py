@@ -1,5 +1,5 @@
 """The emulated backends under the backend contract (dlcp/runs/contract.py): Mininet hosts running
-the agents, one switch process per switch, the built-in dataplane (`BUILTIN`) or bmv2 (`BMV2`).
+the agents, one switch process per switch, the built-in switch (`BUILTIN`) or bmv2 (`BMV2`).
 dlcp/backends.py registers both by these names and says what they can do.
 
 A series shares one fork server (agents/forkserver.py, started by emulation/forkserver.py): it
@@ -18,7 +18,7 @@ from dlcp.runs.run_dir import package_version
 from emulation.clean import clean
 from emulation.emulated_run import EmulatedRun, report_unprocessed
 from emulation.forkserver import ForkServer, ForkServerError
-from emulation.switches import Bmv2Switch, DlcpSwitch, RefSwitch, SwitchStartError
+from emulation.switches import Bmv2Switch, BuiltinSwitch, DlcpSwitch, SwitchStartError
 
 BMV2_RATE_NOTE = (
     "dlcp run: note: on bmv2 every priority queue of a port drains at the link rate on its own "
@@ -93,5 +93,5 @@ class MininetBackend:
         return {"scapy": package_version("scapy"), "mininet": package_version("mininet"), **tools}
 
 
-BUILTIN = MininetBackend(RefSwitch)
+BUILTIN = MininetBackend(BuiltinSwitch)
 BMV2 = MininetBackend(Bmv2Switch, note=BMV2_RATE_NOTE)

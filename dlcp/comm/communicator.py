@@ -239,9 +239,16 @@ class Communicator:
         """DS-Sync's parameter averaging: every message's parameters through the collective (in
         message order), divided by how many ranks' values arrived; where none did (count 0), the
         chunk is marked lost and the rank keeps its own."""
-        for lay in sorted(self.tensors, key=lambda lay: lay.msg_id):
-            self.submit(iteration, GradMessage(lay, np.asarray(params[lay.msg_id], np.float32), self.n_layers))
+        self.submit_parameters(iteration, params)
         return param_means(self.wait(iteration))
+
+    def submit_parameters(self, iteration: int, params: dict[int, np.ndarray] | None) -> None:
+        """Every message's parameters into the collective, in message order, then `backward_done`
+        (DS-Sync's averaging; `param_means` of the aggregates is the average). None: sizes only."""
+        for lay in sorted(self.tensors, key=lambda lay: lay.msg_id):
+            values = None if params is None else np.asarray(params[lay.msg_id], np.float32)
+            self.submit(iteration, GradMessage(lay, values, self.n_layers))
+        self.backward_done(iteration)
 
     def close(self) -> None:
         self.coll.close()

@@ -9,6 +9,10 @@ contribute nothing, so `count[v]` is the number of pushes that delivered value v
 PULL, type PARAM) carry the parameters; their priority comes from the layer as usual and their drop
 precedence from |w_new - w_old| per packet (a lost chunk keeps the worker's previous value, which is
 worst where the parameters moved most). A lost pull value is marked in `ParamChunk.lost`.
+
+The packets of a push (`push_message`), the sum of the pushes (`sum_pushes`) and the parameter
+messages (`PullMessages`) are shared with the event-driven PS of the simulated hosts
+(dlcp/comm/evented.py `EventPSClient`, `EventPSServer`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import collections
 import numpy as np
 
 from dlcp.comm.api import Handle
-from dlcp.comm.packets import tagged_packets
+from dlcp.comm.packets import sized_packets, tagged_packets
 from dlcp.comm.settings import CommConfig
 from dlcp.comm.wire_ids import WireIds
 from dlcp.transport.api import SendInfo
@@ -52,6 +56,68 @@ class _Collective:
 # --- parameter server --------------------------------------------------------------------------------
 
 
+def push_message(
+    cfg: CommConfig, ids: WireIds, n_layers: int, vpp: int, iteration: int, msg: GradMessage, sizes_only: bool = False
+) -> tuple[object, SendInfo]:
+    """A worker's push of `msg` to the PS: its packets (phase PUSH, wire id `ids.message(msg_id)`)
+    and SendInfo. `sizes_only`: packets of the right sizes without values."""
+    lay = msg.layout
+    ident = MessageId(cfg.job_id, cfg.rank, iteration, ids.message(lay.msg_id), PHASE_PUSH, TYPE_DATA)
+    if sizes_only:
+        batch, lf, ll = sized_packets(ident, lay, 0, lay.n_values, n_layers, cfg, vpp)
+    else:
+        values = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
+        batch, lf, ll = tagged_packets(values, ident, lay, 0, lay.n_values, n_layers, cfg, vpp)
+    return batch, SendInfo(rec_msg_id=lay.msg_id, layer_first=lf, layer_last=ll)
+
+
+def sum_pushes(layouts: dict[int, MessageLayout], world: int, pushes: dict) -> dict[int, Aggregate]:
+    """Every message's pushes summed over the workers: `pushes[(rank, msg_id)]` is the RecvResult
+    (lost values are zeros; `count[v]` is the number of pushes that delivered value v). Ranks in a
+    fixed order: sums are reproducible bit for bit."""
+    out = {}
+    for msg_id, lay in layouts.items():
+        total = np.zeros(lay.n_values, np.float32)
+        count = np.zeros(lay.n_values, np.uint16)
+        for rank in range(world):
+            r = pushes[(rank, msg_id)]
+            total += r.values
+            count += ~r.loss_mask()
+        out[msg_id] = Aggregate(msg_id, total, count, world)
+    return out
+
+
+class PullMessages:
+    """The PS's parameter messages (phase PULL, type PARAM): every message's packets, their drop
+    precedence from |w_new - w_old| per packet (from |w| the first time), so it keeps the
+    parameters it sent last."""
+
+    def __init__(self, cfg: CommConfig, ids: WireIds, layouts: dict[int, MessageLayout], n_layers: int, vpp: int):
+        self.cfg, self.ids, self.layouts, self.n_layers, self.vpp = cfg, ids, layouts, n_layers, vpp
+        self._previous: dict[int, np.ndarray] = {}
+
+    def build(self, iteration: int, params: dict[int, np.ndarray] | None) -> list[tuple[int, object, SendInfo]]:
+        """(msg_id, packets, SendInfo) of every message, in layout order; `params` None: packets
+        of the right sizes without values (sizes only)."""
+        out = []
+        for msg_id, lay in self.layouts.items():
+            ident = MessageId(
+                self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(msg_id), PHASE_PULL, TYPE_PARAM
+            )
+            if params is None:
+                batch, lf, ll = sized_packets(ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp)
+            else:
+                values = np.array(params[msg_id], dtype=np.float32).reshape(-1)  # a copy: stays valid
+                prev = self._previous.get(msg_id)
+                delta = np.abs(values - prev) if prev is not None else np.abs(values)
+                self._previous[msg_id] = values
+                batch, lf, ll = tagged_packets(
+                    values, ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp, magnitudes=delta
+                )
+            out.append((msg_id, batch, SendInfo(rec_msg_id=msg_id, layer_first=lf, layer_last=ll)))
+        return out
+
+
 class PSClient(_Collective):
     """Worker side: push gradients to the PS, pull parameters back."""
 
@@ -61,15 +127,10 @@ class PSClient(_Collective):
         self._handles: dict[int, list] = collections.defaultdict(list)
 
     def push(self, iteration: int, msg: GradMessage) -> Handle:
-        lay = msg.layout
-        values = np.ascontiguousarray(msg.values, dtype=np.float32).reshape(-1)
-        ident = MessageId(
-            self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(lay.msg_id), PHASE_PUSH, TYPE_DATA
-        )
-        batch, lf, ll = tagged_packets(values, ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp)
-        h = self.t.send(self.ps, batch, SendInfo(rec_msg_id=lay.msg_id, layer_first=lf, layer_last=ll))
+        batch, info = push_message(self.cfg, self.ids, self.n_layers, self.vpp, iteration, msg)
+        h = self.t.send(self.ps, batch, info)
         self._handles[iteration].append(h)
-        return send_handle(h, f"push of message {lay.msg_id} in iteration {iteration}")
+        return send_handle(h, f"push of message {msg.msg_id} in iteration {iteration}")
 
     def pull(self, iteration: int) -> dict[int, ParamChunk]:
         """Wait for this iteration's pushes to finish and for every parameter message."""
@@ -87,35 +148,21 @@ class PSServer(_Collective):
 
     def __init__(self, transport, cfg: CommConfig, layouts, n_layers: int):
         super().__init__(transport, cfg, layouts, n_layers)
-        self._previous: dict[int, np.ndarray] = {}
+        self.pulls = PullMessages(cfg, self.ids, self.layouts, n_layers, self.vpp)
 
     def gather(self, iteration: int) -> dict[int, Aggregate]:
-        out = {}
-        for msg_id, lay in self.layouts.items():
-            total = np.zeros(lay.n_values, np.float32)
-            count = np.zeros(lay.n_values, np.uint16)
-            for rank in range(self.cfg.world):  # fixed order: sums are reproducible bit for bit
-                r = self.t.recv(rank, iteration, PHASE_PUSH, self.ids.message(msg_id), self.cfg.timeout_s)
-                total += r.values  # lost values are zeros
-                count += ~r.loss_mask()
-            out[msg_id] = Aggregate(msg_id, total, count, self.cfg.world)
-        return out
+        pushes = {
+            (rank, msg_id): self.t.recv(rank, iteration, PHASE_PUSH, self.ids.message(msg_id), self.cfg.timeout_s)
+            for msg_id in self.layouts
+            for rank in range(self.cfg.world)
+        }
+        return sum_pushes(self.layouts, self.cfg.world, pushes)
 
     def scatter(self, iteration: int, params: dict[int, np.ndarray]) -> None:
         """Send every message's parameters to every worker; returns when all are done."""
         handles = []
-        for msg_id, lay in self.layouts.items():
-            values = np.array(params[msg_id], dtype=np.float32).reshape(-1)  # a copy: stays valid
-            prev = self._previous.get(msg_id)
-            delta = np.abs(values - prev) if prev is not None else np.abs(values)
-            self._previous[msg_id] = values
-            ident = MessageId(
-                self.cfg.job_id, self.cfg.rank, iteration, self.ids.message(msg_id), PHASE_PULL, TYPE_PARAM
-            )
-            batch, lf, ll = tagged_packets(
-                values, ident, lay, 0, lay.n_values, self.n_layers, self.cfg, self.vpp, magnitudes=delta
-            )
+        for _, batch, info in self.pulls.build(iteration, params):
             for rank in range(self.cfg.world):  # same packets for every worker
-                handles.append(self.t.send(rank, batch, SendInfo(rec_msg_id=msg_id, layer_first=lf, layer_last=ll)))
+                handles.append(self.t.send(rank, batch, info))
         for h in handles:
             h.wait(self.cfg.timeout_s)

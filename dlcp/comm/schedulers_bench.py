@@ -102,9 +102,12 @@ def timeline_result(
     topologies,
     fabric_gbps: float,
     options: dict,
+    compute_scale: float = 1.0,
 ) -> dict:
-    loaded = [load_profile(p) for p in profiles]
+    """Both tables; `compute_scale` multiplies every profile's compute times (a slower device)."""
+    loaded = [load_profile(p).scaled(compute_scale) for p in profiles]
     return {
+        "compute_scale": compute_scale,
         "timeline": {
             "rate_gbps": rate_gbps,
             "latency_s": latency_s,
@@ -116,7 +119,9 @@ def timeline_result(
             "fabric_gbps": fabric_gbps,
             "latency_s": latency_s,
             "options": options,
-            "rows": collective_rows(load_profile(collective_profile), topologies, fabric_gbps, latency_s, options),
+            "rows": collective_rows(
+                load_profile(collective_profile).scaled(compute_scale), topologies, fabric_gbps, latency_s, options
+            ),
         },
     }
 
@@ -133,6 +138,19 @@ def _ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _positive(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0: {text!r}")
+    return value
+
+
 def _names(text: str) -> list[str]:
     return [v.strip() for v in text.split(",") if v.strip()]
 
@@ -141,11 +159,18 @@ def parser():
     import argparse
 
     ap = argparse.ArgumentParser(prog="dlcp bench schedulers", description=__doc__.splitlines()[0])
-    ap.add_argument("--profiles", type=_names, default=["resnet50", "vgg16"])
+    ap.add_argument("--profiles", type=_names, default=["resnet50-usbyte", "vgg16-usbyte"])
     ap.add_argument("--workers", type=_ints, default=WORKERS, help="comma-separated worker counts")
     ap.add_argument("--rate-gbps", type=float, default=10.0, help="link rate of the timeline's ring")
     ap.add_argument("--latency-s", type=float, default=30e-6, help="per collective step")
-    ap.add_argument("--collective-profile", default="resnet50", help="the profile of the collectives' rows")
+    ap.add_argument("--collective-profile", default="resnet50-usbyte", help="the profile of the collectives' rows")
+    ap.add_argument(
+        "--compute-scale",
+        type=_positive,
+        default=1.0,
+        metavar="K",
+        help="every profile compute time times K: a device K times slower than the profile's (default 1)",
+    )
     ap.add_argument("--topologies", type=_names, default=list(TOPOLOGIES))
     ap.add_argument("--fabric-gbps", type=float, default=10.0, help="switch-to-switch rate of the collectives' rows")
     add_option_flags(ap, COLLECTIVES, COLLECTIVE_OPTIONS)
@@ -157,9 +182,10 @@ def print_timeline(result: dict) -> None:
     from dlcp.tables import format_table
 
     t, c = result["timeline"], result["collectives"]
+    k = result.get("compute_scale", 1.0)
     print(
         f"timeline: predicted iteration time (ms) per scheduler, ring all-reduce at {t['rate_gbps']:g} Gb/s, "
-        f"{t['latency_s'] * 1e6:g} us per step"
+        f"{t['latency_s'] * 1e6:g} us per step" + (f"; every compute time x {k:g} (--compute-scale)" if k != 1 else "")
     )
     print(format_table(t["rows"]))
     print(

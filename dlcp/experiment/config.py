@@ -31,6 +31,7 @@ import dlcp.backends as backends
 from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows, registered_value_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
@@ -250,6 +251,7 @@ class Experiment(Settings):
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
     comm: CommSetup = Field(default_factory=CommSetup)
+    switch: QueueingSettings = Field(default_factory=QueueingSettings)
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
@@ -347,6 +349,15 @@ class Experiment(Settings):
                 "delay and loss emulation exist only on backend = "
                 f"{backends.offering(lambda c: c.link_delay_loss)}; {self.backend} has no such knob",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _queueing_on_backend(self):
+        """A discipline the backend's switches cannot run (bmv2: strict priority only) is refused here."""
+        try:
+            self.switch.check_target(self.backend)
+        except BadValue as e:
+            raise BadValue(f"switch.{e.key}", e.what or str(e)) from None
         return self
 
 

@@ -1,5 +1,5 @@
 """What a run needs besides a valid config, checked before anything starts (both backends call
-these): a results directory it can create, and layer budgets for layers the model has. Each
+these): a results directory it can create (a --run-dir no run has used), and layer budgets for layers the model has. Each
 raises ConfigError with one line naming the option or key."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from pathlib import Path
 from dlcp.settings import ConfigError
 
 
-def check_results_root(path: str | Path, option: str) -> None:
+def check_results_root(path: str | Path, option: str, probe_write: bool = True) -> None:
     """`path` (a results root, or a run directory: `option` says which, e.g. "--out",
     "output.dir", "--run-dir") is a directory or can be made one: every part of it that exists is
-    a directory, and a directory can be created in the deepest one (tried, then removed: this is
-    what finds a read-only mount, /proc or /sys, which permissions alone do not show to root)."""
+    a directory, and (`probe_write`) a directory can be created in the deepest one (tried, then
+    removed: this is what finds a read-only mount, /proc or /sys, which permissions alone do not
+    show to root)."""
     path = Path(path)
     where = f"{option} {str(path)!r}"
     existing = path
@@ -27,11 +28,31 @@ def check_results_root(path: str | Path, option: str) -> None:
     if not existing.is_dir():
         what = "a file" if existing.is_file() else "not a directory"
         raise ConfigError(f"{where}: {existing} is {what}, not a directory that can hold results", option, what)
+    if not probe_write:
+        return
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".dlcp-write-check-", dir=existing))
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"{where}: cannot create a directory in {existing} ({reason})", option, reason) from None
+
+
+def check_new_run_dir(path: str | Path) -> None:
+    """`--run-dir` names a directory no run has used: it does not exist, or is empty (a run
+    directory is never reused: a second run into one would overwrite some of its files and mix
+    its logs with the first's)."""
+    path = Path(path)
+    try:
+        used = path.is_dir() and any(path.iterdir())
+    except OSError as e:
+        raise ConfigError(f"--run-dir {str(path)!r}: cannot read it ({e.strerror})", "--run-dir") from None
+    if used:
+        what = "holds a run already" if (path / "meta.json").exists() else "is not empty"
+        raise ConfigError(
+            f"--run-dir {str(path)!r}: {what}; run directories are never reused (give a new or empty one)",
+            "--run-dir",
+            what,
+        )
 
 
 def check_layer_budgets(cfg: dict) -> None:
@@ -82,15 +103,17 @@ def model_layers(model: str, dataset: str, layers: tuple, compute: str, profile:
     return len(parameter_layers(build_model(model, data.in_shape, data.n_classes, 0)))
 
 
-def check_run_inputs(cfgs: list[dict], out: str | None, run_dir: str | None) -> None:
+def check_run_inputs(cfgs: list[dict], out: str | None, run_dir: str | None, probe_write: bool = True) -> None:
     """The checks above for the runs one `dlcp run` planned (their resolved configs; `out` and
-    `run_dir`: its --out and --run-dir, None when not given)."""
+    `run_dir`: its --out and --run-dir, None when not given). `probe_write` False: the user that
+    checks is not the one that will write (a run refused for root is rerun under sudo)."""
     if run_dir:
-        check_results_root(run_dir, "--run-dir")
+        check_results_root(run_dir, "--run-dir", probe_write)
+        check_new_run_dir(run_dir)
     elif out:
-        check_results_root(out, "--out")
+        check_results_root(out, "--out", probe_write)
     else:
         for root in dict.fromkeys(cfg["output"]["dir"] for cfg in cfgs):
-            check_results_root(root, "output.dir")
+            check_results_root(root, "output.dir", probe_write)
     for cfg in cfgs:
         check_layer_budgets(cfg)

@@ -1,5 +1,5 @@
 """Read and check a switch runtime file `sN-runtime.json` (format: docs/pipeline.md) into typed
-objects: the one reader both switch backends (the built-in dataplane, the bmv2 control plane) and
+objects: the one reader both switch backends (the built-in switch, the bmv2 control plane) and
 `switch_runtime.runtime_for` use.
 
 Everything is checked against the pipeline definition (`pipeline_names.PIPELINE`) up front, so a bad
@@ -27,6 +27,7 @@ from dlcp.network.pipeline_names import (
     PipelineSpec,
     Table,
 )
+from dlcp.queueing.registry import QueueingConfig, QueueingError, configure, from_doc
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128  # per priority queue, when a port does not say
 TARGETS = backends.names()  # a runtime file is written for the switches of one backend
@@ -47,11 +48,13 @@ class PortConfig:
     rate_mbps: float | None = None  # drain rate in Mbit/s of frames, or
     rate_pps: float | None = None  # in packets/s (never both); neither: line rate
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; None: the target's
-    delay_us: float = 0.0  # one-way propagation delay after the queue (built-in dataplane only)
-    loss: float = 0.0  # probability that a dequeued packet is lost on the link (built-in dataplane only)
-    # the peer is a host whose NIC shaper lets a frame go when its slot starts: the built-in dataplane
+    delay_us: float = 0.0  # one-way propagation delay after the queue (built-in switch only)
+    loss: float = 0.0  # probability that a dequeued packet is lost on the link (built-in switch only)
+    # the peer is a host whose NIC shaper lets a frame go when its slot starts: the built-in switch
     # adds the frame's transmission time at this port's rate, as the host's link would (store and forward)
     host_nic: bool = False
+    # which queue sends next (dlcp/queueing); the runtime row `queueing`, missing: strict priority
+    queueing: QueueingConfig = field(default_factory=lambda: configure("strict"))
 
     @property
     def rate_bps(self) -> float | None:
@@ -242,10 +245,15 @@ def _check_entries(
                 )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
     for i, cfg in enumerate(ports.values()):
+        why = cfg.queueing.refusal(target)
+        if why:
+            raise RuntimeFileError(
+                f"{source}: ports[{i}]: queueing {cfg.queueing.name!r} cannot run on {target}: {why}"
+            )
         limit = qmax.get(cfg.port, qmax[None])
         if must_exceed and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
-            # would never get those packets back (the built-in dataplane gives them back and counts
+            # would never get those packets back (the built-in switch gives them back and counts
             # them as queue_overflow_pkts)
             raise RuntimeFileError(
                 f"{source}: ports[{i}]: queue_depth_pkts {cfg.queue_depth_pkts} must exceed qmax {limit}"
@@ -277,6 +285,10 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     host_nic = raw.get("host_nic", False)
     if not isinstance(host_nic, bool):
         raise RuntimeFileError(f"{where}: host_nic must be true or false, got {host_nic!r}")
+    try:
+        queueing = from_doc(raw.get("queueing"))
+    except QueueingError as e:
+        raise RuntimeFileError(f"{where}: queueing: {e}") from None
     return PortConfig(
         port=port,
         intf=intf,
@@ -287,6 +299,7 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
         delay_us=_number(raw, "delay_us", where, 0, 0),
         loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),
         host_nic=host_nic,
+        queueing=queueing,
     )
 
 

@@ -18,7 +18,8 @@ equal-cost next hops) for topologies that do not want to list them by hand.
 
 Knobs (`SwitchConfig`, a settings model the experiment's `dlcp` section composes): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
 tail drop only), load-balancing mode, admission thresholds (switch-wide and per port), the ECN
-marking threshold K (switch-wide and per queue id).
+marking threshold K (switch-wide and per queue id), and the ports' queue discipline (the
+experiment's `[switch]` section, dlcp/queueing).
 
 Every runtime made here is checked by the same reader the switches use (`runtime_file.parse_runtime`).
 """
@@ -47,6 +48,7 @@ from dlcp.network.runtime_file import (
     RuntimeFileError,
     parse_runtime,
 )
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import BadValue, IntKey, Settings
 from dlcp.wire.header import HEADER_LEN, MAX_PAYLOAD_BYTES
 from dlcp.wire.layout import LAYOUT
@@ -83,9 +85,9 @@ class Port:
     rate_mbps: float | None = None  # egress drain rate; None = line rate (no shaping)
     rate_pps: int | None = None  # alternatively in packets/s (bmv2's unit); not both
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; above qmax
-    delay_us: int = 0  # built-in dataplane only (bmv2 has no delay)
-    loss: float = 0.0  # built-in dataplane only
-    host_nic: bool = False  # the peer is a host (built-in dataplane: its NIC's transmission time on arrival)
+    delay_us: int = 0  # built-in switch only (bmv2 has no delay)
+    loss: float = 0.0  # built-in switch only
+    host_nic: bool = False  # the peer is a host (built-in switch: its NIC's transmission time on arrival)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,7 @@ class SwitchConfig(SwitchSettings):
 
     policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
     port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}  # noqa: RUF012
+    queueing: QueueingSettings = Field(default_factory=QueueingSettings)  # every port's discipline
     target: Target = backends.RUNTIME_DEFAULT_TARGET
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
@@ -247,6 +250,7 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
         )
     entries += lpm + nhop
     entries += classify_entries(cfg.policy)
+    queueing = cfg.queueing.config().to_doc()
 
     runtime = {
         "switch": sw.name,
@@ -266,6 +270,7 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
                 "delay_us": p.delay_us,
                 "loss": p.loss,
                 "host_nic": p.host_nic,
+                "queueing": queueing,
             }
             for p in sorted(sw.ports, key=lambda p: p.port)
         ],

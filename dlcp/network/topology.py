@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from dlcp.network import switch_runtime as rt
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import ConfigError
 
 
@@ -124,7 +125,8 @@ class TopologySpec:
     def runtimes(self, cfg: dict) -> dict[str, dict]:
         """Each switch's runtime file content (docs/pipeline.md) for the resolved experiment config:
         routes over all equal-cost shortest paths (dlcp.runtime.switch_topos), the policy's
-        classification, load balancing and thresholds, and the links' queue, delay and loss."""
+        classification, load balancing and thresholds, the links' queue, delay and loss, and the
+        ports' queue discipline (`[switch]`)."""
         links_cfg, d = cfg["links"], cfg["dlcp"]
         hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
         links = [
@@ -132,7 +134,10 @@ class TopologySpec:
             for a, pa, b, pb, rate in self.links()
         ]
         switch_cfg = rt.SwitchConfig(
-            **{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"], target=cfg["backend"]
+            **{k: d[k] for k in rt.SwitchSettings.model_fields},
+            policy=d["policy"],
+            target=cfg["backend"],
+            queueing=QueueingSettings(**(cfg.get("switch") or {})),
         )
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):

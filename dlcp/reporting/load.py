@@ -184,8 +184,10 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
             "still running): a partial run, the figures cover what was recorded until then"
         )
     elif status not in (None, "ok"):
+        error = (run.meta or {}).get("error")
+        why = f": {error}" if isinstance(error, str) else ""
         run.problems.append(
-            f"meta.json: the run ended with status {status!r} "
+            f"meta.json: the run ended with status {status!r}{why} "
             "(a partial run: the figures cover what was recorded until then)"
         )
     return run
@@ -456,7 +458,7 @@ def _read_progress(run_path: pathlib.Path, problems: list[str]) -> dict[str, dic
     return out
 
 
-# What each agent writes (agents/common.py, simulation/ns3/runner.py), and what the report loses
+# What each agent writes (agents/common.py, simulation/ns3/simulated_run.py), and what the report loses
 # without it. Workers and the PS write message records and totals; workers also iteration records.
 AGENT_RECORDS = (
     ("messages.csv", ("worker", "ps"), "its messages: MCT, loss and retransmission figures leave it out"),

@@ -119,16 +119,30 @@ def scale_line(sc: dict) -> str:
         warm = "warm-up unknown (no readable config.toml): every iteration counts"
     else:
         warm = "every iteration counts (no warm-up)"
+    compute = compute_line(sc)
     if sc["dilation"] != 1:
         return (
             f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
-            f"every time shown is measured / {sc['dilation']:g}; {warm}"
+            f"every time shown is measured / {sc['dilation']:g}; {compute}{warm}"
         )
     if sc.get("dilation_from", "config.toml") is None:
-        return (
-            f"Time dilation unknown (neither meta.json nor config.toml records it): times are shown as measured; {warm}"
-        )
-    return f"No time dilation; {warm}"
+        return f"Time dilation unknown (neither meta.json nor config.toml records it): times are shown as measured; {compute}{warm}"
+    return f"No time dilation; {compute}{warm}"
+
+
+def compute_line(sc: dict) -> str:
+    """What the compute times were, when they came from a profile: its name and compute scale."""
+    if not sc.get("profile") and sc.get("compute_scale", 1) == 1:
+        return ""
+    k = sc.get("compute_scale", 1)
+    scaled = f" x {k:g} (workload.compute_scale: a device {k:g}x slower)" if k != 1 else ""
+    name = sc.get("profile") or "(the model's own)"
+    fitted = (
+        " (another model's: its compute laid over this model's tensors by parameter fraction)"
+        if sc.get("profile_fitted")
+        else ""
+    )
+    return f"compute from profile {name}{fitted}{scaled}; "
 
 
 def keepup_warning(k: dict) -> str | None:
@@ -150,12 +164,18 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
             "stopped; or it is still running)"
             if info["status"] == UNFINISHED
             else f"it ended with status {info['status']!r} before finishing"
+            + (f" ({info['error']})" if info.get("error") else "")
         )
         doc.warn(
             f"Partial run: {how}; every figure below covers only the {s['iteration']['count']} iteration(s) "
             "recorded until then."
         )
     doc.bullets(headline_lines(s))
+    if s.get("trace"):
+        doc.p(
+            f"Timeline: {s['trace']['file']} (per rank the forward and backward of every layer and every "
+            f"message from send to completion; per switch port queue depth and drops): {s['trace']['open']}."
+        )
     warning = protected_warning(s["loss"])
     if warning:
         doc.warn(warning)
@@ -595,6 +615,19 @@ def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str
     return paths
 
 
+def _write_trace(run_dir: pathlib.Path, out: pathlib.Path) -> dict | None:
+    """The run's timeline beside its report (dlcp/reporting/trace.py); None when the run has no
+    records to draw it from."""
+    from dlcp.reporting.trace import OPEN_HINT, TRACE_NAME, write_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        write_trace(run_dir, out / TRACE_NAME)
+    except ValueError:
+        return None
+    return {"file": TRACE_NAME, "open": OPEN_HINT}
+
+
 def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None, figures: bool = True) -> dict:
     """Write summary.json, report.md, report.html and plots/ for one run (into the run directory
     unless out_dir is given) and return the summary. `figures=False`: no plots (a run of a repeated
@@ -602,5 +635,6 @@ def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None =
     run = undilated(load_run(run_dir))
     summary = summarise(run)
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
+    summary["trace"] = _write_trace(run.path, out)
     write_outputs(out, build_doc(run, summary, figures), summary, json_name="summary.json", stem="report")
     return json_ready(summary)

@@ -93,13 +93,21 @@ def after_warmup(table: Table, warmup: int) -> Table:
 
 
 def scale_info(run: RunData) -> dict:
-    """summary.json `scale`: the dilation applied and the warm-up left out, and where each came
+    """summary.json `scale`: the dilation applied, the profile's compute scale and the warm-up left out, and where each came
     from (None: unknown, so times are as measured and every iteration counts)."""
     f = run.facts
+    workload = (run.config or {}).get("workload") or {}
     return {
         "dilation": f.dilation,
         "dilation_from": f.dilation_from,
         "times": "measured / dilation (the system's time)" if f.dilation != 1 else "measured",
+        "compute_scale": workload.get("compute_scale", 1.0),
+        "profile": workload.get("profile", "") if workload.get("compute") == "profile" else "",
+        # another model's profile fitted onto this model's tensors (the agents' compute records say)
+        "profile_fitted": any(
+            isinstance(a.get("compute"), dict) and a["compute"].get("profile_fit") == "parameter fraction"
+            for a in run.agents.values()
+        ),
         "warmup_iterations": f.warmup_iterations,
         "warmup_from": f.warmup_from,
     }

@@ -373,7 +373,7 @@ def summarise(run: RunData) -> dict:
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series, warmup),
         "loss": loss_section(loss_rows, run, loss_which),
-        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config, run.policy)},
+        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config)},
         "agents": agents_section(run.agents),
         "training": {**training_section(curves), "payload": payload_of(run)},
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},
@@ -406,6 +406,7 @@ def run_info(run: RunData) -> dict:
         "wall_time_s": meta.get("wall_time_s"),
         "exit_status": meta.get("exit_status"),
         "status": run_status(run.meta),
+        "error": meta.get("error"),  # why a run that failed ended (its first line), when meta.json says
         # stopped early (Ctrl-C, SIGTERM, an error, killed): the report covers only what was recorded
         "partial": run_status(run.meta) not in (None, "ok"),
     }

@@ -25,16 +25,14 @@ class RunState:
 class Board:
     """The runs of a series on a cluster; `line()` says where they stand."""
 
-    def __init__(self, series: str, labels: list[str], done_before: set[str], stream=sys.stderr):
-        """`labels`: every run of the series, in its order; `done_before`: those a resumed series
-        found finished."""
+    def __init__(self, series: str, labels: list[str], done_before: set[int], stream=sys.stderr):
+        """`labels`: every run of the series, in its order (a run is its position there);
+        `done_before`: the positions of those a resumed series found finished."""
         self.series = series  # the token of this series' events (a scheduler may serve others)
-        self.runs = {
-            label: RunState(label, "done before", note="found finished (resumed)")
-            if label in done_before
-            else RunState(label)
-            for label in labels
-        }
+        self.runs = [
+            RunState(label, "done before", note="found finished (resumed)") if i in done_before else RunState(label)
+            for i, label in enumerate(labels)
+        ]
         self.stream = stream
         self._events: list[dict] = []
         self._lock = threading.Lock()
@@ -51,9 +49,10 @@ class Board:
         with self._lock:
             events, self._events = self._events, []
         for msg in events:
-            run = self.runs.get(str(msg.get("run")))
-            if run is None or msg.get("series") != self.series or msg.get("event") != "start":
+            index = msg.get("index")
+            if msg.get("series") != self.series or msg.get("event") != "start" or not isinstance(index, int):
                 continue
+            run = self.runs[index]
             if run.state == "running" and run.workers:  # started again: the worker it ran on is gone
                 print(
                     f"dlcp run: [{run.label}] started again on worker {msg['name']}: worker {run.workers[-1]} "
@@ -64,15 +63,15 @@ class Board:
             if run.state == "queued" or run.state == "running":
                 run.state = "running"
 
-    def finished(self, label: str, status: str, worker: str | None, wall_s: float | None, note: str = "") -> None:
-        run = self.runs[label]
+    def finished(self, index: int, status: str, worker: str | None, wall_s: float | None, note: str = "") -> None:
+        run = self.runs[index]
         run.state, run.wall_s, run.note = status, wall_s, note
         if worker and worker != "-" and not run.workers:  # its start event was lost with its worker
             run.workers.append(worker)
 
     def counts(self) -> dict[str, int]:
         out = {"done": 0, "running": 0, "queued": 0}
-        for r in self.runs.values():
+        for r in self.runs:
             out["running" if r.state == "running" else "queued" if r.state == "queued" else "done"] += 1
         return out
 
@@ -80,7 +79,7 @@ class Board:
         """e.g. "runs: 3 done, 2 running, 3 queued; worker 0: 2 done, running [dlcp rep 2, seed 2]"."""
         c = self.counts()
         per: dict[str, list[int | str]] = {}
-        for r in self.runs.values():
+        for r in self.runs:
             if not r.workers:
                 continue
             w = per.setdefault(r.workers[-1], [0, ""])
@@ -113,7 +112,7 @@ class Board:
                 "wall_s": r.wall_s,
                 "note": r.note or retried(r.workers),
             }
-            for r in self.runs.values()
+            for r in self.runs
         ]
 
     def table(self) -> str:

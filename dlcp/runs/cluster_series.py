@@ -32,6 +32,7 @@ TICK_S = 1.0
 
 @dataclass(frozen=True)
 class ClusterJob:
+    index: int  # the run's position in its series
     job: RunJob
     rerun: str  # the command that runs it on this machine, for its error message
 
@@ -46,7 +47,7 @@ def run_jobs(
 
     client = engine.client
     token = uuid.uuid4().hex
-    board = Board(token, labels, set(labels) - {j.job.run.label for j in jobs})
+    board = Board(token, labels, set(range(len(labels))) - {j.index for j in jobs})
     client.subscribe_topic(TOPIC, board.on_event)  # type: ignore[attr-defined]
     futures = {}
     for i, cj in enumerate(jobs):
@@ -54,13 +55,13 @@ def run_jobs(
             f"dlcp run: {name} [{cj.job.run.label}] ({i + 1}/{len(jobs)}) on {backend.name} -> {cj.job.run_dir}",
             file=sys.stderr,
         )
-        task = RunTask(token, cj.job, str(results), engine.shared)
+        task = RunTask(token, cj.index, cj.job, str(results), engine.shared)
         f = client.submit(  # type: ignore[attr-defined]
             run_task, task, key=f"dlcp-run-{token[:12]}-{i}", pure=False, resources=resources(backend)
         )
         futures[f] = cj
     print(f"dlcp run: {len(jobs)} run{'s' if len(jobs) > 1 else ''} on {engine.where}", file=sys.stderr)
-    outcomes: dict[str, RunOutcome] = {}
+    outcomes: dict[int, RunOutcome] = {}  # by position in the series
     pending = set(futures)
     try:
         while pending:
@@ -68,24 +69,23 @@ def run_jobs(
                 done, pending = wait(pending, timeout=TICK_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
-            for f in done:
-                outcome = collect(f, futures[f], results, board)
-                outcomes[outcome.label] = outcome
+            with signals.deferred():  # a finished run is installed whole, whatever comes
+                for f in done:
+                    outcomes[futures[f].index] = collect(f, futures[f], results, board)
             board.show()
     except BaseException as e:
         if not signals.is_stop(e):
             raise
         signals.handled()
         with signals.deferred():
-            for outcome in stop(client, token, pending, futures, results, board, e):
-                outcomes[outcome.label] = outcome
+            outcomes.update(stop(client, token, pending, futures, results, board, e))
             board.show()
             print(board.table(), file=sys.stderr)
         raise
     finally:
         client.unsubscribe_topic(TOPIC)  # type: ignore[attr-defined]
     print(board.table(), file=sys.stderr)
-    ordered = [outcomes[cj.job.run.label] for cj in jobs]
+    ordered = [outcomes[cj.index] for cj in jobs]
     for cj, outcome in zip(jobs, ordered):
         if outcome.status != "ok":
             print(failure_message(cj, outcome), file=sys.stderr)
@@ -109,38 +109,53 @@ def collect(future, cj: ClusterJob, results: Path, board: Board) -> RunOutcome:
         transfer.unpack(outcome.archive, staged)
         transfer.install(staged, cj.job.run_dir)
     note = (outcome.error or "").strip().splitlines()[-1:] if outcome.status in ("error", "lost") else []
-    board.finished(label, outcome.status, outcome.worker, outcome.wall_s, note[0] if note else "")
+    board.finished(cj.index, outcome.status, outcome.worker, outcome.wall_s, note[0] if note else "")
     return RunOutcome(label, outcome.status, outcome.worker, outcome.host, outcome.wall_s, outcome.error)
 
 
-def stop(client, token: str, pending: set, futures: dict, results: Path, board: Board, exc: BaseException):
-    """After Ctrl-C / SIGTERM: nothing more starts, the running runs get the signal on their
-    workers; they come home stopped (with their partial reports) within STOP_GRACE_S."""
+def stop(
+    client, token: str, pending: set, futures: dict, results: Path, board: Board, exc: BaseException
+) -> dict[int, RunOutcome]:
+    """After Ctrl-C / SIGTERM: the queued runs are cancelled, the running ones get the signal on
+    their workers and come home stopped (with their partial reports) within STOP_GRACE_S; a run
+    that starts again after the stop (on a worker that came up since) is cancelled too. Outcomes
+    by position in the series."""
     from distributed import wait
 
     try:
         client.run(stop_runs, token, int(signals.signal_of(exc)))
     except Exception as e:  # noqa: BLE001 - a worker that cannot be reached: its runs are cancelled below
         print(f"dlcp run: could not reach every worker to stop its runs: {e}", file=sys.stderr)
-    out = []
+    board.take_events()
+    starts = {i: len(r.workers) for i, r in enumerate(board.runs)}
+    queued = {f for f in pending if board.runs[futures[f].index].state == "queued"}
+    client.cancel(list(queued))
+    pending = pending - queued
+    out: dict[int, RunOutcome] = {}
     deadline = time.monotonic() + STOP_GRACE_S
     while pending and time.monotonic() < deadline:
         try:
             done, pending = wait(pending, timeout=TICK_S, return_when="FIRST_COMPLETED")
         except TimeoutError:
-            continue
+            done = set()
         for f in done:
             cj = futures[f]
-            outcome = collect(f, cj, results, board)
-            out.append(outcome)
+            out[cj.index] = outcome = collect(f, cj, results, board)
             if outcome.status in ("interrupted", "terminated"):
                 report = cj.job.run_dir / "report.html"
                 print(
                     interrupted_message(cj.job.run_dir, report if report.exists() else None, outcome.status),
                     file=sys.stderr,
                 )
-    if pending:
-        client.cancel(list(pending))
+        board.take_events()
+        again = {f for f in pending if len(board.runs[futures[f].index].workers) > starts[futures[f].index]}
+        client.cancel(list(again))
+        pending -= again
+    client.cancel(list(pending))
+    for f in futures:
+        index = futures[f].index
+        if index not in out and board.runs[index].state in ("queued", "running"):
+            board.finished(index, "not started" if board.runs[index].state == "queued" else "stopped", None, None)
     return out
 
 

@@ -60,7 +60,7 @@ def what_differs(run_dir: Path, cfg: dict) -> str:
     try:
         there = tomllib.loads((run_dir / "config.toml").read_text())
     except (OSError, ValueError):
-        return "its config.toml unreadable"
+        return "its config.toml missing or unreadable"
     return first_difference(identity(there), identity(cfg)) or "a config that no longer hashes the same"
 
 
@@ -75,8 +75,8 @@ def state(run_dir: Path, cfg: dict, report: bool) -> str:
         return "todo"
     if meta.get("run_id") != run_id(cfg):
         raise ConfigError(
-            f"{run_dir}: holds another run ({what_differs(run_dir, cfg)}); a resumed series reruns its "
-            "own runs only (start a new series, or give another --out)"
+            f"{run_dir}: holds another run ({what_differs(run_dir, cfg)}); run directories are never reused: "
+            "a series or sweep started again there reruns only its own unfinished runs (give another --out)"
         )
     finished = meta.get("status") == "ok" and (not report or (run_dir / "report.html").exists())
     return "done" if finished else "todo"

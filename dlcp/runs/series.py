@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dlcp.backends as backends
 from dlcp.experiment import config as configmod
-from dlcp.runs import naming, privilege, resume, signals
+from dlcp.runs import machine_lock, privilege, resume, run_dir, signals, transfer
 from dlcp.runs.contract import BackendRunner, RunFailed
 from dlcp.runs.series_runner import (
     PlannedRun,
@@ -32,34 +32,61 @@ from dlcp.runs.series_runner import (
 
 def run_series(request: SeriesRequest) -> Path:
     """Run the series `request` asks for; returns its results directory. Raises ConfigError (before
-    anything starts), NeedsRoot, ClusterError, RunFailed, KeyboardInterrupt or signals.Terminated."""
+    anything starts), NeedsRoot, MachineBusy, ClusterError, RunFailed, KeyboardInterrupt or
+    signals.Terminated."""
     series = plan(request)
     runner: BackendRunner = backends.implementation(series.backend.name)
     check(series, runner)
+    created: list[Path] = []
     if request.resume:
-        series.results = resumed_results(request.resume)
-    elif request.run_dir:
-        series.results = Path(request.run_dir)
-    else:
-        series.results = naming.results_dir(request.out_root or series.base["output"]["dir"], series.base["name"])
-    todo = runs_to_do(series)
-    try:
-        outcomes = execute(series, runner, todo)
-    except (KeyboardInterrupt, signals.Terminated):
-        if request.command and len(series.runs) > 1:
-            again = [*request.command, *([] if request.resume else ["--resume", str(series.results)])]
-            print(f"dlcp run: to run what is missing: {shlex.join(again)}", file=sys.stderr)
-        raise
+        results = series.results = resumed_results(request.resume)
+    with signals.installed():
+        if not request.resume:
+            results, created = run_dir.new_results(
+                request.run_dir, request.out_root or series.base["output"]["dir"], series.base["name"]
+            )
+            series.results = results
+        stop = None
+        try:
+            outcomes = execute(series, runner, runs_to_do(series))
+        except (KeyboardInterrupt, signals.Terminated) as e:
+            stop = e
+            if request.command and len(series.runs) > 1 and run_dir.holds_runs(results):
+                again = [*request.command, *([] if request.resume else ["--resume", str(results)])]
+                print(f"dlcp run: to run what is missing: {shlex.join(again)}", file=sys.stderr)
+            raise
+        finally:
+            with signals.deferred():  # the results handed over (or removed when no run began), whatever comes
+                leave_results(results, created, stop)
     failed = [o for o in outcomes if o != "ok"]
     if failed:
         raise RunFailed(
-            f"{len(failed)} of {len(todo)} runs did not finish (see above); rerun them with --resume {series.results}"
+            f"{len(failed)} of {len(outcomes)} runs did not finish (see above); rerun them with --resume {results}"
         )
     if series.request.with_report and len(series.variants) > 1:
         from dlcp.reporting import compare_runs
 
-        compare_runs([series.results / v for v in series.variants], series.results, echo=True)
-    return series.results
+        compare_runs([results / v for v in series.variants], results, echo=True)
+    return results
+
+
+def leave_results(results: Path, created: list[Path], stop: BaseException | None) -> None:
+    """A series' directory as it ends: handed to the user behind sudo; removed when no run started
+    in it (a stop or a failure before the first run), saying so after a stop (a run that started
+    says where it stopped itself)."""
+    if run_dir.holds_runs(results):
+        privilege.hand_over_to_sudo_user(results, created)
+        return
+    removed = run_dir.remove_unused(results, created)
+    if not removed:
+        privilege.hand_over_to_sudo_user(results, created)
+    if stop is not None:
+        what = "interrupted (Ctrl-C)" if signals.status_of(stop) == "interrupted" else "terminated (SIGTERM)"
+        print(
+            f"dlcp run: {what} before its first run started; everything it started was stopped"
+            + (f" and nothing was kept ({results} removed)" if removed else ""),
+            file=sys.stderr,
+        )
 
 
 def resumed_results(path: str) -> Path:
@@ -84,11 +111,11 @@ def on_cluster(series: Series, todo: list[PlannedRun]) -> bool:
 
 
 def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_going: bool = False) -> list[str]:
-    """Run `todo` of `series` into `series.results`, on a cluster or here; each run's status
-    ("ok" or why not), in order. Here, the first failure ends the series (RunFailed) unless
-    `keep_going`; on a cluster every run runs."""
+    """Run `todo` of `series` into `series.results` (which exists), on a cluster or here; each
+    run's status ("ok" or why not), in order. Here the machine is claimed first for a backend whose
+    runs collide (machine_lock.py: MachineBusy), and the first failure ends the series (RunFailed)
+    unless `keep_going`; on a cluster every run runs. The caller installs the signal handlers."""
     assert series.results is not None
-    created = [p for p in [series.results, *series.results.parents] if not p.exists()]  # handed over under sudo
     skipped = [run.label for run in series.runs if run not in todo]
     if skipped:
         print(
@@ -98,26 +125,29 @@ def execute(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_
         )
     if not todo:
         return []
-    with signals.installed():
-        try:
-            if on_cluster(series, todo):
-                return run_on_cluster(series, todo)
-            return run_here(series, runner, todo, keep_going)
-        finally:
-            with signals.deferred():  # the results handed over, whatever comes
-                privilege.hand_over_to_sudo_user(series.results, created)
+    if on_cluster(series, todo):
+        return run_on_cluster(series, todo)
+    with machine_lock.claim(series.backend) as lock:
+        if lock is not None:
+            lock.note_results(series.results)
+        for run in todo:  # a resumed series' unfinished run: run again from nothing
+            if series.run_dir_of(run).exists():
+                transfer.discard(series.run_dir_of(run), series.results)
+        transfer.remove_staging(series.results)
+        return run_here(series, runner, todo, keep_going)
 
 
 def run_on_cluster(series: Series, todo: list[PlannedRun]) -> list[str]:
     """`todo` as tasks on the cluster the request names (a local one by default)."""
-    from dlcp.runs import cluster, transfer
+    from dlcp.runs import cluster
     from dlcp.runs.cluster_series import ClusterJob, run_jobs
 
     assert series.results is not None
     results = series.results = series.results.absolute()  # the workers' paths, whatever their directory
     jobs = [
-        ClusterJob(dataclasses.replace(job, run_dir=job.run_dir.absolute()), rerun_command(series, run))
-        for run in todo
+        ClusterJob(i, dataclasses.replace(job, run_dir=job.run_dir.absolute()), rerun_command(series, run))
+        for i, run in enumerate(series.runs)
+        if any(run is t for t in todo)
         for job in [job_of(series, run)]
     ]
     with cluster.connect(series.request.cluster, series.backend, len(todo)) as engine:

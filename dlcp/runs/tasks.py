@@ -30,12 +30,12 @@ from pathlib import Path
 
 import dlcp.backends as backends
 from dlcp.exit_status import exit_text
-from dlcp.runs import signals, transfer
+from dlcp.runs import machine_lock, run_dir, signals, transfer
 from dlcp.runs.contract import RunFailed, Session
 from dlcp.runs.forked import run_forked
 from dlcp.runs.progress import Progress
 from dlcp.runs.resume import read_meta
-from dlcp.runs.series_runner import RunJob, run_and_report
+from dlcp.runs.series_runner import RunJob, run_and_report, write_partial_report
 
 TOPIC = "dlcp-runs"
 ERROR_LINES = 12  # of a failed run's output, brought back with its error
@@ -47,6 +47,7 @@ class RunTask:
     """What a worker needs to run one run of a series."""
 
     series: str  # the series' token: events and stops name it
+    index: int  # the run's position in its series: events name it
     job: RunJob  # run_dir: the run's place in the results, as the submitter sees it
     results: str  # the series' results directory
     shared: bool  # the workers can write `results` (the same path on every worker)
@@ -112,7 +113,7 @@ def run_task(task: RunTask) -> RunOutcome:
     label = job.run.label
     if task.series in _stopped:
         return RunOutcome(label, "not started", name, host, None)
-    _event(worker, {"series": task.series, "run": label, "event": "start", "name": name, "host": host})
+    _event(worker, {"series": task.series, "index": task.index, "event": "start", "name": name, "host": host})
     # the workers write the results: stage beside them; else in this worker's own directory
     results = Path(task.results)
     if task.shared:
@@ -134,7 +135,7 @@ def run_task(task: RunTask) -> RunOutcome:
         worker,
         {
             "series": task.series,
-            "run": label,
+            "index": task.index,
             "event": "end",
             "name": name,
             "status": outcome.status,
@@ -166,12 +167,13 @@ def run_staged(task: RunTask, job: RunJob, name: str, host: str) -> RunOutcome:
         progress = Progress(sys.stderr)
         own: Session | None = None
         try:
-            if session is not None:
-                run_and_report(job, session, progress)
-            else:  # a session of its own, in the run's directory (its logs/)
-                own = backends.implementation(backend.name).open_session(cfg, job.run_dir, progress)
-                run_and_report(job, own, progress)
-        except RunFailed as e:
+            with machine_lock.claim(backend):  # an emulated run has the machine to itself
+                if session is not None:
+                    run_and_report(job, session, progress)
+                else:  # a session of its own, in the run's directory (its logs/)
+                    own = backends.implementation(backend.name).open_session(cfg, job.run_dir, progress)
+                    run_and_report(job, own, progress)
+        except (RunFailed, machine_lock.MachineBusy) as e:
             print(f"dlcp run: failed: {e}", file=sys.stderr)
             return 1
         except (KeyboardInterrupt, signals.Terminated) as e:
@@ -204,6 +206,11 @@ def run_staged(task: RunTask, job: RunJob, name: str, host: str) -> RunOutcome:
     meta = read_meta(job.run_dir)
     if meta is None and task.series in _stopped:  # stopped before the run began
         return RunOutcome(job.run.label, "not started", name, host, None)
+    if code < 0 and meta is not None:  # killed: the run could write neither meta.json's end nor its report
+        run_dir.end_meta_for(job.run_dir, f"the process of run {job.run.label} {exit_text(code)}")
+        if job.with_report:
+            write_partial_report(job.run_dir, Progress(sys.stderr))
+        meta = read_meta(job.run_dir)
     status = ended(code, (meta or {}).get("status"))
     error = None
     if status != "ok":

@@ -71,6 +71,15 @@ def install(staged: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def discard(run_dir: Path, results: Path) -> None:
+    """Remove an unfinished run before it runs again, moved out of its place first (by a rename)."""
+    root = staging_root(results, run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    gone = root / f"{run_dir.name}-discarded-{uuid.uuid4().hex[:12]}"
+    os.rename(run_dir, gone)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def remove_staging(results: Path) -> None:
     """The staging areas once a series is over (what a dead worker or a stop left in them)."""
     for root in (staging_root(results, results), staging_root(results, results / "run")):

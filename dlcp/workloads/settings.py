@@ -61,6 +61,13 @@ class TrainingSettings(Settings):
         description="layer profile (bundled name or JSON file); empty = the torch model's "
         "own <model>-<dataset>-b<batch_size>; synthetic: trains its tensor sizes",
     )
+    compute_scale: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="every compute time of the profile times k: a device k times slower than the "
+        "one it was measured on (profile compute)",
+    )
     warmup_iterations: int = Field(5, ge=0, description="first iterations left out of iteration and MCT statistics")
 
     @model_validator(mode="after")
@@ -81,11 +88,17 @@ class TrainingSettings(Settings):
                 "a sleep of the real-compute synthetic model; with compute = 'profile' "
                 "the profile's times apply (leave compute_ms at 0)",
             )
+        if self.compute_scale != 1 and self.compute != "profile":
+            raise BadValue(
+                "compute_scale",
+                f"{self.compute_scale:g} scales a profile's compute times; it needs compute = "
+                "'profile' (real compute takes what the CPU takes)",
+            )
         if self.compute == "profile" and self.model == "synthetic" and not self.profile:
             raise BadValue(
                 "profile",
                 "compute = 'profile' with the synthetic model needs a profile (a bundled "
-                "name such as resnet50, or a JSON file)",
+                "name such as resnet50-fp32-b64-h200, or a JSON file)",
             )
         return self
 

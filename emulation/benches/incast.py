@@ -1,7 +1,7 @@
 """`dlcp bench incast`: N senders push to one receiver through the built-in switch at once.
 
-Every sender and the receiver are network namespaces on veths to one built-in dataplane process
-(`emulation/refswitch`, C engine); the switch port toward the receiver drains at `--link-mbps`
+Every sender and the receiver are network namespaces on veths to one built-in switch process
+(`emulation/builtin_switch`, C engine); the switch port toward the receiver drains at `--link-mbps`
 (8 strict-priority queues, the default admission thresholds, ECN marking at `--ecn-k`): that port
 is the bottleneck. Each of `--rounds` rounds is a parameter-server step: every sender pushes one
 `--size-kb` message (tagged with the dlcp policy over 10 layers, 1 % loss budget) at the same time,
@@ -159,7 +159,7 @@ def _mac(port: int) -> str:
 
 def run_once(senders: int, cc: str, args) -> dict:
     """One incast run in a fresh network; returns its figures."""
-    from emulation.dataplane import RefProcess
+    from emulation.dataplane import BuiltinProcess
     from emulation.netns import Lab, sh
 
     with tempfile.TemporaryDirectory(prefix="dlcp-incast-") as tmp, Lab("ic") as lab:
@@ -189,7 +189,7 @@ def run_once(senders: int, cc: str, args) -> dict:
             hosts.append(ns)
         rt_path = Path(tmp) / "s1-runtime.json"
         rt_path.write_text(json.dumps(_runtime(p, senders, args.link_mbps, args.ecn_k)))
-        switch = RefProcess(f"{p}sw", rt_path, Path(tmp))
+        switch = BuiltinProcess(f"{p}sw", rt_path, Path(tmp))
         switch.start()
         procs = []
         with contextlib.ExitStack() as files:

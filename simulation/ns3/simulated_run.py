@@ -161,23 +161,8 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
 
 def _write_records(run_dir: Path, run, agents, net) -> None:
     rec = run_dir / "records"
-    for host, role, agent, h in agents:
-        ep = h.endpoint
-        R.write_rows(rec / f"{host}-messages.csv", R.MESSAGE_COLUMNS, ep.sender.rows + ep.receiver.rows)
-        if role == "worker":
-            R.write_rows(rec / f"{host}-iterations.csv", R.ITERATION_COLUMNS, run.iteration_rows[host])
-            if run.resync_rows[host]:
-                R.write_rows(rec / f"{host}-resync.csv", R.RESYNC_COLUMNS, run.resync_rows[host])
-        totals = {
-            "host": host,
-            "role": role,
-            "rank": agent.acfg.rank if role == "worker" else -1,
-            "status": "done" if agent.done == run.iterations else "error",
-            "error": None if agent.done == run.iterations else f"{agent.done} of {run.iterations} iterations",
-            "iterations_done": agent.done,
-            **ep.stats(),
-        }
-        R.write_json(rec / f"{host}-agent.json", totals)
+    for _host, _role, agent, _h in agents:
+        agent.write_records(rec)
     for name, sw in net.switches.items():
         write_json(run_dir / "counters" / f"{name}.json", sw.counter_dump())
     for flow in net.background:  # named as the emulated agents name theirs (docs/runs.md)

@@ -96,15 +96,16 @@ def test_a_run_travels_as_an_archive_and_replaces_an_unfinished_one_whole(tmp_pa
 
 
 def test_the_board_says_where_runs_are_and_which_were_retried():
-    board = Board("s", ["a", "b", "c"], {"c"})
+    board = Board("s", ["a", "b", "c"], {2})
     assert board.line() == "runs: 1 done, 0 running, 2 queued"
-    for run, worker in (("a", "w1"), ("b", "w2"), ("a", "w2"), ("other", "w1")):
-        board.on_event((0.0, {"series": "s", "run": run, "event": "start", "name": worker}))
-    board.on_event((0.0, {"series": "another series", "run": "b", "event": "start", "name": "w9"}))
+    for index, worker in ((0, "w1"), (1, "w2"), (0, "w2")):
+        board.on_event((0.0, {"series": "s", "index": index, "event": "start", "name": worker}))
+    board.on_event((0.0, {"series": "another series", "index": 1, "event": "start", "name": "w9"}))
+    board.on_event((0.0, {"series": "s", "index": 1, "event": "end", "name": "w9"}))
     board.take_events()
     assert board.line() == "runs: 1 done, 2 running, 0 queued; worker w2: 0 done, running [b]"
-    board.finished("a", "ok", "w2", 1.5)
-    board.finished("b", "error", "w2", None, "boom")
+    board.finished(0, "ok", "w2", 1.5)
+    board.finished(1, "error", "w2", None, "boom")
     rows = {r["run"]: r for r in board.rows()}
     assert rows["a"] == {
         "run": "a",

@@ -9,6 +9,7 @@ traffic is the threaded SteppedCollective's (same messages, steps, counts)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from test_comm_layer import BACKWARD_MS, LAYOUTS, N_LAYERS, VPP, check_sums, grad, setup
 
@@ -173,3 +174,105 @@ def test_same_wire_traffic_as_the_threaded_collective():
     finally:
         for t in ts:
             t.close()
+
+
+def _dispatch(hosts, handlers) -> None:
+    """Hand every host's completed sends and receives to its handler (sent, received)."""
+    for h in hosts:
+        sent, received = handlers[h.rank]
+        while h.sent:
+            sent(*h.sent.popitem())
+        while h.received:
+            received(*h.received.popitem())
+
+
+def test_event_ps_sums_every_push_and_scatters_the_parameters():
+    """EventPSClient and EventPSServer (the PS of the ns-3 hosts) on the virtual network: the PS's
+    aggregates are the exact sums of the workers' pushes with full counts, each worker's pulled
+    chunks are the parameters the PS scattered, iteration after iteration."""
+    from dlcp.comm.evented import EventPSClient, EventPSServer
+    from dlcp.wire.control_frames import PS_RANK
+
+    world, iterations = 3, 2
+    net = VirtualNetwork(seed=1)
+    workers = [net.add_host(TransportConfig(rank=r, values_per_pkt=VPP)) for r in range(world)]
+    ps_host = net.add_host(TransportConfig(rank=PS_RANK, values_per_pkt=VPP))
+    events = []
+    clients = [
+        EventPSClient(
+            h.send,
+            VPP,
+            CommConfig(rank=r, world=world, timeout_s=20),
+            LAYOUTS,
+            N_LAYERS,
+            on_done=lambda it, r=r: events.append(("pulled", r, it)),
+        )
+        for r, h in enumerate(workers)
+    ]
+    server = EventPSServer(
+        ps_host.send,
+        VPP,
+        CommConfig(rank=PS_RANK, world=world, timeout_s=20),
+        LAYOUTS,
+        N_LAYERS,
+        on_gathered=lambda it: events.append(("gathered", None, it)),
+        on_scattered=lambda it: events.append(("scattered", None, it)),
+    )
+    handlers = {r: (c.sent, c.received) for r, c in enumerate(clients)}
+    handlers[PS_RANK] = (server.sent, server.received)
+    params = {it: {lay.msg_id: grad(5, lay, it) * 0.5 for lay in LAYOUTS} for it in range(iterations)}
+    pulled, scattered = {}, []
+
+    def push(r, it):
+        clients[r].begin(it)
+        for lay in LAYOUTS:
+            clients[r].push(it, GradMessage(lay, grad(r, lay, it), N_LAYERS))
+
+    def step() -> bool:
+        _dispatch(workers + [ps_host], handlers)
+        while events:
+            what, r, it = events.pop(0)
+            if what == "gathered":
+                aggs = server.gathered(it)
+                for lay in LAYOUTS:
+                    expect = sum(grad(q, lay, it) for q in range(world))
+                    assert np.array_equal(aggs[lay.msg_id].total, expect) and (aggs[lay.msg_id].count == world).all()
+                server.scatter(it, params[it])
+            elif what == "scattered":
+                scattered.append(it)
+            else:
+                pulled[(r, it)] = clients[r].collect(it)
+                if it + 1 < iterations:
+                    push(r, it + 1)
+        return len(scattered) == iterations and len(pulled) == world * iterations
+
+    for r in range(world):
+        push(r, 0)
+    net.run(until=step, max_time=60)
+    assert step(), (scattered, sorted(pulled))
+    for (_r, it), chunks in pulled.items():
+        assert sorted(chunks) == sorted(params[it])
+        assert all(np.array_equal(c.values, params[it][m]) and not c.lost.any() for m, c in chunks.items())
+
+
+def test_event_resync_brings_rank_0_s_parameters_to_every_rank():
+    world = 3
+    net = VirtualNetwork(seed=1)
+    hosts = [net.add_host(TransportConfig(rank=r, values_per_pkt=VPP)) for r in range(world)]
+    p = CommSetup()
+    engines = [
+        EventCommunicator(
+            h.send, VPP, CommConfig(rank=r, world=world, timeout_s=20), p, LAYOUTS, N_LAYERS, clock=lambda: 0.0
+        )
+        for r, h in enumerate(hosts)
+    ]
+    params = {r: {lay.msg_id: grad(r, lay, 9) for lay in LAYOUTS} for r in range(world)}
+    got = {}
+    for r in range(world):
+        engines[r].resync(4, params[r], lambda ref, r=r: got.__setitem__(r, ref))
+    handlers = {r: (e.sent, e.received) for r, e in enumerate(engines)}
+    net.run(until=lambda: _dispatch(hosts, handlers) or len(got) == world, max_time=60)
+    assert got[0] is params[0]  # rank 0: once its sends are done, its own
+    for r in (1, 2):
+        assert sorted(got[r]) == sorted(params[0])
+        assert all(np.array_equal(got[r][m], params[0][m]) for m in params[0])

@@ -133,7 +133,7 @@ def test_a_registered_scheduler_is_offered_by_the_clis(throwaway_scheduler):
                 "--scheduler",
                 "throwaway",
                 "--profile",
-                "vgg16",
+                "vgg16-usbyte",
                 "--workers",
                 "4",
                 "--rate-gbps",
@@ -144,7 +144,7 @@ def test_a_registered_scheduler_is_offered_by_the_clis(throwaway_scheduler):
         )
     )
     assert plan["groups"][0] == [0, 1, 2, 3]
-    rows = timeline_rows([load_profile("vgg16")], [4], 10.0, 30e-6)  # `dlcp bench schedulers`' table
+    rows = timeline_rows([load_profile("vgg16-usbyte")], [4], 10.0, 30e-6)  # `dlcp bench schedulers`' table
     assert rows[0]["throwaway"] >= rows[0]["compute_ms"]
 
 
@@ -170,7 +170,7 @@ def test_a_registered_scheduler_runs(throwaway_scheduler):
     comms, _ = memory_communicators(3, LAYOUTS, N_LAYERS, comm, backward_ms=BACKWARD_MS)
     assert len(comms[0].units) == (len(LAYOUTS) + 1) // 2  # one operation per group of two tensors
     check_sums(all_reduce_rounds(comms, 2))
-    _, tl = predict("throwaway", load_profile("vgg16"), 4, CostModel(1e-3, 1e-9, workers=4), width=3)
+    _, tl = predict("throwaway", load_profile("vgg16-usbyte"), 4, CostModel(1e-3, 1e-9, workers=4), width=3)
     assert tl.iteration_s > 0
 
 

@@ -470,7 +470,7 @@ delay_us = 10
 [workload]
 model = "synthetic"
 compute = "profile"
-profile = "resnet50"
+profile = "resnet50-usbyte"
 [dlcp]
 deadline_ms = 2000
 [scale]

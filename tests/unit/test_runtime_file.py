@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from refswitch_frames import entry, runtime_doc
+from switch_frames import entry, runtime_doc
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import PortConfig, RegisterWrite, RuntimeFileError, load_runtime, parse_runtime
@@ -236,7 +236,7 @@ def test_per_port_qmax_sets_the_depth_floor_on_bmv2():
     assert "\n" not in str(e.value)
     doc["ports"][0]["queue_depth_pkts"] = 101
     assert parse_runtime(doc).ports[0].queue_depth_pkts == 101
-    # the built-in dataplane counts what its own queue refuses (queue_overflow_pkts)
+    # the built-in switch counts what its own queue refuses (queue_overflow_pkts)
     doc["ports"][0]["queue_depth_pkts"] = 8
     assert parse_runtime(dict(doc, target="builtin")).ports[0].queue_depth_pkts == 8
 

@@ -387,10 +387,10 @@ def test_dear_all_gather_ends_before_its_groups_next_forward(case):
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_plan_json_is_json_and_self_consistent(name):
-    p = load_profile("resnet50")
+    p = load_profile("resnet50-usbyte")
     cost = paper_fit("10GbE", 16)
     d = json.loads(json.dumps(prediction_json(name, p, 16, cost)))
-    assert d["scheduler"] == name and d["workers"] == 16 and d["profile"] == "resnet50"
+    assert d["scheduler"] == name and d["workers"] == 16 and d["profile"] == "resnet50-usbyte"
     assert sorted(t for g in d["groups"] for t in g) == list(range(len(p)))
     assert all(g == sorted(g) for g in d["groups"])
     assert d["predicted_iteration_s"] >= d["compute_s"] == p.compute_s
@@ -410,17 +410,23 @@ def test_plan_json_is_json_and_self_consistent(name):
 
 def test_plan_json_rejects_a_cost_model_for_other_workers():
     with pytest.raises(ValueError, match="holds for 16 workers, not 8"):
-        prediction_json("wfbp", load_profile("vgg16"), 8, paper_fit("10GbE", 16))
+        prediction_json("wfbp", load_profile("vgg16-usbyte"), 8, paper_fit("10GbE", 16))
     with pytest.raises(ValueError, match="scheduler 'fifo' is not one of"):
-        prediction_json("fifo", load_profile("vgg16"), 16, paper_fit("10GbE", 16))
+        prediction_json("fifo", load_profile("vgg16-usbyte"), 16, paper_fit("10GbE", 16))
 
 
 def test_tune_picks_the_best_grid_point():
-    p = load_profile("resnet50")
+    p = load_profile("resnet50-usbyte")
     cost = paper_fit("10GbE", 16)
     grid = [m << 20 for m in (0, 5, 25, 100)]
     best, t = tune("dear", p, 16, cost, {"threshold_bytes": grid})
     by_hand = {g: run("dear", p, cost, threshold_bytes=g)[1].iteration_s for g in grid}
     assert t == min(by_hand.values()) and by_hand[best["threshold_bytes"]] == t
     with pytest.raises(ValueError, match="no valid combination"):
-        tune("bytescheduler", load_profile("vgg16"), 16, cost, {"partition_bytes": [4 << 20], "credit_bytes": [10]})
+        tune(
+            "bytescheduler",
+            load_profile("vgg16-usbyte"),
+            16,
+            cost,
+            {"partition_bytes": [4 << 20], "credit_bytes": [10]},
+        )

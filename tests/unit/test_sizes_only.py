@@ -161,7 +161,7 @@ mode = "allreduce"
 workers = 4
 model = "synthetic"
 compute = "profile"
-profile = "resnet50"
+profile = "resnet50-usbyte"
 payload = "sizes"
 """
 

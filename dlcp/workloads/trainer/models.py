@@ -132,8 +132,12 @@ def parameter_layers(model: nn.Module) -> list[list[nn.Parameter]]:
     dlcp_layers = getattr(model, "dlcp_layers", None)  # a model may list its own layers
     if dlcp_layers is not None:
         layers = [list(group) for group in dlcp_layers()]
-    else:
-        layers = [list(m.parameters(recurse=False)) for m in model.modules()]
+    else:  # one layer per module owning parameters; a tied parameter belongs to its first owner
+        seen: set[int] = set()
+        layers = []
+        for m in model.modules():
+            layers.append([p for p in m.parameters(recurse=False) if id(p) not in seen])
+            seen.update(id(p) for p in layers[-1])
     layers = [[p for p in group if p.requires_grad] for group in layers]
     layers = [group for group in layers if group]
     listed = [id(p) for group in layers for p in group]
