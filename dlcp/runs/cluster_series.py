@@ -69,7 +69,7 @@ def run_jobs(
                 done, pending = wait(pending, timeout=TICK_S, return_when="FIRST_COMPLETED")
             except TimeoutError:
                 done = set()
-            with signals.deferred():  # a finished run is installed whole, whatever comes
+            with signals.held():  # a finished run is installed whole; a stop meanwhile comes after
                 for f in done:
                     outcomes[futures[f].index] = collect(f, futures[f], results, board)
             board.show()

@@ -262,17 +262,19 @@ def write_partial_report(path: Path, progress: Progress, why: str | None = None)
     return path / "report.html"
 
 
-def cut_short_message(job: RunJob, progress: Progress, why: str) -> str:
+def cut_short_message(job: RunJob, progress: Progress, why: str, shown: Path | None = None) -> str:
     """`why` the run was cut short, then what it kept: the partial run (how far it got, which
-    switches' counters it has) and its partial report (when reports are on)."""
+    switches' counters it has) and its partial report (when reports are on); the run named by
+    `shown`, where the user finds it (a cluster's run is written in staging: tasks.py)."""
     report = write_partial_report(job.run_dir, progress, why.splitlines()[0]) if job.with_report else None
+    place = shown or job.run_dir
     lines = [
         why,
         "  everything it started was stopped and cleaned up",
-        f"  partial run: {job.run_dir} ({iterations_done(job.run_dir)}; {run_dir.counters_kept(job.run_dir)})",
+        f"  partial run: {place} ({iterations_done(job.run_dir)}; {run_dir.counters_kept(job.run_dir)})",
     ]
     if report is not None:
-        lines.append(f"  partial report: {report}")
+        lines.append(f"  partial report: {place / report.name}")
     return "\n".join(lines)
 
 

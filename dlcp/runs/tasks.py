@@ -35,7 +35,7 @@ from dlcp.runs.contract import RunFailed, Session
 from dlcp.runs.forked import run_forked
 from dlcp.runs.progress import Progress
 from dlcp.runs.resume import read_meta
-from dlcp.runs.series_runner import RunJob, run_and_report, write_partial_report
+from dlcp.runs.series_runner import RunJob, cut_short_message, run_and_report
 
 TOPIC = "dlcp-runs"
 ERROR_LINES = 12  # of a failed run's output, brought back with its error
@@ -206,16 +206,16 @@ def run_staged(task: RunTask, job: RunJob, name: str, host: str) -> RunOutcome:
     meta = read_meta(job.run_dir)
     if meta is None and task.series in _stopped:  # stopped before the run began
         return RunOutcome(job.run.label, "not started", name, host, None)
+    cut_short: str | None = None
     if code < 0 and meta is not None:  # killed: the run could write neither meta.json's end nor its report
-        run_dir.end_meta_for(job.run_dir, f"the process of run {job.run.label} {exit_text(code)}")
-        if job.with_report:
-            write_partial_report(job.run_dir, Progress(sys.stderr))
+        why = f"the process of run {job.run.label} (pid {pids[0]}) {exit_text(code)}"
+        run_dir.end_meta_for(job.run_dir, why)
+        cut_short = cut_short_message(job, Progress(sys.stderr), why, task.job.run_dir)
         meta = read_meta(job.run_dir)
     status = ended(code, (meta or {}).get("status"))
     error = None
     if status != "ok":
-        why = f"its process {exit_text(code)}" if code else None
-        error = "\n".join(filter(None, [why, tail(log)]))
+        error = "\n".join(filter(None, [cut_short or (f"its process {exit_text(code)}" if code else None), tail(log)]))
     return RunOutcome(job.run.label, status, name, host, (meta or {}).get("wall_s"), error)
 
 

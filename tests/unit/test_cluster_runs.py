@@ -7,15 +7,18 @@ offers what its runs need."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from dask_processes import DaskProcesses
 
 from dlcp.experiment import config as configmod
-from dlcp.runs import resume, transfer
+from dlcp.runs import resume, signals, transfer
 from dlcp.runs.board import Board
 from dlcp.runs.cluster import ClusterOptions, check_options
 from dlcp.runs.series_runner import SeriesRequest, plan, rerun_command
@@ -170,3 +173,17 @@ def test_an_emulated_series_is_refused_where_no_worker_offers_emulation(tmp_path
         "--resources emulation=1, as root, one per machine)"
     )
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sig, stop", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, signals.Terminated)])
+def test_a_stop_while_a_finished_run_is_put_in_place_comes_after_it(sig, stop):
+    """signals.held (cluster_series: a finished run installed whole): a real signal inside lets the
+    step finish, then raises its stop; `deferred` would have dropped it (the series ran on)."""
+    finished = []
+    with signals.installed(), pytest.raises(stop), signals.held():
+        os.kill(os.getpid(), sig)
+        time.sleep(0.05)
+        finished.append(True)
+    assert finished == [True]
+    with signals.installed(), signals.held():
+        pass  # no signal: nothing raised
