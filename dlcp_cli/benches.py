@@ -167,6 +167,12 @@ def _datapath(argv):
     return 0
 
 
+def _sweep(argv):
+    from dlcp.runs.bench import bench_sweep
+
+    return bench_sweep(argv)
+
+
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
@@ -178,6 +184,7 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
     "datapath": (_datapath, "CPU per datagram received, each receive path: UDP driver on loopback, ns-3 hosts"),
     "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),
+    "sweep": (_sweep, "a series of ns-3 runs on the local Dask cluster, 1 vs N workers: runs per minute, overhead"),
 }
 
 

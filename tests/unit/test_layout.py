@@ -63,11 +63,13 @@ DLCP_ALLOWED = {
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
         "dlcp.backends",
+        "dlcp.bench_output",
         "dlcp.exit_status",
         "dlcp.experiment",
         "dlcp.network",
         "dlcp.reporting",
         "dlcp.settings",
+        "dlcp.tables",
         "dlcp.workloads",
     },
 }
