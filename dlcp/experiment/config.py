@@ -115,11 +115,17 @@ Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discrimin
 
 
 EMULATED_MAX_WORKERS = 64  # Mininet hosts on one machine; the simulator takes up to 253
+EMULATED_MAX_MBPS = 10000  # link rates the emulated hosts' HTB and the built-in switch are meant for
+SIM_MAX_MBPS = 1_600_000  # ns-3 links: up to 1.6 Tbit/s (a non-blocking fabric of 100 Gbit/s hosts)
 
 
 class Links(Settings):
-    host_mbps: float = Field(50.0, ge=0.1, le=10000, description="host <-> switch links")
-    fabric_mbps: float = Field(50.0, ge=0.1, le=10000, description="switch <-> switch links")
+    host_mbps: float = Field(
+        50.0, ge=0.1, le=SIM_MAX_MBPS, description=f"host <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)"
+    )
+    fabric_mbps: float = Field(
+        50.0, ge=0.1, le=SIM_MAX_MBPS, description=f"switch <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)"
+    )
     queue_pkts: int = Field(128, ge=4, le=100000, description="egress queue depth per priority")
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
     loss: Fraction = Field(0.0, description="random loss per switch egress")
@@ -282,6 +288,13 @@ class Experiment(Settings):
                 f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
                 "backend = 'ns3' (Mininet hosts on one machine)",
             )
+        for key in ("host_mbps", "fabric_mbps"):
+            if getattr(links, key) > EMULATED_MAX_MBPS and self.backend != "ns3":
+                raise BadValue(
+                    f"links.{key}",
+                    f"{getattr(links, key):g}: above {EMULATED_MAX_MBPS} Mbit/s only on backend = 'ns3' "
+                    "(the emulated links are shaped by one machine)",
+                )
         if links.mtu != STANDARD_MTU and self.backend != "ns3":
             raise BadValue(
                 "links.mtu",
