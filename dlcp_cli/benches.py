@@ -122,6 +122,12 @@ def _bmv2(argv):
     return bench_bmv2(argv)
 
 
+def _collectives(argv):
+    from dlcp.comm.collectives_bench import bench_collectives
+
+    return bench_collectives(argv)
+
+
 def _sim(argv):
     from simulation.ns3.bench import bench_sim
 
@@ -137,6 +143,10 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
+    "collectives": (
+        _collectives,
+        "time, algbw and busbw (nccl-tests) per collective x workers x size x policy, ns-3 or emulated",
+    ),
     "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),
 }
 

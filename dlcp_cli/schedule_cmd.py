@@ -1,15 +1,17 @@
 """`dlcp schedule`: the plan a scheduler or a collective would run, to read or to feed other tools.
 
     dlcp schedule --profile resnet50 --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
+    dlcp schedule --profile resnet50 --workers 64 --fit fits.json --scheduler dear   # dlcp bench collectives --fit
     dlcp schedule --collective multitree --topology torus:4x4 --json
-    dlcp schedule --collective ring --topology leaf_spine:2x2x4 --json
+    dlcp schedule --collective ring --topology leaf_spine:2x2x4 --ring-order locality --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json
 
 A summary first; with `--json` the plan as one JSON object on the last line (dlcp/comm/plan.py
 `plan_json`; dlcp/comm/plans/{ring,multitree,dssync}.py `plan_json`). A scheduler's plan lists
 `groups` (tensor indices in the profile's forward order), `partitions` and `send_order` where the
 policy has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
-all-reduce's (seconds, seconds per byte: seeds-brief §1), or derived from `--rate-gbps` and
+all-reduce's (seconds, seconds per byte: seeds-brief §1), or a fit (`--fit`: a file `dlcp bench
+collectives --fit` wrote, or a named one of dlcp/comm/costmodel.py), or derived from `--rate-gbps` and
 `--latency-s` for a ring; with `--collective` and `--topology` as well, from that collective's
 schedule on that topology.
 """
@@ -19,10 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from dlcp.comm.costmodel import CostModel
+from dlcp.comm.costmodel import CostModel, load_fit, named_fit
 from dlcp.comm.plan import plan_json
 from dlcp.comm.plans import PlanError, dssync, multitree, ring
+from dlcp.comm.plans.ring import RING_ORDERS
 from dlcp.comm.plans.topology_arg import parse_topology
 from dlcp.comm.policy import collective_cost
 from dlcp.comm.schedulers import SCHEDULERS
@@ -39,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--alpha", type=float, help="all-reduce start-up, seconds")
     ap.add_argument("--beta", type=float, help="all-reduce seconds per byte")
     ap.add_argument("--rate-gbps", type=float, help="instead of alpha/beta: link rate (ring all-reduce)")
+    ap.add_argument(
+        "--fit",
+        metavar="FILE|NAME",
+        help="instead of alpha/beta: the ring fit at --workers from `dlcp bench collectives --fit FILE`, "
+        "or a named fit (costmodel PAPER_FITS / NS3_FITS, e.g. 10GbE)",
+    )
+    ap.add_argument(
+        "--fit-variant", help="with --fit FILE: the bench variant (lossless, dlcp, ...) when it has several"
+    )
     ap.add_argument("--latency-s", type=float, default=30e-6, help="with --rate-gbps: per step (default 30 us)")
     ap.add_argument(
         "--option",
@@ -51,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--topology", help='e.g. "torus:4x4", "mesh:4x4", "leaf_spine:2x2x4", "star:8"')
     ap.add_argument("--fabric-mbps", type=float, default=50.0, help="switch-to-switch rate (default 50)")
     ap.add_argument("--host-mbps", type=float, help="host link rate (default: fabric x degree on torus/mesh)")
+    ap.add_argument("--ring-order", choices=RING_ORDERS, default="rank", help="ring: rank or locality order")
     ap.add_argument("--kary", type=int, default=2, help="multitree: children per parent per step + 1")
     ap.add_argument("--paths", choices=multitree.PATH_MODES, default="spray", help="multitree link allocation")
     ap.add_argument("--group", type=int, help="dssync: workers per group")
@@ -71,6 +85,14 @@ def _fail(text: str) -> int:
 
 
 def _cost(args, spec) -> CostModel:
+    if args.fit:
+        if args.alpha is not None or args.beta is not None or args.rate_gbps is not None:
+            raise ValueError("--fit replaces --alpha/--beta and --rate-gbps: give one")
+        if args.workers is None:
+            raise ValueError("--fit needs --workers")
+        if Path(args.fit).suffix == ".json" or Path(args.fit).exists():
+            return load_fit(args.fit, args.workers, variant=args.fit_variant)
+        return named_fit(args.fit, args.workers)
     if args.alpha is not None or args.beta is not None:
         if args.alpha is None or args.beta is None:
             raise ValueError("--alpha and --beta go together")
@@ -81,7 +103,7 @@ def _cost(args, spec) -> CostModel:
         plan = (
             multitree_plan(args.workers, spec, args.kary, args.paths)
             if args.collective == "multitree"
-            else ring_plan(args.workers, spec)
+            else ring_plan(args.workers, spec, args.ring_order)
         )
         return collective_cost(plan.schedule(0), spec, args.latency_s, args.fabric_mbps)
     raise ValueError("give --alpha and --beta, or --rate-gbps (or --collective with --topology)")
@@ -112,7 +134,7 @@ def collective_plan(args) -> dict:
             raise ValueError(f"--collective {args.collective} needs --topology (or --workers: a star)")
         spec = parse_topology(f"star:{args.workers}", args.fabric_mbps, args.host_mbps)
     if args.collective == "ring":
-        return ring.plan_json(spec)
+        return ring.plan_json(spec, order=args.ring_order)
     return multitree.plan_json(spec, args.kary, paths=args.paths)
 
 

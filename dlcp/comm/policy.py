@@ -124,7 +124,7 @@ def step_plan(policy: CommPolicy, workers: int, spec: TopologySpec | None = None
     if policy.collective == "dssync":
         spec = spec if spec is not None else topospec.star(workers, 50.0)
         return DsSyncRounds(topology_plan(spec, policy.dssync.group, rank_hosts(spec)[:workers]), spec)
-    return ring_plan(workers, spec)
+    return ring_plan(workers, spec, policy.ring.order)
 
 
 def wire_ids(scheduler: Scheduler, plan: StepPlan, messages: int) -> WireIds:

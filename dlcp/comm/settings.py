@@ -9,7 +9,7 @@ collective, with their parameters), and what one rank's collectives are configur
     alpha_s, beta_s_per_byte      the cost model the planners plan with (0: from the links)
     [comm.bytescheduler] partition_bytes, credit_bytes     [comm.usbyte] unit_elems, credit_bytes
     [comm.dear] threshold_bytes   [comm.mgwfbp] small_merge_elems
-    [comm.multitree] kary, paths  [comm.dssync] group, average
+    [comm.ring] order             [comm.multitree] kary, paths  [comm.dssync] group, average
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from dlcp.comm.plans.ring import RingOrder
 from dlcp.comm.schedulers.bytescheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES
 from dlcp.comm.schedulers.dear import DEFAULT_THRESHOLD_BYTES
 from dlcp.comm.schedulers.usbyte import DEFAULT_UNIT_ELEMS
@@ -82,6 +83,14 @@ class DeAROptions(Settings):
     threshold_bytes: int = Field(DEFAULT_THRESHOLD_BYTES, ge=0, description="dear: fusion buffer size (0 = no fusion)")
 
 
+class RingOptions(Settings):
+    order: RingOrder = Field(
+        "rank",
+        description="ring: ranks 0..P-1 in rank order (interleaved across edge switches), or grouped "
+        "by edge switch so the ring crosses the fabric once per switch (NCCL's topology-aware ring)",
+    )
+
+
 class MultiTreeOptions(Settings):
     kary: int = Field(2, ge=2, le=16, description="multitree: a parent gains up to kary-1 children per tree and step")
     paths: Literal["spray", "pinned"] = Field(
@@ -113,6 +122,7 @@ class CommPolicy(Settings):
     bytescheduler: ByteSchedulerOptions = Field(default_factory=ByteSchedulerOptions)
     usbyte: USByteOptions = Field(default_factory=USByteOptions)
     dear: DeAROptions = Field(default_factory=DeAROptions)
+    ring: RingOptions = Field(default_factory=RingOptions)
     multitree: MultiTreeOptions = Field(default_factory=MultiTreeOptions)
     dssync: DsSyncOptions = Field(default_factory=DsSyncOptions)
 

@@ -43,7 +43,7 @@ from dlcp.comm.packets import sized_packets, tagged_packets
 from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
 from dlcp.comm.plans.multitree import multitree_schedule
 from dlcp.comm.plans.paths import rank_hosts
-from dlcp.comm.plans.ring import ring_schedule
+from dlcp.comm.plans.ring import RingOrder, ring_schedule
 from dlcp.comm.plans.schedule import Schedule, chunk_bounds
 from dlcp.comm.settings import CommConfig
 from dlcp.comm.wire_ids import WireIds, phase_of, transfer_ids
@@ -95,9 +95,9 @@ class FixedSchedule(StepPlan):
         return self._schedule
 
 
-def ring_plan(workers: int, spec: TopologySpec | None = None) -> FixedSchedule:
+def ring_plan(workers: int, spec: TopologySpec | None = None, order: RingOrder = "rank") -> FixedSchedule:
     spec = _spec_for(workers, spec)
-    return FixedSchedule("ring", ring_schedule(spec, _hosts(spec, workers)))
+    return FixedSchedule("ring", ring_schedule(spec, _hosts(spec, workers), order))
 
 
 def multitree_plan(
