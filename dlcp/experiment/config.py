@@ -121,10 +121,16 @@ SIM_MAX_MBPS = 1_600_000  # ns-3 links: up to 1.6 Tbit/s (a non-blocking fabric 
 
 class Links(Settings):
     host_mbps: float = Field(
-        50.0, ge=0.1, le=SIM_MAX_MBPS, description=f"host <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)"
+        50.0,
+        ge=0.1,
+        le=SIM_MAX_MBPS,
+        description=f"host <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)",
     )
     fabric_mbps: float = Field(
-        50.0, ge=0.1, le=SIM_MAX_MBPS, description=f"switch <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)"
+        50.0,
+        ge=0.1,
+        le=SIM_MAX_MBPS,
+        description=f"switch <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)",
     )
     queue_pkts: int = Field(128, ge=4, le=100000, description="egress queue depth per priority")
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")

@@ -182,6 +182,7 @@ class RxMirror:
                     s.ce += int(r[3])
                     key = self.key_of[int(r[4])]
                     s.key, s.n_pkts, s.seq = key, self.opened[key][1].n_pkts, int(r[5])
+                    s.last_t = r[6]
                     if self.budget.get(src, 0) > 0:
                         self.budget[src] -= pkts
             if n < self.ROWS:

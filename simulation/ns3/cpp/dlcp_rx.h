@@ -48,7 +48,7 @@ class DlcpRxPath
         ROW_A,          // message: RETX packets (retx); source: CE-marked (ce)
         ROW_B,          // message: original packets (n_orig); source: slot of its newest packet
         ROW_C,          // message: payload bytes (bytes_rcvd); source: seq of its newest packet
-        ROW_ORIG_T,     // message: time of the newest original (orig_last_t), -1: none
+        ROW_ORIG_T,     // message: time of the newest original (orig_last_t), -1: none; source: of its newest packet (last_t)
         ROW_LAST_T,     // message: time of the newest packet (last_t)
         ROW_LAST_LEN,   // message: values in the last packet (last_len), -1: not among these
         ROW_LEN
@@ -169,6 +169,7 @@ class DlcpRxPath
         s.ce += ecn == ECN_CE ? 1 : 0;
         s.lastSlot = m.slot;
         s.lastSeq = seq;
+        s.lastT = now;
         if (!s.dirty)
         {
             s.dirty = true;
@@ -248,7 +249,8 @@ class DlcpRxPath
             r[ROW_A] = double(s.ce);
             r[ROW_B] = double(s.lastSlot);
             r[ROW_C] = double(s.lastSeq);
-            r[ROW_ORIG_T] = r[ROW_LAST_T] = r[ROW_LAST_LEN] = 0;
+            r[ROW_ORIG_T] = s.lastT;
+            r[ROW_LAST_T] = r[ROW_LAST_LEN] = 0;
             m_dirtySrc.pop_back();
             s.pkts = s.ce = 0;
             s.dirty = false;
@@ -281,6 +283,7 @@ class DlcpRxPath
     {
         int64_t budget = 0;
         uint64_t pkts = 0, ce = 0, lastSlot = 0, lastSeq = 0;
+        double lastT = 0;
         bool dirty = false;
     };
 
