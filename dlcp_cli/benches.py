@@ -123,7 +123,7 @@ def _bmv2(argv):
 
 
 def _collectives(argv):
-    from dlcp.comm.collectives_bench import bench_collectives
+    from dlcp_cli.collectives_bench import bench_collectives
 
     return bench_collectives(argv)
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from dlcp.comm import collectives_bench as B
 from dlcp.comm.costmodel import CostModel, load_fit, named_fit
 from dlcp.experiment import config as configmod
+from dlcp_cli import collectives_bench as B
 
 
 def test_bus_factors_are_nccl_tests_and_the_ps_link():
