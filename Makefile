@@ -11,13 +11,14 @@ IS_ROOT := $(shell [ "$$(id -u)" -eq 0 ] && echo yes)
 
 .PHONY: setup setup-test demo test test-unit lint p4 gen clean bench
 
-# what the demo needs (the built-in dataplane); setup-test adds the test tools, the ns-3 simulator
-# (the sim extra: about 4 minutes the first time) and the bmv2 control plane
+# what the demo needs (the built-in switch); setup-test adds the test tools, the ns-3 simulator
+# (the sim extra: about 4 minutes the first time), the bmv2 control plane, the model libraries of
+# `dlcp profile` (models) and Chakra (chakra), whose tests run on real models and real ET files
 setup:
 	@scripts/setup.sh
 
 setup-test:
-	@DLCP_EXTRAS=dev,bmv2,sim scripts/setup.sh
+	@DLCP_EXTRAS=dev,bmv2,sim,models,chakra scripts/setup.sh
 
 # fifo vs dlcp, 8 interleaved pairs (a new seed per pair), compared with 95 % confidence intervals
 demo: setup

@@ -17,7 +17,7 @@ first iteration); `start_s` counts from there. Starting the process then instead
 start-up (Python and imports, seconds on a busy 2-core machine) from the measured iterations:
 started late, the background missed the first third of the demo's. The record keeps when the
 release came (`released_unix`) and when the first datagram went out (`start_unix`), so the report
-can tell a late start (dlcp/reporting/keepup.py).
+can tell a late start (dlcp/reporting/keepup_check.py).
 
     python -m agents.background --config <run>/agents/hN-background.json
 """

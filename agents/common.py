@@ -70,35 +70,25 @@ class Agent:
             raise TransportError(f"timeout_s = {self.cfg.timeout_s:g} s exceeded after {self.done} iterations")
 
     def write_records(self, status: str, error: str | None = None) -> None:
-        rec = self.run_dir / "records"
         t = self.transport
-        if t is not None:
-            R.write_rows(rec / f"{self.host}-messages.csv", R.MESSAGE_COLUMNS, list(t.message_rows))
-            if self.cfg.records.per_packet:
-                R.write_packet_arrays(rec / f"{self.host}-packets.csv", list(t.packet_chunks))
-        if self.role == "worker":
-            R.write_rows(rec / f"{self.host}-iterations.csv", R.ITERATION_COLUMNS, self.iteration_rows)
-        if self.resync_rows:
-            R.write_rows(rec / f"{self.host}-resync.csv", R.RESYNC_COLUMNS, self.resync_rows)
         end = time.time()
-        totals = {
-            "host": self.host,
-            "role": self.role,
-            "rank": self.cfg.rank,
-            "status": status,
-            "error": error,
-            "iterations_done": self.done,
-            "start_unix": self.start_unix,
-            "end_unix": end,
-            "wall_s": end - self.start_unix,
-        }
+        totals = R.agent_totals(self.host, self.role, self.cfg.rank, status, error, self.done)
+        totals.update(start_unix=self.start_unix, end_unix=end, wall_s=end - self.start_unix)
         if t is not None:
             totals.update(t.stats())
         main = thread_times()  # write_records runs on the agent's main thread
         if main is not None:
             totals["threads"] = {**totals.get("threads", {}), "main": main}
         totals.update(self.extra_totals)
-        R.write_json(rec / f"{self.host}-agent.json", totals)
+        R.write_agent_records(
+            self.run_dir / "records",
+            self.host,
+            totals,
+            message_rows=None if t is None else list(t.message_rows),
+            iteration_rows=self.iteration_rows if self.role == "worker" else None,
+            resync_rows=self.resync_rows,
+            packet_chunks=list(t.packet_chunks) if t is not None and self.cfg.records.per_packet else None,
+        )
 
 
 def _on_signal(signum, frame):

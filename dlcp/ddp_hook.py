@@ -21,7 +21,7 @@ Future that completes with the averaged bucket once the transport returns. The d
 `TransportAllToAll`, sends the bucket to every other rank as one message of the bounded-loss DLCP
 transport (dlcp/transport/udp_driver.py): lost packets are retransmitted until the message is within its loss
 budget with every protected packet in, or forced at `r_max` / the deadline. Values some ranks'
-packets still never delivered are filled by the fill policy (dlcp/workloads/trainer/fill.py; `local` fills
+packets still never delivered are filled by the fill rule (dlcp/workloads/trainer/fill.py; `local` fills
 with this rank's own bucket). The process group is used only to set the transport up; the
 gradients travel through the transport.
 
@@ -34,6 +34,7 @@ bucket index and forgotten when the bucket's parameters change.
 # No `from __future__ import annotations`: DDP checks the hook's annotations as real objects.
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import torch
@@ -106,8 +107,8 @@ class DlcpHookState:
         self.exchanged_values = 0
         self.filled_values = 0
         self._layer_of = {id(p): layer for layer, group in enumerate(layers) for p in group}
-        self._layouts = {}  # bucket signature -> (layer_starts, layer_ids)
-        self._previous = {}  # bucket index -> (signature, last averaged bucket)
+        self._layouts: dict[tuple, tuple[tuple, tuple]] = {}  # bucket signature -> (layer_starts, layer_ids)
+        self._previous: dict[int, tuple] = {}  # bucket index -> (signature, last averaged bucket)
         # one exchange at a time, in bucket order: every rank walks the buckets in the same order
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dlcp-hook")
 
@@ -115,7 +116,9 @@ class DlcpHookState:
         """(signature, layer_starts, layer_ids) of a bucket holding `params` in this order."""
         signature = tuple(id(p) for p in params)
         if signature not in self._layouts:
-            starts, ids, offset = [], [], 0
+            starts: list[int] = []
+            ids: list[int] = []
+            offset = 0
             for p in params:
                 if id(p) not in self._layer_of:
                     raise ValueError(
@@ -169,7 +172,8 @@ def dlcp_hook(state: DlcpHookState, bucket: dist.GradBucket) -> torch.futures.Fu
     iteration, index = state.iteration, bucket.index()
     if bucket.is_last():
         state.iteration += 1
-    fut = torch.futures.Future()
+    # of a Tensor; Any because torch annotates set_exception's argument with the result type
+    fut: torch.futures.Future[Any] = torch.futures.Future()
 
     def run():
         try:

@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -128,3 +129,41 @@ def write_packet_arrays(path: Path, chunks: list[dict]) -> None:
 
 def write_json(path: Path, obj) -> None:
     _replace(Path(path), lambda f: f.write(json.dumps(obj, indent=1, sort_keys=True)))
+
+
+def agent_totals(host: str, role: str, rank: int, status: str, error: str | None, iterations_done: int) -> dict:
+    """The keys every records/hN-agent.json starts with; each backend adds what it knows (the
+    transport's statistics, wall-clock times, threads, compute keep-up)."""
+    return {
+        "host": host,
+        "role": role,
+        "rank": rank,
+        "status": status,
+        "error": error,
+        "iterations_done": iterations_done,
+    }
+
+
+def write_agent_records(
+    rec: Path,
+    host: str,
+    totals: dict,
+    message_rows: list[dict] | None,
+    iteration_rows: list[dict] | None = None,
+    resync_rows: Sequence[dict] = (),
+    packet_chunks: list[dict] | None = None,
+) -> None:
+    """An agent's records in `rec` (docs/runs.md, "Records"), the one writer of both backends:
+    hN-messages.csv (None: the agent had no transport), hN-packets.csv (None: not recorded),
+    hN-iterations.csv (a worker's; None: not a worker), hN-resync.csv (when there are rows) and
+    hN-agent.json."""
+    rec = Path(rec)
+    if message_rows is not None:
+        write_rows(rec / f"{host}-messages.csv", MESSAGE_COLUMNS, message_rows)
+    if packet_chunks is not None:
+        write_packet_arrays(rec / f"{host}-packets.csv", packet_chunks)
+    if iteration_rows is not None:
+        write_rows(rec / f"{host}-iterations.csv", ITERATION_COLUMNS, iteration_rows)
+    if resync_rows:
+        write_rows(rec / f"{host}-resync.csv", RESYNC_COLUMNS, list(resync_rows))
+    write_json(rec / f"{host}-agent.json", totals)

@@ -1,11 +1,17 @@
 """Typed settings: the base of every settings model, and validation errors as one line.
 
 Each layer declares its own settings with pydantic (`dlcp/wire/tagging.py` TaggingConfig,
-`dlcp/transport/api.py` TransportSettings, `dlcp/comm/collectives.py` CommSettings,
+`dlcp/transport/api.py` TransportSettings, `dlcp/comm/settings.py` CommSettings,
 `dlcp/workloads/settings.py` TrainingSettings, `dlcp/network/switch_runtime.py`
 SwitchSettings); the experiment config and the agent configs (`dlcp/experiment/`) are composed
 from them. So a key, its type, default, bounds and meaning are written once, and the reference
 table in docs/experiments.md is generated from the same classes.
+
+Values that name an extension (a scheduler, a collective, a fill rule) come from a registry
+(dlcp/registry.py): `registry_name(REGISTRY)` is the type of such a key, and a `SectionedSettings`
+model holds one options section per registered entry that has options (`[comm.dear]`). Both look
+the registry up when a value is validated, so an entry registered in its own module is accepted,
+checked and documented without an edit here.
 
 A bad value raises ConfigError with one line naming the key (`dlcp.loss_budget: 1.5 is not a
 fraction in 0..1`): pydantic's ValidationError is translated here, its first error only.
@@ -16,11 +22,23 @@ from __future__ import annotations
 import ipaddress
 import types
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
+
+from dlcp.registry import Registry
 
 
 class ConfigError(ValueError):
@@ -45,6 +63,19 @@ class Named:
     """Annotated metadata: what the values of a bounded type are called, for error messages."""
 
     noun: str
+
+
+@dataclass(frozen=True)
+class RegistryValues:
+    """Annotated metadata: the registry whose names a key takes (for errors and the docs)."""
+
+    registry: Registry
+
+
+def registry_name(registry: Registry) -> Any:
+    """The type of a key whose value is one of `registry`'s names, looked up when a value is
+    validated ("'x' is not one of a, b, c" otherwise)."""
+    return Annotated[str, AfterValidator(registry.check), RegistryValues(registry)]
 
 
 def _int_key(v):
@@ -90,15 +121,76 @@ class Settings(BaseModel):
         except ValidationError as e:
             raise _config_error(e, cls) from None
 
+    @classmethod
+    def known_keys(cls) -> list[str]:
+        """The keys a value of this model may have (an unknown key's error lists them)."""
+        return list(cls.model_fields)
+
     def replace(self, **changes: Any):
         """A copy with `changes`, validated like a new object."""
-        return type(self)(**{**{k: getattr(self, k) for k in type(self).model_fields}, **changes})
+        current = {k: getattr(self, k) for k in type(self).model_fields}
+        return type(self)(**{**current, **(self.__pydantic_extra__ or {}), **changes})
 
     def project(self, cls: type[Settings], **extra: Any):
         """A `cls` built from this object's fields of the same names, plus `extra` (a layer's
         settings out of a composed section)."""
         mine = type(self).model_fields
         return cls(**{**{k: getattr(self, k) for k in cls.model_fields if k in mine}, **extra})
+
+
+class SectionedSettings(Settings):
+    """A settings model that also holds one options section per entry of its `section_registries`
+    that declares options: `[comm.dear]` for the scheduler `dear`, validated with that entry's
+    options model and filled with its defaults when absent. The entries are looked up at
+    validation, so a newly registered entry brings its section along. A section reads like a field
+    (`setup.dear.threshold_bytes`, `setup.options_of("dear")`) and is dumped like one."""
+
+    model_config = ConfigDict(extra="allow")  # the registered sections; anything else is refused below
+    section_registries: ClassVar[tuple[Registry, ...]] = ()
+
+    if TYPE_CHECKING:  # a registered section, as pydantic's __getattr__ returns it
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    @classmethod
+    def section_models(cls) -> dict[str, type[Settings]]:
+        """Section name -> options model, registry by registry, in registration order."""
+        out: dict[str, type[Settings]] = {}
+        for registry in cls.section_registries:
+            for entry in registry.entries():
+                if entry.options is None:
+                    continue
+                if entry.name in out or entry.name in cls.model_fields:
+                    raise TypeError(f"{cls.__name__}: two sections named {entry.name!r}")
+                out[entry.name] = entry.options
+        return out
+
+    @classmethod
+    def known_keys(cls) -> list[str]:
+        return [*cls.model_fields, *cls.section_models()]
+
+    def options_of(self, name: str) -> Settings | None:
+        """The options of registered entry `name` (None when it declares none)."""
+        return (self.__pydantic_extra__ or {}).get(name)
+
+    @model_validator(mode="after")
+    def _registered_sections(self):
+        given = self.__pydantic_extra__
+        assert given is not None  # extra="allow" keeps a dict
+        models = self.section_models()
+        for key in given:
+            if key not in models:
+                raise BadValue(key, f"unknown key (known: {', '.join(self.known_keys())})")
+        sections = {}
+        for name, model in models.items():
+            raw = given.get(name, {})
+            try:
+                sections[name] = raw if isinstance(raw, model) else model.parse(raw)
+            except ConfigError as e:
+                raise BadValue(_join(name, e.key or ""), e.what or str(e)) from None
+        given.clear()  # registration order, whatever order the keys came in
+        given.update(sections)
+        return self
 
 
 _ARGUMENT_MODELS: dict = {}
@@ -109,7 +201,9 @@ def check_argument(name: str, ann, value, section: str = ""):
     as an argument rather than in a settings object; raises ConfigError naming `section.name`."""
     key = (name, ann, section)
     if key not in _ARGUMENT_MODELS:
-        model = create_model(f"Argument_{name}", __base__=Settings, **{name: (ann, ...)})
+        # typed Any: mypy matches an unpacked dict[str, tuple] against create_model's own options too
+        field: dict[str, Any] = {name: (ann, ...)}
+        model = create_model(f"Argument_{name}", __base__=Settings, **field)
         model.section = section
         _ARGUMENT_MODELS[key] = model
     return getattr(_ARGUMENT_MODELS[key](**{name: value}), name)
@@ -180,6 +274,8 @@ def _join(path: str, item) -> str:
 
 def _locate(root: type[BaseModel], loc: tuple):
     """(dotted key, annotation, metadata, model holding the last key) of an error location."""
+    ann: Any  # the root model first, then the annotation of each key on the way (None once unknown)
+    meta: list
     path, ann, meta, owner = "", root, [], root
     for item in loc:
         ann, more = unwrap(ann)
@@ -216,18 +312,19 @@ def _bounds(meta: list) -> tuple:
     return lo, hi
 
 
-def _what(e: dict, path: str, ann, meta: list, owner) -> tuple[str, str]:
+def _what(e: ErrorDetails, path: str, ann, meta: list, owner) -> tuple[str, str]:
     """(key, what is wrong) of one pydantic error dict."""
     kind, v, ctx = e["type"], e.get("input"), e.get("ctx") or {}
     if kind in ("value_error", "assertion_error"):
         err = ctx.get("error")
-        if isinstance(err, ConfigError) and err.key is not None:
+        if isinstance(err, ConfigError) and err.key is not None and err.what is not None:
             return _join(path, err.key), err.what
         return path, str(err)
     if kind == "missing":
         return path, "required"
     if kind == "extra_forbidden":
-        return path, f"unknown key (known: {', '.join(owner.model_fields)})"
+        known = owner.known_keys() if issubclass(owner, Settings) else list(owner.model_fields)
+        return path, f"unknown key (known: {', '.join(known)})"
     if kind == "literal_error":
         choices = get_args(ann) if get_origin(ann) is Literal else (ctx.get("expected", ""),)
         return path, f"{v!r} is not one of {', '.join(map(str, choices))}"
@@ -342,8 +439,94 @@ def reference_rows(model: type[BaseModel], prefix: str, show_value, note: str = 
         if get_origin(ann) is list and is_model(unwrap(get_args(ann)[0])[0]):
             rows += reference_rows(unwrap(get_args(ann)[0])[0], f"{key}[].", show_value)
             continue
-        choices = " / ".join(f"`{c}`" for c in get_args(ann)) if get_origin(ann) is Literal else ""
+        choices = " / ".join(f"`{c}`" for c in _choices(ann, meta))
         default = "required" if f.is_required() else f"`{show_value(f.get_default(call_default_factory=True))}`"
         what = "; ".join(x for x in (f.description, choices, _limits(meta)) if x)
         rows.append((key, type_name(f.annotation), default, note + what))
+    if isinstance(model, type) and issubclass(model, SectionedSettings):
+        for name, options in model.section_models().items():
+            rows += reference_rows(options, f"{prefix}{name}.", show_value)
     return rows
+
+
+def _choices(ann, meta: list) -> tuple:
+    """The values a key takes: a Literal's, or a registry's names."""
+    if get_origin(ann) is Literal:
+        return get_args(ann)
+    registry = next((m.registry for m in meta if isinstance(m, RegistryValues)), None)
+    return registry.choices() if registry is not None else ()
+
+
+def registered_value_rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, value, description) for every value of every key of `model` (and its sections) whose
+    values come from a registry: each entry's one-line description."""
+    rows = []
+    for name, f in model.model_fields.items():
+        ann, meta = unwrap(f.annotation)
+        meta = list(f.metadata) + meta
+        registry = next((m.registry for m in meta if isinstance(m, RegistryValues)), None)
+        if registry is not None:
+            rows += [(f"{prefix}{name}", value, registry.get(value).description) for value in registry.choices()]
+        elif is_model(ann):
+            rows += registered_value_rows(ann, f"{prefix}{name}.")
+    return rows
+
+
+# --- command-line flags ----------------------------------------------------------------------------
+
+
+def boolean(text: str) -> bool:
+    """A command-line boolean: true or false."""
+    if text.lower() not in ("true", "false"):
+        raise ValueError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+
+
+def _flag_type(ann) -> dict:
+    ann, _ = unwrap(ann)
+    if get_origin(ann) is Literal:
+        return {"choices": [str(c) for c in get_args(ann)]}
+    if ann is bool:
+        return {"type": boolean, "metavar": "true|false"}
+    return {"type": ann if ann in (int, float) else str}
+
+
+def add_option_flags(parser, registry: Registry, defaults: dict | None = None) -> None:
+    """One `--KEY` flag per option key of `registry`'s entries, so a newly registered entry's
+    options are settable without an edit to the command. A key two entries share is one flag; it
+    sets the key of whichever entry the command runs. `defaults`: the command's own defaults for
+    some keys (else the entry's)."""
+    fields: dict[str, FieldInfo] = {}
+    helps: dict[str, list[str]] = {}
+    for entry in registry.entries():
+        for key, f in entry.options.model_fields.items() if entry.options is not None else ():
+            fields.setdefault(key, f)
+            helps.setdefault(key, []).append(f.description or f"{entry.name}: {key}")
+    for key, f in fields.items():
+        default = (defaults or {}).get(key)
+        parser.add_argument(
+            f"--{key.replace('_', '-')}",
+            dest=key,
+            default=default,
+            help="; ".join(helps[key]) + (f" (default here: {default})" if default is not None else ""),
+            **_flag_type(f.annotation),
+        )
+
+
+def flag_values(args, registry: Registry) -> dict:
+    """The option keys of `registry`'s entries that `args` sets (flags from `add_option_flags`)."""
+    keys = dict.fromkeys(k for e in registry.entries() if e.options is not None for k in e.options.model_fields)
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def options_from_flags(args, entry) -> Any:
+    """The validated options of `entry` from the flags `add_option_flags` added (flags not given:
+    the entry's defaults); a bad value raises ConfigError naming the flag."""
+    if entry.options is None:
+        return None
+    given = {k: getattr(args, k) for k in entry.options.model_fields if getattr(args, k, None) is not None}
+    try:
+        return entry.options.parse(given)
+    except ConfigError as e:
+        flag = f"--{e.key.replace('_', '-')}" if e.key else entry.name
+        raise ConfigError(f"{flag}: {e.what}", e.key, e.what) from None

@@ -13,7 +13,7 @@ def _tagging(argv):
 
 
 def _switch(argv):
-    from emulation.benches.switch import bench_switch
+    from emulation.benches.switch_forwarding import bench_switch
 
     return bench_switch(argv)
 
@@ -42,7 +42,11 @@ def _schedulers(argv):
     import time
     from pathlib import Path
 
-    from dlcp.comm.bench import parser, print_timeline, timeline_result
+    from dlcp.comm.plans.collective import COLLECTIVES
+    from dlcp.comm.schedulers import SCHEDULERS
+    from dlcp.comm.schedulers_bench import parser, print_timeline, timeline_result
+    from dlcp.comm.settings import CommSetup
+    from dlcp.settings import flag_values
     from dlcp.tables import format_table
 
     ap = parser()
@@ -54,11 +58,12 @@ def _schedulers(argv):
         help="also run the schedulers through Mininet N times each (root; hold the netns lock)",
     )
     ap.add_argument("--emulated-config", default="experiments/schedulers-allreduce.toml")
+    baseline = CommSetup.model_fields["scheduler"].default
     ap.add_argument(
         "--emulated-vary",
-        default="comm.scheduler=wfbp,mgwfbp,oasr,bytescheduler,usbyte,dear",
+        default="comm.scheduler=" + ",".join([baseline, *(s for s in SCHEDULERS.names() if s != baseline)]),
         metavar="KEY=V1,V2,...",
-        help="the key the emulated runs compare; the first value is the baseline",
+        help="the key the emulated runs compare; the first value is the baseline (default: every scheduler)",
     )
     ap.add_argument("--emulated-iterations", type=int, default=20)
     ap.add_argument(
@@ -86,8 +91,8 @@ def _schedulers(argv):
             args.collective_profile,
             args.topologies,
             args.fabric_gbps,
-            args.kary,
-            args.group,
+            flag_values(args, COLLECTIVES),
+            args.compute_scale,
         )
     except ValueError as e:
         raise SystemExit(f"dlcp bench schedulers: {e}") from None
@@ -117,7 +122,7 @@ def _schedulers(argv):
 
 
 def _bmv2(argv):
-    from emulation.bmv2.bench import bench_bmv2
+    from emulation.benches.bmv2_forwarding import bench_bmv2
 
     return bench_bmv2(argv)
 
@@ -137,10 +142,10 @@ def _sim(argv):
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
-    "switch": (_switch, "built-in dataplane forwarding rate vs Linux bridge (root)"),
+    "switch": (_switch, "built-in switch forwarding rate vs Linux bridge (root)"),
     "transport": (_transport, "goodput of one 25 MB message over an emulated link (root) and loopback"),
     "incast": (_incast, "N senders to one receiver through the built-in switch, cc on and off (root)"),
-    "accuracy": (_accuracy, "test accuracy under packet loss per fill policy (in-process)"),
+    "accuracy": (_accuracy, "test accuracy under packet loss per fill rule (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
     "collectives": (

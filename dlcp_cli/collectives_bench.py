@@ -45,10 +45,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dlcp import backends
 from dlcp.comm.busbw import COLLECTIVES, NCCL_TESTS, BenchCollective, fit_alpha_beta
 
 MB = 1_000_000
-BACKENDS = {"ns3": "ns3", "emulated": "ref"}  # the bench's name -> the experiment's `backend`
 VALUE_BYTES = 4  # fp32
 
 
@@ -105,15 +105,21 @@ def message_values(size_bytes: int) -> int:
     return max(1, size_bytes // VALUE_BYTES)
 
 
+def sizes_only(backend: str) -> bool:
+    """Whether `backend` runs the bench's points carrying sizes only (no values: memory stays
+    flat at scale), as ns-3 does; otherwise its hosts carry values."""
+    return "sizes" in backends.capabilities(backend).payloads
+
+
 def base_config(backend: str, coll: BenchCollective, workers: int, fabric: Fabric, iterations: int, seed: int) -> dict:
-    """The experiment of a series (its size and variant keys are set per run); `backend` ns3 or
-    emulated (the built-in dataplane in Mininet)."""
+    """The experiment of a series (its size and variant keys are set per run) on `backend` (a
+    registered backend, dlcp/backends.py)."""
     topo, fabric_rate = fabric.topology(workers + coll.extra_hosts)
     cfg = {
         "name": f"bench-collectives-{coll.name}-{workers}",
-        "backend": BACKENDS[backend],
+        "backend": backend,
         "seed": seed,
-        "timeout_s": 3600.0 if backend == "ns3" else 900.0,
+        "timeout_s": 3600.0 if backends.capabilities(backend).clock == "simulated" else 900.0,
         "topology": topo,
         "links": {
             "host_mbps": fabric.host_mbps,
@@ -246,7 +252,7 @@ def run_series(
     from dlcp.experiment import config as configmod
 
     base = base_config(backend, coll, workers, fabric, iterations, seed)
-    if backend == "ns3":
+    if sizes_only(backend):
         base["workload"].update(compute="profile", payload="sizes", profile=str(profile_file(workdir, sizes[0])))
         size_key, size_values = "workload.profile", [str(profile_file(workdir, s)) for s in sizes]
     else:
@@ -284,7 +290,7 @@ def run_series(
             raise RuntimeError(f"{coll.name}, {workers} workers, {label}: {tail[0]}")
         for run in sorted(d for d in out.glob("*/*") if (d / "meta.json").exists()):
             doc = _read_toml(run / "config.toml")
-            size_val = doc["workload"]["profile"] if backend == "ns3" else str(doc["workload"]["layers"][0])
+            size_val = doc["workload"]["profile"] if sizes_only(backend) else str(doc["workload"]["layers"][0])
             variant = "lossless" if label == "lossless" else doc["dlcp"]["policy"]
             points.append(
                 Point(
@@ -379,27 +385,37 @@ def fits_of(points: list[Point], network: str) -> list[dict]:
 
 # --- the command ---------------------------------------------------------------------------------
 
-DEFAULTS = {  # backend -> (workers, sizes in MB, host Gbit/s, topology kind)
-    "ns3": ("16,64,128", "1,16,64,256", 10.0, "leaf_spine"),
-    "emulated": ("4", "0.25,1", 0.05, "star"),
+DEFAULTS = {  # sizes only (a simulator) or values (emulated hosts) -> (workers, sizes in MB, host Gbit/s, topology kind)
+    True: ("16,64,128", "1,16,64,256", 10.0, "leaf_spine"),
+    False: ("4", "0.25,1", 0.05, "star"),
 }
+
+
+def default_backend() -> str:
+    """The first registered backend that carries sizes only (the simulator)."""
+    return next(b for b in backends.names() if sizes_only(b))
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp bench collectives", description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=tuple(DEFAULTS), default="ns3", help="ns3 (sizes only) or emulated (root)")
+    ap.add_argument(
+        "--backend",
+        choices=backends.names(),
+        default=default_backend(),
+        help=f"default {default_backend()} (sizes only); the emulated backends need root",
+    )
     ap.add_argument("--collectives", default="ring,multitree,ps", help=f"of {', '.join(COLLECTIVES)}")
-    ap.add_argument("--workers", help="worker counts (ns3: 16,64,128; emulated: 4)")
-    ap.add_argument("--sizes-mb", help="message sizes in MB (ns3: 1,16,64,256; emulated: 0.25,1)")
+    ap.add_argument("--workers", help="worker counts (simulated: 16,64,128; emulated: 4)")
+    ap.add_argument("--sizes-mb", help="message sizes in MB (simulated: 1,16,64,256; emulated: 0.25,1)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
-    ap.add_argument("--host-gbps", type=float, help="host links (ns3: 10; emulated: 0.05)")
+    ap.add_argument("--host-gbps", type=float, help="host links (simulated: 10; emulated: 0.05)")
     ap.add_argument("--fabric-gbps", type=float, help="spine links (default: the host rate)")
-    ap.add_argument("--topology", choices=("leaf_spine", "star"), help="ns3: leaf_spine; emulated: star")
+    ap.add_argument("--topology", choices=("leaf_spine", "star"), help="simulated: leaf_spine; emulated: star")
     ap.add_argument("--spines", type=int, default=2)
     ap.add_argument("--hosts-per-leaf", type=int, default=16)
     ap.add_argument("--load-balancing", default="spray_random", help="spray_random, spray_rr or per_flow")
     ap.add_argument("--ring-order", default="locality", help="comm.ring.order: locality or rank")
-    ap.add_argument("--mtu", type=int, default=1500, help="IP MTU (ns3: up to 9000)")
+    ap.add_argument("--mtu", type=int, default=1500, help="IP MTU (simulated: up to 9000)")
     ap.add_argument(
         "--iterations", type=int, default=3, help="operations per run, the first a warm-up (1: time it from the start)"
     )
@@ -430,7 +446,7 @@ def _names(text: str, known, what: str) -> list[str]:
 
 def settings_of(args) -> dict:
     """The bench's settings from its arguments (ValueError with one line naming the argument)."""
-    workers, sizes, gbps, kind = DEFAULTS[args.backend]
+    workers, sizes, gbps, kind = DEFAULTS[sizes_only(args.backend)]
     if args.iterations < 1:
         raise ValueError("--iterations must be >= 1")
     fabric = Fabric(
@@ -501,11 +517,14 @@ def bench_collectives(argv: list[str]) -> int:
         st = settings_of(args)
     except ValueError as e:
         raise SystemExit(f"dlcp bench collectives: {e}") from None
-    if st["backend"] == "emulated":
+    needs_root = backends.capabilities(st["backend"]).root
+    if needs_root:
         import os
 
         if os.geteuid() != 0:
-            raise SystemExit("dlcp bench collectives: --backend emulated needs root (Mininet; hold the netns lock)")
+            raise SystemExit(
+                f"dlcp bench collectives: --backend {st['backend']} needs root ({needs_root}; hold the netns lock)"
+            )
     try:
         if args.keep:
             Path(args.keep).mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,9 @@
-"""The `dlcp` command: run | sweep | build | gen | report | compare | profile | clean | bench | schedule.
+"""The `dlcp` command: run | sweep | build | gen | report | trace | compare | profile | chakra | clean | bench | schedule.
 
 The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
 or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
-work anywhere. `dlcp run` dispatches on the experiment's backend: ref and bmv2 to the Mininet
-runner (root), ns3 to the simulator (no root).
+work anywhere. `dlcp run` hands the experiment to the series runner (dlcp/runs/), which drives the
+backend the experiment names through the registry (dlcp/backends.py).
 """
 
 from __future__ import annotations
@@ -18,20 +18,9 @@ from dlcp_cli.benches import BENCHES, run_bench
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dlcp.experiment import config as configmod
+    from dlcp_cli import run_cmd
 
-    try:
-        backend = configmod.load(args.config, args.set or [])["backend"]
-    except configmod.ConfigError as e:
-        print(f"dlcp run: {e}", file=sys.stderr)
-        return 2
-    if backend == "ns3":
-        from simulation.ns3 import runner as sim_runner
-
-        return sim_runner.main(args)
-    from emulation import runner
-
-    return runner.main(args)
+    return run_cmd.main(args)
 
 
 def _sweep(argv: list[str]) -> int:
@@ -64,6 +53,13 @@ def _gen(args: argparse.Namespace) -> int:
     return codegen.main(["--check"] if args.check else [])
 
 
+def backend_help() -> list[str]:
+    """Each backend with what it needs, for `dlcp run --help`."""
+    from dlcp import backends
+
+    return [f"{name}{': root' if backends.capabilities(name).root else ''}" for name in backends.names()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=f"dlcp {__version__}")
@@ -71,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser(
         "run",
-        help="run an experiment on an emulated network (root)",
-        description="Run an experiment config (TOML) on Mininet; results go to results/<UTC time>-<name>/<variant>/.",
+        help="run an experiment on its backend (" + ", ".join(backend_help()) + ")",
+        description="Run an experiment config (TOML) on the backend it names; results go to "
+        "results/<UTC time>-<name>/<variant>/.",
     )
     r.add_argument("config", help="experiment file, e.g. experiments/ps-incast.toml")
     r.add_argument(
@@ -139,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser(
         "gen",
         help="write the P4, C and doc views of the wire format and switch names",
-        description="Regenerate p4/include/generated/*.p4, emulation/refswitch/dlcp_wire.h and the "
+        description="Regenerate p4/include/generated/*.p4, dlcp/switch/c/dlcp_wire.h and the "
         "tables of docs/wire-format.md from dlcp/wire/layout.py and "
         "dlcp/network/pipeline_names.py (docs/wire-format.md).",
     )
@@ -157,9 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sc = sub.add_parser(
         "schedule",
-        help="a scheduler's or a collective's plan (--json: last line)",
-        description="The plan of a communication scheduler on a profile, or of a collective on a "
-        "topology: dlcp schedule --help",
+        help="a scheduler's prediction or a collective's plan (--json: last line)",
+        description="What a communication scheduler decides on a profile and the iteration time it "
+        "predicts, or a collective's plan on a topology: dlcp schedule --help",
     )
     sc.add_argument("schedule_args", nargs=argparse.REMAINDER, help="options (dlcp schedule --help)")
     sc.set_defaults(func=lambda a: _schedule(a.schedule_args))
@@ -173,7 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="write the report here instead of into the run directory")
     r.set_defaults(func=report_cmds.cmd_report)
 
+    t = sub.add_parser(
+        "trace",
+        help="a run's timeline as a Chrome/Perfetto trace (dlcp report writes it too)",
+        description="Per rank the forward and backward of every layer and every message; per switch "
+        "port queue depth and drops (dlcp/reporting/trace.py). Open it at https://ui.perfetto.dev.",
+    )
+    t.add_argument("run_dir", help="a run directory")
+    t.add_argument("--out", help="output file (default: RUN_DIR/trace.json)")
+    t.set_defaults(func=report_cmds.cmd_trace)
+
     profile_cmd.add_parser(sub)
+    ch = sub.add_parser("chakra", help="Chakra execution traces: import one as a profile, export a run", add_help=False)
+    ch.add_argument("chakra_args", nargs=argparse.REMAINDER)
 
     c = sub.add_parser(
         "compare",
@@ -213,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(argv[1:])
     if argv[:1] == ["schedule"]:
         return _schedule(argv[1:])
+    if argv[:1] == ["profile"]:  # list | show | MODEL: its own parser
+        return profile_cmd.main(argv[1:])
+    if argv[:1] == ["chakra"]:
+        from dlcp_cli import chakra_cmd
+
+        return chakra_cmd.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args) or 0

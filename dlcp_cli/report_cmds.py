@@ -51,3 +51,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 1
     print(f"comparison: {path} (also compare.md, compare.json, plots/)")
     return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from dlcp.reporting.trace import OPEN_HINT, write_trace
+
+    try:
+        out = write_trace(pathlib.Path(args.run_dir), args.out)
+    except ValueError as e:
+        print(f"dlcp trace: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"dlcp trace: cannot write the trace: {e.strerror or e} (use --out FILE)", file=sys.stderr)
+        return 1
+    print(f"trace: {out} ({OPEN_HINT})")
+    return 0

@@ -1,19 +1,22 @@
-"""`dlcp schedule`: the plan a scheduler or a collective would run, to read or to feed other tools.
+"""`dlcp schedule`: a scheduler's decisions and predicted iteration time, or a collective's plan.
 
-    dlcp schedule --profile resnet50 --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
+    dlcp schedule --profile resnet50-usbyte --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
     dlcp schedule --profile resnet50 --workers 64 --fit fits.json --scheduler dear   # dlcp bench collectives --fit
     dlcp schedule --collective multitree --topology torus:4x4 --json
-    dlcp schedule --collective ring --topology leaf_spine:2x2x4 --ring-order locality --json
+    dlcp schedule --collective ring --topology leaf_spine:2x2x4 --order locality --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json
 
-A summary first; with `--json` the plan as one JSON object on the last line (dlcp/comm/plan.py
-`plan_json`; dlcp/comm/plans/{ring,multitree,dssync}.py `plan_json`). A scheduler's plan lists
-`groups` (tensor indices in the profile's forward order), `partitions` and `send_order` where the
-policy has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
+A summary first; with `--json` the result as one JSON object on the last line (dlcp/comm/prediction.py
+`prediction_json`; a collective's `describe`, dlcp/comm/plans/). A scheduler's lists `groups`
+(tensor indices in the profile's forward order), `partitions` and `send_order` where the
+scheduler has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
 all-reduce's (seconds, seconds per byte: seeds-brief §1), or a fit (`--fit`: a file `dlcp bench
 collectives --fit` wrote, or a named one of dlcp/comm/costmodel.py), or derived from `--rate-gbps` and
 `--latency-s` for a ring; with `--collective` and `--topology` as well, from that collective's
 schedule on that topology.
+
+The choices of `--scheduler` and `--collective` are the registered ones (dlcp/comm/schedulers/,
+dlcp/comm/plans/), and every option a collective declares is a flag (`--kary`, `--group`, ...).
 """
 
 from __future__ import annotations
@@ -23,23 +26,31 @@ import json
 import sys
 from pathlib import Path
 
+from dlcp.comm.assemble import collective_cost
 from dlcp.comm.costmodel import CostModel, load_fit, named_fit
-from dlcp.comm.plan import plan_json
-from dlcp.comm.plans import PlanError, dssync, multitree, ring
-from dlcp.comm.plans.ring import RING_ORDERS
+from dlcp.comm.plans import PlanError
+from dlcp.comm.plans.collective import COLLECTIVES
+from dlcp.comm.plans.paths import rank_hosts
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.policy import collective_cost
+from dlcp.comm.prediction import prediction_json
 from dlcp.comm.schedulers import SCHEDULERS
-from dlcp.comm.stepped import multitree_plan, ring_plan
 from dlcp.experiment.config import parse_value
+from dlcp.settings import add_option_flags, options_from_flags
 from dlcp.workloads.profile import load_profile
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="dlcp schedule", description=__doc__.splitlines()[0])
-    ap.add_argument("--scheduler", choices=sorted(SCHEDULERS), help="a communication scheduler's plan")
-    ap.add_argument("--profile", help="bundled profile name (resnet50, vgg16) or a profile JSON file")
+    ap.add_argument("--scheduler", choices=SCHEDULERS.choices(), help="a communication scheduler's decisions")
+    ap.add_argument("--profile", help="bundled profile name (`dlcp profile list`) or a profile JSON file")
     ap.add_argument("--workers", type=int, help="ranks")
+    ap.add_argument(
+        "--compute-scale",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="every compute time of the profile times K: a device K times slower (default 1)",
+    )
     ap.add_argument("--alpha", type=float, help="all-reduce start-up, seconds")
     ap.add_argument("--beta", type=float, help="all-reduce seconds per byte")
     ap.add_argument("--rate-gbps", type=float, help="instead of alpha/beta: link rate (ring all-reduce)")
@@ -60,14 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a scheduler option, e.g. credit_bytes=8000000 (repeatable)",
     )
-    ap.add_argument("--collective", choices=("ring", "multitree", "dssync"), help="a collective's plan")
+    ap.add_argument("--collective", choices=COLLECTIVES.choices(), help="a collective's plan")
     ap.add_argument("--topology", help='e.g. "torus:4x4", "mesh:4x4", "leaf_spine:2x2x4", "star:8"')
     ap.add_argument("--fabric-mbps", type=float, default=50.0, help="switch-to-switch rate (default 50)")
     ap.add_argument("--host-mbps", type=float, help="host link rate (default: fabric x degree on torus/mesh)")
-    ap.add_argument("--ring-order", choices=RING_ORDERS, default="rank", help="ring: rank or locality order")
-    ap.add_argument("--kary", type=int, default=2, help="multitree: children per parent per step + 1")
-    ap.add_argument("--paths", choices=multitree.PATH_MODES, default="spray", help="multitree link allocation")
-    ap.add_argument("--group", type=int, help="dssync: workers per group")
+    add_option_flags(ap, COLLECTIVES)
     ap.add_argument("--json", action="store_true", help="the plan as JSON on the last line")
     return ap
 
@@ -100,11 +108,8 @@ def _cost(args, spec) -> CostModel:
     if args.rate_gbps is not None:
         return CostModel.from_link(args.rate_gbps * 1e9, args.latency_s, args.workers)
     if args.collective and spec is not None:
-        plan = (
-            multitree_plan(args.workers, spec, args.kary, args.paths)
-            if args.collective == "multitree"
-            else ring_plan(args.workers, spec, args.ring_order)
-        )
+        entry = COLLECTIVES.get(args.collective)
+        plan = entry.plan(options_from_flags(args, entry), args.workers, spec)
         return collective_cost(plan.schedule(0), spec, args.latency_s, args.fabric_mbps)
     raise ValueError("give --alpha and --beta, or --rate-gbps (or --collective with --topology)")
 
@@ -116,7 +121,9 @@ def scheduler_plan(args) -> dict:
     if spec is not None and len(spec.hosts) != args.workers:
         raise ValueError(f"--workers {args.workers}, but --topology {args.topology} has {len(spec.hosts)} hosts")
     options = dict(parse_option(o) for o in args.option)
-    plan = plan_json(args.scheduler, load_profile(args.profile), args.workers, _cost(args, spec), **options)
+    profile = load_profile(args.profile).scaled(args.compute_scale)  # ValueError on K <= 0
+    plan = prediction_json(args.scheduler, profile, args.workers, _cost(args, spec), **options)
+    plan["compute_scale"] = args.compute_scale
     if args.collective:
         plan["collective"] = args.collective
     return plan
@@ -124,18 +131,11 @@ def scheduler_plan(args) -> dict:
 
 def collective_plan(args) -> dict:
     spec = parse_topology(args.topology, args.fabric_mbps, args.host_mbps) if args.topology else None
-    if args.collective == "dssync":
-        if args.group is None or (args.workers is None and spec is None):
-            raise ValueError("--collective dssync needs --group and --workers (or --topology)")
-        workers = args.workers if args.workers is not None else len(spec.hosts)
-        return dssync.plan_json(workers, args.group, spec)
-    if spec is None:
-        if args.workers is None:
-            raise ValueError(f"--collective {args.collective} needs --topology (or --workers: a star)")
-        spec = parse_topology(f"star:{args.workers}", args.fabric_mbps, args.host_mbps)
-    if args.collective == "ring":
-        return ring.plan_json(spec, order=args.ring_order)
-    return multitree.plan_json(spec, args.kary, paths=args.paths)
+    if spec is None and args.workers is None:
+        raise ValueError(f"--collective {args.collective} needs --topology (or --workers: a star)")
+    entry = COLLECTIVES.get(args.collective)
+    workers = args.workers if args.workers is not None else len(rank_hosts(spec))
+    return entry.describe(options_from_flags(args, entry), workers, spec)
 
 
 def summary(plan: dict) -> list[str]:
@@ -145,19 +145,11 @@ def summary(plan: dict) -> list[str]:
             f"{plan['scheduler']} on {plan['profile']} with {plan['workers']} workers: "
             f"{len(plan.get('groups', []))} groups, {len(ops)} operations per iteration",
             f"predicted iteration {plan['predicted_iteration_s'] * 1e3:.2f} ms "
-            f"(compute {plan['compute_s'] * 1e3:.2f} ms)",
+            f"(compute {plan['compute_s'] * 1e3:.2f} ms"
+            + (f", the profile's x {plan['compute_scale']:g}" if plan.get("compute_scale", 1) != 1 else "")
+            + ")",
         ]
-    if plan["collective"] == "dssync":
-        return [
-            f"dssync: {plan['workers']} workers in groups of {plan['group']}: exact average after "
-            f"{plan['rounds_to_average']} iterations; {plan['steps_per_phase']} steps per phase"
-        ]
-    where = plan.get("topology", "")
-    lines = [f"{plan['collective']} on {where}: {plan['steps_per_phase']} steps per phase"]
-    if plan["collective"] == "multitree":
-        heights = sorted(set(plan["tree_height"].values()))
-        lines.append(f"{len(plan['trees'])} trees, heights {heights[0]}..{heights[-1]}, kary {plan['kary']}")
-    return lines
+    return COLLECTIVES.get(plan["collective"]).summary(plan)
 
 
 def main(argv: list[str]) -> int:

@@ -4,9 +4,10 @@
         [--set KEY=VALUE ...] [--jobs N] [--shard I/N] [--out DIR] [--dry-run]
 
 Points are the Cartesian product of the `--grid` keys, in the order given (the last key varies
-fastest); short names: workers = workload.workers, policy = dlcp.policy, scheduler =
-dlcp.scheduler, mode = workload.mode (any dotted config key works, as with `--set`). Every point
-is checked before anything starts and runs as its own process (`dlcp run CONFIG --set ...
+fastest). Any dotted config key works, as with `--set`; so does a short key, the last part of a key
+that no other key ends with (workers = workload.workers, policy = dlcp.policy, scheduler =
+comm.scheduler, mode = workload.mode, kary = comm.multitree.kary...: `short_keys`, derived from
+the config model and its registered sections). Every point is checked before anything starts and runs as its own process (`dlcp run CONFIG --set ...
 --run-dir OUT/POINT`), so one failing point costs only itself.
 
 Results merge by directory: point P always lands in `OUT/P` (P spells its values, e.g.
@@ -14,10 +15,11 @@ Results merge by directory: point P always lands in `OUT/P` (P spells its values
 outputs of shards run on different machines are merged by copying them into one directory;
 `dlcp sweep --summary OUT` tabulates whatever points are there.
 
-Parallelism: points run concurrently up to `--jobs` (default: the number of cores) on the
-simulator (backend ns3: one process each, nothing shared). Emulated backends (ref, bmv2) run their
-points one at a time whatever `--jobs` says: two Mininet runs on one machine collide (interface
-names, and the clean-up of one removes the other's leftovers).
+Parallelism: points run concurrently up to `--jobs` (default: the number of cores) on a backend
+whose runs share nothing on one machine (dlcp/backends.py, `parallel_runs`: the simulator, one
+process each). The emulated backends run their points one at a time whatever `--jobs` says: two
+Mininet runs on one machine collide (interface names, and the clean-up of one removes the other's
+leftovers).
 `--shard I/N` takes points I, I+N, I+2N, ... (1-based) for a batch system that spreads a sweep.
 """
 
@@ -34,23 +36,47 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlcp import backends
 from dlcp.experiment import config as configmod
+from dlcp.settings import reference_rows
 
-ALIASES = {
-    "workers": "workload.workers",
-    "policy": "dlcp.policy",
-    "scheduler": "dlcp.scheduler",
-    "mode": "workload.mode",
-}
-PARALLEL_BACKENDS = {"ns3"}  # backends whose runs share nothing on one machine
 SERIAL_NOTE = (
-    "dlcp sweep: backend {backend} runs points one at a time (Mininet runs on one machine collide "
-    "on interface names and clean-up); use backend ns3 for parallel points"
+    "dlcp sweep: backend {backend} runs points one at a time (two of its runs on one machine collide "
+    "on interface names and clean-up); use backend {parallel} for parallel points"
 )
 
 
 class SweepError(ValueError):
     """A sweep that cannot start; one line naming the option or point."""
+
+
+def config_keys() -> list[str]:
+    """Every key of the experiment model (registered sections included; list entries excluded)."""
+    return list(dict.fromkeys(k for k, *_ in reference_rows(configmod.Experiment, "", repr) if "[]" not in k))
+
+
+def _by_last_part() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for key in config_keys():
+        out.setdefault(key.rsplit(".", 1)[-1], []).append(key)
+    return out
+
+
+def short_keys() -> dict[str, str]:
+    """Short key -> key: the last part of every key inside a section that no other key ends with."""
+    return {last: keys[0] for last, keys in _by_last_part().items() if len(keys) == 1 and keys[0] != last}
+
+
+def full_key(key: str) -> str:
+    """The config key `key` stands for: itself when dotted or top-level, else the key it is short for."""
+    if "." in key:
+        return key
+    candidates = _by_last_part().get(key, [])
+    if len(candidates) == 1:
+        return candidates[0]
+    if candidates:
+        raise SweepError(f"--grid {key}: short for {' and '.join(candidates)}: give the whole key")
+    raise SweepError(f"--grid {key}: not a config key, nor the last part of one")
 
 
 @dataclass(frozen=True)
@@ -63,7 +89,7 @@ class Point:
         return ",".join(f"{k}={_safe(v)}" for k, v in self.values) or "default"
 
     def overrides(self) -> list[str]:
-        return [f"{ALIASES.get(k, k)}={v}" for k, v in self.values]
+        return [f"{full_key(k)}={v}" for k, v in self.values]
 
 
 def _safe(text: str) -> str:
@@ -81,9 +107,9 @@ def parse_grid(items: list[str]) -> list[tuple[str, list[str]]]:
         values = [v.strip() for v in text.split(",")]
         if not key or not all(values):
             raise SweepError(f"--grid {item}: empty key or value")
-        if ALIASES.get(key, key) in seen:
+        if full_key(key) in seen:
             raise SweepError(f"--grid {key}: given twice")
-        seen.add(ALIASES.get(key, key))
+        seen.add(full_key(key))
         grid.append((key, values))
     return grid
 
@@ -119,15 +145,17 @@ def check_points(config: str, overrides: list[str], pts: list[Point]) -> dict[st
     return out
 
 
-def effective_jobs(backends: set[str], jobs: int) -> tuple[int, str | None]:
+def effective_jobs(names: set[str], jobs: int) -> tuple[int, str | None]:
     """Points at once for these backends, and the note to print when that is fewer than asked."""
-    serial = backends - PARALLEL_BACKENDS
+    serial = sorted(b for b in names if not backends.capabilities(b).parallel_runs)
     if serial and jobs > 1:
-        return 1, SERIAL_NOTE.format(backend=", ".join(sorted(serial)))
+        return 1, SERIAL_NOTE.format(backend=", ".join(serial), parallel=backends.offering(lambda c: c.parallel_runs))
     return jobs, None
 
 
 def run_command(config: str, overrides: list[str], point: Point, run_dir: Path) -> list[str]:
+    """The point as one `dlcp run --run-dir`: the series runner's per-run entry point, in a process
+    of its own."""
     cmd = [sys.executable, "-m", "dlcp_cli", "run", config]
     for o in overrides + point.overrides():
         cmd += ["--set", o]
@@ -228,7 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=V1,V2",
-        help="a grid dimension (repeatable); short keys: " + ", ".join(ALIASES),
+        help="a grid dimension (repeatable); a key or its last part when no other key ends with it: "
+        + ", ".join(sorted(short_keys())),
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override (repeatable)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points at once (simulator only)")
@@ -264,6 +293,14 @@ def main(argv: list[str]) -> int:
         for p in pts:
             print(f"{p.index}\t{p.name}\t{out / p.name}")
         return 0
+    used = [p.name for p in pts if (out / p.name).is_dir() and any((out / p.name).iterdir())]
+    if used:  # each point would be refused (run directories are never reused): say so once, first
+        print(
+            f"dlcp sweep: {out} holds {len(used)} of these points already ({', '.join(used[:3])}"
+            f"{', ...' if len(used) > 3 else ''}); run directories are never reused (give a new --out)",
+            file=sys.stderr,
+        )
+        return 2
     jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs)
     if note:
         print(note, file=sys.stderr)

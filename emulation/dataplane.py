@@ -10,8 +10,8 @@ runtime file (docs/pipeline.md), and stops it:
     stop: counter dump in <run_dir>/counters/<name>.json, SIGTERM, SIGKILL if it hangs, forget PID
 
 Any failure stops the process and raises SwitchStartError naming the switch; once a process ran,
-the message also has the exact command line and the tail of the process's own log. `RefProcess`
-runs the built-in dataplane; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
+the message also has the exact command line and the tail of the process's own log. `BuiltinProcess`
+runs the built-in switch; `emulation.bmv2switch.Bmv2Process` runs simple_switch_grpc. The
 Mininet switch classes (`emulation.switches`) and the conformance harness use these.
 """
 
@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from dlcp.exit_status import exit_text
 from emulation import procs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ class DataplaneProcess:
 
     @property
     def samples_path(self) -> Path:
-        """Periodic queue samples (built-in dataplane; emulation/refswitch/switch.py, Sampler)."""
+        """Periodic queue samples (built-in switch; emulation/builtin_switch/process.py, Sampler)."""
         return self.run_dir / "counters" / f"{self.name}-samples.jsonl"
 
     @property
@@ -159,7 +160,7 @@ class DataplaneProcess:
             self._raise_priority()
             self.configure()
             if not self.alive():
-                self._refuse(f"{self.program} exited with status {self.proc.returncode} after start-up")
+                self._refuse(f"{self.program} {exit_text(self.proc.returncode)} after start-up")
         except SwitchStartError as e:
             self.stop(dump_counters=False)
             raise SwitchStartError(
@@ -174,7 +175,7 @@ class DataplaneProcess:
         deadline = time.monotonic() + self.ready_timeout_s
         while not self.is_ready():
             if self.proc.poll() is not None:
-                self._refuse(f"{self.program} exited with status {self.proc.returncode} during start-up")
+                self._refuse(f"{self.program} {exit_text(self.proc.returncode)} during start-up")
             if time.monotonic() > deadline:
                 self._refuse(self.not_ready_reason())
             time.sleep(0.05)
@@ -215,21 +216,21 @@ class DataplaneProcess:
             self.proc = None
 
     def write_final_counters(self) -> None:
-        """The dump a stop leaves behind (the built-in dataplane writes its own on SIGTERM)."""
+        """The dump a stop leaves behind (the built-in switch writes its own on SIGTERM)."""
 
     def counters(self) -> dict:
         """The last counter dump (after stop(), or after request_counters())."""
         return json.loads(self.counters_path.read_text())
 
 
-class RefProcess(DataplaneProcess):
-    """The built-in dataplane: `python -m emulation.refswitch` (emulation/refswitch)."""
+class BuiltinProcess(DataplaneProcess):
+    """The built-in switch: `python -m emulation.builtin_switch` (emulation/builtin_switch)."""
 
-    backend = "ref"
-    program = "refswitch"
+    backend = "builtin"
+    program = "builtin_switch"
 
     def __init__(self, *args, extra_args=(), **kw):
-        """extra_args: more refswitch options (--engine, --seed, ...)."""
+        """extra_args: more builtin_switch options (--engine, --seed, ...)."""
         super().__init__(*args, **kw)
         self.extra_args = list(extra_args)
 
@@ -254,7 +255,7 @@ class RefProcess(DataplaneProcess):
         cmd = [
             sys.executable,
             "-m",
-            "emulation.refswitch",
+            "emulation.builtin_switch",
             "--runtime",
             str(self.runtime_json),
             "--name",
@@ -284,7 +285,7 @@ class RefProcess(DataplaneProcess):
 
     def control(self, command: str, timeout: float = 5.0) -> dict:
         """One control-socket request (ping, counters, dump)."""
-        from emulation.refswitch.switch import control_request
+        from emulation.builtin_switch.process import control_request
 
         return control_request(self.control_path, command, timeout=timeout)
 

@@ -6,8 +6,9 @@ interfaces, stop (the counters stay in `<run_dir>/counters/<name>.json`), and `s
 for when Mininet's own stop cannot run. The process life cycle itself (PID records, readiness,
 SCHED_RR, the error with the process's log tail and command line) is emulation/dataplane.py's.
 
-`BACKENDS` maps a backend name to its class; "ref" (the built-in dataplane) is the default.
-"bmv2" loads emulation/bmv2/switch.py (and the P4Runtime/gRPC stack) only when a switch starts.
+BuiltinSwitch runs the built-in switch, Bmv2Switch simple_switch_grpc; the latter loads
+emulation/bmv2/simple_switch.py (and the P4Runtime/gRPC stack) only when a switch starts. Which backend
+uses which is emulation/mininet_backend.py's (registered in dlcp/backends.py).
 """
 
 from __future__ import annotations
@@ -17,18 +18,10 @@ from pathlib import Path
 
 from mininet.node import Switch
 
-from emulation.dataplane import DataplaneProcess, RefProcess, SwitchStartError
+from emulation.dataplane import BuiltinProcess, DataplaneProcess, SwitchStartError
 from emulation.network import DiesWithRun
 
-__all__ = [
-    "BACKENDS",
-    "DEFAULT_BACKEND",
-    "Bmv2Switch",
-    "DlcpSwitch",
-    "RefSwitch",
-    "SwitchStartError",
-    "switch_class",
-]
+__all__ = ["Bmv2Switch", "BuiltinSwitch", "DlcpSwitch", "SwitchStartError"]
 
 
 class DlcpSwitch(DiesWithRun, Switch):
@@ -100,19 +93,19 @@ class DlcpSwitch(DiesWithRun, Switch):
         return json.loads(self.counters_path.read_text())
 
 
-class RefSwitch(DlcpSwitch):
-    """The built-in dataplane (emulation/refswitch), one process per switch."""
+class BuiltinSwitch(DlcpSwitch):
+    """The built-in switch (emulation/builtin_switch), one process per switch."""
 
-    backend = "ref"
-    process_options = ("extra_args",)  # more refswitch options (--engine, ...)
+    backend = "builtin"
+    process_options = ("extra_args",)  # more builtin_switch options (--engine, ...)
 
     @staticmethod
     def process_class() -> type[DataplaneProcess]:
-        return RefProcess
+        return BuiltinProcess
 
 
 class Bmv2Switch(DlcpSwitch):
-    """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/switch.py). Options: grpc_port,
+    """simple_switch_grpc running p4/dlcp.p4 (emulation/bmv2/simple_switch.py). Options: grpc_port,
     thrift_port (default 9559 / 9090 + the runtime's device_id)."""
 
     backend = "bmv2"
@@ -120,23 +113,12 @@ class Bmv2Switch(DlcpSwitch):
 
     @staticmethod
     def process_class() -> type[DataplaneProcess]:
-        from emulation.bmv2.switch import Bmv2Process
+        from emulation.bmv2.simple_switch import Bmv2Process
 
         return Bmv2Process
 
     @classmethod
     def toolchain(cls, data_port: int | None = None) -> dict[str, str]:
-        from emulation.bmv2.switch import toolchain
+        from emulation.bmv2.simple_switch import toolchain
 
         return toolchain(data_port)
-
-
-BACKENDS: dict[str, type[DlcpSwitch]] = {"ref": RefSwitch, "bmv2": Bmv2Switch}
-DEFAULT_BACKEND = "ref"
-
-
-def switch_class(backend: str = DEFAULT_BACKEND) -> type[DlcpSwitch]:
-    try:
-        return BACKENDS[backend]
-    except KeyError:
-        raise ValueError(f"unknown switch backend {backend!r} (one of: {', '.join(BACKENDS)})") from None

@@ -1,6 +1,6 @@
 /* DLCP switch, P4_16 for v1model (bmv2 simple_switch_grpc with `--priority-queues 8`).
  *
- * The specification of the DLCP switch pipeline; the built-in dataplane implements the same
+ * The specification of the DLCP switch pipeline; the built-in switch implements the same
  * semantics (docs/pipeline.md). Control-plane names are fixed with @name(...) from the macros
  * generated from dlcp/network/pipeline_names.py (include/generated/, `make gen`), so that P4Info
  * holds exactly those names, whichever include file a table lives in.

@@ -9,7 +9,7 @@ Step counts are deterministic (no timing): one run gives the figures.
 from __future__ import annotations
 
 from dlcp.comm.plans import alpha_beta_cost
-from dlcp.comm.plans.dssync import dssync_plan, round_schedule, topology_plan
+from dlcp.comm.plans.dssync import dssync_groups, round_schedule, topology_groups
 from dlcp.comm.plans.multitree import multitree_schedule
 from dlcp.comm.plans.paths import Router
 from dlcp.comm.plans.ring import ring_schedule
@@ -61,7 +61,7 @@ def main() -> None:
             + f" {pinned:>6} {cost[0]:>7.3f} {cost[2]:>8.3f} {cost[1]:>8.3f} {cost[3]:>9.3f}"
         )
     spec = parse_topology("leaf_spine:2x4x4", fabric_mbps=FABRIC_MBPS)
-    plan = topology_plan(spec, 4)
+    plan = topology_groups(spec, 4)
     per_it = [alpha_beta_cost(round_schedule(spec, plan, k), M_BYTES, ALPHA, beta, spec) for k in range(plan.period)]
     ring = alpha_beta_cost(ring_schedule(spec), M_BYTES, ALPHA, beta, spec)
     mt = alpha_beta_cost(multitree_schedule(spec, 2), M_BYTES, ALPHA, beta, spec)
@@ -72,7 +72,7 @@ def main() -> None:
     )
     print("\nDS-Sync: workers group -> rounds to the exact average (groups all of `group`?)")
     for n, g in [(16, 4), (16, 2), (8, 4), (24, 6), (32, 4), (64, 8), (12, 4), (6, 2), (20, 4)]:
-        p = dssync_plan(n, g)
+        p = dssync_groups(n, g)
         print(
             f"  N={n:<3} s={g:<2} rounds={p.period} equal_groups={p.exact_equal_groups} "
             f"group sizes per round={[len(it[0]) for it in p.iterations]}"

@@ -36,8 +36,8 @@ fi
 
 stamp="$VENV/.dlcp-setup-stamp"
 if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
-      && "$stamp" -nt setup.py && "$stamp" -nt emulation/refswitch/_fastpath.c \
-      && "$stamp" -nt emulation/refswitch/dlcp_wire.h \
+      && "$stamp" -nt setup.py && "$stamp" -nt emulation/builtin_switch/_fastpath.c \
+      && "$stamp" -nt dlcp/switch/c/dlcp_wire.h && "$stamp" -nt dlcp/switch/c/switch_core.h \
       && -z "$(comm -23 <(tr , '\n' <<<"$EXTRAS" | sort -u) <(tr , '\n' <"$stamp" | sort -u) | grep .)" ]]; then
     exit 0
 fi

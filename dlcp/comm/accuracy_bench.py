@@ -1,10 +1,10 @@
-"""`dlcp bench accuracy`: final test accuracy under packet loss, per fill policy, vs lossless.
+"""`dlcp bench accuracy`: final test accuracy under packet loss, per fill rule, vs lossless.
 
 In-process and reproducible: N workers (TorchWorkload) train through the exact in-memory
-all-reduce (dlcp/comm/inmemory.py, through the comm layer's engine with WFBP); every worker contribution of every message loses whole packets of 350
+all-reduce (dlcp/comm/inmemory.py, through a Communicator with WFBP); every worker contribution of every message loses whole packets of 350
 values at random with probability `loss` (mode `uniform`, default), or only drop-eligible packets
 of the `dlcp` tagging (mode `protected`, same expected loss). The lossless run is shared by all
-fill policies (without loss every policy computes exactly total / W). Accuracy is the mean over
+fill rules (without loss every rule computes exactly total / W). Accuracy is the mean over
 the workers' models (they are identical except under the `local` fill) on the held-out test set.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from dlcp.bench_output import emit
-from dlcp.comm.inmemory import LOSS_MODES, PacketLoss, memory_engines
+from dlcp.comm.inmemory import LOSS_MODES, PacketLoss, memory_communicators
 from dlcp.workloads.settings import FILLS, WorkloadConfig
 from dlcp.workloads.trainer.data import load_dataset
 from dlcp.workloads.trainer.loop import train_allreduce
@@ -39,7 +39,9 @@ def _fills(text: str) -> list[str]:
     names = [v.strip() for v in text.split(",") if v.strip()]
     bad = [n for n in names if n not in FILLS]
     if bad or not names:
-        raise argparse.ArgumentTypeError(f"unknown fill policy {bad[0] if bad else text!r} (one of {', '.join(FILLS)})")
+        raise argparse.ArgumentTypeError(
+            f"unknown fill rule {bad[0] if bad else text!r} (one of {', '.join(FILLS.choices())})"
+        )
     return names
 
 
@@ -47,8 +49,8 @@ def train_once(cfg: WorkloadConfig, data, workers: int, fill: str, loss: PacketL
     """Final test accuracy (percent) and test loss, means over the workers' models, of one run."""
     # no backward/communication overlap to gain in a sequential in-process loop: skip its threads
     workloads = [TorchWorkload(cfg, r, workers, fill, data=data, overlap=False) for r in range(workers)]
-    engines, _ = memory_engines(workers, workloads[0].layouts(), workloads[0].n_layers, loss=loss)
-    train_allreduce(workloads, engines, cfg.iterations)
+    comms, _ = memory_communicators(workers, workloads[0].layouts(), workloads[0].n_layers, loss=loss)
+    train_allreduce(workloads, comms, cfg.iterations)
     metrics = [w.evaluate(cfg.iterations - 1) for w in workloads]
     return (
         100.0 * float(np.mean([m["test_accuracy"] for m in metrics])),

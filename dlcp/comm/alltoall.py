@@ -172,7 +172,7 @@ class TransportAllToAll(_Exchange):
         )
         endpoint = UdpTransport(config, [])
         try:
-            addresses = [None] * world
+            addresses: list = [None] * world  # every rank's (ip, data port, control port), once gathered
             dist.all_gather_object(addresses, (config.ip, endpoint.data_port, endpoint.control_port), group=group)
             for r, (ip, dport, cport) in enumerate(addresses):
                 if r != rank:
@@ -189,10 +189,12 @@ class TransportAllToAll(_Exchange):
     def all_reduce(self, op: OpData) -> Handle:
         """The bucket to every other rank, every rank's bucket summed; runs in a thread of its own."""
         h = Handle(f"bucket {op.slot} of iteration {op.iteration}")
+        values = op.values
+        assert values is not None  # the DDP hook always sends values
 
         def run():
             try:
-                h.set_result(self._all_to_all(op.iteration, op.slot, op.values, op.tags))
+                h.set_result(self._all_to_all(op.iteration, op.slot, values, op.tags))
             except BaseException as e:  # noqa: BLE001 (the waiter re-raises it)
                 h.set_error(e)
 

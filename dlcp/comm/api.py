@@ -16,7 +16,7 @@ Results:
 - `Partial`: what reduce-scatter leaves on a rank (the owned chunks reduced, the rest in flight);
   opaque to the caller, handed back to `all_gather` of the same operation.
 
-PS push / pull (dlcp/comm/collectives.py: PSClient, PSServer) return the same `Handle`s.
+PS push / pull (dlcp/comm/ps.py: PSClient, PSServer) return the same `Handle`s.
 Implementations: `SteppedCollective` (ring, MultiTree, DS-Sync groups over the transport,
 dlcp/comm/stepped.py), `InMemoryGroup` (in-process, dlcp/comm/inmemory.py), `TransportAllToAll`
 and `GlooAllReduce` (the DDP hook's, dlcp/comm/alltoall.py).
@@ -95,7 +95,7 @@ class OpData:
 
     iteration: int
     slot: int
-    values: np.ndarray  # flat float32; the collective reads it, never writes it
+    values: np.ndarray | None  # flat float32 (None: sizes only); the collective reads it, never writes it
     layout: MessageLayout
     n_layers: int
     tags: Any = None  # dlcp.wire.tagging.Tags of the packets, when the caller tagged them

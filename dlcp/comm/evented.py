@@ -1,5 +1,7 @@
-"""A step collective driven by events instead of threads: the simulated hosts' (ns-3) ring,
-MultiTree and DS-Sync groups.
+"""The comm layer driven by events instead of threads, for the simulated hosts (ns-3): the ring,
+MultiTree and DS-Sync groups (`EventSteppedCollective` under `EventCommunicator`, which also re-syncs
+to rank 0), and PS push / pull (`EventPSClient`, `EventPSServer`: the threaded PSClient's and
+PSServer's packets and sums, dlcp/comm/ps.py).
 
 It runs the same StepPlan schedules with the same rules as `SteppedCollective`
 (dlcp/comm/stepped.py: chunks, wire ids, tagging, SendInfo counts and budgets, the lockstep rule,
@@ -16,20 +18,24 @@ is still running (e.g. a send that completes another message at once) has to wai
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial
+from dlcp.comm.assemble import LayerTimes, assemble_rank
+from dlcp.comm.communicator import Communicator, OrderChannel
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import CommEngine, OrderChannel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
-from dlcp.comm.policy import LayerTimes, comm_plan
-from dlcp.comm.settings import CommConfig, CommPolicy
-from dlcp.comm.stepped import AG, RS, RankSteps, StepPlan, StepRules, _State
+from dlcp.comm.plans.collective import StepPlan
+from dlcp.comm.ps import PullMessages, push_message, sum_pushes
+from dlcp.comm.resync import resync_messages
+from dlcp.comm.settings import CommConfig, CommSetup
+from dlcp.comm.stepped import AG, RS, RankSteps, StepRules, _State
 from dlcp.comm.wire_ids import WireIds
 from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import TransportError
-from dlcp.wire.header import PHASE_P2P
-from dlcp.workloads.contract import MessageLayout
+from dlcp.wire.control_frames import PS_RANK
+from dlcp.wire.header import PHASE_P2P, PHASE_PULL, PHASE_PUSH
+from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 
 
 class _Run:
@@ -167,7 +173,7 @@ class EventSteppedCollective(Collective):
 
 class PushedOrder(OrderChannel):
     """Rank 0's announcements as messages (the packets and ids of TransportOrder) sent through
-    `send`; the followers' host pushes them into `CommEngine.announced` (EventEngine.received)."""
+    `send`; the followers' host pushes them into `Communicator.announced` (EventCommunicator.received)."""
 
     pushes = True
 
@@ -181,22 +187,26 @@ class PushedOrder(OrderChannel):
                 self.send(r, batch, announcement_info(slot))
 
     def receive(self, iteration: int, seq: int, timeout_s: float) -> tuple[int, str]:
-        raise RuntimeError("PushedOrder: announcements are pushed into CommEngine.announced, not read")
+        raise RuntimeError("PushedOrder: announcements are pushed into Communicator.announced, not read")
 
 
-class EventEngine(CommEngine):
-    """TransportEngine's counterpart for an event-driven host: the `[comm]` scheduler, step plan
-    and wire ids (dlcp/comm/policy.py comm_plan), an EventSteppedCollective and PushedOrder over
+class EventCommunicator(Communicator):
+    """TransportCommunicator's counterpart for an event-driven host: the `[comm]` scheduler, step plan
+    and wire ids (dlcp/comm/assemble.py assemble_rank), an EventSteppedCollective and PushedOrder over
     `send(dst, batch, info) -> key`. The host reports every finished send and arrived message to
     `sent` / `received`; `on_done(iteration)` says when `collect(iteration)` has the aggregates.
-    Iterations are told apart by the wire's 16-bit iteration: a run has fewer than 65,536."""
+    `resync` is TransportCommunicator's re-sync to rank 0 (its messages, P2P ids past the order
+    announcements'). Iterations are told apart by the wire's 16-bit iteration: a run has fewer
+    than 65,536."""
+
+    coll: EventSteppedCollective  # the one __init__ builds
 
     def __init__(
         self,
         send: Callable,
         vpp: int,
         cfg: CommConfig,
-        policy: CommPolicy,
+        comm: CommSetup,
         layouts: list[MessageLayout],
         n_layers: int,
         *,
@@ -211,8 +221,8 @@ class EventEngine(CommEngine):
         plan: StepPlan | None = None,
         cost: CostModel | None = None,
     ):
-        scheduler, plan, self.ids = comm_plan(
-            policy,
+        scheduler, plan, self.ids = assemble_rank(
+            comm,
             cfg.world,
             layouts,
             host_mbps=host_mbps,
@@ -223,8 +233,8 @@ class EventEngine(CommEngine):
             plan=plan,
             cost=cost,
         )
-        self.policy, self.plan = policy, plan
-        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=policy.lockstep)
+        self.comm, self.plan = comm, plan
+        collective = EventSteppedCollective(send, vpp, cfg, plan, self.ids, lockstep=comm.lockstep)
         order = PushedOrder(send, vpp, cfg, self.ids, n_layers) if scheduler.timing_dependent_order else None
         super().__init__(
             scheduler,
@@ -237,16 +247,175 @@ class EventEngine(CommEngine):
             clock=clock,
             sizes_only=sizes_only,
         )
+        self.send, self.vpp, self.cfg, self.layouts = send, vpp, cfg, {lay.msg_id: lay for lay in layouts}
+        self._resync: tuple | None = None  # (iteration, parameters, on_done) while this rank re-syncs
+        self._resync_sends: set = set()  # rank 0: re-sync sends not finished yet
+        self._resync_in: dict = {}  # (iteration mod 2^16, message index) -> rank 0's parameters
 
     def sent(self, key, result) -> None:
         """A send finished (the leader's announcements need nothing more)."""
-        self.coll.sent(key, result)
+        if key in self._resync_sends:
+            self._resync_sends.discard(key)
+            self._resync_check()
+        else:
+            self.coll.sent(key, result)
 
     def received(self, key, result) -> None:
         src, it, phase, msg_id = key
-        if phase == PHASE_P2P:
+        if phase == PHASE_P2P and msg_id >= self.ids.announcements and src == 0:  # rank 0's re-sync
+            self._resync_in[(it & 0xFFFF, msg_id - self.ids.announcements)] = result
+            self._resync_check()
+        elif phase == PHASE_P2P:
             if not (self.follower and src == LEADER and msg_id < self.ids.announcements):
                 raise ValueError(f"rank {self.coll.rank}: unexpected P2P message {key}")
             self.announced(it, msg_id, *read_announcement(result, it, msg_id))
         else:
             self.coll.received(key, result)
+
+    def resync(self, iteration: int, params: dict | None, on_done: Callable[[dict | None], None]) -> None:
+        """Re-sync to rank 0 (dlcp/comm/resync.py `resync`): rank 0 sends `params` to every
+        rank; `on_done(rank 0's parameters)` once its sends finished (rank 0: `params`) or every
+        message arrived (None when sizes only: `params` None)."""
+        self._resync = (iteration, params, on_done)
+        if self.coll.rank == 0:
+            for dst, batch, info in resync_messages(
+                self.cfg, self.ids, self.layouts, self.n_layers, self.vpp, iteration, params
+            ):
+                self._resync_sends.add(self.send(dst, batch, info))
+        self._resync_check()
+
+    def _resync_check(self) -> None:
+        if self._resync is None:
+            return
+        iteration, params, on_done = self._resync
+        if self.coll.rank == 0:
+            if self._resync_sends:
+                return
+            ref = params
+        else:
+            wire = iteration & 0xFFFF
+            order = sorted(self.layouts)
+            if any((wire, k) not in self._resync_in for k in range(len(order))):
+                return
+            got = {m: self._resync_in.pop((wire, k)) for k, m in enumerate(order)}
+            ref = None if params is None else {m: r.values for m, r in got.items()}
+        self._resync = None
+        on_done(ref)
+
+
+# --- parameter server ----------------------------------------------------------------------------------
+
+
+class EventPSClient:
+    """PSClient's counterpart for an event-driven host (dlcp/comm/ps.py): pushes through
+    `send(dst, batch, info) -> key`; the host reports finished sends to `sent` and arrived messages
+    to `received`. `on_done(iteration)` once every push of the iteration finished and every
+    parameter message arrived; `collect(iteration)` then gives {msg_id: ParamChunk}, in arrival
+    order. Pushes that finish with an error count as finished (the PS decides, as PSClient.pull
+    waits). `sizes_only`: pushes carry no values."""
+
+    def __init__(
+        self,
+        send: Callable,
+        vpp: int,
+        cfg: CommConfig,
+        layouts: list[MessageLayout],
+        n_layers: int,
+        *,
+        on_done: Callable[[int], None],
+        sizes_only: bool = False,
+        ps_rank: int = PS_RANK,
+    ):
+        self.send, self.vpp, self.cfg, self.n_layers = send, vpp, cfg, n_layers
+        self.layouts = {lay.msg_id: lay for lay in layouts}
+        self.ids = WireIds(max(self.layouts, default=0) + 1, what="parameter server")
+        self.on_done, self.sizes_only, self.ps = on_done, sizes_only, ps_rank
+        self.iteration = -1
+        self._open: set = set()  # this iteration's pushes not finished yet
+        self._pulls: dict[int, ParamChunk] = {}
+        self._done = False
+
+    def begin(self, iteration: int) -> None:
+        self.iteration, self._pulls, self._done = iteration, {}, False
+
+    def push(self, iteration: int, msg: GradMessage) -> None:
+        batch, info = push_message(self.cfg, self.ids, self.n_layers, self.vpp, iteration, msg, self.sizes_only)
+        self._open.add(self.send(self.ps, batch, info))
+
+    def sent(self, key, result) -> None:
+        self._open.discard(key)
+        self._check()
+
+    def received(self, key, result) -> None:
+        _src, it, phase, msg_id = key
+        if phase == PHASE_PULL and it == self.iteration & 0xFFFF:
+            self._pulls[msg_id] = ParamChunk(result.values, result.loss_mask())
+            self._check()
+
+    def collect(self, iteration: int) -> dict[int, ParamChunk]:
+        return self._pulls
+
+    def _check(self) -> None:
+        if not self._done and not self._open and len(self._pulls) == len(self.layouts):
+            self._done = True
+            self.on_done(self.iteration)
+
+
+class EventPSServer:
+    """PSServer's counterpart for an event-driven host: pushes reported to `received` are kept
+    per iteration; `on_gathered(iteration)` once every worker's push of every message is in
+    (`gathered(iteration)` then sums them: {msg_id: Aggregate}, None per message when sizes only);
+    `scatter` sends the parameters, `on_scattered(iteration)` once every send of them finished."""
+
+    def __init__(
+        self,
+        send: Callable,
+        vpp: int,
+        cfg: CommConfig,
+        layouts: list[MessageLayout],
+        n_layers: int,
+        *,
+        on_gathered: Callable[[int], None],
+        on_scattered: Callable[[int], None],
+        sizes_only: bool = False,
+    ):
+        self.send, self.cfg, self.world, self.sizes_only = send, cfg, cfg.world, sizes_only
+        self.layouts = {lay.msg_id: lay for lay in layouts}
+        self.ids = WireIds(max(self.layouts, default=0) + 1, what="parameter server")
+        self.pulls = PullMessages(cfg, self.ids, self.layouts, n_layers, vpp)
+        self.on_gathered, self.on_scattered = on_gathered, on_scattered
+        self._got: dict[int, dict] = {}  # iteration -> {(rank, msg_id): RecvResult}
+        self._full: dict[int, dict] = {}  # iteration -> every push, until gathered()
+        self._open: dict[int, int] = {}  # iteration -> parameter sends not finished yet
+        self._iteration_of: dict = {}  # send key -> its iteration
+
+    def received(self, key, result) -> None:
+        src, it, phase, msg_id = key
+        if phase != PHASE_PUSH:
+            return
+        got = self._got.setdefault(it, {})
+        got[(src, msg_id)] = None if self.sizes_only else result  # sizes only: no values to keep
+        if len(got) < self.world * len(self.layouts):
+            return
+        self._full[it] = self._got.pop(it)
+        self.on_gathered(it)
+
+    def gathered(self, iteration: int) -> Mapping[int, Aggregate | None]:
+        pushes = self._full.pop(iteration & 0xFFFF)
+        if self.sizes_only:
+            return dict.fromkeys(self.layouts)
+        return sum_pushes(self.layouts, self.world, pushes)
+
+    def scatter(self, iteration: int, params: dict | None) -> None:
+        """Every message's parameters to every worker (the same packets for all); None: sizes only."""
+        for _, batch, info in self.pulls.build(iteration, params):
+            for rank in range(self.world):
+                self._open[iteration] = self._open.get(iteration, 0) + 1
+                self._iteration_of[self.send(rank, batch, info)] = iteration
+
+    def sent(self, key, result) -> None:
+        it = self._iteration_of.pop(key)
+        self._open[it] -= 1
+        if not self._open[it]:
+            del self._open[it]
+            self.on_scattered(it)

@@ -2,7 +2,7 @@
 run through them without a network.
 
 `InMemoryGroup` is an exact all-reduce among N ranks behind the `Collective` interface
-(dlcp/comm/api.py): a worker drives it through the same `CommEngine` (and so the same scheduler)
+(dlcp/comm/api.py): a worker drives it through the same `Communicator` (and so the same scheduler)
 as the transport's collectives (`memory_endpoints`), and the sum is always added in rank order (so
 results do not depend on thread timing). `InMemoryPS` is the parameter-server pair: clients
 `push(it, msg)` / `pull(it) -> {msg_id: ParamChunk}`, the server `gather(it)` /
@@ -158,6 +158,7 @@ class InMemoryGroup:
         h = Handle(f"in-memory {op.what}")
         lost = None
         if self.loss is not None and self.loss.rate > 0:
+            assert op.values is not None  # losses are drawn on values, never with sizes only
             lost = self.loss.lost_values(op.values, op.layout, op.n_layers, PUSH, op.iteration, rank)
         group = self.group_of(op.iteration, rank)
         key = (op.iteration, op.slot, group)
@@ -245,7 +246,7 @@ class InMemoryPS:
         self._rv.abort(error)
 
     def _push(self, rank, it, msg: GradMessage) -> None:
-        if msg.msg_id not in self._sizes or msg.values.size != self._sizes[msg.msg_id]:
+        if msg.msg_id not in self._sizes or msg.values is None or msg.values.size != self._sizes[msg.msg_id]:
             raise ValueError(f"rank {rank} iteration {it}: message {msg.msg_id} does not match the layouts")
         lost = None
         if self.push_loss is not None and self.push_loss.rate > 0:
@@ -309,34 +310,33 @@ class PSServer:
         self.ps._scatter(iteration, params)
 
 
-def memory_engines(
+def memory_communicators(
     world: int,
     layouts: list[MessageLayout],
     n_layers: int,
-    policy=None,
+    comm=None,
     loss: PacketLoss | None = None,
     backward_ms: float = 0.0,
     timeout_s: float = 120.0,
 ):
-    """One CommEngine per rank over one InMemoryGroup, for the `[comm]` settings `policy`
+    """One Communicator per rank over one InMemoryGroup, for the `[comm]` settings `comm`
     (default: WFBP): the same scheduler and order rules as over the transport (the collective's
-    algorithm does not change an exact in-process sum; DS-Sync's groups do). Returns (engines,
+    algorithm does not change an exact in-process sum; DS-Sync's groups do). Returns (comms,
     abort): `abort(error)` wakes every waiting rank."""
-    from dlcp.comm.engine import CommEngine, forward_order
+    from dlcp.comm.assemble import build_scheduler, cost_model, planning_profile, step_plan
+    from dlcp.comm.communicator import Communicator, forward_order
     from dlcp.comm.order import MemoryOrder
-    from dlcp.comm.policy import build_scheduler, cost_model, planning_profile, step_plan
-    from dlcp.comm.settings import CommPolicy
+    from dlcp.comm.settings import CommSetup
 
-    policy = policy or CommPolicy()
-    plan = step_plan(policy, world)
-    groups = plan.plan.groups if policy.collective == "dssync" else None
-    group = InMemoryGroup(world, loss, groups, timeout_s)
+    comm = comm or CommSetup()
+    plan = step_plan(comm, world)
+    group = InMemoryGroup(world, loss, plan.groups, timeout_s)
     profile = planning_profile(forward_order(layouts), backward_ms)
-    cost = cost_model(policy, world, 50.0)
+    cost = cost_model(comm, world, 50.0)
     order = MemoryOrder()
-    engines = [
-        CommEngine(
-            build_scheduler(policy, profile, world, cost),
+    comms = [
+        Communicator(
+            build_scheduler(comm, profile, world, cost),
             group.collective(r),
             layouts,
             n_layers,
@@ -345,4 +345,4 @@ def memory_engines(
         )
         for r in range(world)
     ]
-    return engines, group.abort
+    return comms, group.abort

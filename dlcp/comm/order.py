@@ -1,4 +1,4 @@
-"""How rank 0 tells the other ranks the order of operations it released (dlcp/comm/engine.py,
+"""How rank 0 tells the other ranks the order of operations it released (dlcp/comm/communicator.py,
 "One order on every rank"): over the transport, or in process."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from dlcp.comm.engine import PRIMITIVE_CODES, PRIMITIVE_NAMES, OrderChannel
+from dlcp.comm.communicator import PRIMITIVE_CODES, PRIMITIVE_NAMES, OrderChannel
 from dlcp.comm.packets import tagged_packets
 from dlcp.comm.settings import CommConfig
 from dlcp.comm.wire_ids import WireIds

@@ -18,7 +18,8 @@ def sub_layers(layout: MessageLayout, lo: int, hi: int) -> tuple[list[int], list
     """Layer segments (starts relative to lo, layer ids) of values lo..hi-1 of a message."""
     starts = np.asarray(layout.layer_starts + (layout.n_values,), dtype=np.int64)
     ids = list(layout.layer_ids)
-    out_s, out_i = [], []
+    out_s: list[int] = []
+    out_i: list[int] = []
     for k, lid in enumerate(ids):
         a, b = max(starts[k], lo), min(starts[k + 1], hi)
         if a < b or (not out_s and k == len(ids) - 1):

@@ -4,25 +4,21 @@ collective, with their parameters), and what one rank's collectives are configur
 
 `[comm]` (docs/schedulers.md, docs/collectives.md):
 
-    scheduler = "wfbp" | "mgwfbp" | "oasr" | "bytescheduler" | "usbyte" | "dear"
-    collective = "ring" | "multitree" | "dssync"
-    alpha_s, beta_s_per_byte      the cost model the planners plan with (0: from the links)
-    [comm.bytescheduler] partition_bytes, credit_bytes     [comm.usbyte] unit_elems, credit_bytes
-    [comm.dear] threshold_bytes   [comm.mgwfbp] small_merge_elems
-    [comm.ring] order             [comm.multitree] kary, paths  [comm.dssync] group, average
+    scheduler = a registered scheduler (dlcp/comm/schedulers/: SCHEDULERS)
+    collective = a registered collective (dlcp/comm/plans/: COLLECTIVES)
+    alpha_s, beta_s_per_byte      the cost model the schedulers plan with (0: from the links)
+    [comm.<name>]                 the options of scheduler or collective <name>, declared by it
 """
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.comm.plans.ring import RingOrder
-from dlcp.comm.schedulers.bytescheduler import DEFAULT_CREDIT_BYTES, DEFAULT_PARTITION_BYTES
-from dlcp.comm.schedulers.dear import DEFAULT_THRESHOLD_BYTES
-from dlcp.comm.schedulers.usbyte import DEFAULT_UNIT_ELEMS
-from dlcp.settings import BadValue, Settings
+from dlcp.comm.plans.collective import COLLECTIVES, CollectiveEntry
+from dlcp.comm.schedulers.base import SCHEDULERS, SchedulerEntry
+from dlcp.settings import SectionedSettings, Settings, registry_name
 from dlcp.transport.api import WireByte
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.tagging import TaggingConfig
@@ -30,8 +26,12 @@ from dlcp.wire.tagging import TaggingConfig
 Mode = Literal["ps", "allreduce"]
 RingBudget = Literal["protect_rs", "per_step"]
 World = Annotated[int, Field(ge=1, le=PS_RANK - 1)]  # worker ranks 0..253 and the PS fit a wire byte
-SchedulerName = Literal["wfbp", "mgwfbp", "oasr", "bytescheduler", "usbyte", "dear"]
-CollectiveName = Literal["ring", "multitree", "dssync"]
+if TYPE_CHECKING:
+    SchedulerName = str
+    CollectiveName = str
+else:  # a registered name, looked up when a config is validated
+    SchedulerName = registry_name(SCHEDULERS)
+    CollectiveName = registry_name(COLLECTIVES)
 
 
 class CommSettings(Settings):
@@ -58,103 +58,51 @@ class CommConfig(CommSettings):
 # --- [comm]: scheduler and collective ---------------------------------------------------------------
 
 
-class MGWFBPOptions(Settings):
-    small_merge_elems: int = Field(
-        0,
-        ge=0,
-        description="mgwfbp: also merge groups below this many elements "
-        "(DeAR's copy: 8192; 0 = the authors' rule only)",
-    )
-
-
-class ByteSchedulerOptions(Settings):
-    partition_bytes: int = Field(DEFAULT_PARTITION_BYTES, ge=4, description="bytescheduler: partition size")
-    credit_bytes: int = Field(
-        DEFAULT_CREDIT_BYTES, ge=4, description="bytescheduler: bytes in flight (>= the largest partition)"
-    )
-
-
-class USByteOptions(Settings):
-    unit_elems: int = Field(DEFAULT_UNIT_ELEMS, ge=1, description="usbyte: block unit S_p in elements")
-    credit_bytes: int = Field(0, ge=0, description="usbyte: bytes in flight; 0 = one block at a time (the plan)")
-
-
-class DeAROptions(Settings):
-    threshold_bytes: int = Field(DEFAULT_THRESHOLD_BYTES, ge=0, description="dear: fusion buffer size (0 = no fusion)")
-
-
-class RingOptions(Settings):
-    order: RingOrder = Field(
-        "rank",
-        description="ring: ranks 0..P-1 in rank order (interleaved across edge switches), or grouped "
-        "by edge switch so the ring crosses the fabric once per switch (NCCL's topology-aware ring)",
-    )
-
-
-class MultiTreeOptions(Settings):
-    kary: int = Field(2, ge=2, le=16, description="multitree: a parent gains up to kary-1 children per tree and step")
-    paths: Literal["spray", "pinned"] = Field(
-        "spray",
-        description="multitree: links allocated so the schedule holds when sprayed too, or on pinned paths only",
-    )
-
-
-class DsSyncOptions(Settings):
-    group: int = Field(2, ge=2, le=PS_RANK - 1, description="dssync: workers per group (divides workload.workers)")
-    average: Literal["parameters", "gradients"] = Field(
-        "parameters",
-        description="dssync: local SGD step then parameter average in the group (the paper's), or "
-        "the group's mean gradient",
-    )
-
-
-class CommPolicy(Settings):
-    """`[comm]`: the communication scheduler, the collective, and their parameters."""
+class CommSetup(SectionedSettings):
+    """`[comm]`: the communication scheduler, the collective, and their parameters. The names and
+    the `[comm.<name>]` option sections come from the registries (dlcp/comm/schedulers/base.py
+    SCHEDULERS, dlcp/comm/plans/collective.py COLLECTIVES)."""
 
     section: ClassVar[str] = "comm"
+    section_registries = (SCHEDULERS, COLLECTIVES)
     scheduler: SchedulerName = Field("wfbp", description="what to send when: merge, partition, order, credit")
     collective: CollectiveName = Field("ring", description="the all-reduce algorithm (workload.mode = 'allreduce')")
     alpha_s: float = Field(0.0, ge=0, description="planners' all-reduce start-up, s; 0 = from the links")
     beta_s_per_byte: float = Field(0.0, ge=0, description="planners' all-reduce s per byte; 0 = from the links")
     step_latency_s: float = Field(0.001, ge=0, description="per collective step, when alpha comes from the links")
     lockstep: bool = Field(True, description="a rank starts a step once its messages of the previous one are done")
-    mgwfbp: MGWFBPOptions = Field(default_factory=MGWFBPOptions)
-    bytescheduler: ByteSchedulerOptions = Field(default_factory=ByteSchedulerOptions)
-    usbyte: USByteOptions = Field(default_factory=USByteOptions)
-    dear: DeAROptions = Field(default_factory=DeAROptions)
-    ring: RingOptions = Field(default_factory=RingOptions)
-    multitree: MultiTreeOptions = Field(default_factory=MultiTreeOptions)
-    dssync: DsSyncOptions = Field(default_factory=DsSyncOptions)
 
     @model_validator(mode="after")
-    def _compose(self):
-        if self.bytescheduler.credit_bytes < self.bytescheduler.partition_bytes:
-            raise BadValue(
-                "bytescheduler.credit_bytes",
-                f"{self.bytescheduler.credit_bytes} is below "
-                f"partition_bytes {self.bytescheduler.partition_bytes} (the queue could never drain)",
-            )
-        if self.collective == "dssync" and self.dssync.average == "parameters" and self.scheduler != "wfbp":
-            raise BadValue(
-                "scheduler",
-                f"{self.scheduler!r} schedules gradient all-reduces, but dssync.average = "
-                "'parameters' averages parameters after the local step: use 'wfbp', or "
-                "dssync.average = 'gradients'",
-            )
+    def _collective_takes_scheduler(self):
+        self.check_workers(None)
         return self
+
+    @property
+    def scheduler_entry(self) -> SchedulerEntry:
+        return SCHEDULERS.get(self.scheduler)
+
+    @property
+    def collective_entry(self) -> CollectiveEntry:
+        return COLLECTIVES.get(self.collective)
 
     def scheduler_options(self) -> dict:
         """Keyword options of the chosen scheduler (dlcp.comm.schedulers.make_scheduler)."""
-        s = self.scheduler
-        if s == "mgwfbp":
-            return {"small_merge_elems": self.mgwfbp.small_merge_elems}
-        if s == "bytescheduler":
-            return {
-                "partition_bytes": self.bytescheduler.partition_bytes,
-                "credit_bytes": self.bytescheduler.credit_bytes,
-            }
-        if s == "usbyte":
-            return {"unit_elems": self.usbyte.unit_elems, "credit_bytes": self.usbyte.credit_bytes or None}
-        if s == "dear":
-            return {"threshold_bytes": self.dear.threshold_bytes}
-        return {}
+        return self.scheduler_entry.kwargs(self.options_of(self.scheduler))
+
+    def collective_options(self) -> Any:
+        """The chosen collective's validated `[comm.<collective>]` options (None if it has none)."""
+        return self.options_of(self.collective)
+
+    def check_workers(self, workers: int | None) -> None:
+        """Raise BadValue (key relative to `[comm]`) if the collective cannot run this scheduler, or
+        with `workers` workers (None: not known here)."""
+        self.collective_entry.check(self.collective_options(), self.scheduler, workers)
+
+    def averages_parameters(self) -> bool:
+        """Ranks average parameters after a local step (DS-Sync's own mode) instead of all-reducing
+        gradients."""
+        return self.collective_entry.averages_parameters(self.collective_options())
+
+    def resyncs(self) -> bool:
+        """Rank 0's periodic re-sync (`dlcp.resync_every`) applies to this collective."""
+        return self.collective_entry.resyncs

@@ -16,8 +16,8 @@ began (a copy of the chunk is sent), so receives of the same step cannot change 
 **Counts.** Every transfer carries one contribution count per packet (SendInfo.counts, in the
 DESCRIBE): how many ranks' values its packet holds. A reduce adds the arriving count where the
 packet arrived (lost values are zeros and add nothing), a copy takes it where it arrived and 0
-where it did not. `Reduced.count` is then exact per value, whatever was lost on the way (the ring's
-rule of collectives.py, for any tree).
+where it did not. `Reduced.count` is then exact per value, whatever was lost on the way (for the
+ring and for any tree).
 
 **Budgets** (`dlcp.ring_budget`): `protect_rs` sends reduce transfers reliably and protected (a
 lost partial sum is lost for every rank after it) and copies with the message budget; `per_step`
@@ -33,106 +33,20 @@ from __future__ import annotations
 
 import threading
 import weakref
-from abc import ABC, abstractmethod
-from functools import cached_property
 
 import numpy as np
 
 from dlcp.comm.api import Collective, Handle, OpData, Partial, Reduced
 from dlcp.comm.packets import sized_packets, tagged_packets
-from dlcp.comm.plans.dssync import DsSyncPlan, round_schedule
-from dlcp.comm.plans.multitree import multitree_schedule
-from dlcp.comm.plans.paths import rank_hosts
-from dlcp.comm.plans.ring import RingOrder, ring_schedule
+from dlcp.comm.plans.collective import StepPlan
 from dlcp.comm.plans.schedule import Schedule, chunk_bounds
 from dlcp.comm.settings import CommConfig
 from dlcp.comm.wire_ids import WireIds, phase_of, transfer_ids
-from dlcp.network import topology as topospec
-from dlcp.network.topology import TopologySpec
 from dlcp.transport.api import SendInfo, TransportError
 from dlcp.wire.chunking import MessageId
 from dlcp.wire.header import PHASE_RS, TYPE_DATA
 
 RS, AG = "reduce_scatter", "all_gather"
-
-
-class StepPlan(ABC):
-    """The schedule an operation of an iteration runs; ranks 0..workers-1 are worker ranks."""
-
-    collective = "steps"
-
-    def __init__(self, workers: int):
-        self.workers = workers
-
-    @abstractmethod
-    def schedule(self, iteration: int) -> Schedule: ...
-
-    @cached_property
-    def stride(self) -> int:
-        """Step ids per operation (wire_ids.transfer_ids), the most any iteration needs."""
-        return max(transfer_ids(self.schedule(k))[1] for k in range(self.period))
-
-    period = 1  # iterations after which the schedules repeat
-
-    def group_size(self, iteration: int, rank: int) -> int:
-        return self.workers
-
-
-def _spec_for(workers: int, spec: TopologySpec | None) -> TopologySpec:
-    """The topology whose paths a plan names (the switches route by destination anyway); without
-    one, a star of `workers` hosts."""
-    return spec if spec is not None else topospec.star(workers, 50.0)
-
-
-class FixedSchedule(StepPlan):
-    """One schedule for every iteration (ring, MultiTree)."""
-
-    def __init__(self, collective: str, sched: Schedule):
-        super().__init__(sched.ranks)
-        self.collective, self._schedule = collective, sched
-
-    def schedule(self, iteration: int) -> Schedule:
-        return self._schedule
-
-
-def ring_plan(workers: int, spec: TopologySpec | None = None, order: RingOrder = "rank") -> FixedSchedule:
-    spec = _spec_for(workers, spec)
-    return FixedSchedule("ring", ring_schedule(spec, _hosts(spec, workers), order))
-
-
-def multitree_plan(
-    workers: int, spec: TopologySpec | None = None, kary: int = 2, paths: str = "spray"
-) -> FixedSchedule:
-    spec = _spec_for(workers, spec)
-    return FixedSchedule("multitree", multitree_schedule(spec, kary, _hosts(spec, workers), paths))
-
-
-def _hosts(spec: TopologySpec, workers: int) -> list[str]:
-    hosts = rank_hosts(spec)
-    if len(hosts) < workers:
-        raise ValueError(f"topology {spec.kind} has {len(hosts)} worker hosts, the job {workers} workers")
-    return hosts[:workers]
-
-
-class DsSyncRounds(StepPlan):
-    """DS-Sync: iteration k runs the group rings of round k mod period (plans/dssync.py)."""
-
-    collective = "dssync"
-
-    def __init__(self, plan: DsSyncPlan, spec: TopologySpec | None = None):
-        super().__init__(plan.workers)
-        self.plan = plan
-        self.spec = _spec_for(plan.workers, spec)
-        self.period = plan.period
-        hosts = _hosts(self.spec, plan.workers)
-        self._rounds = [round_schedule(self.spec, plan, k, hosts) for k in range(plan.period)]
-        self._group_of = [{r: len(g) for g in plan.groups(k) for r in g} for k in range(plan.period)]
-
-    def schedule(self, iteration: int) -> Schedule:
-        return self._rounds[iteration % self.period]
-
-    def group_size(self, iteration: int, rank: int) -> int:
-        return self._group_of[iteration % self.period][rank]
 
 
 class _State:
@@ -141,6 +55,7 @@ class _State:
 
     def __init__(self, op: OpData, sched: Schedule, vpp: int):
         self.op, self.sched = op, sched
+        self.buf: np.ndarray | None
         if op.values is None:
             self.buf, n = None, op.layout.n_values
         else:
@@ -206,7 +121,7 @@ class RankSteps:
         hit = cls._cache.get(id(sched))
         if hit is None or hit[0]() is not sched:
             local, _ = transfer_ids(sched)
-            per_rank = [[([], []) for _ in sched.steps] for _ in range(sched.ranks)]
+            per_rank: list[list[tuple[list, list]]] = [[([], []) for _ in sched.steps] for _ in range(sched.ranks)]
             for s, step in enumerate(sched.steps):
                 for i, t in enumerate(step):
                     per_rank[t.src][s][0].append((i, t, local[(s, i)]))
@@ -228,7 +143,7 @@ class StepRules:
         self.rank = cfg.rank
 
     def steps(self, st: _State, phases) -> list[int]:
-        out = []
+        out: list[int] = []
         for phase in phases:
             a, b = st.sched.phases[phase]
             out.extend(range(a, b))

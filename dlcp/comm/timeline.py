@@ -1,7 +1,7 @@
 """A discrete-event, virtual-time timeline of one worker's training iterations (seeds-brief §1).
 
 It drives a `Scheduler` with the events of the §1 model and charges every operation the alpha-beta
-cost, so any policy's iteration time can be predicted without a network.
+cost, so any scheduler's iteration time can be predicted without a network.
 
 The model:
 * Compute is sequential on one device. Iteration k runs its forward layer by layer (tensor 0
@@ -26,7 +26,7 @@ k+1's backward starts). `simulate` runs `iterations` of them and reports each pe
 schedulers that keep no state across iterations (all of ours) every period is the same, because
 each iteration's communication is over before the next backward starts, so the last period is
 the steady state. It is at least the compute time, sum(forward_s) + sum(backward_s); the excess is
-communication the policy failed to hide.
+communication the scheduler failed to hide.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.comm.settings import CommConfig, CommPolicy, Mode, World
+from dlcp.comm.settings import CommConfig, CommSetup, Mode, World
 from dlcp.experiment.config import Background, Experiment, HostDlcp, Links, Topology
 from dlcp.network import topology as topospec
 from dlcp.network.topology import TopologySpec
@@ -69,7 +69,7 @@ class WorkloadAgentConfig(Settings):
     ports: Ports
     workload: WorkloadConfig
     dlcp: HostDlcp
-    comm: CommPolicy = CommPolicy()
+    comm: CommSetup = CommSetup()
     topology: Topology  # the experiment's: collectives plan their steps and groups on it
     links: Links
     records: Records = Records()
@@ -148,6 +148,7 @@ class WorkloadAgentConfig(Settings):
         data, ctl = self.ports.data, self.ports.control
         peers = [Peer(w.rank, w.ip, data, ctl) for w in self.workers if w.rank != self.wire_rank]
         if self.mode == "ps" and self.role != "ps":
+            assert self.ps is not None  # required in ps mode (checked on construction)
             peers.append(Peer(PS_RANK, self.ps.ip, data, ctl))
         return peers
 
@@ -177,7 +178,11 @@ class BackgroundAgentConfig(Settings):
 
 
 AgentConfig = WorkloadAgentConfig | BackgroundAgentConfig
-MODEL_OF_ROLE = {"worker": WorkloadAgentConfig, "ps": WorkloadAgentConfig, "background": BackgroundAgentConfig}
+MODEL_OF_ROLE: dict[str, type[WorkloadAgentConfig] | type[BackgroundAgentConfig]] = {
+    "worker": WorkloadAgentConfig,
+    "ps": WorkloadAgentConfig,
+    "background": BackgroundAgentConfig,
+}
 
 
 def _agent_path(profile: str) -> str:

@@ -2,9 +2,9 @@
 
 The model is composed from the layers' own settings (dlcp/settings.py): the `dlcp` section is
 TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSettings
-(comm/settings.py) + the fill policy (workloads/settings.py) + SwitchSettings
+(comm/settings.py) + the fill rule (workloads/settings.py) + SwitchSettings
 (network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
-(workloads/settings.py) + mode and workers; `comm` is CommPolicy (comm/settings.py: scheduler,
+(workloads/settings.py) + mode and workers; `comm` is CommSetup (comm/settings.py: scheduler,
 collective and their parameters); `scale` is ScaleSettings (experiment/dilation.py); the other
 sections are declared here. Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
@@ -16,6 +16,7 @@ into the run directory (`dumps`). Reference: docs/experiments.md (its table is `
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,10 +27,12 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from dlcp.comm.settings import CommPolicy, CommSettings, Mode
+import dlcp.backends as backends
+from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.network.switch_runtime import SwitchSettings
-from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows
+from dlcp.queueing.settings import QueueingSettings
+from dlcp.settings import BadValue, ConfigError, Fraction, Port, Settings, reference_rows, registered_value_rows
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
 from dlcp.wire.tagging import TaggingConfig
@@ -45,6 +48,7 @@ __all__ = [
     "parse_vary",
     "schema_markdown",
     "validate",
+    "values_markdown",
     "variants",
 ]
 
@@ -114,23 +118,36 @@ TOPOLOGIES = {t.model_fields["kind"].default: t for t in (Star, Dumbbell, LeafSp
 Topology = Annotated[Star | Dumbbell | LeafSpine | Torus | Mesh, Field(discriminator="kind")]
 
 
-EMULATED_MAX_WORKERS = 64  # Mininet hosts on one machine; the simulator takes up to 253
-EMULATED_MAX_MBPS = 10000  # link rates the emulated hosts' HTB and the built-in switch are meant for
-SIM_MAX_MBPS = 1_600_000  # ns-3 links: up to 1.6 Tbit/s (a non-blocking fabric of 100 Gbit/s hosts)
+# the registry's names; mypy cannot see a Literal computed at import
+BackendName = Literal[backends.names()]  # type: ignore[valid-type]
+MAX_WORKERS = max(b.max_workers for b in map(backends.capabilities, backends.names()))
+
+
+def _more_workers_than(cap: backends.Capabilities, quoted: bool = True) -> str:
+    """Which backends take more workers than `cap`."""
+    return backends.offering(lambda other: other.max_workers > cap.max_workers, quoted)
+
+
+MAX_MBPS = max(b.max_mbps for b in map(backends.capabilities, backends.names()))
+_DEFAULT_MAX_MBPS = backends.capabilities(backends.DEFAULT).max_mbps
+_FAST_LINKS = (
+    f"above {_DEFAULT_MAX_MBPS:g}: backend "
+    f"{backends.offering(lambda c: c.max_mbps > _DEFAULT_MAX_MBPS, quoted=False)} only"
+)
 
 
 class Links(Settings):
     host_mbps: float = Field(
         50.0,
         ge=0.1,
-        le=SIM_MAX_MBPS,
-        description=f"host <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)",
+        le=MAX_MBPS,
+        description=f"host <-> switch links ({_FAST_LINKS})",
     )
     fabric_mbps: float = Field(
         50.0,
         ge=0.1,
-        le=SIM_MAX_MBPS,
-        description=f"switch <-> switch links (above {EMULATED_MAX_MBPS}: backend ns3 only)",
+        le=MAX_MBPS,
+        description=f"switch <-> switch links ({_FAST_LINKS})",
     )
     queue_pkts: int = Field(128, ge=4, le=100000, description="egress queue depth per priority")
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
@@ -145,7 +162,8 @@ class Links(Settings):
         STANDARD_MTU,
         ge=STANDARD_MTU,
         le=JUMBO_MTU,
-        description="IP MTU of every link; data packets fill it (above 1500: backend ns3 only)",
+        description="IP MTU of every link; data packets fill it (above "
+        f"{STANDARD_MTU}: backend {backends.offering(lambda c: c.max_mtu > STANDARD_MTU, quoted=False)} only)",
     )
 
 
@@ -154,8 +172,9 @@ class Placement(Settings):
     workers: int = Field(
         4,
         ge=1,
-        le=253,
-        description=f"training workers (one host each; more than {EMULATED_MAX_WORKERS} only on backend ns3)",
+        le=MAX_WORKERS,
+        description=f"training workers (one host each; more than {backends.capabilities(backends.DEFAULT).max_workers} "
+        f"only on backend {_more_workers_than(backends.capabilities(backends.DEFAULT), quoted=False)})",
     )
 
 
@@ -165,8 +184,8 @@ class Workload(TrainingSettings, Placement):
     payload: Literal["values", "sizes"] = Field(
         "values",
         description="what gradient packets carry: real values (trained), or only their sizes (backend "
-        "ns3, synthetic model timed by a profile: nothing trained, memory per worker "
-        "independent of the model size)",
+        f"{backends.offering(lambda c: 'sizes' in c.payloads, quoted=False)}, synthetic model timed by a profile: nothing "
+        "trained, memory per worker independent of the model size)",
     )
 
 
@@ -233,8 +252,12 @@ class Experiment(Settings):
 
     name: Annotated[str, AfterValidator(_experiment_name)] = Field(description="experiment name")
     description: str = Field("", description="free text, copied into reports")
-    backend: Literal["ref", "bmv2", "ns3"] = Field(
-        "ref", description="built-in dataplane or bmv2 in Mininet (root), or the ns-3 simulator (the sim extra)"
+    backend: BackendName = Field(  # type: ignore[valid-type]
+        backends.DEFAULT,
+        description="; ".join(
+            f"{b}: {backends.get(b).description}{' (root)' if backends.capabilities(b).root else ''}"
+            for b in backends.names()
+        ),
     )
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
@@ -245,10 +268,19 @@ class Experiment(Settings):
     links: Links = Field(default_factory=Links)
     workload: Workload = Field(default_factory=Workload)
     dlcp: Dlcp = Field(default_factory=Dlcp)
-    comm: CommPolicy = Field(default_factory=CommPolicy)
+    comm: CommSetup = Field(default_factory=CommSetup)
+    switch: QueueingSettings = Field(default_factory=QueueingSettings)
     background: list[Background] = Field([])
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _known_backend(cls, v):
+        """A renamed backend gets its new name in the error."""
+        if isinstance(v, str) and v in backends.RENAMED:
+            raise ValueError(backends.unknown_backend(v))
+        return v
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -279,33 +311,39 @@ class Experiment(Settings):
                 "control must act before the queue is full)",
             )
         c = self.comm
-        if w.mode == "ps" and (c.scheduler != "wfbp" or c.collective != "ring"):
-            key, val = ("scheduler", c.scheduler) if c.scheduler != "wfbp" else ("collective", c.collective)
+        changed = [k for k in ("scheduler", "collective") if getattr(c, k) != CommSetup.model_fields[k].default]
+        if w.mode == "ps" and changed:
             raise BadValue(
-                f"comm.{key}",
-                f"{val!r} runs all-reduces: it needs workload.mode = 'allreduce' "
+                f"comm.{changed[0]}",
+                f"{getattr(c, changed[0])!r} runs all-reduces: it needs workload.mode = 'allreduce' "
                 "(the parameter server pushes and pulls one message per layer)",
             )
-        if c.collective == "dssync" and w.workers % c.dssync.group:
-            raise BadValue("comm.dssync.group", f"{c.dssync.group} does not divide workload.workers = {w.workers}")
-        if w.workers > EMULATED_MAX_WORKERS and self.backend != "ns3":
+        try:
+            c.check_workers(w.workers)
+        except BadValue as e:
+            raise BadValue(f"comm.{e.key}", e.what or "") from None
+        cap = backends.capabilities(self.backend)
+        if w.workers > cap.max_workers:
             raise BadValue(
                 "workload.workers",
-                f"{w.workers} workers: more than {EMULATED_MAX_WORKERS} need "
-                "backend = 'ns3' (Mininet hosts on one machine)",
+                f"{w.workers} workers: more than {cap.max_workers} need backend = {_more_workers_than(cap)} "
+                f"({backends.get(self.backend).hosts})",
             )
         for key in ("host_mbps", "fabric_mbps"):
-            if getattr(links, key) > EMULATED_MAX_MBPS and self.backend != "ns3":
+            rate = getattr(links, key)
+            if rate > cap.max_mbps:
                 raise BadValue(
                     f"links.{key}",
-                    f"{getattr(links, key):g}: above {EMULATED_MAX_MBPS} Mbit/s only on backend = 'ns3' "
-                    "(the emulated links are shaped by one machine)",
+                    f"{rate:g}: above {cap.max_mbps:g} Mbit/s only on backend = "
+                    f"{backends.offering(lambda c, rate=rate: c.max_mbps >= rate)} "
+                    f"(backend {self.backend!r}: {backends.get(self.backend).hosts})",
                 )
-        if links.mtu != STANDARD_MTU and self.backend != "ns3":
+        if links.mtu > cap.max_mtu:
             raise BadValue(
                 "links.mtu",
-                f"{links.mtu}: jumbo links exist only on backend = 'ns3' (the emulated "
-                f"hosts and switches use {STANDARD_MTU})",
+                f"{links.mtu}: jumbo links exist only on backend = "
+                f"{backends.offering(lambda c: c.max_mtu >= links.mtu)} (backend {self.backend!r} "
+                f"takes up to {cap.max_mtu})",
             )
         if self.scale.dilation != 1 and w.model in TORCH_MODELS and w.compute == "real":
             raise BadValue(
@@ -313,10 +351,11 @@ class Experiment(Settings):
                 f"{self.scale.dilation:g} needs workload.compute = 'profile' for the "
                 f"torch model {w.model} (real compute cannot be slowed down)",
             )
-        if w.payload == "sizes" and self.backend != "ns3":
+        if w.payload not in cap.payloads:
             raise BadValue(
                 "workload.payload",
-                "'sizes' exists only on backend = 'ns3' (emulated hosts carry and reduce real gradient values)",
+                f"{w.payload!r} exists only on backend = {backends.offering(lambda c: w.payload in c.payloads)} "
+                f"(backend {self.backend!r} carries {' and '.join(cap.payloads)}: its hosts train on what they carry)",
             )
         if w.payload == "sizes" and (w.model != "synthetic" or w.compute != "profile"):
             raise BadValue(
@@ -325,12 +364,27 @@ class Experiment(Settings):
                 f"layer profile without a model); model {w.model!r} with compute "
                 f"{w.compute!r} trains on the values it carries",
             )
-        if self.backend == "bmv2" and (links.delay_us or links.loss):
+        if self.output.pcap_ports and not cap.captures:
+            raise BadValue(
+                "output.pcap_ports",
+                f"captures exist only on the emulated backends ({backends.offering(lambda c: c.captures)}); "
+                f"{self.backend} has no interfaces",
+            )
+        if (links.delay_us or links.loss) and not cap.link_delay_loss:
             raise BadValue(
                 "links.delay_us",
-                "delay and loss emulation exist only in the built-in dataplane "
-                "(backend = 'ref'); bmv2 has no such knob",
+                "delay and loss emulation exist only on backend = "
+                f"{backends.offering(lambda c: c.link_delay_loss)}; {self.backend} has no such knob",
             )
+        return self
+
+    @model_validator(mode="after")
+    def _queueing_on_backend(self):
+        """A discipline the backend's switches cannot run (bmv2: strict priority only) is refused here."""
+        try:
+            self.switch.check_target(self.backend)
+        except BadValue as e:
+            raise BadValue(f"switch.{e.key}", e.what or str(e)) from None
         return self
 
 
@@ -370,7 +424,7 @@ def apply_override(raw: dict, assignment: str) -> None:
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"--set {assignment}: empty key part")
-    node = raw
+    node: dict | list = raw  # a table, or a list of tables on the way down
     for i, p in enumerate(parts[:-1]):
         here = ".".join(parts[: i + 1])
         if isinstance(node, list):
@@ -417,6 +471,13 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
     keys = [k for k, _ in parsed]
     if len(set(keys)) != len(keys):
         raise ConfigError(f"--vary: key {next(k for k in keys if keys.count(k) > 1)} given twice")
+    for key, values in parsed:  # the user asked for a comparison: one value would run without one
+        if len(set(values)) < 2:
+            also = f" (--policies {values[0]} is --vary dlcp.policy={values[0]})" if key == "dlcp.policy" else ""
+            raise ConfigError(
+                f"--vary {key}={','.join(values)}: one value compares nothing{also}; give two or more, or "
+                f"run it alone with --set {key}={values[0]}"
+            )
     out, names = [], set()
     for combo in itertools.product(*(values for _, values in parsed)):
         cfg = copy.deepcopy(raw)
@@ -427,19 +488,47 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
             raise ConfigError(f"--vary: two variants would both be named {name!r}")
         names.add(name)
         try:
-            out.append((name, validate(cfg)))
+            resolved = validate(cfg)
+            check_warmup(cfg, resolved)
         except ConfigError as e:
+            if not combo:  # nothing varied: the config itself
+                raise
             raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+        out.append((name, resolved))
     return out
 
 
-def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
+def check_warmup(raw: dict, resolved: dict) -> None:
+    """A warm-up the user set (in the file, by --set or --vary) leaves iterations to measure. The
+    default (5) is not held to it: a short test run without the key measures nothing, as its
+    report says, rather than failing."""
+    workload = raw.get("workload")
+    if not isinstance(workload, dict) or "warmup_iterations" not in workload:
+        return
+    w = resolved["workload"]
+    if w["warmup_iterations"] >= w["iterations"]:
+        raise BadValue(
+            "workload.warmup_iterations",
+            f"{w['warmup_iterations']} leaves none of the {w['iterations']} iterations (workload.iterations) to "
+            "measure: MCT and iteration statistics leave the warm-up out",
+        )
+
+
+def load_raw(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read an experiment config file and apply `--set` overrides (not validated yet)."""
     p = Path(path)
     try:
-        raw = tomllib.loads(p.read_text())
+        raw = tomllib.loads(p.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}), as TOML must be"
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
     for o in overrides:
@@ -447,7 +536,7 @@ def load_raw(path: str | Path, overrides: list[str] = ()) -> dict:
     return raw
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> dict:
+def load(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """Read, override and validate an experiment config file."""
     return validate(load_raw(path, overrides))
 
@@ -504,19 +593,36 @@ def schema_markdown() -> str:
     )
 
 
+def values_markdown() -> str:
+    """The table of every registered value of the keys that take one (a scheduler, a collective, a
+    fill rule...) with its one-line description (kept in docs/experiments.md like the keys)."""
+    rows = registered_value_rows(Experiment)
+    return (
+        "\n".join(["| key | value | what it is |", "|---|---|---|"] + [f"| `{k}` | `{v}` | {d} |" for k, v, d in rows])
+        + "\n"
+    )
+
+
 def write_reference(path: str | Path) -> None:
-    """Replace the key table in the Markdown file `path` (the lines starting with `|` after the
-    line `REFERENCE_MARK`) with `schema_markdown()`."""
+    """Replace the tables in the Markdown file `path` (the lines starting with `|` after the lines
+    `REFERENCE_MARK` and `VALUES_MARK`) with `schema_markdown()` and `values_markdown()`."""
     p = Path(path)
-    lines = p.read_text().splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines) if line.strip() == REFERENCE_MARK) + 1
-    end = start
-    while end < len(lines) and lines[end].startswith("|"):
-        end += 1
-    p.write_text("".join(lines[:start]) + schema_markdown() + "".join(lines[end:]))
+    text = p.read_text()
+    for mark, table in ((REFERENCE_MARK, schema_markdown()), (VALUES_MARK, values_markdown())):
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if line.strip() == mark), None)
+        if start is None:
+            raise ConfigError(f"{p}: no line {mark}")
+        start += 1
+        end = start
+        while end < len(lines) and lines[end].startswith("|"):
+            end += 1
+        text = "".join(lines[:start]) + table + "".join(lines[end:])
+    p.write_text(text)
 
 
 REFERENCE_MARK = "<!-- generated: python -m dlcp.experiment.config docs/experiments.md -->"
+VALUES_MARK = "<!-- generated (registered values): python -m dlcp.experiment.config docs/experiments.md -->"
 
 
 def plan_runs(variants: list[tuple[str, dict]], repeat: int) -> list[tuple[str, int, dict]]:

@@ -3,9 +3,9 @@ their keys (match kind, width), actions with their parameter widths, registers, 
 reasons, load-balancing modes and sizes (semantics: docs/pipeline.md).
 
 Everything else follows from `PIPELINE`: the runtime-file reader (`runtime_file.py`), the runtime
-entries (`switch_runtime.py`), the built-in dataplane, the bmv2 control plane, the P4Info the tests
+entries (`switch_runtime.py`), the built-in switch, the bmv2 control plane, the P4Info the tests
 expect, and the P4 and C definitions that `python -m dlcp.codegen` writes
-(`p4/include/generated/dlcp_pipeline.p4`, `emulation/refswitch/dlcp_wire.h`; `make gen`). Widths of
+(`p4/include/generated/dlcp_pipeline.p4`, `dlcp/switch/c/dlcp_wire.h`; `make gen`). Widths of
 keys that match DLCP header fields come from `dlcp/wire/layout.py`. How to add a table, an action or
 a counter: docs/pipeline.md, "Changing the pipeline".
 """
@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+from dlcp.queueing.registry import N_QUEUES  # egress queues per port (their disciplines: dlcp/queueing)
 from dlcp.wire.layout import LAYOUT
 
 MATCH_KINDS = ("exact", "lpm", "ternary")
 
 MAX_PORTS = 64  # port numbers 0..63 (Mininet interface sN-ethK is port K)
-N_QUEUES = 8  # strict-priority queues per port; 7 is served first
 N_COLORS = 4  # drop precedences
 MAX_GROUPS = 1024  # next-hop groups
 PORT_BITS = 9  # v1model's egress_spec
@@ -32,7 +32,7 @@ THRESHOLD_BITS = 32
 DSCP_BITS = sum(f.bits for f in LAYOUT.dscp)
 QID_BITS = (N_QUEUES - 1).bit_length()
 COLOR_BITS = (N_COLORS - 1).bit_length()
-# The built-in dataplane's counters beyond the P4 program's: the part of each queue counter from
+# The built-in switch's counters beyond the P4 program's: the part of each queue counter from
 # frames without a DLCP header, by the frame's DSCP class (dscp >> 3, the top bits of its TOS byte),
 # so reports tell background and transport control from gradients (docs/pipeline.md).
 DSCP_CLASSES = 8
@@ -79,6 +79,9 @@ class _Symbol:
     """`sym` names an item in generated code (P4 macros, C defines: TABLE_<sym>, ACTION_<sym>, ...).
     It defaults to the upper-cased last part of the name and stays when the name changes, so a
     renamed table keeps its macro and the P4 program that uses it."""
+
+    name: str  # fields of each dataclass below (a plain base: not fields here)
+    sym: str
 
     def __post_init__(self):
         if not self.sym:

@@ -1,5 +1,5 @@
 """Read and check a switch runtime file `sN-runtime.json` (format: docs/pipeline.md) into typed
-objects: the one reader both switch backends (the built-in dataplane, the bmv2 control plane) and
+objects: the one reader both switch backends (the built-in switch, the bmv2 control plane) and
 `switch_runtime.runtime_for` use.
 
 Everything is checked against the pipeline definition (`pipeline_names.PIPELINE`) up front, so a bad
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dlcp.backends as backends
 from dlcp.network.pipeline_names import (
     PIPELINE,
     QUEUE_THRESHOLDS,
@@ -26,9 +27,10 @@ from dlcp.network.pipeline_names import (
     PipelineSpec,
     Table,
 )
+from dlcp.queueing.registry import QueueingConfig, QueueingError, configure, from_doc
 
 DEFAULT_QUEUE_DEPTH_PKTS = 128  # per priority queue, when a port does not say
-TARGETS = ("bmv2", "ref", "ns3")
+TARGETS = backends.names()  # a runtime file is written for the switches of one backend
 DEFAULT_P4INFO = "build/p4/dlcp.p4info.txtpb"
 DEFAULT_BMV2_JSON = "build/p4/dlcp.json"
 MAX_INTF_NAME = 15  # Linux IFNAMSIZ - 1
@@ -46,11 +48,13 @@ class PortConfig:
     rate_mbps: float | None = None  # drain rate in Mbit/s of frames, or
     rate_pps: float | None = None  # in packets/s (never both); neither: line rate
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; None: the target's
-    delay_us: float = 0.0  # one-way propagation delay after the queue (built-in dataplane only)
-    loss: float = 0.0  # probability that a dequeued packet is lost on the link (built-in dataplane only)
-    # the peer is a host whose NIC shaper lets a frame go when its slot starts: the built-in dataplane
+    delay_us: float = 0.0  # one-way propagation delay after the queue (built-in switch only)
+    loss: float = 0.0  # probability that a dequeued packet is lost on the link (built-in switch only)
+    # the peer is a host whose NIC shaper lets a frame go when its slot starts: the built-in switch
     # adds the frame's transmission time at this port's rate, as the host's link would (store and forward)
     host_nic: bool = False
+    # which queue sends next (dlcp/queueing); the runtime row `queueing`, missing: strict priority
+    queueing: QueueingConfig = field(default_factory=lambda: configure("strict"))
 
     @property
     def rate_bps(self) -> float | None:
@@ -81,7 +85,7 @@ class Runtime:
     ports: tuple[PortConfig, ...]
     entries: tuple[Entry, ...]
     registers: tuple[RegisterWrite, ...] = ()
-    target: str = "bmv2"
+    target: str = backends.RUNTIME_DEFAULT_TARGET
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
     source: str = "<runtime>"
@@ -139,7 +143,7 @@ def _match(table: Table, raw: Any, where: str) -> dict:
     unknown = sorted(set(raw) - set(keys))
     if unknown:
         raise RuntimeFileError(f"{where}: unknown match key {unknown[0]!r} (keys of {table.name}: {', '.join(keys)})")
-    out = {}
+    out: dict[str, int | tuple[int, int]] = {}
     for key in table.keys:
         w = f"{where}: match.{key.name}"
         if key.name not in raw:
@@ -171,7 +175,8 @@ def _match(table: Table, raw: Any, where: str) -> dict:
 def _entry(raw: Any, where: str, spec: PipelineSpec) -> Entry:
     if not isinstance(raw, dict):
         raise RuntimeFileError(f"{where}: must be an object")
-    table = spec.table.get(raw.get("table"))
+    name = raw.get("table")
+    table = spec.table.get(name) if isinstance(name, str) else None  # a list or a table: no such table
     if table is None:
         raise RuntimeFileError(f"{where}: unknown table {raw.get('table')!r} (tables: {', '.join(spec.table)})")
     action = raw.get("action_name")
@@ -213,7 +218,8 @@ def _check_entries(
 ) -> None:
     """What needs more than one entry, or the ports: duplicates, next hops, thresholds vs queue depth."""
     seen: dict = {}
-    qmax = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
+    qmax: dict[int | None, int] = {None: spec.table[QUEUE_THRESHOLDS].default_params["qmax"]}
+    must_exceed = backends.capabilities(target).queue_must_exceed_qmax
     for i, e in enumerate(entries):
         where = f"{source}: table_entries[{i}]"
         key = (e.table, e.default, tuple(sorted(e.match.items())), e.priority)
@@ -238,14 +244,19 @@ def _check_entries(
                     f"qmax={p['qmax']} k1={p['k1']} k2={p['k2']} k3={p['k3']}"
                 )
             qmax[None if e.default else e.match["egress_port"]] = p["qmax"]
-    for i, p in enumerate(ports.values()):
-        limit = qmax.get(p.port, qmax[None])
-        if target == "bmv2" and p.queue_depth_pkts is not None and p.queue_depth_pkts <= limit:
+    for i, cfg in enumerate(ports.values()):
+        why = cfg.queueing.refusal(target)
+        if why:
+            raise RuntimeFileError(
+                f"{source}: ports[{i}]: queueing {cfg.queueing.name!r} cannot run on {target}: {why}"
+            )
+        limit = qmax.get(cfg.port, qmax[None])
+        if must_exceed and cfg.queue_depth_pkts is not None and cfg.queue_depth_pkts <= limit:
             # bmv2's own queue would drop before admission control does, and its occupancy register
-            # would never get those packets back (the built-in dataplane gives them back and counts
+            # would never get those packets back (the built-in switch gives them back and counts
             # them as queue_overflow_pkts)
             raise RuntimeFileError(
-                f"{source}: ports[{i}]: queue_depth_pkts {p.queue_depth_pkts} must exceed qmax {limit}"
+                f"{source}: ports[{i}]: queue_depth_pkts {cfg.queue_depth_pkts} must exceed qmax {limit}"
             )
 
 
@@ -274,6 +285,10 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
     host_nic = raw.get("host_nic", False)
     if not isinstance(host_nic, bool):
         raise RuntimeFileError(f"{where}: host_nic must be true or false, got {host_nic!r}")
+    try:
+        queueing = from_doc(raw.get("queueing"))
+    except QueueingError as e:
+        raise RuntimeFileError(f"{where}: queueing: {e}") from None
     return PortConfig(
         port=port,
         intf=intf,
@@ -284,12 +299,13 @@ def _port(raw: Any, where: str, spec: PipelineSpec) -> PortConfig:
         delay_us=_number(raw, "delay_us", where, 0, 0),
         loss=_number(raw, "loss", where, 0.0, 0.0, 1.0),
         host_nic=host_nic,
+        queueing=queueing,
     )
 
 
 def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     name = raw.get("register") if isinstance(raw, dict) else None
-    reg = spec.register.get(name)
+    reg = spec.register.get(name) if isinstance(name, str) else None  # a list or a table: no such register
     if reg is None or not reg.writable:
         # occupancy is the live length of the switch's queues: writing it would desynchronise them
         writable = ", ".join(r.name for r in spec.registers if r.writable)
@@ -297,7 +313,7 @@ def _register(raw: Any, where: str, spec: PipelineSpec) -> RegisterWrite:
     index = int_value(raw.get("index"), 32, where + ".index")
     if index >= reg.size:
         raise RuntimeFileError(f"{where}: index {index} >= size {reg.size}")
-    return RegisterWrite(name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
+    return RegisterWrite(reg.name, index, int_value(raw.get("value"), reg.bits, where + ".value"))
 
 
 # --- the file --------------------------------------------------------------------------------------
@@ -320,9 +336,9 @@ def parse_runtime(doc: Any, source: str = "<runtime>", spec: PipelineSpec = PIPE
         raise RuntimeFileError(f"{source}: key 'switch' missing or not a name")
     if isinstance(device_id, bool) or not isinstance(device_id, int) or not 0 <= device_id < 1 << 16:
         raise RuntimeFileError(f"{source}: key 'device_id' missing or not an integer 0..65535")
-    target = doc.get("target", "bmv2")
+    target = doc.get("target", backends.RUNTIME_DEFAULT_TARGET)
     if target not in TARGETS:
-        raise RuntimeFileError(f"{source}: unknown target {target!r} (one of {', '.join(TARGETS)})")
+        raise RuntimeFileError(f"{source}: unknown target {backends.unknown_backend(target)}")
     for key in ("p4info", "bmv2_json"):
         if not isinstance(doc.get(key, ""), str):
             raise RuntimeFileError(f"{source}: {key} must be a path")

@@ -18,7 +18,8 @@ equal-cost next hops) for topologies that do not want to list them by hand.
 
 Knobs (`SwitchConfig`, a settings model the experiment's `dlcp` section composes): tagging policy -> classify entries (`fifo` installs none: one FIFO queue,
 tail drop only), load-balancing mode, admission thresholds (switch-wide and per port), the ECN
-marking threshold K (switch-wide and per queue id).
+marking threshold K (switch-wide and per queue id), and the ports' queue discipline (the
+experiment's `[switch]` section, dlcp/queueing).
 
 Every runtime made here is checked by the same reader the switches use (`runtime_file.parse_runtime`).
 """
@@ -32,10 +33,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+import dlcp.backends as backends
 from dlcp.network import pipeline_names as pn
 from dlcp.network.runtime_file import (
     DEFAULT_BMV2_JSON,
@@ -46,6 +48,7 @@ from dlcp.network.runtime_file import (
     RuntimeFileError,
     parse_runtime,
 )
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import BadValue, IntKey, Settings
 from dlcp.wire.header import HEADER_LEN, MAX_PAYLOAD_BYTES
 from dlcp.wire.layout import LAYOUT
@@ -55,8 +58,12 @@ from dlcp.wire.tagging import Policy
 # full DLCP data frame (Ethernet + IPv4 + UDP + DLCP header + payload).
 DATA_FRAME_BYTES = LAYOUT.eth_len + LAYOUT.ipv4_len + LAYOUT.udp_len + HEADER_LEN + MAX_PAYLOAD_BYTES
 
-LbMode = Literal[tuple(pn.LB_MODES)]
-Target = Literal[TARGETS]
+if TYPE_CHECKING:  # a Literal built from data: the checker sees a str, pydantic the allowed values
+    LbMode = str
+    Target = str
+else:
+    LbMode = Literal[tuple(pn.LB_MODES)]
+    Target = Literal[TARGETS]
 _MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
 
 
@@ -78,9 +85,9 @@ class Port:
     rate_mbps: float | None = None  # egress drain rate; None = line rate (no shaping)
     rate_pps: int | None = None  # alternatively in packets/s (bmv2's unit); not both
     queue_depth_pkts: int | None = DEFAULT_QUEUE_DEPTH_PKTS  # per priority queue; above qmax
-    delay_us: int = 0  # built-in dataplane only (bmv2 has no delay)
-    loss: float = 0.0  # built-in dataplane only
-    host_nic: bool = False  # the peer is a host (built-in dataplane: its NIC's transmission time on arrival)
+    delay_us: int = 0  # built-in switch only (bmv2 has no delay)
+    loss: float = 0.0  # built-in switch only
+    host_nic: bool = False  # the peer is a host (built-in switch: its NIC's transmission time on arrival)
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,8 @@ class SwitchConfig(SwitchSettings):
 
     policy: Policy = "dlcp"  # tagging policy: fifo installs no classification (one FIFO queue)
     port_thresholds: dict[Annotated[int, IntKey], Thresholds] = {}  # noqa: RUF012
-    target: Target = "bmv2"
+    queueing: QueueingSettings = Field(default_factory=QueueingSettings)  # every port's discipline
+    target: Target = backends.RUNTIME_DEFAULT_TARGET
     p4info: str = DEFAULT_P4INFO
     bmv2_json: str = DEFAULT_BMV2_JSON
 
@@ -242,6 +250,7 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
         )
     entries += lpm + nhop
     entries += classify_entries(cfg.policy)
+    queueing = cfg.queueing.config().to_doc()
 
     runtime = {
         "switch": sw.name,
@@ -261,6 +270,7 @@ def runtime_for(sw: SwitchTopo, cfg: SwitchConfig) -> dict[str, Any]:
                 "delay_us": p.delay_us,
                 "loss": p.loss,
                 "host_nic": p.host_nic,
+                "queueing": queueing,
             }
             for p in sorted(sw.ports, key=lambda p: p.port)
         ],
@@ -322,9 +332,9 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
     `switches` maps switch name -> device id; switch interfaces are `<switch>-eth<port>` with MAC
     `switch_port_mac(device_id, port)`.
     """
-    hosts = {h.name: h for h in hosts}
+    by_name = {h.name: h for h in hosts}
     links = list(links)
-    nodes = set(hosts) | set(switches)
+    nodes = set(by_name) | set(switches)
     adjacency: dict[str, list[tuple[int, str, int, Link]]] = {n: [] for n in nodes}
     for ln in links:
         for a, pa, b, pb in ((ln.node1, ln.port1, ln.node2, ln.port2), (ln.node2, ln.port2, ln.node1, ln.port1)):
@@ -333,10 +343,10 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
             adjacency[a].append((pa, b, pb, ln))
 
     def mac_of(node: str, port: int) -> str:
-        return hosts[node].mac if node in hosts else switch_port_mac(switches[node], port)
+        return by_name[node].mac if node in by_name else switch_port_mac(switches[node], port)
 
     out = []
-    dist = {h: _hop_distances(h, adjacency, hosts) for h in hosts}
+    dist = {h: _hop_distances(h, adjacency, by_name) for h in by_name}
     for sw, device_id in switches.items():
         ports = tuple(
             Port(
@@ -346,17 +356,17 @@ def switch_topos(hosts: Iterable[Host], switches: Mapping[str, int], links: Iter
                 peer_mac=mac_of(b, pb),
                 rate_mbps=ln.rate_mbps,
                 queue_depth_pkts=ln.queue_depth_pkts,
-                host_nic=b in hosts,
+                host_nic=b in by_name,
             )
             for pa, b, pb, ln in sorted(adjacency[sw], key=lambda t: t[0])
         )
         routes = []
-        for h in sorted(hosts, key=_natural):
+        for h in sorted(by_name, key=_natural):
             d = dist[h]
             if sw not in d:
                 continue  # unreachable from this switch
             via = tuple(pa for pa, b, _, _ in sorted(adjacency[sw], key=lambda t: t[0]) if b in d and d[b] == d[sw] - 1)
-            routes.append(Route(f"{hosts[h].ip}/32", via))
+            routes.append(Route(f"{by_name[h].ip}/32", via))
         out.append(SwitchTopo(sw, device_id, ports, tuple(routes)))
     return out
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from dlcp.network import switch_runtime as rt
+from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import ConfigError
 
 
@@ -124,7 +125,8 @@ class TopologySpec:
     def runtimes(self, cfg: dict) -> dict[str, dict]:
         """Each switch's runtime file content (docs/pipeline.md) for the resolved experiment config:
         routes over all equal-cost shortest paths (dlcp.runtime.switch_topos), the policy's
-        classification, load balancing and thresholds, and the links' queue, delay and loss."""
+        classification, load balancing and thresholds, the links' queue, delay and loss, and the
+        ports' queue discipline (`[switch]`)."""
         links_cfg, d = cfg["links"], cfg["dlcp"]
         hosts = [rt.Host(h.name, h.ip, h.mac) for h in self.hosts.values()]
         links = [
@@ -132,7 +134,10 @@ class TopologySpec:
             for a, pa, b, pb, rate in self.links()
         ]
         switch_cfg = rt.SwitchConfig(
-            **{k: d[k] for k in rt.SwitchSettings.model_fields}, policy=d["policy"], target=cfg["backend"]
+            **{k: d[k] for k in rt.SwitchSettings.model_fields},
+            policy=d["policy"],
+            target=cfg["backend"],
+            queueing=QueueingSettings(**(cfg.get("switch") or {})),
         )
         out = {}
         for topo in rt.switch_topos(hosts, {s.name: s.device_id for s in self.switches.values()}, links):
@@ -240,7 +245,28 @@ def from_config(cfg: dict) -> TopologySpec:
     else:
         spec = leaf_spine(t["spines"], t["leaves"], t["hosts_per_leaf"], links["host_mbps"], links["fabric_mbps"])
     assign_roles(spec, cfg["workload"]["workers"], cfg["workload"]["mode"] == "ps", cfg["background"])
+    check_pcap_ports(spec, cfg.get("output", {}).get("pcap_ports", []))  # agents rebuild it without [output]
     return spec
+
+
+def check_pcap_ports(spec: TopologySpec, ports: list[str]) -> None:
+    """Every `output.pcap_ports` entry is a port of this topology (sN-ethK); ConfigError naming the
+    first that is not, and what the topology has instead."""
+    for entry in ports:
+        sw, sep, _ = entry.partition("-eth")
+        if sep and sw in spec.switches and entry in {p.intf for p in spec.switches[sw].ports.values()}:
+            continue
+        if sep and sw in spec.switches:
+            have = f"{sw} has ports {sw}-eth1..{sw}-eth{len(spec.switches[sw].ports)}"
+        elif sep:
+            have = f"no switch {sw} (the topology has {_span(list(spec.switches))})"
+        else:
+            have = "not a switch port (sN-ethK, e.g. 's1-eth1')"
+        raise ConfigError(f"output.pcap_ports: {entry!r}: {have}", "output.pcap_ports", have)
+
+
+def _span(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
 
 
 def _placement_order(spec: TopologySpec) -> list[Host]:

@@ -85,13 +85,14 @@ def paired_ratio(
         return RatioCI(point, None, n, 0)
     rng = np.random.default_rng(seed)
     memo: dict[tuple, float | None] = {}  # a statistic depends only on which runs were drawn, not their order
-    ratios = []
+    ratios: list[float] = []
     for draw in rng.integers(0, n, size=(resamples, n)):
         key = tuple(sorted(draw.tolist()))
         if key not in memo:
             memo[key] = _ratio(stat([b_runs[i] for i in key]), stat([a_runs[i] for i in key]))
-        if memo[key] is not None:
-            ratios.append(memo[key])
+        r = memo[key]
+        if r is not None:
+            ratios.append(r)
     good = [r for r in ratios if r > 0]
     if len(good) < resamples / 2 or point <= 0:  # undefined on most resamples: no honest interval
         return RatioCI(point, None, n, len(good))

@@ -5,7 +5,8 @@ Bottleneck rate (`bottleneck_mbps`), first that applies:
   1. config.toml `[links] bottleneck_mbps` (explicit);
   2. the smallest positive number among config.toml `[links]` keys ending in `_mbps`
      (e.g. `host_mbps`, `switch_mbps`, `spine_mbps`; one level of sub-tables is searched too);
-  3. the smallest positive `rate_mbps` (or Mininet-style `bw`, Mbit/s) among topology.json `links`.
+  3. the smallest positive `rate_mbps` (or Mininet-style `bw`, Mbit/s) among topology.json `links`,
+     times the run's time dilation D (the emulation ran its links at the system's rates / D).
 Rates are Mbit/s, i.e. bits per microsecond.
 
 Ideal times (bytes on the wire = payload `bytes` + `pkts` x FRAME_OVERHEAD_BYTES; retransmissions
@@ -19,6 +20,8 @@ are not counted, the ideal loses nothing):
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -43,14 +46,15 @@ def _positive(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
-def bottleneck_mbps(config: dict | None, topology: dict | None) -> tuple[float | None, str]:
-    """The bottleneck link rate in Mbit/s and where it came from (a short phrase)."""
+def bottleneck_mbps(config: dict | None, topology: dict | None, dilation: float = 1.0) -> tuple[float | None, str]:
+    """The system's bottleneck link rate in Mbit/s and where it came from (a short phrase);
+    `dilation`: the run's D, which topology.json's emulated rates are multiplied by."""
     links = (config or {}).get("links")
     if isinstance(links, dict):
         explicit = _positive(links.get("bottleneck_mbps"))
         if explicit is not None:
             return explicit, "config.toml [links] bottleneck_mbps"
-        rates = {}
+        rates: dict[str, Any] = {}
         for key, value in links.items():
             if isinstance(value, dict):
                 rates.update({f"{key}.{k}": v for k, v in value.items() if k.endswith("_mbps")})
@@ -58,19 +62,23 @@ def bottleneck_mbps(config: dict | None, topology: dict | None) -> tuple[float |
                 rates[key] = value
         rates = {k: r for k, r in ((k, _positive(v)) for k, v in rates.items()) if r is not None}
         if rates:
-            key = min(rates, key=rates.get)
+            key = min(rates, key=rates.__getitem__)
             return rates[key], f"config.toml [links] {key} (smallest link rate)"
     topo_links = (topology or {}).get("links")
     if isinstance(topo_links, list):
-        rates = [
+        link_rates = [
             r
             for link in topo_links
             if isinstance(link, dict)
             for r in [_positive(link.get("rate_mbps", link.get("bw")))]
             if r is not None
         ]
-        if rates:
-            return min(rates), "topology.json links (smallest link rate)"
+        if link_rates:
+            if dilation != 1:
+                return min(
+                    link_rates
+                ) * dilation, f"topology.json links (smallest link rate x time dilation {dilation:g})"
+            return min(link_rates), "topology.json links (smallest link rate)"
     return None, "no link rate in config.toml [links] or topology.json links"
 
 
@@ -86,7 +94,7 @@ def ideal_iteration_us(senders, rate_mbps: float) -> dict[int, float]:
     out: dict[int, float] = {}
     for i in np.unique(it[np.isfinite(it)]):
         m = (it == i) & np.isfinite(wb)
-        loads = {}
+        loads: dict[tuple[str, Any], float] = {}  # ("out", host) / ("in", peer) -> wire bytes
         for host, peer, b in zip(senders.col("host")[m], senders.col("peer")[m], wb[m]):
             loads[("out", host)] = loads.get(("out", host), 0.0) + b
             loads[("in", peer)] = loads.get(("in", peer), 0.0) + b
@@ -102,7 +110,7 @@ def _div(a: float | None, b: float | None) -> float | None:
 def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
     """The lower-bound section of summary.json: rate, its source, ideal times and the measured
     p50/p99 as multiples of them. `iter_comm_us`: measured communication time per iteration."""
-    rate, source = bottleneck_mbps(run.config, run.topology)
+    rate, source = bottleneck_mbps(run.config, run.topology, run.facts.dilation)
     out: dict = {
         "bottleneck_mbps": rate,
         "rate_source": source,
@@ -132,7 +140,7 @@ def lower_bound(run: RunData, senders, iter_comm_us: dict[int, float]) -> dict:
         p50, p99 = honest_percentile(measured, 50), honest_percentile(measured, 99)
         out["iteration"] = {
             "iterations": len(common),
-            "ideal_comm_ms": ideal_med / 1e3,
+            "ideal_comm_ms": _div(ideal_med, 1e3),
             "ideal_comm_ms_range": [float(ideal.min()) / 1e3, float(ideal.max()) / 1e3],
             "comm_p50_ms": _div(p50, 1e3),
             "comm_p99_ms": _div(p99, 1e3),

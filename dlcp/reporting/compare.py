@@ -172,7 +172,7 @@ def _cell(run_entry: dict, key: str) -> str:
 def terminal_drops_table(names: list[str], runs: list[RunData]) -> str:
     """Switch drops per priority queue (rows, 7 first) and run (columns), as gradient / other
     packets: what each policy dropped where."""
-    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
+    traffic = [traffic_section(r.counters, r.config) for r in runs]
     queues = sorted({int(q) for t in traffic for q in t["by_prio"]}, reverse=True)
     rows = []
     for q in queues:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dlcp.reporting.facts import RunFacts, config_unknowns, disagreement, meta_unknowns, run_facts
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -98,6 +100,7 @@ class RunData:
     progress: dict[str, dict] = field(default_factory=dict)  # host -> progress/hN
     problems: list[str] = field(default_factory=list)  # what is missing or damaged, one line each
     time_scale: float = 1.0  # measured times were divided by this (time dilation, dlcp/reporting/steady.py)
+    facts: RunFacts = field(default_factory=RunFacts)  # backend, dilation, warm-up and their sources
 
     @property
     def policy(self) -> str | None:
@@ -153,8 +156,16 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     path = pathlib.Path(path)
     check_run_dir(path)
     run = RunData(path=path, name=name or path.resolve().name)
-    run.meta = _read_json(path / "meta.json", run.problems, "versions, backend, policy")
-    run.config = _read_toml(path / "config.toml", run.problems)
+    run.meta, meta_state = _read_document(path / "meta.json", json.loads)
+    run.config, config_state = _read_document(path / "config.toml", tomllib.loads)
+    run.facts = run_facts(run.meta, run.config)
+    if meta_state:
+        run.problems.append(f"meta.json: {meta_state} ({meta_unknowns(run.facts)})")
+    if config_state:
+        run.problems.append(f"config.toml: {config_state} ({config_unknowns(run.facts)})")
+    differ = disagreement(run.meta, run.config)
+    if differ:
+        run.problems.append(differ)
     run.topology = _read_json(path / "topology.json", run.problems, "topology", quiet_if_missing=True)
     run.messages = _read_records(path, "messages", MESSAGE_COLUMNS, MESSAGE_REQUIRED, run.problems)
     run.iterations = _read_records(path, "iterations", ITERATION_COLUMNS, ITERATION_REQUIRED, run.problems)
@@ -163,14 +174,36 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     run.counters = _read_counters(path, run.problems)
     run.samples = _read_samples(path, run.problems)
     run.progress = _read_progress(path, run.problems)
+    run.problems += missing_records(path, run.topology, run.agents)
     if run.meta is not None and run.meta.get("exit_status") not in (None, 0, "ok", "success"):
         run.problems.append(f"meta.json: the run ended with exit status {run.meta.get('exit_status')!r}")
-    if run.meta is not None and run.meta.get("status") not in (None, "ok"):
+    status = run_status(run.meta)
+    if status == UNFINISHED:
         run.problems.append(
-            f"meta.json: the run ended with status {run.meta.get('status')!r} "
+            "meta.json: no end recorded (the run was killed, e.g. by SIGKILL, before it could write one, or is "
+            "still running): a partial run, the figures cover what was recorded until then"
+        )
+    elif status not in (None, "ok"):
+        error = (run.meta or {}).get("error")
+        why = f": {error}" if isinstance(error, str) else ""
+        run.problems.append(
+            f"meta.json: the run ended with status {status!r}{why} "
             "(a partial run: the figures cover what was recorded until then)"
         )
     return run
+
+
+UNFINISHED = "unfinished"  # meta.json without the status the runner writes at the end
+
+
+def run_status(meta: dict | None) -> str | None:
+    """How the run ended: meta.json `status` ("ok", "error", "interrupted", "terminated"), or
+    UNFINISHED when meta.json holds none (the runner writes it when the run ends, whatever ended it,
+    so only a run killed outright, or one still running, lacks it); None without meta.json."""
+    if meta is None:
+        return None
+    status = meta.get("status")
+    return status if isinstance(status, str) and status != "running" else UNFINISHED
 
 
 def _rel(run_path: pathlib.Path, p: pathlib.Path) -> str:
@@ -197,15 +230,23 @@ def _read_json(p: pathlib.Path, problems: list[str], what: str, quiet_if_missing
     return data
 
 
-def _read_toml(p: pathlib.Path, problems: list[str]) -> dict | None:
+def _read_document(p: pathlib.Path, parse) -> tuple[dict | None, str | None]:
+    """A JSON or TOML file that must hold a table: (its data, None), or (None, what is wrong with
+    it: missing, empty, unreadable). An empty file is damage, not a run without settings."""
     if not p.exists():
-        problems.append("config.toml: missing (link rates and policy unknown)")
-        return None
+        return None, "missing"
     try:
-        return tomllib.loads(p.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        problems.append(f"config.toml: unreadable ({_one_line(e)})")
-        return None
+        text = p.read_text(encoding="utf-8", errors="replace")
+        data = parse(text) if text.strip() else None
+    except (OSError, ValueError) as e:  # tomllib.TOMLDecodeError and json's errors are ValueErrors
+        return None, f"unreadable ({_one_line(e)})"
+    if data is None:
+        return None, "empty"
+    if not isinstance(data, dict):
+        return None, f"expected a table of settings, found {type(data).__name__}"
+    if not data:
+        return None, "empty"
+    return data, None
 
 
 def _one_line(e: Exception) -> str:
@@ -414,4 +455,54 @@ def _read_progress(run_path: pathlib.Path, problems: list[str]) -> dict[str, dic
                 f"progress/{p.name}: agent ended in state {state.get('state')!r} at iteration "
                 f"{state.get('iter')}/{state.get('iters')}{detail}"
             )
+    return out
+
+
+# What each agent writes (agents/common.py, simulation/ns3/simulated_run.py), and what the report loses
+# without it. Workers and the PS write message records and totals; workers also iteration records.
+AGENT_RECORDS = (
+    ("messages.csv", ("worker", "ps"), "its messages: MCT, loss and retransmission figures leave it out"),
+    ("iterations.csv", ("worker",), "its iterations: iteration times and training curves leave it out"),
+    ("agent.json", ("worker", "ps"), "its agent totals and receive-path keep-up figures unknown"),
+)
+
+
+UNSURE_ROLE = "agent"  # a host with message records but no iteration records and no topology.json
+
+
+def agent_roles(run_path: pathlib.Path, topology: dict | None, agents: dict[str, dict]) -> dict[str, str]:
+    """host -> role of every worker and PS of the run: from topology.json, else from the agents'
+    totals and the records there are (a host with iteration records is a worker)."""
+    hosts = (topology or {}).get("hosts")
+    if isinstance(hosts, list):
+        return {
+            h["name"]: h["role"]
+            for h in hosts
+            if isinstance(h, dict) and isinstance(h.get("name"), str) and h.get("role") in ("worker", "ps")
+        }
+    roles: dict[str, str] = {h: a["role"] for h, a in agents.items() if a.get("role") in ("worker", "ps")}
+    rec = run_path / "records"
+    for p in rec.glob("*-iterations.csv"):
+        roles.setdefault(p.name[: -len("-iterations.csv")], "worker")
+    for p in rec.glob("*-messages.csv"):
+        roles.setdefault(p.name[: -len("-messages.csv")], UNSURE_ROLE)
+    return roles
+
+
+def missing_records(run_path: pathlib.Path, topology: dict | None, agents: dict[str, dict]) -> list[str]:
+    """One line per record file an agent of the run should have left and did not (deleted, or the
+    agent never wrote it), naming the host and what the report cannot count without it. Kinds with
+    no file at all are said once by `_read_records`; no records/ at all, likewise."""
+    rec = run_path / "records"
+    if not rec.is_dir():
+        return []
+    roles = agent_roles(run_path, topology, agents)
+    out = []
+    for suffix, writers, loses in AGENT_RECORDS:
+        if not any(rec.glob(f"*-{suffix}")):
+            continue
+        for host, role in sorted(roles.items(), key=lambda hr: (len(hr[0]), hr[0])):
+            expected = role in writers or (role == UNSURE_ROLE and "ps" in writers)
+            if expected and not (rec / f"{host}-{suffix}").exists():
+                out.append(f"records/{host}-{suffix}: missing ({role} {host}: {loses})")
     return out

@@ -4,6 +4,7 @@ None when there is nothing to draw; `png_bytes` renders one and closes it."""
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 
 import matplotlib
 
@@ -14,6 +15,7 @@ from matplotlib.ticker import MaxNLocator
 
 from dlcp.reporting.stats import drawable_ecdf
 from dlcp.reporting.summarise import IterationSeries, TrainingCurves
+from dlcp.reporting.traffic import QueueTimeline
 
 DPI = 110
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -189,7 +191,7 @@ def compare_bars(names: list[str], values: dict[str, list[float | None]], unit: 
     width = 0.8 / len(names)
     x = np.arange(len(metrics))
     for i, n in enumerate(names):
-        ys = [values[m][i] if values[m][i] is not None else 0 for m in metrics]
+        ys = [values[m][i] or 0 for m in metrics]  # None: a bar of height 0
         bars = ax.bar(x + (i - (len(names) - 1) / 2) * width, ys, width, label=n, color=COLORS[i % len(COLORS)])
         ax.bar_label(bars, fmt="%.4g", fontsize=7, padding=1)
     ax.set_xticks(x, metrics)
@@ -353,19 +355,19 @@ def _rebin(t: np.ndarray, peak: np.ndarray, grad: np.ndarray, other: np.ndarray,
     return (cut(t, t[-1]).max(axis=1), cut(peak, 0).max(axis=1), cut(grad, 0).sum(axis=1), cut(other, 0).sum(axis=1))
 
 
-def queue_timelines(timelines: dict[str, object]):
+def queue_timelines(timelines: Mapping[str, QueueTimeline | None]):
     """Per run: the bottleneck port's queue depth (highest per interval, per priority queue) and
     its drops per interval (gradient vs the rest), against time; iteration ends as thin lines with
     their numbers on top."""
-    timelines = {k: tl for k, tl in timelines.items() if tl is not None and tl.t.size}
-    if not timelines:
+    drawn = {k: tl for k, tl in timelines.items() if tl is not None and tl.t.size}
+    if not drawn:
         return None
-    n = len(timelines)
+    n = len(drawn)
     fig, axes = plt.subplots(
         2 * n, 1, figsize=(11, 4.2 * n), squeeze=False, layout="constrained", gridspec_kw={"height_ratios": [3, 2] * n}
     )
-    t_max = max(float(tl.t.max()) for tl in timelines.values())
-    for i, (label, tl) in enumerate(timelines.items()):
+    t_max = max(float(tl.t.max()) for tl in drawn.values())
+    for i, (label, tl) in enumerate(drawn.items()):
         depth, drops = axes[2 * i, 0], axes[2 * i + 1, 0]
         drops.sharex(depth)
         t, peak, grad, other = _rebin(tl.t, tl.peak, tl.gradient_drops, tl.other_drops)

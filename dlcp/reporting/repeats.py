@@ -68,6 +68,7 @@ class RunSample:
     problems: list[str] = field(default_factory=list)
     series: str = ""  # the results directory (series) the run belongs to
     backend: str | None = None
+    deterministic: bool = False  # a seed fixes the run exactly (meta.json)
 
     def pair_label(self, pooled: bool) -> str:
         return f"{self.series}/rep{self.rep}" if pooled else f"rep{self.rep}"
@@ -103,7 +104,14 @@ def sample_of(rep: int, path: pathlib.Path, series: str = "") -> RunSample:
         problems=s["problems"],
         series=series,
         backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")),
+        deterministic=is_deterministic(run.meta),
     )
+
+
+def is_deterministic(meta: dict | None) -> bool:
+    """meta.json `deterministic`; runs older than the key ran deterministically on a simulated clock."""
+    meta = meta or {}
+    return bool(meta.get("deterministic", meta.get("clock") == "simulated"))
 
 
 # --- metrics over sets of runs -------------------------------------------------------------------
@@ -124,7 +132,8 @@ class PooledMetric:
         return None if self.source is None else int(sum(np.isfinite(r.arrays[self.source]).sum() for r in runs))
 
     def refused(self, runs: list[RunSample]) -> bool:
-        return self.q is not None and not enough_for(self.count(runs), self.q)
+        n = self.count(runs)  # set with q: a percentile is pooled from `source`
+        return self.q is not None and n is not None and not enough_for(n, self.q)
 
 
 def _pooled(source: str, q: float | None) -> Callable[[list[RunSample]], float | None]:
@@ -202,18 +211,20 @@ def variant_values(m: PooledMetric, runs: list[RunSample]) -> dict:
     """A variant's pooled value of a metric, its sample count, and the spread of its runs."""
     n = m.count(runs)
     if m.refused(runs):
+        assert m.q is not None  # only a percentile is refused
         return {"value": None, "n": n, "too_few": min_samples(m.q), "per_run": None}
     per_run = []
     for r in runs:
-        single = m.q is not None and not enough_for(m.count([r]), m.q)
-        per_run.append(None if single else m.stat([r]))
+        per_run.append(None if m.refused([r]) else m.stat([r]))
     return {"value": m.stat(runs), "n": n, "too_few": None, "per_run": per_run}
 
 
 def ratio_entry(m: PooledMetric, base: list[RunSample], runs: list[RunSample]) -> dict:
     """compare.json `ratios[metric]`: point, ci95, n_pairs, verdict, and the per-pair ratios."""
     if m.refused(base) or m.refused(runs):
-        n = min(m.count(base), m.count(runs))
+        nb, nr = m.count(base), m.count(runs)
+        assert m.q is not None and nb is not None and nr is not None  # only a pooled percentile is refused
+        n = min(nb, nr)
         return {
             "point": None,
             "ci95": None,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import TypeVar
 
 from dlcp.reporting import plots
-from dlcp.reporting.load import RunData, load_run
+from dlcp.reporting.load import UNFINISHED, RunData, load_run
 from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, refused_text
@@ -24,6 +25,8 @@ from dlcp.reporting.summarise import (
 from dlcp.reporting.traffic import run_timeline
 
 DIST_HEADER = ["count", "mean", "p50", "p90", "p99", "p99.9", "max"]
+
+_V = TypeVar("_V")
 
 
 def pct_cell(d: dict, key: str, scale: float = 1.0):
@@ -107,18 +110,39 @@ def headline_lines(s: dict) -> list[str]:
 
 
 def scale_line(sc: dict) -> str:
-    warm = (
-        f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
-        "of MCT and iteration statistics"
-        if sc["warmup_iterations"]
-        else "every iteration counts (no warm-up)"
-    )
+    if sc["warmup_iterations"]:
+        warm = (
+            f"the first {sc['warmup_iterations']} iteration(s) (warm-up, workload.warmup_iterations) are left out "
+            "of MCT and iteration statistics"
+        )
+    elif sc.get("warmup_from", "config.toml") is None:
+        warm = "warm-up unknown (no readable config.toml): every iteration counts"
+    else:
+        warm = "every iteration counts (no warm-up)"
+    compute = compute_line(sc)
     if sc["dilation"] != 1:
         return (
             f"Time dilation {sc['dilation']:g}: the emulation ran {sc['dilation']:g}x slower than the system; "
-            f"every time shown is measured / {sc['dilation']:g}; {warm}"
+            f"every time shown is measured / {sc['dilation']:g}; {compute}{warm}"
         )
-    return f"No time dilation; {warm}"
+    if sc.get("dilation_from", "config.toml") is None:
+        return f"Time dilation unknown (neither meta.json nor config.toml records it): times are shown as measured; {compute}{warm}"
+    return f"No time dilation; {compute}{warm}"
+
+
+def compute_line(sc: dict) -> str:
+    """What the compute times were, when they came from a profile: its name and compute scale."""
+    if not sc.get("profile") and sc.get("compute_scale", 1) == 1:
+        return ""
+    k = sc.get("compute_scale", 1)
+    scaled = f" x {k:g} (workload.compute_scale: a device {k:g}x slower)" if k != 1 else ""
+    name = sc.get("profile") or "(the model's own)"
+    fitted = (
+        " (another model's: its compute laid over this model's tensors by parameter fraction)"
+        if sc.get("profile_fitted")
+        else ""
+    )
+    return f"compute from profile {name}{fitted}{scaled}; "
 
 
 def keepup_warning(k: dict) -> str | None:
@@ -135,11 +159,23 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
         figures=figures,
     )
     if info["partial"]:
+        how = (
+            "it was killed before it could record its end (meta.json has no status: SIGKILL, or the machine "
+            "stopped; or it is still running)"
+            if info["status"] == UNFINISHED
+            else f"it ended with status {info['status']!r} before finishing"
+            + (f" ({info['error']})" if info.get("error") else "")
+        )
         doc.warn(
-            f"Partial run: it ended with status {info['status']!r} before finishing; every figure below "
-            f"covers only the {s['iteration']['count']} iteration(s) recorded until then."
+            f"Partial run: {how}; every figure below covers only the {s['iteration']['count']} iteration(s) "
+            "recorded until then."
         )
     doc.bullets(headline_lines(s))
+    if s.get("trace"):
+        doc.p(
+            f"Timeline: {s['trace']['file']} (per rank the forward and backward of every layer and every "
+            f"message from send to completion; per switch port queue depth and drops): {s['trace']['open']}."
+        )
     warning = protected_warning(s["loss"])
     if warning:
         doc.warn(warning)
@@ -158,7 +194,7 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
 
     _mct_section(doc, run, s)
     _lower_bound_section(doc, s["lower_bound"])
-    _iteration_section(doc, run, s["iteration"])
+    _iteration_section(doc, run, s["iteration"], s["scale"])
     _loss_section(doc, s["loss"])
     _switch_section(doc, s["switch"], run)
     _training_section(doc, run, s["training"])
@@ -179,7 +215,7 @@ def _keepup_section(doc: Doc, k: dict) -> None:
         )
         return
     doc.p(
-        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup.py; "
+        ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup_check.py; "
         "wall-clock figures of the emulation machine)."
     )
     doc.bullets(k["flags"])
@@ -308,7 +344,14 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     mct = s["mct_us"]
     doc.h("Message completion time (MCT)")
     if not mct["overall"]["count"]:
-        doc.p("No sender-side message records: MCT unavailable.")
+        sc = s["scale"]
+        if sc["warmup_messages_left_out"]:
+            doc.p(
+                f"MCT unavailable: all {sc['warmup_messages_left_out']} sender-side message records are from the "
+                f"warm-up (workload.warmup_iterations = {sc['warmup_iterations']}, which statistics leave out)."
+            )
+        else:
+            doc.p("No sender-side message records: MCT unavailable.")
         return
     doc.p(
         "From the sender's first packet to STOP / FORCE_STOP, sender rows only, warm-up iterations left out. "
@@ -340,7 +383,7 @@ def _mct_section(doc: Doc, run: RunData, s: dict) -> None:
     doc.table(["layer"] + header[1:], [dist_row(k, d, 1e-3) for k, d in mct["by_layer"].items()])
 
 
-def prio_groups(by_prio: dict[str, object], strict: bool) -> dict[str, object]:
+def prio_groups(by_prio: dict[str, _V], strict: bool) -> dict[str, _V]:
     """Legend labels of the per-priority MCT curves: under strict priority each says its turn
     ("prio 6 (served 1st)"), since a higher class is always served before a lower one."""
     ordinal = lambda n: {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
@@ -392,10 +435,16 @@ def _lower_bound_section(doc: Doc, lb: dict) -> None:
         )
 
 
-def _iteration_section(doc: Doc, run: RunData, it: dict) -> None:
+def _iteration_section(doc: Doc, run: RunData, it: dict, sc: dict) -> None:
     doc.h("Iteration time")
     if not it["count"]:
-        doc.p("No iteration records.")
+        if sc["warmup_iterations_left_out"]:
+            doc.p(
+                f"Iteration times unavailable: all {sc['warmup_iterations_left_out']} recorded iteration(s) are "
+                f"warm-up (workload.warmup_iterations = {sc['warmup_iterations']}, which statistics leave out)."
+            )
+        else:
+            doc.p("No iteration records.")
         return
     doc.p(
         f"{it['count']} iterations after {it['warmup_iterations']} warm-up iteration(s); {it['definition']}. "
@@ -566,6 +615,19 @@ def write_outputs(out_dir: pathlib.Path, doc: Doc, data: dict, *, json_name: str
     return paths
 
 
+def _write_trace(run_dir: pathlib.Path, out: pathlib.Path) -> dict | None:
+    """The run's timeline beside its report (dlcp/reporting/trace.py); None when the run has no
+    records to draw it from."""
+    from dlcp.reporting.trace import OPEN_HINT, TRACE_NAME, write_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        write_trace(run_dir, out / TRACE_NAME)
+    except ValueError:
+        return None
+    return {"file": TRACE_NAME, "open": OPEN_HINT}
+
+
 def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None = None, figures: bool = True) -> dict:
     """Write summary.json, report.md, report.html and plots/ for one run (into the run directory
     unless out_dir is given) and return the summary. `figures=False`: no plots (a run of a repeated
@@ -573,5 +635,6 @@ def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None =
     run = undilated(load_run(run_dir))
     summary = summarise(run)
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
+    summary["trace"] = _write_trace(run.path, out)
     write_outputs(out, build_doc(run, summary, figures), summary, json_name="summary.json", stem="report")
     return json_ready(summary)

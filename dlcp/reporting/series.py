@@ -17,9 +17,6 @@ import pathlib
 from dlcp.reporting.load import NotARunDirectory, ReportInputError, default_out_dir, is_run_dir
 from dlcp.reporting.repeats import RunSample, is_repeat_group, load_groups, write_comparison
 
-# Backends whose runs a seed fixes exactly: two pairs with one seed are one pair counted twice.
-DETERMINISTIC_BACKENDS = ("ns3",)
-
 
 def series_groups(path: pathlib.Path) -> dict[str, pathlib.Path]:
     """Variant name -> repeat group directory, for the repeat groups directly inside `path`."""
@@ -98,10 +95,11 @@ def load_pooled(
 
 
 def check_independent(samples: dict[str, list[RunSample]]) -> None:
-    """On a deterministic backend a seed's pairs are copies: refuse to count them as several."""
+    """On a deterministic backend (meta.json `deterministic`: a seed fixes the run exactly) a seed's
+    pairs are copies: refuse to count them as several."""
     seen: dict[object, str] = {}
     for r in next(iter(samples.values())):
-        if r.backend not in DETERMINISTIC_BACKENDS:
+        if not r.deterministic:
             continue
         other = seen.setdefault(r.seed, r.pair_label(True))
         if other != r.pair_label(True):

@@ -16,7 +16,7 @@ from dlcp.reporting.traffic import drops, run_timeline, traffic_section
 def side_by_side_sections(doc: Doc, names: list[str], runs: list[RunData]) -> None:
     """Switch drops by traffic and priority, the iteration-time CDF and the queue timelines, run
     beside run."""
-    traffic = [traffic_section(r.counters, r.config, r.policy) for r in runs]
+    traffic = [traffic_section(r.counters, r.config) for r in runs]
     doc.h("Switch drops side by side")
     sources = sorted({t["source_text"] for t in traffic})
     doc.p(

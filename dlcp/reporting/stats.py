@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Final
 
 import numpy as np
 
-PERCENTILE_METHOD = "linear"
+PERCENTILE_METHOD: Final = "linear"
 PERCENTILE_METHOD_TEXT = (
     "numpy.percentile with method='linear' (numpy's default; Hyndman & Fan type 7: "
     "linear interpolation between the order statistics at rank (n-1)*q/100)"

@@ -1,17 +1,19 @@
 """What a run's statistics are taken over: the system's time (undilated) and the steady state
 (after the warm-up iterations).
 
-- Time dilation (`[scale] dilation` = D in config.toml, dlcp/experiment/dilation.py): the run took
+- Time dilation (D: meta.json `dilation`, else `[scale] dilation` in config.toml; the run's facts,
+  dlcp/reporting/facts.py; dlcp/experiment/dilation.py): the run took
   D times longer than the system it stands for, so every measured time is divided by D here,
   once, before anything is summarised: durations (`mct_us`, `iteration_us`, `comm_us`,
   `compute_us`) / D, timestamps re-based so the run's first one stays and the rest are spaced
-  / D. Rates in config.toml are the system's already. Keep-up figures (dlcp/reporting/keepup.py)
+  / D. Rates in config.toml are the system's already. Keep-up figures (dlcp/reporting/keepup_check.py)
   are about the emulation machine and stay in wall-clock time.
 - Warm-up (`workload.warmup_iterations` = W): iterations 0..W-1 (connections opening, caches and
   allocators warming up, background traffic not started yet) are left out of the iteration-time
   and MCT statistics (messages by their `iter`; the wire carries it mod 2^16, so runs of more
   than 65,536 iterations would drop a few more). Loss, switch counters and training curves keep
-  every iteration. A config without the key (runs older than it) has W = 0.
+  every iteration. A config without the key (runs older than it) has W = 0; a run without a
+  readable config.toml, too (the report says so).
 """
 
 from __future__ import annotations
@@ -24,18 +26,6 @@ from dlcp.reporting.load import RunData, Table
 
 DURATION_COLUMNS = ("mct_us", "iteration_us", "comm_us", "compute_us")
 TIMESTAMP_COLUMNS = ("start_us", "first_byte_us", "complete_us", "end_us")
-
-
-def dilation_factor(config: dict | None) -> float:
-    if (config or {}).get("backend") == "ns3":  # simulated time is the system's: nothing ran slower
-        return 1.0
-    d = ((config or {}).get("scale") or {}).get("dilation", 1)
-    return float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and d >= 1 else 1.0
-
-
-def warmup_iterations(config: dict | None) -> int:
-    w = ((config or {}).get("workload") or {}).get("warmup_iterations", 0)
-    return int(w) if isinstance(w, int) and not isinstance(w, bool) and w >= 0 else 0
 
 
 def _first_timestamp(*tables: Table) -> float | None:
@@ -72,7 +62,7 @@ def _scaled(table: Table, d: float, t0: float | None) -> Table:
 def undilated(run: RunData) -> RunData:
     """The run in the system's time: every measured time / D (a copy; D = 1 or done already: the
     run itself)."""
-    d = dilation_factor(run.config)
+    d = run.facts.dilation
     if d == 1 or run.time_scale != 1:
         return run
     t0 = _first_timestamp(run.messages, run.iterations)
@@ -103,10 +93,21 @@ def after_warmup(table: Table, warmup: int) -> Table:
 
 
 def scale_info(run: RunData) -> dict:
-    """summary.json `scale`: the dilation applied and the warm-up left out."""
-    d = dilation_factor(run.config)
+    """summary.json `scale`: the dilation applied, the profile's compute scale and the warm-up left out, and where each came
+    from (None: unknown, so times are as measured and every iteration counts)."""
+    f = run.facts
+    workload = (run.config or {}).get("workload") or {}
     return {
-        "dilation": d,
-        "times": "measured / dilation (the system's time)" if d != 1 else "measured",
-        "warmup_iterations": warmup_iterations(run.config),
+        "dilation": f.dilation,
+        "dilation_from": f.dilation_from,
+        "times": "measured / dilation (the system's time)" if f.dilation != 1 else "measured",
+        "compute_scale": workload.get("compute_scale", 1.0),
+        "profile": workload.get("profile", "") if workload.get("compute") == "profile" else "",
+        # another model's profile fitted onto this model's tensors (the agents' compute records say)
+        "profile_fitted": any(
+            isinstance(a.get("compute"), dict) and a["compute"].get("profile_fit") == "parameter fraction"
+            for a in run.agents.values()
+        ),
+        "warmup_iterations": f.warmup_iterations,
+        "warmup_from": f.warmup_from,
     }

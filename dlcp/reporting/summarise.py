@@ -12,14 +12,15 @@ with too few samples are refused (dlcp/reporting/stats.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dlcp.reporting.bounds import lower_bound
-from dlcp.reporting.keepup import keepup_section
-from dlcp.reporting.load import RunData, Table
+from dlcp.reporting.keepup_check import keepup_section
+from dlcp.reporting.load import RunData, Table, run_status
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, distribution
-from dlcp.reporting.steady import after_warmup, scale_info, undilated, warmup_iterations
+from dlcp.reporting.steady import after_warmup, scale_info, undilated
 from dlcp.reporting.traffic import traffic_section
 
 SCHEMA_VERSION = 1
@@ -34,7 +35,7 @@ def sender_rows(run: RunData) -> Table:
 
 def steady_sender_rows(run: RunData) -> Table:
     """Sender rows of the iterations after the warm-up, in the system's time: what MCT statistics use."""
-    return after_warmup(sender_rows(undilated(run)), warmup_iterations(run.config))
+    return after_warmup(sender_rows(undilated(run)), run.facts.warmup_iterations)
 
 
 def layer_key(first: float, last: float) -> str:
@@ -136,7 +137,7 @@ def message_comm_us(senders: Table) -> dict[int, float]:
 
 def steady_iteration_series(run: RunData) -> IterationSeries:
     """Iterations after the warm-up, in the system's time: what iteration statistics use."""
-    return iteration_series(undilated(run), warmup_iterations(run.config))
+    return iteration_series(undilated(run), run.facts.warmup_iterations)
 
 
 def iteration_section(series: IterationSeries, warmup: int = 0) -> dict:
@@ -216,10 +217,11 @@ def _ce_marked(counters: list[dict]) -> dict:
 
 
 def switch_section(counters: list[dict]) -> dict:
-    by_queue: dict[tuple, dict] = {}
-    by_port: dict[tuple, dict] = {}
-    by_prio: dict[int, dict] = {}
-    by_color: dict[int, dict] = {}
+    # keys: (switch, port, qid, color), (switch, port), qid, color; Any so that one loop fills all four
+    by_queue: dict[Any, dict] = {}
+    by_port: dict[Any, dict] = {}
+    by_prio: dict[Any, dict] = {}
+    by_color: dict[Any, dict] = {}
     totals = dict.fromkeys(COUNTER_KINDS, 0)
     for dump in counters:
         for q in dump.get("queues", []):
@@ -338,7 +340,7 @@ def agents_section(agents: dict[str, dict]) -> dict:
 def summarise(run: RunData) -> dict:
     """The full summary of one run (JSON-ready apart from NaN, see `json_ready`)."""
     run = undilated(run)
-    warmup = warmup_iterations(run.config)
+    warmup = run.facts.warmup_iterations
     all_senders = sender_rows(run)
     senders = after_warmup(all_senders, warmup)
     loss_rows, loss_which = all_senders, "sender"
@@ -371,7 +373,7 @@ def summarise(run: RunData) -> dict:
         "mct_us": mct_section(senders),
         "iteration": iteration_section(series, warmup),
         "loss": loss_section(loss_rows, run, loss_which),
-        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config, run.policy)},
+        "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config)},
         "agents": agents_section(run.agents),
         "training": {**training_section(curves), "payload": payload_of(run)},
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},
@@ -403,9 +405,10 @@ def run_info(run: RunData) -> dict:
         "start_utc": meta.get("start_utc"),
         "wall_time_s": meta.get("wall_time_s"),
         "exit_status": meta.get("exit_status"),
-        "status": meta.get("status"),
-        # stopped early (Ctrl-C, SIGTERM, an error): the report covers only what was recorded
-        "partial": meta.get("status") not in (None, "ok"),
+        "status": run_status(run.meta),
+        "error": meta.get("error"),  # why a run that failed ended (its first line), when meta.json says
+        # stopped early (Ctrl-C, SIGTERM, an error, killed): the report covers only what was recorded
+        "partial": run_status(run.meta) not in (None, "ok"),
     }
 
 

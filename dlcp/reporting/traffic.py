@@ -4,19 +4,18 @@ The queue counters of a switch count packets per (port, priority queue, drop pre
 with drop precedence 0 holds background traffic under every policy, and under `fifo` every packet,
 so those counters alone read as if protected gradient packets were dropped. What tells them apart:
 
-- `non_dlcp` rows of the built-in dataplane's counter dump (docs/pipeline.md): the part of each
-  queue counter that came from frames without a DLCP header, by the frame's DSCP class
-  (dscp >> 3). Everything else in the queue counters carried a DLCP header: **gradient** traffic
-  (data, retransmissions, probes). A frame without one is the transport's **control** traffic
-  when its DSCP class is 7 (BITMAP/STOP/FORCE_STOP over TCP at `PRIO_CONTROL`), **background**
-  when its class is that of a `[[background]]` flow (`dscp`, default 0), and otherwise gradient
-  traffic of the TCP baseline (`dlcp.transport = "tcp"`, which sends the message's priority as
-  DSCP).
-- Counter dumps without `non_dlcp` (bmv2): under a priority policy the queue tells (queue 7
-  control, the background flows' queue background, queues 1-6 gradient); under `fifo` one queue
-  holds everything and the split is unknown ("mixed").
+- `non_dlcp` rows of the counter dump that every engine of the switch's pipeline core writes
+  (the built-in switch's and ns-3's; docs/pipeline.md): the part of each queue counter that came
+  from frames without a DLCP header, by the frame's DSCP class (dscp >> 3). Everything else in the
+  queue counters carried a DLCP header: **gradient** traffic (data, retransmissions, probes). A
+  frame without one is the transport's **control** traffic when its DSCP class is 7
+  (BITMAP/STOP/FORCE_STOP over TCP at `PRIO_CONTROL`), **background** when its class is that of a
+  `[[background]]` flow (`dscp`, default 0), and otherwise gradient traffic of the TCP baseline
+  (`dlcp.transport = "tcp"`, which sends the message's priority as DSCP).
+- Counter dumps without `non_dlcp` (bmv2's P4 program has no such counter): the split is unknown
+  ("mixed"); the reports say so rather than guess it from the queues.
 
-The timeline comes from `counters/sN-samples.jsonl` (built-in dataplane, every 0.1 s): the highest
+The timeline comes from `counters/sN-samples.jsonl` (built-in switch, every 0.1 s): the highest
 occupancy of each priority queue of a port since the previous sample, and the drops in between,
 split into gradient (DLCP header) and the rest (background and control: the samples do not tell
 those two apart).
@@ -35,9 +34,7 @@ TRAFFIC_KINDS = ("gradient", "control", "background", "mixed")
 KINDS = ("admitted_pkts", "early_drop_pkts", "tail_drop_pkts")
 SOURCE_TEXT = {
     "switch": "the switch's non-DLCP counters (frames without a DLCP header, by DSCP class)",
-    "queues": "the queue: 7 = transport control, the background flows' queue = background, others = gradient "
-    "(the counter dump has no non-DLCP split)",
-    "none": "not separable: one FIFO queue holds every packet and the counter dump has no non-DLCP split",
+    "none": "not separable: the counter dump has no non-DLCP split (bmv2)",
 }
 
 
@@ -61,9 +58,9 @@ def _counts(row: dict) -> dict[str, int]:
     return {k: int(row.get(k) or 0) for k in KINDS}
 
 
-def split_queues(dump: dict, policy: str | None, bg_classes: set[int]) -> tuple[list[dict], str]:
+def split_queues(dump: dict, bg_classes: set[int]) -> tuple[list[dict], str]:
     """The dump's queue rows split by traffic kind: (rows with port, qid, color, traffic and the
-    three counts; how they were split: "switch", "queues" or "none")."""
+    three counts; how they were split: "switch", or "none" without the dump's non-DLCP rows)."""
     totals = {
         (int(q.get("port", 0)), int(q.get("qid", 0)), int(q.get("color", 0))): _counts(q)
         for q in dump.get("queues", [])
@@ -89,11 +86,6 @@ def split_queues(dump: dict, policy: str | None, bg_classes: set[int]) -> tuple[
         for key, counts in rest.items():
             if any(counts.values()):
                 add(key, "gradient", counts)
-    elif policy and policy != "fifo":
-        source = "queues"
-        for key, counts in totals.items():
-            qid = key[1]
-            add(key, "control" if qid == PRIO_CONTROL else "background" if qid in bg_classes else "gradient", counts)
     else:
         source = "none"
         for key, counts in totals.items():
@@ -108,18 +100,19 @@ def with_rate(row: dict) -> dict:
     return {**row, "drop_pkts": drops, "drop_fraction": drops / offered if offered else None}
 
 
-def traffic_section(counters: list[dict], config: dict | None, policy: str | None) -> dict:
+def traffic_section(counters: list[dict], config: dict | None) -> dict:
     """summary.json's switch.traffic: counts by traffic kind overall, per drop precedence, per
     priority queue and per port, and per queue row."""
     bg = background_classes(config)
     by_kind: dict[str, dict] = {}
-    by_kind_prec: dict[str, dict[str, dict]] = {}
-    by_prio: dict[str, dict[str, dict]] = {}
-    by_port: dict[str, dict[str, dict]] = {}
+    # these three nest one level deeper (key -> kind -> counts): typed like by_kind for the loop below
+    by_kind_prec: dict[str, dict] = {}
+    by_prio: dict[str, dict] = {}
+    by_port: dict[str, dict] = {}
     rows, sources = [], set()
     for dump in counters:
-        split, source = split_queues(dump, policy, bg)
-        sources.add(source)
+        split, dump_source = split_queues(dump, bg)
+        sources.add(dump_source)
         for r in split:
             counts = {k: r[k] for k in KINDS}
             rows.append({"switch": dump.get("switch"), **r})
@@ -138,10 +131,10 @@ def traffic_section(counters: list[dict], config: dict | None, policy: str | Non
                 for k in KINDS:
                     cell[k] += counts[k]
     order = {k: i for i, k in enumerate(TRAFFIC_KINDS)}
-    source = "switch" if sources == {"switch"} else "none" if "none" in sources else ("queues" if sources else None)
+    source = "switch" if sources == {"switch"} else "none" if sources else None
     return {
         "source": source,
-        "source_text": SOURCE_TEXT.get(source, "no counter dumps"),
+        "source_text": SOURCE_TEXT[source] if source is not None else "no counter dumps",
         "background_dscp_classes": sorted(bg),
         "by_traffic": {k: with_rate(v) for k, v in sorted(by_kind.items(), key=lambda kv: order[kv[0]])},
         "by_traffic_drop_prec": {

@@ -32,6 +32,7 @@ class SendHandle:
     def wait(self, timeout: float | None = None) -> SendResult:
         if not self._event.wait(timeout):
             raise TransportError(f"message {key_text(self.key)} not finished after {timeout} s")
+        assert self.result is not None  # _finish sets it before the event
         return self.result
 
     def _finish(self, result: SendResult) -> None:

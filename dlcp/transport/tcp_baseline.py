@@ -21,7 +21,7 @@ import numpy as np
 
 from dlcp.records import now_us
 from dlcp.transport.api import Peer, RecvResult, SendInfo, SendResult, TransportConfig, TransportError, key_text
-from dlcp.transport.records import message_row
+from dlcp.transport.record_rows import message_row
 from dlcp.transport.sockets import connect_retrying, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.transport.threadtime import set_realtime
@@ -66,7 +66,7 @@ class TcpTransport:
         self.message_rows: list[dict] = []
         self.packet_chunks: list[dict] = []
         self.drops: collections.Counter = collections.Counter()
-        self.totals = collections.Counter()
+        self.totals: collections.Counter[str] = collections.Counter()
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
         try:
@@ -323,7 +323,7 @@ class TcpTransport:
                     _recv_exact(s, memoryview(cb))
                     counts = np.frombuffer(cb, np.uint8).copy()
                 values = np.empty(n_values, np.float32)
-                if not _recv_exact(s, memoryview(values).cast("B")):
+                if not _recv_exact(s, values.data.cast("B")):
                     raise ConnectionError("connection closed inside a message")
                 done = now_us()
                 key = (src, it, phase, msg)

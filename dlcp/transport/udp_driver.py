@@ -27,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+from typing import cast
 
 from dlcp.transport.api import Peer, RecvResult, SendInfo, TransportConfig, TransportError
 from dlcp.transport.core.endpoint import for_receiver, merged_stats, parse_control
@@ -37,7 +38,7 @@ from dlcp.transport.deadline_timer import DeadlineTimer
 from dlcp.transport.sockets import connect_retrying, control_socket_options, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.transport.threadtime import ThreadClock, set_realtime
-from dlcp.transport.udpio import RECV_SLOT, BatchReceiver, BatchSender, plan_for, sockaddr_in
+from dlcp.transport.udpio import RECV_SLOT, BatchReceiver, BatchSender, send_vectors, sockaddr_in
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import ECN_MASK, PRIO_CONTROL, MalformedPacket, tos_of
 
@@ -328,9 +329,9 @@ class UdpTransport:
 
     def _send_data(self, item: DataSend, dest) -> None:
         rnd = item.round
-        if rnd.plan is None:
-            rnd.plan = plan_for(rnd, dest)
-        self.batch_sender.send(rnd.plan, item.start, item.stop)
+        if rnd.prepared is None:
+            rnd.prepared = send_vectors(rnd, dest)
+        self.batch_sender.send(rnd.prepared, item.start, item.stop)
 
     def _send_probe(self, item: ProbeSend) -> None:
         peer = self.peers[item.dst]
@@ -478,7 +479,7 @@ class UdpTransport:
             if isinstance(out, FrameSend):
                 conn = out.channel
                 if conn is not None:
-                    self._write_now(conn, out.data)
+                    self._write_now(cast(_Conn, conn), out.data)  # the channel this driver gave the core
             elif isinstance(out, RecvDone):
                 done = True
         if done:
@@ -580,10 +581,10 @@ class UdpTransport:
             with self._tx:
                 self._tx.notify_all()  # a window opened, a retransmission round is queued
         if conn.reader.error is not None:
-            e = conn.reader.error
+            err = conn.reader.error
             with self._rx:
-                self.receiver.count_drop(e.field, e.detail)
-            self._close_conn(conn, f"{e} (the stream cannot be resynchronised)")
+                self.receiver.count_drop(err.field, err.detail)
+            self._close_conn(conn, f"{err} (the stream cannot be resynchronised)")
 
     def _tx_outputs_from_rx(self, outs: list) -> None:
         """Sender frames produced while handling a reply (FORCE_STOP after the last round): the

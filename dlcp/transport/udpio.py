@@ -1,12 +1,12 @@
 """Batched UDP I/O of DLCP packets: sendmmsg(2) / recvmmsg(2) through ctypes, sendmsg(2) /
 recvmsg(2) as fallback.
 
-A `SendPlan` describes the packets of one message in sending order as flat numpy arrays built in a
+A `SendVectors` describes the packets of one message in sending order as flat numpy arrays built in a
 few vectorised steps: one `iovec` pair (header row, payload slice) per packet and one IP_TOS
 control message per packet (DSCP from the packet's (prio, drop_prec)). Payloads are never copied
 (only the 24-byte header rows, into sending order) and no Python object is created per packet:
 `BatchSender.send` hands slices of these arrays to the kernel, 32 packets per system call by
-default. The iovecs point into the plan's header rows and the message values, so the plan keeps
+default. The iovecs point into their header rows and the message values, so the vectors keep
 references to both for as long as it lives.
 
 Linux-only (sendmmsg, IP_TOS ancillary data on UDP sockets); `sendmsg` mode works wherever Python's
@@ -90,7 +90,7 @@ def sockaddr_in(ip: str, port: int) -> np.ndarray:
 _ZERO_TELEMETRY = np.zeros(TELEMETRY_LEN, dtype=np.uint8)
 
 
-class SendPlan:
+class SendVectors:
     """Packets `order` of a message, ready for sendmmsg to one destination.
 
     `rows` holds the header of packet order[j] in row j (a copy in sending order, so a
@@ -112,7 +112,7 @@ class SendPlan:
         if rows.shape != (n, HEADER_LEN):
             raise ValueError(f"{rows.shape[0]} header rows for {n} packets")
         self.rows = np.ascontiguousarray(rows, dtype=np.uint8)  # iovecs point into these arrays:
-        self.values = values  # the plan keeps them alive
+        self.values = values  # the vectors keep them alive
         self.dest = dest
         self.n = n
         self.order = np.asarray(order, dtype=np.int64)
@@ -148,12 +148,12 @@ class SendPlan:
         self.wire_bytes = plen + (28 + HEADER_LEN + (TELEMETRY_LEN if telemetry else 0))
 
 
-def plan_for(rnd: Round, dest: np.ndarray) -> SendPlan:
-    """SendPlan for the packets of round `rnd` that go on the wire, to `dest` (headers and TOS from
+def send_vectors(rnd: Round, dest: np.ndarray) -> SendVectors:
+    """SendVectors for the packets of round `rnd` that go on the wire, to `dest` (headers and TOS from
     `Round.header_rows`: RETX rewriting, ECN-capable marking)."""
     rows, tos = rnd.header_rows()
     batch = rnd.batch
-    return SendPlan(rows, batch.values, batch.values_per_pkt, rnd.wire, tos, dest, bool(batch.telemetry))
+    return SendVectors(rows, batch.values, batch.values_per_pkt, rnd.wire, tos, dest, bool(batch.telemetry))
 
 
 class BatchSender:
@@ -179,12 +179,12 @@ class BatchSender:
         name = errno_mod.errorcode.get(err, str(err))
         self.error_codes[name] = self.error_codes.get(name, 0) + 1
 
-    def send(self, plan: SendPlan, start: int, stop: int) -> int:
-        """Send packets start..stop-1 of `plan`; returns how many the kernel accepted."""
+    def send(self, vectors: SendVectors, start: int, stop: int) -> int:
+        """Send packets start..stop-1 of `vectors`; returns how many the kernel accepted."""
         if self._fn is None:
-            return self._send_loop(plan, start, stop)
+            return self._send_loop(vectors, start, stop)
         fn = self._fn
-        base = plan.mmsg.ctypes.data
+        base = vectors.mmsg.ctypes.data
         sent = 0
         i = start
         while i < stop:
@@ -201,23 +201,23 @@ class BatchSender:
             i += r
         return sent
 
-    def _send_loop(self, plan: SendPlan, start: int, stop: int) -> int:
+    def _send_loop(self, vectors: SendVectors, start: int, stop: int) -> int:
         # Python sendmsg per packet, same buffers (memoryviews over the same addresses)
         sent = 0
-        hmv = memoryview(plan.rows).cast("B")
-        vmv = memoryview(plan.values).cast("B")
-        hbase = plan.rows.ctypes.data
-        vbase = plan.values.ctypes.data
-        dest = _dest_tuple(plan.dest)
-        tel = plan.iov.shape[1] == 3
+        hmv = vectors.rows.data.cast("B")
+        vmv = vectors.values.data.cast("B")
+        hbase = vectors.rows.ctypes.data
+        vbase = vectors.values.ctypes.data
+        dest = _dest_tuple(vectors.dest)
+        tel = vectors.iov.shape[1] == 3
         for j in range(start, stop):
-            ho = int(plan.iov[j, 0]["base"]) - hbase
-            vo = int(plan.iov[j, -1]["base"]) - vbase
-            vl = int(plan.iov[j, -1]["len"])
-            bufs = [hmv[ho : ho + HEADER_LEN], vmv[vo : vo + vl]]
+            ho = int(vectors.iov[j, 0]["base"]) - hbase
+            vo = int(vectors.iov[j, -1]["base"]) - vbase
+            vl = int(vectors.iov[j, -1]["len"])
+            bufs: list[memoryview | bytes] = [hmv[ho : ho + HEADER_LEN], vmv[vo : vo + vl]]
             if tel:
                 bufs.insert(1, bytes(TELEMETRY_LEN))
-            anc = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", int(plan.tos[j])))]
+            anc = [(socket.IPPROTO_IP, socket.IP_TOS, struct.pack("i", int(vectors.tos[j])))]
             try:
                 self.sock.sendmsg(bufs, anc, 0, dest)
                 sent += 1
@@ -233,6 +233,7 @@ RECV_SLOT = 2048  # bytes per datagram slot: a DLCP datagram is at most 24 + 8 +
 _RX_CMSG_SPACE = 64  # room for IP_TOS (CMSG_SPACE(1) = 24) and SCM_TIMESTAMPNS (CMSG_SPACE(16) = 32)
 
 
+assert _MMSGHDR.fields is not None  # a structured dtype has fields (numpy types them Optional)
 _MM_CONTROLLEN_OFF = _MMSGHDR.fields["controllen"][1]
 _MM_RESET = struct.Struct("<Qi")  # controllen, flags
 _MM_RESULT = struct.Struct("<Qi4xI")  # controllen, flags, (pad), msg_len
@@ -273,7 +274,7 @@ class BatchReceiver:
         self.fd = sock.fileno()
         self.batch = batch
         self.buf = np.zeros(batch * RECV_SLOT, dtype=np.uint8)
-        self.view = memoryview(self.buf)
+        self.view = self.buf.data
         self.cmsg = np.zeros(batch * _RX_CMSG_SPACE, dtype=np.uint8)
         self._fn = _libc_fn("recvmmsg") if sendmmsg_available() else None
         iov = np.zeros(batch, dtype=_IOVEC)
@@ -286,9 +287,9 @@ class BatchReceiver:
         mm["control"] = self.cmsg.ctypes.data + np.arange(batch, dtype=np.uint64) * _RX_CMSG_SPACE
         mm["controllen"] = _RX_CMSG_SPACE
         self.mm = mm
-        self._mm_view = memoryview(mm.view(np.uint8))
+        self._mm_view = mm.view(np.uint8).data
         self._mm_addr = mm.ctypes.data
-        self._cmsg_view = memoryview(self.cmsg)
+        self._cmsg_view = self.cmsg.data
         self._used = 0
         self.lengths: list[int] = []
         self.tos: list[int] = []

@@ -7,11 +7,12 @@ PROBEs and answers, and a congested bottleneck, exactly and fast.
 
 The network: each host sends through its own uplink (`host_mbps`, unbounded FIFO: the socket buffer
 and NIC queue of a host that blocks rather than drops) into one switch, which forwards every packet
-to the port of its destination host. A port has 8 strict-priority queues drained at `link_mbps`
-(frame bits: payload + 66 bytes of headers), admission as the DLCP switch does it (drop precedence
-c > 0 dropped early once the queue holds k_c packets, everything at `qmax`; policy "fifo": one queue,
+to the port of its destination host. A port has 8 queues drained at `link_mbps` (frame bits:
+payload + 66 bytes of headers) in the order of the switch's queue discipline (`queueing`: strict
+priority unless told otherwise), admission as the DLCP switch does it (drop precedence c > 0
+dropped early once the queue holds k_c packets, everything at `qmax`; policy "fifo": one queue,
 tail drop only), and marks CE on ECN-capable packets admitted while their queue holds `ecn_k` or
-more (docs/pipeline.md). After the queue: `delay_us` of propagation plus up to `jitter_us` of random
+more (docs/pipeline.md): the switch's own rules and disciplines (dlcp/queueing). After the queue: `delay_us` of propagation plus up to `jitter_us` of random
 extra delay (which reorders packets). Faults, applied as a packet enters the switch: `loss`
 (random), `dup` (random duplication), the predicate `drop(pkt)` (a `VPacket`) and `delay(pkt)`,
 extra seconds for that packet on the wire (a slower path, a queue elsewhere). Control frames
@@ -27,8 +28,11 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dlcp.queueing.admission import ADMIT, EARLY_DROP, admit, marks_ce
+from dlcp.queueing.registry import N_QUEUES, QueueingConfig, Scheduler, configure
 from dlcp.transport.api import SendInfo, TransportConfig
 from dlcp.transport.core.endpoint import Endpoint
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone, data_datagrams
@@ -94,16 +98,17 @@ class SwitchModel:
     ecn_k: int | None = None  # CE mark at this occupancy (None: never)
     delay_us: float = 0.0
     jitter_us: float = 0.0
+    queueing: QueueingConfig = field(default_factory=lambda: configure("strict"))  # every port's discipline
 
 
 @dataclass
 class Faults:
     loss: float = 0.0
     dup: float = 0.0
-    drop: object = None  # VPacket -> bool
-    delay: object = None  # VPacket -> extra seconds
-    drop_control: object = None  # VFrame -> bool
-    control_delay: object = None  # VFrame -> extra seconds
+    drop: Callable[[VPacket], bool] | None = None
+    delay: Callable[[VPacket], float] | None = None  # extra seconds
+    drop_control: Callable[[VFrame], bool] | None = None
+    control_delay: Callable[[VFrame], float] | None = None  # extra seconds
 
 
 @dataclass
@@ -120,9 +125,14 @@ class _Pkt:
 
 @dataclass
 class _Port:
-    queues: list = field(default_factory=lambda: [collections.deque() for _ in range(8)])
+    scheduler: Scheduler
+    queues: list = field(default_factory=lambda: [collections.deque() for _ in range(N_QUEUES)])
     busy: bool = False
     backlog: int = 0
+
+
+def _frame_bytes(pkt: _Pkt) -> int:
+    return len(pkt.data) + FRAME_OVERHEAD
 
 
 class VirtualHost:
@@ -173,12 +183,13 @@ class VirtualNetwork:
         self.hosts: dict[int, VirtualHost] = {}
         self._events: list = []
         self._seq = itertools.count()
-        self._ports: dict[int, _Port] = collections.defaultdict(_Port)
+        self._ports: dict[int, _Port] = {}
         self._occupancy: collections.Counter = collections.Counter()  # (port, qid) -> packets
         self._seen: collections.Counter = collections.Counter()  # data packet identity -> times seen
         self._frames_seen: collections.Counter = collections.Counter()
         self._control_at: dict = {}  # (src, dst) -> when the last frame on that channel arrives
-        self.counters = collections.Counter()  # tail_drops, early_drops, ce_marked, fault_drops, ...
+        # tail_drops, early_drops, ce_marked, fault_drops, ...
+        self.counters: collections.Counter[str] = collections.Counter()
 
     def add_host(self, cfg: TransportConfig) -> VirtualHost:
         h = VirtualHost(self, cfg)
@@ -296,34 +307,38 @@ class VirtualNetwork:
         qid, color = (0, 0) if sw.policy == "fifo" else (hdr.prio, hdr.drop_prec)
         for _ in range(copies):
             occ = self._occupancy[(pkt.dst, qid)]
-            if occ >= sw.qmax:
-                self.counters["tail_drops"] += 1
-                continue
-            if color and occ >= sw.k[color - 1]:
-                self.counters["early_drops"] += 1
+            verdict = admit(occ, color, sw.qmax, *sw.k)
+            if verdict != ADMIT:
+                self.counters["early_drops" if verdict == EARLY_DROP else "tail_drops"] += 1
                 continue
             tos = pkt.tos
-            if sw.ecn_k is not None and occ >= sw.ecn_k and tos & ECN_MASK in (1, 2):
+            if sw.ecn_k is not None and marks_ce(tos, occ, sw.ecn_k):
                 tos = (tos & ~ECN_MASK) | ECN_CE
                 self.counters["ce_marked"] += 1
             self._occupancy[(pkt.dst, qid)] = occ + 1
             q = _Pkt(pkt.data, tos, pkt.src, pkt.dst, hdr.prio, color, qid, extra)
-            port = self._ports[pkt.dst]
+            port = self._port(pkt.dst)
             port.queues[qid].append(q)
             port.backlog += 1
             if not port.busy:
                 self._egress_next(pkt.dst)
 
+    def _port(self, dst: int) -> _Port:
+        port = self._ports.get(dst)
+        if port is None:
+            port = self._ports[dst] = _Port(self.switch.queueing.scheduler())
+        return port
+
     def _egress_next(self, dst: int) -> None:
-        port = self._ports[dst]
+        port = self._port(dst)
         if not port.backlog:
             port.busy = False
             return
         port.busy = True
-        pkt = next(q for q in reversed(port.queues) if q).popleft()
+        pkt = port.queues[port.scheduler.pick(port.queues, _frame_bytes)].popleft()
         port.backlog -= 1
         rate = self.switch.link_mbps
-        dt = 0.0 if not rate else (len(pkt.data) + FRAME_OVERHEAD) * 8 / (rate * 1e6)
+        dt = 0.0 if not rate else _frame_bytes(pkt) * 8 / (rate * 1e6)
         self._at(self.now + dt, self._egress_done, dst, pkt)
 
     def _egress_done(self, dst: int, pkt: _Pkt) -> None:

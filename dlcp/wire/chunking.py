@@ -70,7 +70,7 @@ class PacketBatch:
 
     def payload(self, i: int) -> memoryview:
         lo = i * self.values_per_pkt
-        return memoryview(self.values[lo : lo + self.values_per_pkt]).cast("B")
+        return self.values[lo : lo + self.values_per_pkt].data.cast("B")
 
     def iovec(self, i: int) -> list:
         """Buffers of packet i in wire order, for socket.sendmsg (no copies)."""

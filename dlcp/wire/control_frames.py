@@ -183,6 +183,8 @@ def encode(m: Control) -> bytes:
             ]
         )
     elif m.type == BITMAP:
+        if m.requested is None or len(m.requested) != m.n_pkts:
+            raise ValueError("BITMAP map must have one entry per packet")
         body = (
             _common(m)
             + BITMAP_FIXED.pack(m.round, m.attempt, min(m.held_us, 0xFFFFFFFF), m.missing, m.protected_missing)
@@ -226,7 +228,7 @@ def encode_feedback(
 # --- decode ----------------------------------------------------------------------------------------
 
 
-def _expect_len(body, want: int, what: str) -> None:
+def _expect_len(body, want: int, what: int) -> None:
     if len(body) != want:
         raise MalformedPacket("control.length", f"{TYPE_NAMES.get(what, what)} of {len(body)} bytes, expected {want}")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 import numpy as np
 
@@ -89,6 +90,7 @@ PROBE_BODY = struct.Struct(struct_format(LAYOUT.probe))
 
 # numpy view: packed fields share a word (ver_type, prio_drop_prec_phase); `field_values` unpacks one
 HEADER_DTYPE = np.dtype(numpy_dtype_spec(LAYOUT.header))
+_HEADER_WORDS: tuple[str, ...] = HEADER_DTYPE.names or ()  # numpy types names Optional; a struct has them
 assert HEADER.size == HEADER_DTYPE.itemsize == HEADER_LEN
 
 # the IPv4 DSCP of a DLCP packet: (prio << 3) | (drop_prec << 1)
@@ -132,13 +134,16 @@ ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = (_ECN[n] for n in ("NOT_ECT", "ECT1", 
 ECN_MASK = (1 << ECN_BITS) - 1
 
 
+_IntOrArray = TypeVar("_IntOrArray", int, np.ndarray)
+
+
 def dscp_of(prio, drop_prec):
     """DSCP carrying (prio, drop_prec), AF-like: works on ints and numpy arrays."""
     return (prio << DSCP_PRIO_SHIFT) | (drop_prec << DSCP_DROP_PREC_SHIFT)
 
 
-def tos_of(prio: int, drop_prec: int) -> int:
-    """The IPv4 TOS byte (DSCP in the upper six bits, ECN bits zero)."""
+def tos_of(prio: _IntOrArray, drop_prec: _IntOrArray) -> _IntOrArray:
+    """The IPv4 TOS byte (DSCP in the upper six bits, ECN bits zero): of ints or numpy arrays."""
     return dscp_of(prio, drop_prec) << 2
 
 
@@ -332,7 +337,7 @@ def pack_headers(
     }
     h = np.zeros(n, dtype=HEADER_DTYPE)
     for s in SLOTS.values():
-        word = HEADER_DTYPE.names[s.word]
+        word = _HEADER_WORDS[s.word]
         kind = HEADER_DTYPE[word].newbyteorder("=")
         h[word] |= np.asarray(values[s.name]).astype(kind) << kind.type(s.shift)
     return h.view(np.uint8).reshape(n, HEADER_LEN)
@@ -347,14 +352,14 @@ def header_fields(headers: np.ndarray) -> np.ndarray:
 def field_values(view: np.ndarray, name: str) -> np.ndarray:
     """One field of every header in a `header_fields` view (unpacked from its word)."""
     s = SLOTS[name]
-    word = view[HEADER_DTYPE.names[s.word]]
+    word = view[_HEADER_WORDS[s.word]]
     return (word >> s.shift) & s.mask if s.packed else word
 
 
 def set_field_values(view: np.ndarray, name: str, values) -> None:
     """Write one field of every header in a `header_fields` view (the rest of its word stays)."""
     s = SLOTS[name]
-    word = HEADER_DTYPE.names[s.word]
+    word = _HEADER_WORDS[s.word]
     if not s.packed:
         view[word] = values
         return
@@ -370,7 +375,7 @@ def _scapy_fields(layout_fields, defaults: dict) -> list:
     """scapy fields of a header, in wire order; type/phase print their names, flags its bits."""
     from scapy.fields import BitEnumField, BitField, FlagsField
 
-    out = []
+    out: list = []
     for f in layout_fields:
         default = defaults.get(f.name, 0)
         if f.name == "type":
@@ -417,7 +422,7 @@ def _scapy_layers():
     return DLCP, DLCPTelemetry, DLCPProbe
 
 
-_LAYERS = None
+_LAYERS: tuple | None = None
 
 
 def scapy_layers():
@@ -434,6 +439,7 @@ def scapy_layers():
 def scapy_probe_layer():
     """The scapy Packet class of the in-band PROBE body (follows DLCP, or DLCPTelemetry)."""
     scapy_layers()
+    assert _LAYERS is not None  # scapy_layers() built them
     return _LAYERS[2]
 
 

@@ -2,7 +2,7 @@
 
 Everything else is derived from `LAYOUT`: the struct/numpy/scapy views of `dlcp/wire/header.py`
 (at import), and the P4 header types and constants (`p4/include/generated/dlcp_wire.p4`) and the
-C header of the built-in switch's fast path (`emulation/refswitch/dlcp_wire.h`), which
+C header of the built-in switch's fast path (`dlcp/switch/c/dlcp_wire.h`), which
 `python -m dlcp.codegen` writes (`make gen`; a test fails while they are stale).
 
 A header is a sequence of fields, most significant bit first, big-endian. Fields of 8, 16 or 32

@@ -11,7 +11,7 @@ All functions are pure and vectorised over the packets of one message. Input is 
 - Drop precedence from magnitude: m = mean |g| per packet, ranked inside the message. Packet
   position p = number of packets with strictly larger m (ties share the more protective class).
   With n packets: p < ceil(n/2) -> 0 (protected); p < ceil(3n/4) -> 1; p < ceil(7n/8) -> 2; else 3.
-  A packet whose values are all zero carries nothing a fill policy cannot restore: it gets 3.
+  A packet whose values are all zero carries nothing a fill rule cannot restore: it gets 3.
 - mag_class = clamp(round(log2(m / median(m))) + 8, 0, 15); 0 for an all-zero packet.
 """
 

@@ -261,7 +261,7 @@ class ProfileCompute:
     def forward(self, layer: int) -> float:
         """Layer `layer`'s forward starts (earlier layers first: their forward ends, in order).
         Returns the deadline by which it ends."""
-        self._need_iteration()
+        iteration = self._need_iteration()
         if not self._next_forward <= layer < self.n_layers:
             raise ValueError(
                 f"forward: layer {layer} after layer {self._next_forward - 1} "
@@ -272,9 +272,10 @@ class ProfileCompute:
             self._finish_pending()
             start = self._cursor
             if self.gate is not None:
-                start = max(start, self.gate.wait(self.iteration, lay, self.gate_timeout_s))
+                start = max(start, self.gate.wait(iteration, lay, self.gate_timeout_s))
             self._pending = start + self.forward_s[lay]
             self._next_forward += 1
+        assert self._pending is not None  # the loop ran: layer >= _next_forward
         return self._pending
 
     def end_forward(self) -> float:
@@ -317,9 +318,10 @@ class ProfileCompute:
         self.iteration = None
         return t
 
-    def _need_iteration(self) -> None:
+    def _need_iteration(self) -> int:
         if self.iteration is None:
             raise RuntimeError("compute model: call begin(iteration) first")
+        return self.iteration
 
 
 def layer_times(tensor_s: Sequence[float], layer_tensors: Sequence[Sequence[int]]) -> tuple[float, ...]:

@@ -5,14 +5,14 @@ GradMessage in and Aggregate / parameter chunks out.
 Per iteration, allreduce mode:
     for msg in workload.compute(it):          # backward order, yielded as gradients become ready
         collective.submit(it, msg)             # sending starts at once (wait-free backprop)
-    workload.apply_gradients(it, collective.wait(it))    # fill policy + optimizer step
+    workload.apply_gradients(it, collective.wait(it))    # fill rule + optimizer step
 
 PS mode, worker side:
     for msg in workload.compute(it): ps_client.push(it, msg)
     for msg_id, chunk in ps_client.pull(it).items(): workload.apply_parameters(it, msg_id, chunk)
 PS side:
     aggregates = ps_server.gather(it)                        # every worker's push, complete or forced
-    server_workload.update(it, aggregates)                    # fill policy + optimizer step
+    server_workload.update(it, aggregates)                    # fill rule + optimizer step
     ps_server.scatter(it, {m: server_workload.parameters(m) for m in ...})
 """
 
@@ -74,7 +74,7 @@ class GradMessage:
     """One message of an iteration: a flat fp32 vector of consecutive layer segments."""
 
     layout: MessageLayout
-    values: np.ndarray  # flat float32 (a numpy view of a torch tensor is fine)
+    values: np.ndarray | None  # flat float32 (a numpy view of a torch tensor is fine); None: sizes only
     n_layers: int  # layers in the whole model, for the priority mapping
 
     @property

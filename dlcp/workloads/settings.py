@@ -1,21 +1,25 @@
 """What a workload is configured with: the keys of the `workload` section (an experiment's adds
-`mode` and `workers`, an agent's the run's `seed`) and the fill policies of `dlcp.fill`."""
+`mode` and `workers`, an agent's the run's `seed`) and the fill rules `dlcp.fill` takes
+(registered in dlcp/workloads/fills/: FILLS)."""
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.settings import BadValue, Settings, check_argument
+from dlcp.settings import BadValue, Settings, check_argument, registry_name
 from dlcp.wire.header import FIELD_BITS
+from dlcp.workloads.fills import FILLS
 
 ModelName = Literal["mlp", "cnn", "resnet", "synthetic"]
 TORCH_MODELS = ("mlp", "cnn", "resnet")
 Dataset = Literal["digits", "synthetic"]
-Fill = Literal["zero", "rescale", "stale", "local"]
 Compute = Literal["real", "profile"]
-FILLS = get_args(Fill)
+if TYPE_CHECKING:
+    Fill = str
+else:  # a registered fill rule (dlcp/workloads/fills/), looked up when a config is validated
+    Fill = registry_name(FILLS)
 # LeNet-5 (conv 1->6 5x5, conv 6->16 5x5, fc 256->120, fc 120->84, fc 84->10), weights + biases
 DEFAULT_LAYERS = (156, 2416, 30840, 10164, 850)
 MAX_LAYERS = 1 << dict(FIELD_BITS)["layer_id"]  # layer ids travel in 16 bits
@@ -23,7 +27,7 @@ SYNTHETIC_LR_LIMIT = 0.4  # the synthetic problem's largest curvature is 5: SGD 
 
 
 def check_fill(name: str) -> str:
-    """`name` if it is a fill policy (for callers that take one as an argument: fill_average, the DDP hook)."""
+    """`name` if it is a fill rule (for callers that take one as an argument: fill_average, the DDP hook)."""
     return check_argument("fill", Fill, name, "dlcp")
 
 
@@ -57,6 +61,13 @@ class TrainingSettings(Settings):
         description="layer profile (bundled name or JSON file); empty = the torch model's "
         "own <model>-<dataset>-b<batch_size>; synthetic: trains its tensor sizes",
     )
+    compute_scale: float = Field(
+        1.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="every compute time of the profile times k: a device k times slower than the "
+        "one it was measured on (profile compute)",
+    )
     warmup_iterations: int = Field(5, ge=0, description="first iterations left out of iteration and MCT statistics")
 
     @model_validator(mode="after")
@@ -77,11 +88,17 @@ class TrainingSettings(Settings):
                 "a sleep of the real-compute synthetic model; with compute = 'profile' "
                 "the profile's times apply (leave compute_ms at 0)",
             )
+        if self.compute_scale != 1 and self.compute != "profile":
+            raise BadValue(
+                "compute_scale",
+                f"{self.compute_scale:g} scales a profile's compute times; it needs compute = "
+                "'profile' (real compute takes what the CPU takes)",
+            )
         if self.compute == "profile" and self.model == "synthetic" and not self.profile:
             raise BadValue(
                 "profile",
                 "compute = 'profile' with the synthetic model needs a profile (a bundled "
-                "name such as resnet50, or a JSON file)",
+                "name such as resnet50-fp32-b64-h200, or a JSON file)",
             )
         return self
 

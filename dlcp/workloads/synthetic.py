@@ -21,8 +21,8 @@ the layers are the profile's tensors (sizes from the profile) and every layer's 
 backward take the profile's times (dlcp/workloads/compute_model.py): gradients become ready in
 backward order at those times, and the next forward waits per layer for its parameters.
 
-Fill policies (`dlcp.fill`) follow dlcp.workloads.trainer.fill (the torch trainer's): zero, rescale, stale,
-local (local = rescale at the PS, which has no gradient of its own).
+Fill rules (`dlcp.fill`) are the torch trainer's (dlcp/workloads/fills/, one formula for both):
+zero, rescale, stale, local (local = rescale at the PS, which has no gradient of its own).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from dlcp.workloads import fills
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, message_layouts
 from dlcp.workloads.profiled import layer_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
@@ -40,22 +41,10 @@ NOISE_SIGMA = 1.0
 
 
 def fill_mean(
-    agg: Aggregate, policy: str, previous: np.ndarray | None = None, own: np.ndarray | None = None
+    agg: Aggregate, rule: str, previous: np.ndarray | None = None, own: np.ndarray | None = None
 ) -> np.ndarray:
-    """Averaged gradient of `agg` under `policy` (the formulas of dlcp.workloads.trainer.fill)."""
-    total = agg.total.astype(np.float32, copy=False)
-    count = agg.count.astype(np.float32)
-    world = np.float32(agg.world)
-    if policy == "local" and own is None:
-        policy = "rescale"
-    if policy == "zero":
-        return total / world
-    if policy == "rescale":
-        return np.where(count > 0, total / np.maximum(count, 1), np.float32(0)).astype(np.float32)
-    base = previous if policy == "stale" else own
-    if base is None:
-        return total / world
-    return ((total + (world - count) * base) / world).astype(np.float32)
+    """Averaged gradient of `agg` under fill rule `rule` (dlcp/workloads/fills/)."""
+    return fills.fill_mean(rule, agg.total, agg.count, agg.world, previous, own)
 
 
 class _Problem:
@@ -96,6 +85,7 @@ class SyntheticWorkload:
         self.timer = self.gate = None
         if config.compute == "profile":
             profile = workload_profile(config)
+            assert profile is not None  # compute = "profile" has one (or raised)
             self.timer, self.gate = make_profile_compute(
                 profile, [[i] for i in range(len(profile))], config.dilation, warmup=config.warmup_iterations
             )
@@ -137,6 +127,7 @@ class SyntheticWorkload:
         layers' parameters are in (the forward of its layers has run), from noise drawn at the
         start: the same values as `gradient` gives."""
         p, timer = self.problem, self.timer
+        assert timer is not None  # compute() comes here only with a profile
         timer.begin(iteration)
         rng = np.random.default_rng([self.config.seed, 1 + self.rank, iteration])
         noise = rng.standard_normal(p.n_values, dtype=np.float32)
@@ -212,7 +203,7 @@ class SyntheticServerWorkload:
         return self.w[self.problem.slices[msg_id]]
 
     def evaluate(self, iteration: int) -> dict | None:
-        out = {"lost_values": self.lost_values}
+        out: dict[str, float] = {"lost_values": self.lost_values}
         if self.config.is_eval_iteration(iteration):
             out["test_loss"] = self.problem.test_loss(self.w)
         return out

@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 
-from emulation.refswitch.afpacket import IOVec, MMsgHdr, _sendmmsg
+from emulation.builtin_switch.afpacket import IOVec, MMsgHdr, _sendmmsg
 
 PACE_PERIOD_S = 0.0005  # a paced sender sends a burst every half millisecond
 

@@ -1,7 +1,7 @@
 """`dlcp bench incast`: N senders push to one receiver through the built-in switch at once.
 
-Every sender and the receiver are network namespaces on veths to one built-in dataplane process
-(`emulation/refswitch`, C engine); the switch port toward the receiver drains at `--link-mbps`
+Every sender and the receiver are network namespaces on veths to one built-in switch process
+(`emulation/builtin_switch`, C engine); the switch port toward the receiver drains at `--link-mbps`
 (8 strict-priority queues, the default admission thresholds, ECN marking at `--ecn-k`): that port
 is the bottleneck. Each of `--rounds` rounds is a parameter-server step: every sender pushes one
 `--size-kb` message (tagged with the dlcp policy over 10 layers, 1 % loss budget) at the same time,
@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from dlcp.exit_status import exit_text
 
 REPO = str(Path(__file__).resolve().parents[2])
 RECV_RANK = 0
@@ -147,7 +149,7 @@ def _runtime(lab_prefix: str, senders: int, link_mbps: float, ecn_k: int) -> dic
         routes.append(Route(f"10.0.1.{k + 1}/32", (k + 1,)))
     return runtime_for(
         SwitchTopo("s1", 1, tuple(ports), tuple(routes)),
-        SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="ref"),
+        SwitchConfig(policy="dlcp", load_balancing="per_flow", ecn_k=ecn_k, target="builtin"),
     )
 
 
@@ -157,7 +159,7 @@ def _mac(port: int) -> str:
 
 def run_once(senders: int, cc: str, args) -> dict:
     """One incast run in a fresh network; returns its figures."""
-    from emulation.dataplane import RefProcess
+    from emulation.dataplane import BuiltinProcess
     from emulation.netns import Lab, sh
 
     with tempfile.TemporaryDirectory(prefix="dlcp-incast-") as tmp, Lab("ic") as lab:
@@ -187,7 +189,7 @@ def run_once(senders: int, cc: str, args) -> dict:
             hosts.append(ns)
         rt_path = Path(tmp) / "s1-runtime.json"
         rt_path.write_text(json.dumps(_runtime(p, senders, args.link_mbps, args.ecn_k)))
-        switch = RefProcess(f"{p}sw", rt_path, Path(tmp))
+        switch = BuiltinProcess(f"{p}sw", rt_path, Path(tmp))
         switch.start()
         procs = []
         with contextlib.ExitStack() as files:
@@ -250,8 +252,11 @@ def _wait_hosts(procs: list, timeout: float) -> list[dict]:
     after the others time out waiting for it."""
 
     def failed(k, pr, err_f):
+        """First line: the host, how it ended and its last line of stderr (the error); then the tail."""
         err_f.seek(0)
-        return RuntimeError(f"host {k} failed ({pr.returncode}): {err_f.read().strip()[-400:]}")
+        tail = err_f.read().strip()[-400:]
+        last = tail.splitlines()[-1] if tail else "no output"
+        return RuntimeError(f"host {k} {exit_text(pr.returncode)}: {last}\n{tail}")
 
     deadline = time.monotonic() + timeout
     while any(pr.poll() is None for pr, _, _ in procs):
@@ -325,12 +330,15 @@ def _percentile(sorted_values: list, q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (i - lo)
 
 
-def _row(senders: int, cc: str, runs: list[dict]) -> dict:
+def _row(senders: int, cc: str, runs: list[dict], failures: list[str] = ()) -> dict:
+    """A configuration's row over its runs that finished; `failures`: the errors of those that did
+    not (a row whose every run failed has no figures)."""
+    head = {"senders": senders, "cc": cc, "runs": len(runs), "failed": len(failures), "errors": list(failures)}
+    if not runs:
+        return head
     med = lambda k: statistics.median(r[k] for r in runs)
     return {
-        "senders": senders,
-        "cc": cc,
-        "runs": len(runs),
+        **head,
         "goodput_fraction": med("goodput_fraction"),
         "goodput_fraction_min": min(r["goodput_fraction"] for r in runs),
         "goodput_fraction_max": max(r["goodput_fraction"] for r in runs),
@@ -374,60 +382,15 @@ def main(argv: list[str]) -> int:
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        sender_counts = [int(x) for x in args.senders.split(",")]
-    except ValueError:
-        raise SystemExit(
-            f"dlcp bench incast: --senders {args.senders!r} is not a comma-separated list of integers"
-        ) from None
-    ccs = args.cc.split(",")
-    if not all(1 <= n <= 60 for n in sender_counts) or not set(ccs) <= {"dctcp", "none"}:
-        raise SystemExit("dlcp bench incast: --senders takes 1..60 each, --cc takes dctcp and/or none")
-    if args.link_mbps <= 0 or args.size_kb < 1 or args.rounds < 1 or args.repeats < 1:
-        raise SystemExit("dlcp bench incast: --link-mbps, --size-kb, --rounds and --repeats must be positive")
+    sender_counts, ccs = check_args(args)
     if os.geteuid() != 0:
         raise SystemExit("dlcp bench incast: needs root (network namespaces and the built-in switch)")
     if args.ecn_k is None:
         from dlcp.network.pipeline_names import DEFAULT_ECN_K
 
         args.ecn_k = DEFAULT_ECN_K
-    rows = []
-    for n in sender_counts:
-        for cc in ccs:
-            runs = []
-            for i in range(args.repeats):
-                r = run_once(n, cc, args)
-                print(
-                    f"  {n} senders, cc {cc}, run {i + 1}: goodput {r['goodput_fraction']:.3f} of the link, "
-                    f"forced {r['forced']}, protected lost {r['protected_lost']}, p99 MCT "
-                    f"{r['mct_p99_over_ideal']:.2f}x ideal, retx {r['retx']}, tail drops {r['tail_drops']}, "
-                    f"CE {r['ce_marked']} (+{r['host_marked']} host), link busy {r['link_busy']:.3f}, senders' "
-                    f"windows (median) {r['window']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                runs.append(r)
-            rows.append(_row(n, cc, runs))
-    table = [
-        {
-            "senders": r["senders"],
-            "cc": r["cc"],
-            "runs": r["runs"],
-            "goodput_fraction": f"{r['goodput_fraction']:.3f} ({r['goodput_fraction_min']:.3f}-"
-            f"{r['goodput_fraction_max']:.3f})",
-            "forced": r["forced"],
-            "protected_lost": r["protected_lost"],
-            "mct_p99_over_ideal": f"{r['mct_p99_over_ideal']:.2f} ({r['mct_p99_over_ideal_min']:.2f}-"
-            f"{r['mct_p99_over_ideal_max']:.2f})",
-            "lost": r["lost"],
-            "retx": r["retx"],
-            "tail_drops": r["tail_drops"],
-            "ce_marked": r["ce_marked"],
-        }
-        for r in rows
-    ]
-    if args.host_mark_ms is not None and args.host_mark_ms < 0:
-        raise SystemExit("dlcp bench incast: --host-mark-ms must be >= 0")
+    rows = measure(sender_counts, ccs, args.repeats, lambda n, cc: run_once(n, cc, args))
+    table = table_rows(rows)
     emit(
         f"incast: N senders push {args.size_kb} kB each per round to one receiver through a {args.link_mbps:g} "
         f"Mbit/s switch port, {args.rounds} rounds, median (range) of {args.repeats} runs; goodput ceiling "
@@ -442,7 +405,87 @@ def main(argv: list[str]) -> int:
         },
         args.json,
     )
+    failed = sum(r["failed"] for r in rows)
+    if failed:
+        print(
+            f"dlcp bench incast: {failed} run(s) failed (their errors are above); the rows cover the rest",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def check_args(args) -> tuple[list[int], list[str]]:
+    """Every option checked before anything starts (SystemExit with one line); the sender counts
+    and congestion control modes."""
+    try:
+        sender_counts = [int(x) for x in args.senders.split(",")]
+    except ValueError:
+        raise SystemExit(
+            f"dlcp bench incast: --senders {args.senders!r} is not a comma-separated list of integers"
+        ) from None
+    ccs = args.cc.split(",")
+    if not all(1 <= n <= 60 for n in sender_counts) or not set(ccs) <= {"dctcp", "none"}:
+        raise SystemExit("dlcp bench incast: --senders takes 1..60 each, --cc takes dctcp and/or none")
+    if args.link_mbps <= 0 or args.size_kb < 1 or args.rounds < 1 or args.repeats < 1:
+        raise SystemExit("dlcp bench incast: --link-mbps, --size-kb, --rounds and --repeats must be positive")
+    if args.host_mark_ms is not None and args.host_mark_ms < 0:
+        raise SystemExit(f"dlcp bench incast: --host-mark-ms {args.host_mark_ms:g}: must be >= 0 (0: off)")
+    if args.timeout <= 0:
+        raise SystemExit(f"dlcp bench incast: --timeout {args.timeout:g}: must be > 0")
+    return sender_counts, ccs
+
+
+def measure(sender_counts: list[int], ccs: list[str], repeats: int, run) -> list[dict]:
+    """`repeats` runs of each configuration (`run(senders, cc)`: one run's figures); a run that
+    fails (a host, the switch, the time limit: RuntimeError) is printed and counted in its row, and
+    the bench goes on, so the rows already measured are kept."""
+    rows = []
+    for n in sender_counts:
+        for cc in ccs:
+            runs, failures = [], []
+            for i in range(repeats):
+                try:
+                    r = run(n, cc)
+                except RuntimeError as e:
+                    failures.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    print(f"  {n} senders, cc {cc}, run {i + 1}: FAILED: {failures[-1]}", file=sys.stderr, flush=True)
+                    continue
+                print(
+                    f"  {n} senders, cc {cc}, run {i + 1}: goodput {r['goodput_fraction']:.3f} of the link, "
+                    f"forced {r['forced']}, protected lost {r['protected_lost']}, p99 MCT "
+                    f"{r['mct_p99_over_ideal']:.2f}x ideal, retx {r['retx']}, tail drops {r['tail_drops']}, "
+                    f"early drops {r['early_drops']}, CE {r['ce_marked']} (+{r['host_marked']} host), link busy "
+                    f"{r['link_busy']:.3f}, senders' windows (median) {r['window']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                runs.append(r)
+            rows.append(_row(n, cc, runs, failures))
+    return rows
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The printed table: medians with their range, the worst repeat's counts, the failed runs."""
+    span = lambda r, k, f: f"{r[k]:{f}} ({r[k + '_min']:{f}}-{r[k + '_max']:{f}})" if r["runs"] else None
+    return [
+        {
+            "senders": r["senders"],
+            "cc": r["cc"],
+            "runs": r["runs"],
+            "failed": r["failed"],
+            "goodput_fraction": span(r, "goodput_fraction", ".3f"),
+            "forced": r.get("forced"),
+            "protected_lost": r.get("protected_lost"),
+            "mct_p99_over_ideal": span(r, "mct_p99_over_ideal", ".2f"),
+            "lost": r.get("lost"),
+            "retx": r.get("retx"),
+            "tail_drops": r.get("tail_drops"),
+            "early_drops": r.get("early_drops"),
+            "ce_marked": r.get("ce_marked"),
+        }
+        for r in rows
+    ]
 
 
 def _peer_args(argv):

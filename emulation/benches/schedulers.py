@@ -63,18 +63,19 @@ def emulated(
     overrides: list[str] = (),
 ) -> dict:
     """Run `config` with `key` set to each of `values` (the first is the baseline), `repeats` times."""
-    from emulation import runner
+    from dlcp.runs.series_runner import SeriesRequest, run_series
 
     medians: dict[str, list[float]] = {v: [] for v in values}
     dirs = []
     for rep in range(1, repeats + 1):
-        results = runner.run(
-            config,
-            [*overrides, f"seed={seed + rep - 1}", f"workload.iterations={iterations}"],
-            None,
-            str(out / f"rep{rep}"),
-            with_report=False,
-            vary=[f"{key}={','.join(values)}"],
+        results = run_series(
+            SeriesRequest(
+                config,
+                [*overrides, f"seed={seed + rep - 1}", f"workload.iterations={iterations}"],
+                out_root=str(out / f"rep{rep}"),
+                with_report=False,
+                vary=[f"{key}={','.join(values)}"],
+            )
         )
         dirs.append(str(results))
         for v in values:

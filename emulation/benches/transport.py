@@ -16,7 +16,9 @@ paced at the link rate, DLCP reliable (budget 0), plain TCP (the baseline), and 
 send buffer (larger than the TBF queue: without congestion control the qdisc drops thousands of
 packets; with it, the window keeps the queue within bounds). The headline `goodput_mbps` is the
 default DLCP. Loopback: default DLCP between 127.0.0.2 and 127.0.0.1. Every row shows the median and
-range of its runs and, of the worst run, forced messages, lost and retransmitted packets.
+range of its runs (goodput over the runs not forced; lost and retransmitted packets and rounds
+over every run), the forced runs, and the protected packets lost in all of them (must be 0);
+`--json` also keeps every run's own figures (`per_run`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def peer_main(args) -> int:
             out = {
                 "mct_us": res.mct_us,
                 "lost_pkts": res.lost_pkts,
+                "protected_lost": res.protected_lost,
                 "retx_pkts": res.retx_pkts,
                 "rounds": res.rounds,
                 "forced": res.forced,
@@ -193,11 +196,18 @@ def transfer(
     return out
 
 
+PER_RUN = ("goodput_mbps", "mct_us", "forced", "lost_pkts", "protected_lost", "retx_pkts", "rounds")
+SPREAD = ("lost_pkts", "retx_pkts", "rounds")  # per run: median with the range over the runs
+
+
 def _row(name, results, link_mbps):
-    """Median and range over the runs whose message was not forced; forced runs are only counted."""
+    """Goodput: median and range over the runs whose message was not forced (forced runs are only
+    counted). Lost and retransmitted packets and rounds: median and range over every run, each run
+    counted whole; protected packets lost: the total over the runs (must be 0). `per_run` keeps
+    each run's own figures."""
     ok = [r for r in results if not r["forced"]]
     good = statistics.median(r["goodput_mbps"] for r in ok) if ok else None
-    return {
+    row = {
         "variant": name,
         "runs": len(results),
         "forced": sum(bool(r["forced"]) for r in results),
@@ -206,12 +216,31 @@ def _row(name, results, link_mbps):
         "max_mbps": max((r["goodput_mbps"] for r in ok), default=None),
         "fraction_of_link": good / link_mbps if link_mbps and good is not None else None,
         "mct_ms": statistics.median(r["mct_us"] for r in ok) / 1e3 if ok else None,
-        "lost_pkts": max(r["lost_pkts"] for r in results),
-        "retx_pkts": max(r["retx_pkts"] for r in results),
-        "rounds": max(r["rounds"] for r in results),
+        "protected_lost": sum(r["protected_lost"] for r in results),
         "send_cpu_s": statistics.median(r["cpu_s"] for r in results),
         "recv_cpu_s": statistics.median(r["recv_cpu_s"] for r in results),
     }
+    for k in SPREAD:
+        values = [r[k] for r in results]
+        row.update({k: statistics.median(values), f"{k}_min": min(values), f"{k}_max": max(values)})
+    row["per_run"] = [{k: r[k] for k in PER_RUN} for r in results]
+    return row
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """The printed table: each spread as "median (min-max)" (one value when every run agreed)."""
+
+    def spread(r, k):
+        lo, hi = r[f"{k}_min"], r[f"{k}_max"]
+        return f"{r[k]:g}" if lo == hi else f"{r[k]:g} ({lo:g}-{hi:g})"
+
+    out = []
+    for r in rows:
+        cells = {k: v for k, v in r.items() if k != "per_run" and not k.endswith(("_min", "_max"))}
+        cells["goodput_mbps"] = "forced" if r["goodput_mbps"] is None else r["goodput_mbps"]
+        cells.update({k: spread(r, k) for k in SPREAD})
+        out.append(cells)
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -280,15 +309,15 @@ def main(argv: list[str]) -> int:
                     "min_mbps",
                     "max_mbps",
                     "fraction_of_link",
-                    "lost_pkts",
-                    "retx_pkts",
-                    "rounds",
+                    "protected_lost",
+                    *(f"{k}{end}" for k in SPREAD for end in ("", "_min", "_max")),
+                    "per_run",
                 )
             }
             for r in rows
         },
     }
-    table = [{**r, "goodput_mbps": "forced" if r["goodput_mbps"] is None else r["goodput_mbps"]} for r in rows]
+    table = table_rows(rows)
     emit(
         f"one {args.size_mb:g} MB DLCP message (cc {args.cc}): goodput (median and range of {args.repeats}; a forced "
         f"run counts no goodput) over a {args.link_mbps:g} Mbit/s emulated link and over loopback (shared CPU: "
@@ -305,8 +334,8 @@ def _progress(res: dict, kw: dict) -> dict:
     print(
         f"  {where} {kw.get('transport', 'dlcp')} pacing={kw.get('pacing', 0)} reliable={kw.get('reliable', False)} "
         f"sndbuf_kb={kw.get('sndbuf_kb', 0) or 'default'}: {res['goodput_mbps']:.1f} Mbit/s, "
-        f"{'FORCED, ' if res['forced'] else ''}lost {res['lost_pkts']}, retx {res['retx_pkts']}, "
-        f"rounds {res['rounds']}",
+        f"{'FORCED, ' if res['forced'] else ''}lost {res['lost_pkts']}, protected lost {res['protected_lost']}, "
+        f"retx {res['retx_pkts']}, rounds {res['rounds']}",
         file=sys.stderr,
         flush=True,
     )

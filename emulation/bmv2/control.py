@@ -382,7 +382,7 @@ def apply_ports(th: ThriftSwitch, switch: str, ports: Iterable[PortConfig]) -> N
     for p in ports:
         if p.delay_us or p.loss:
             raise ControllerError(
-                f"{switch}: port {p.port}: delay_us and loss need the built-in dataplane (bmv2 has neither)"
+                f"{switch}: port {p.port}: delay_us and loss need the built-in switch (bmv2 has neither)"
             )
         if p.queue_depth_pkts:
             th.set_queue_depth(p.port, p.queue_depth_pkts)

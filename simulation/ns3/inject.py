@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from simulation.ns3 import loader
-from simulation.ns3.switch import Ns3Switch
+from simulation.ns3.simulated_switch import Ns3Switch
 
 BACK_TO_BACK_S = 1e-6
 

@@ -20,8 +20,9 @@ import tempfile
 from pathlib import Path
 
 CPP_DIR = Path(__file__).resolve().parent / "cpp"
-# dlcp_wire.h: the wire format and the switch's names, generated from dlcp/wire/layout.py (`make gen`)
-WIRE_H_DIR = Path(__file__).resolve().parents[2] / "emulation" / "refswitch"
+# the switch's C pipeline core, and dlcp_wire.h: the wire format and the switch's names, generated
+# from dlcp/wire/layout.py and dlcp/network/pipeline_names.py (`make gen`)
+CORE_DIR = Path(__file__).resolve().parents[2] / "dlcp" / "switch" / "c"
 MODULES = ("core", "network", "internet", "point-to-point", "traffic-control", "applications")
 EXTRA_HINT = "pip install '.[sim]' (or: pip install 'ns3==3.44.*')"
 
@@ -95,7 +96,7 @@ def ns():
                 raise Ns3Unavailable(f"the ns3 wheel has {len(libs)} libraries for module {m} in {libdir}")
             cppyy.load_library(libs[0])
     cppyy.add_include_path(str(CPP_DIR))
-    cppyy.add_include_path(str(WIRE_H_DIR))
+    cppyy.add_include_path(str(CORE_DIR))
     _ns = cppyy.gbl.ns3
     _ns.cppyy = cppyy
     return _ns

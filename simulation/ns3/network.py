@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from dlcp.experiment.agent_config import BACKGROUND_PORT
 from dlcp.network.topology import TopologySpec
 from simulation.ns3 import loader
-from simulation.ns3.switch import UNLIMITED_DEVICE_BPS, Ns3Switch
+from simulation.ns3.simulated_switch import UNLIMITED_DEVICE_BPS, Ns3Switch
 
 SWITCH_DEVICE_QUEUE_PKTS = 8
 # ns-3 random stream of background source i's start phase: PHASE_STREAM + i (the switches use

@@ -226,7 +226,7 @@ def test_two_switches_from_one_process_in_a_chain(tmp_path):
     from frames import parse
 
     from dlcp.network.switch_runtime import Port, SwitchTopo, runtime_for
-    from emulation.bmv2.switch import start_bmv2
+    from emulation.bmv2.simple_switch import start_bmv2
 
     a1, h1, a2, b1, b2, h2 = (f"{PREFIX}{n}" for n in ("a1", "h1", "a2", "b1", "b2", "h2"))
     cfg = SwitchConfig(policy="dlcp")

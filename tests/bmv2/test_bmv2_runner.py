@@ -11,7 +11,7 @@ from emulated_runs import DLCP, ROOT, clean_machine, read_csv, run_dirs, write_c
 
 def test_short_experiment_on_bmv2(tmp_path):
     """The same short experiment with simple_switch_grpc running p4/dlcp.p4 as the switch."""
-    from emulation.bmv2.switch import GRPC_PORT_BASE, THRIFT_PORT_BASE, port_busy
+    from emulation.bmv2.simple_switch import GRPC_PORT_BASE, THRIFT_PORT_BASE, port_busy
 
     cfg = write_config(tmp_path, iterations=3, backend="bmv2")
     p = subprocess.run(

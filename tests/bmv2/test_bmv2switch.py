@@ -12,7 +12,7 @@ from fake_p4runtime import free_port
 
 from dlcp.network.switch_runtime import SwitchConfig, SwitchTopo, runtime_for
 from emulation import procs
-from emulation.bmv2 import switch as bmv2switch
+from emulation.bmv2 import simple_switch as bmv2switch
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The `[comm]` schedulers and collectives on ns-3 (simulation/ns3/agents.py drives the comm
-layer's EventEngine): a timing-dependent scheduler (ByteScheduler: rank 0 announces its order as
+layer's EventCommunicator): a timing-dependent scheduler (ByteScheduler: rank 0 announces its order as
 simulated messages) and DeAR (reduce-scatter and all-gather apart), each over the ring and
 MultiTree, and DS-Sync's parameter averaging, on 4 simulated workers. Every rank runs the same
 operations in the same order, every aggregate is the sum of the group's submitted gradients
@@ -43,8 +43,8 @@ SCRIPT = r"""
 import os, sys
 from pathlib import Path
 import numpy as np
-from dlcp.comm.engine import CommEngine
-from simulation.ns3 import runner
+from dlcp.comm.communicator import Communicator
+from dlcp.runs.series_runner import SeriesRequest, run_series
 
 cfg_path, out, trace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 submitted = {}  # (iteration, msg_id, rank) -> values (float64)
@@ -56,7 +56,7 @@ def log(line):
 def on_start(rank, it, slot, primitive):
     log(f"op {rank} {it} {slot} {primitive}")
 
-plain_submit, plain_collect = CommEngine.submit, CommEngine.collect
+plain_submit, plain_collect = Communicator.submit, Communicator.collect
 
 def submit(self, it, msg):
     submitted[(it, msg.msg_id, self.coll.rank)] = np.asarray(msg.values, np.float64).copy()
@@ -65,7 +65,7 @@ def submit(self, it, msg):
 def collect(self, it):
     aggs = plain_collect(self, it)
     rank = self.coll.rank
-    plan = getattr(self.plan, "plan", None)  # DS-Sync: the group of this rank in iteration it
+    plan = getattr(self.plan, "pattern", None)  # DS-Sync: the group of this rank in iteration it
     group = next(g for g in plan.groups(it) if rank in g) if plan is not None else range(self.coll.world)
     for msg_id, agg in aggs.items():
         expect = sum(submitted[(it, msg_id, q)] for q in group)
@@ -74,13 +74,13 @@ def collect(self, it):
         log(f"agg {rank} {it} {msg_id} {int(ok)} {int(full.sum())} {agg.count.size}")
     return aggs
 
-CommEngine.on_start = staticmethod(on_start)
-CommEngine.submit, CommEngine.collect = submit, collect
-runner.run(cfg_path, [], None, out, with_report=False,
-           vary=["comm.scheduler=bytescheduler,dear", "comm.collective=ring,multitree"])
+Communicator.on_start = staticmethod(on_start)
+Communicator.submit, Communicator.collect = submit, collect
+run_series(SeriesRequest(cfg_path, out_root=out, with_report=False,
+                         vary=["comm.scheduler=bytescheduler,dear", "comm.collective=ring,multitree"]))
 log("series done")
-runner.run(cfg_path, ["comm.collective=dssync", "comm.dssync.group=2", "workload.iterations=3"], None, out,
-           with_report=False)
+run_series(SeriesRequest(cfg_path, ["comm.collective=dssync", "comm.dssync.group=2", "workload.iterations=3"],
+                         out_root=out, with_report=False))
 log("dssync done")
 """
 

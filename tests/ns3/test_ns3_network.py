@@ -97,9 +97,9 @@ ECN_BURST = r"""
 import json
 import sys
 sys.path.insert(0, "tests/support")
-from refswitch_frames import runtime_doc, udp_frame
+from switch_frames import runtime_doc, udp_frame
 from simulation.ns3 import loader
-from simulation.ns3.switch import Ns3Switch
+from simulation.ns3.simulated_switch import Ns3Switch
 ns = loader.compile_cpp("dlcp_switch")
 sw = Ns3Switch(runtime_doc(port_cfg={2: {"rate_pps": 100}}), source="ecn")
 sw.add_ports()

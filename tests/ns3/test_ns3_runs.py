@@ -244,7 +244,8 @@ def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(ps_pairs):
 
 def test_a_killed_series_stops_its_running_child_and_records_it(tmp_path):
     """SIGTERM to `dlcp run --policies` (its runs are forked children): the running child is
-    interrupted, writes its meta.json as an error and is reaped; the series stops there."""
+    stopped as an emulated run is (meta.json status "terminated", exit 143) and reaped; the series
+    stops there."""
     cfg = tmp_path / "long.toml"
     cfg.write_text(RING.replace("iterations = 3", "iterations = 100000").replace("timeout_s = 20", "timeout_s = 10000"))
     out = tmp_path / "out"
@@ -268,8 +269,9 @@ def test_a_killed_series_stops_its_running_child_and_records_it(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130, err[-3000:]
+    assert p.returncode == 143, err[-3000:]
     assert not Path(f"/proc/{children[0]}").exists()
     (results,) = out.iterdir()
-    assert json.loads((results / "fifo" / "meta.json").read_text())["status"] == "error"
+    assert json.loads((results / "fifo" / "meta.json").read_text())["status"] == "terminated"
+    assert "dlcp run: terminated (SIGTERM); everything it started was stopped and cleaned up" in err
     assert not (results / "dlcp").exists()

@@ -112,7 +112,7 @@ def test_sizes_only_dssync_averages_parameters_it_does_not_carry(tmp_path):
 
 def test_sizes_only_with_a_torch_model_is_refused_in_one_line(tmp_path):
     cfg = tmp_path / "bad.toml"
-    cfg.write_text(RING.format(profile="resnet50").replace('model = "synthetic"', 'model = "cnn"'))
+    cfg.write_text(RING.format(profile="resnet50-usbyte").replace('model = "synthetic"', 'model = "cnn"'))
     p = subprocess.run(
         [sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--set", 'workload.payload="sizes"'],
         cwd=ROOT,

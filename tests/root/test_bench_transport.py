@@ -16,7 +16,7 @@ def test_emulated_link_reaches_the_link_rate():
 
 
 def test_incast_rows_and_congestion_control():
-    _, res = bench_json(
+    out, res = bench_json(
         "incast",
         "--senders",
         "4",
@@ -34,3 +34,6 @@ def test_incast_rows_and_congestion_control():
     assert {"senders", "cc", "goodput_fraction", "forced", "protected_lost", "mct_p99_over_ideal"} <= set(row)
     assert (row["senders"], row["cc"], row["forced"], row["protected_lost"]) == (4, "dctcp", 0, 0)
     assert 0.5 < row["goodput_fraction"] <= 0.96 and row["mct_p99_over_ideal"] >= 1.0
+    assert (row["failed"], row["errors"]) == (0, []) and row["early_drops"] >= 0
+    header = next(line for line in out.splitlines() if "senders" in line and "cc" in line)
+    assert "early_drops" in header and "failed" in header  # columns of the table

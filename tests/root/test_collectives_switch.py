@@ -1,4 +1,4 @@
-"""4-worker PS and 4-worker ring all-reduce through the built-in dataplane in Mininet (root), via
+"""4-worker PS and 4-worker ring all-reduce through the built-in switch in Mininet (root), via
 the experiment runner: with 2 % of data packets dropped by the senders and p_msg = 1 %, every
 message ends within budget or with its retransmissions logged, and no protected packet is missing.
 Senders are paced below the PS port's rate: the loss under test is the injected one, not incast.

@@ -12,7 +12,7 @@ from emulation import procs
 
 def test_torus_4x4_forwards_between_hosts(tmp_path, monkeypatch):
     from emulation.network import build_network
-    from emulation.switches import switch_class
+    from emulation.switches import BuiltinSwitch
 
     monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
     cfg = config.validate({"name": "grid", "links": {"host_mbps": 200, "fabric_mbps": 50}})
@@ -23,7 +23,7 @@ def test_torus_4x4_forwards_between_hosts(tmp_path, monkeypatch):
         s: {"runtime_json": str(tmp_path / "runtime" / f"{s}-runtime.json"), "run_dir": str(tmp_path)}
         for s in spec.switches
     }
-    net = build_network(spec, switch_class("ref"), params, cfg["links"]["host_queue_pkts"])
+    net = build_network(spec, BuiltinSwitch, params, cfg["links"]["host_queue_pkts"])
     try:
         # h1 = (0,0) to everyone: neighbours, wrap-around (h4, h13) and two-away groups (h3, h11)
         for dst in range(2, 17):
@@ -41,7 +41,7 @@ def test_host_fair_queueing_gives_each_destination_its_class(tmp_path, monkeypat
     """links.host_fair_queueing: one HTB leaf per other host; traffic to h2 and h3 is counted in
     their own classes (so the NIC serves them round-robin), everything else in the default leaf."""
     from emulation.network import build_network
-    from emulation.switches import switch_class
+    from emulation.switches import BuiltinSwitch
 
     monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
     cfg = config.validate({"name": "grid", "links": {"host_mbps": 20, "fabric_mbps": 5, "host_fair_queueing": True}})
@@ -52,7 +52,7 @@ def test_host_fair_queueing_gives_each_destination_its_class(tmp_path, monkeypat
         s: {"runtime_json": str(tmp_path / "runtime" / f"{s}-runtime.json"), "run_dir": str(tmp_path)}
         for s in spec.switches
     }
-    net = build_network(spec, switch_class("ref"), params, cfg["links"]["host_queue_pkts"], True)
+    net = build_network(spec, BuiltinSwitch, params, cfg["links"]["host_queue_pkts"], True)
     try:
         h1 = net.get("h1")
         for dst, count in ((2, 3), (3, 5)):

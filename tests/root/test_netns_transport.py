@@ -3,7 +3,7 @@ strict-priority port (the PS-incast PROBE problem in miniature), and the control
 priority.
 
     h1 (10.0.0.1) --port 1--\
-                             sw (refswitch) --port 2: 4 Mbit/s, 8 strict-priority queues-- h2 (10.0.0.2)
+                             sw (built-in switch) --port 2: 4 Mbit/s, 8 strict-priority queues-- h2 (10.0.0.2)
     h3 (10.0.0.3) --port 3--/
 """
 
@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from refswitch_frames import runtime_doc
+from switch_frames import runtime_doc
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig
 from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire import header as H
 from dlcp.wire.chunking import MessageId, packetize
 from dlcp.wire.tagging import Tags
-from emulation.dataplane import RefProcess
+from emulation.dataplane import BuiltinProcess
 from emulation.netns import Lab, in_netns, raw_socket, sh
 
 VPP = 50
@@ -34,7 +34,7 @@ def _mac(port: int) -> str:
 
 
 class Star:
-    """Three hosts on one refswitch, every name prefixed `tq` + PID; all removed on close()."""
+    """Three hosts on one built-in switch, every name prefixed `tq` + PID; all removed on close()."""
 
     def __init__(self, tmp: Path, port_cfg: dict):
         self.lab = Lab("tq")
@@ -67,7 +67,7 @@ class Star:
                 ports=PORTS, intf=lambda k: f"{p}p{k}", thresholds=(1000, 1000, 1000, 1000), port_cfg=port_cfg
             )
             (tmp / "runtime.json").write_text(json.dumps(rt))
-            self.switch = RefProcess(f"{p}sw", tmp / "runtime.json", tmp)
+            self.switch = BuiltinProcess(f"{p}sw", tmp / "runtime.json", tmp)
             self.switch.start()
         except BaseException:
             self.close()

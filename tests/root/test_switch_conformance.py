@@ -1,16 +1,18 @@
 """Conformance of the switch backends to docs/pipeline.md, scenario by scenario (scenarios.py):
-the built-in dataplane's C and Python engines (root). bmv2 runs the same scenarios in
+the built-in switch's C and Python engines (root). bmv2 runs the same scenarios in
 tests/bmv2/test_bmv2_conformance.py, ns-3 in tests/ns3/test_ns3_conformance.py."""
 
 from __future__ import annotations
 
 import pytest
-from switch_harness import HAVE_C, RefSwitchSUT, SwitchTestbed, check_scenario
+from switch_harness import HAVE_C, BuiltinSwitchSUT, SwitchTestbed, check_scenario
 from switch_scenarios import SCENARIOS
 
 SUTS = {
-    "ref-c": pytest.param(lambda: RefSwitchSUT("c"), marks=pytest.mark.skipif(not HAVE_C, reason="C engine not built")),
-    "ref-python": pytest.param(lambda: RefSwitchSUT("python")),
+    "builtin-c": pytest.param(
+        lambda: BuiltinSwitchSUT("c"), marks=pytest.mark.skipif(not HAVE_C, reason="C engine not built")
+    ),
+    "builtin-python": pytest.param(lambda: BuiltinSwitchSUT("python")),
 }
 
 

@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 import pytest
-from refswitch_frames import runtime_doc
-from switch_harness import ENGINES, RefSwitchSUT
+from switch_frames import runtime_doc
+from switch_harness import ENGINES, BuiltinSwitchSUT
 
 from emulation.netns import Lab, sh
 
@@ -60,7 +60,7 @@ def test_gso_tcp_and_partial_checksum_udp_through_the_switch(tmp_path, engine):
             sh("ip", "addr", "add", f"10.0.0.{k}/24", "dev", f"{p}h{k}", ns=ns)
             # the switch forwards IPv4 only: neighbours are static (any MAC reaches the switch port)
             sh("ip", "neigh", "add", f"10.0.0.{3 - k}", "lladdr", "02:00:00:00:00:fe", "dev", f"{p}h{k}", ns=ns)
-        sut = RefSwitchSUT(engine)
+        sut = BuiltinSwitchSUT(engine)
         sut.start(
             runtime_doc(
                 ports=(1, 2),

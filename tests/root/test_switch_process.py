@@ -10,11 +10,11 @@ import sys
 import time
 
 import pytest
-from refswitch_frames import dlcp_frame
-from switch_harness import HAVE_C, ROOT, RefSwitchSUT, SwitchTestbed
+from switch_frames import dlcp_frame
+from switch_harness import HAVE_C, ROOT, BuiltinSwitchSUT, SwitchTestbed
 
-from emulation.refswitch.pcap import read_pcap
-from emulation.refswitch.switch import control_request
+from emulation.builtin_switch.pcap import read_pcap
+from emulation.builtin_switch.process import control_request
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_pcap_signal_and_control(bed, tmp_path, engine):
     if engine == "c" and not HAVE_C:
         pytest.skip("C engine not built")
     pcap_dir = tmp_path / "pcap"
-    sut = RefSwitchSUT(engine, ("--pcap-dir", str(pcap_dir), "--pcap-port", "1", "--pcap-port", "2"))
+    sut = BuiltinSwitchSUT(engine, ("--pcap-dir", str(pcap_dir), "--pcap-port", "1", "--pcap-port", "2"))
     sut.start(bed.runtime(), tmp_path)
     try:
         bed.drain()
@@ -59,7 +59,7 @@ def test_pcap_signal_and_control(bed, tmp_path, engine):
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "emulation.refswitch", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "emulation.builtin_switch", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
     )
 
 
@@ -105,4 +105,4 @@ def test_missing_interface_is_a_one_line_error(tmp_path):
     )
     p = _run(["--runtime", str(rt)])
     assert p.returncode == 1 and p.stderr.count("\n") == 1
-    assert p.stderr.startswith("refswitch s1: port 1: interface rsnosuch0: no interface with this name")
+    assert p.stderr.startswith("builtin_switch s1: port 1: interface rsnosuch0: no interface with this name")

@@ -8,13 +8,13 @@ import random
 import time
 
 import pytest
-from refswitch_frames import dlcp_frame, udp_frame
-from switch_harness import ENGINES, PORTS, RefSwitchSUT, SwitchTestbed
+from switch_frames import dlcp_frame, udp_frame
+from switch_harness import ENGINES, PORTS, BuiltinSwitchSUT, SwitchTestbed
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import parse_runtime
+from dlcp.switch.pipeline import Pipeline
 from emulation.netns import link_counters, sh
-from emulation.refswitch.pipeline import Pipeline
 
 ENGINE = ENGINES[0]  # the C engine where it is built
 N_FUZZ = 100_000
@@ -95,7 +95,7 @@ def test_fuzz_100k_frames_counted_per_model(bed, tmp_path):
             want_out[r[0]] += 1
             model.egress(bytearray(f), r[0], r[1], -1, 0, 0, False)
     before = {k: link_counters(bed.tester_intf[k], bed.tester)["rx_packets"] for k in PORTS}
-    sut = RefSwitchSUT(ENGINE)
+    sut = BuiltinSwitchSUT(ENGINE)
     sut.start(runtime, tmp_path)
     try:
         sock = bed.socks[1]
@@ -125,7 +125,7 @@ def test_fuzz_100k_frames_counted_per_model(bed, tmp_path):
 def test_deleted_link_does_not_stop_the_switch(bed, tmp_path, engine):
     # a testbed of its own: this test deletes one of its links
     own = SwitchTestbed(f"rsd{engine[0]}")
-    sut = RefSwitchSUT(engine)
+    sut = BuiltinSwitchSUT(engine)
     sut.start(own.runtime(), tmp_path)
     try:
         for dst in ("10.0.0.2", "10.0.0.3"):

@@ -1,4 +1,4 @@
-"""RefSwitch in a real Mininet network: start, forward, dump counters on stop, clean up; and a
+"""BuiltinSwitch in a real Mininet network: start, forward, dump counters on stop, clean up; and a
 start-up failure that reports the switch's own error and command line."""
 
 from __future__ import annotations
@@ -13,35 +13,29 @@ import time
 from pathlib import Path
 
 import pytest
-from refswitch_frames import entry, runtime_doc
+from switch_frames import entry, runtime_doc
 
+from dlcp import backends
 from emulation import procs
-from emulation.dataplane import RefProcess
-from emulation.switches import (
-    BACKENDS,
-    DEFAULT_BACKEND,
-    Bmv2Switch,
-    DlcpSwitch,
-    RefSwitch,
-    SwitchStartError,
-    switch_class,
-)
+from emulation.dataplane import BuiltinProcess
+from emulation.switches import Bmv2Switch, BuiltinSwitch, DlcpSwitch, SwitchStartError
 
 TAG = f"rs{os.getpid() % 100000}"
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_backend_mapping():
-    assert DEFAULT_BACKEND == "ref" and switch_class() is RefSwitch and BACKENDS["ref"] is RefSwitch
-    assert switch_class("bmv2") is Bmv2Switch and issubclass(Bmv2Switch, DlcpSwitch)
-    with pytest.raises(ValueError, match="unknown switch backend 'nope'"):
-        switch_class("nope")
+    """The registry's emulated backends run their switches with these Mininet classes."""
+    assert backends.DEFAULT == "builtin" and backends.implementation("builtin").switch_class is BuiltinSwitch
+    assert backends.implementation("bmv2").switch_class is Bmv2Switch and issubclass(Bmv2Switch, DlcpSwitch)
+    with pytest.raises(backends.UnknownBackend, match="'nope' is not one of builtin, bmv2, ns3"):
+        backends.implementation("nope")
 
 
 def test_backends_load_the_p4runtime_stack_only_when_bmv2_starts():
     code = (
-        "import sys; from emulation.switches import BACKENDS; BACKENDS['bmv2'].toolchain; "
-        "print(sorted(m for m in ('grpc', 'p4runtime_sh', 'emulation.bmv2.control', 'emulation.bmv2.switch') "
+        "import sys; from dlcp import backends; backends.implementation('bmv2').switch_class.toolchain; "
+        "print(sorted(m for m in ('grpc', 'p4runtime_sh', 'emulation.bmv2.control', 'emulation.bmv2.simple_switch') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -56,13 +50,15 @@ def _net(tmp_path, runtime: dict, **switch_options):
     h2 = net.addHost(f"{TAG}h2", ip="10.0.0.2/24", mac="02:00:00:00:01:02")
     rt_path = tmp_path / "s1-runtime.json"
     rt_path.write_text(json.dumps(runtime))
-    sw = net.addSwitch(f"{TAG}s1", cls=RefSwitch, dpid="1", runtime_json=rt_path, run_dir=tmp_path, **switch_options)
+    sw = net.addSwitch(
+        f"{TAG}s1", cls=BuiltinSwitch, dpid="1", runtime_json=rt_path, run_dir=tmp_path, **switch_options
+    )
     net.addLink(h1, sw, port2=1)
     net.addLink(h2, sw, port2=2)
     return net, h1, h2, sw
 
 
-def test_refswitch_in_mininet(tmp_path, monkeypatch):
+def test_builtin_switch_in_mininet(tmp_path, monkeypatch):
     monkeypatch.setattr(procs, "STATE_DIR", tmp_path / "pids")
     rt = runtime_doc(ports=(1, 2), intf=lambda p: f"{TAG}s1-eth{p}")
     net, h1, h2, sw = _net(tmp_path, rt)
@@ -79,7 +75,7 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
         net.stop()
     assert sw.dataplane is None and procs.recorded() == []
     c = json.loads((tmp_path / "counters" / f"{sw.name}.json").read_text())
-    assert c["switch"] == sw.name and c["backend"] == "ref"
+    assert c["switch"] == sw.name and c["backend"] == "builtin"
     ports = {p["port"]: p for p in c["ports"]}
     assert ports[1]["rx_pkts"] >= 3 and ports[2]["tx_pkts"] >= 3
     # pings carry no DLCP header: every admitted packet is in the non-DLCP split, at DSCP class 0
@@ -96,7 +92,7 @@ def test_refswitch_in_mininet(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("engine", ["c", "python"])
-def test_refswitch_measures_how_long_frames_wait_before_it_reads_them(tmp_path, monkeypatch, engine):
+def test_builtin_switch_measures_how_long_frames_wait_before_it_reads_them(tmp_path, monkeypatch, engine):
     """The kernel stamps each frame as it arrives; a switch that reads late (here: stopped while h1
     pings) counts the wait in its dump's `read_lag`, and finds h1's frames came faster than h1's
     link could have sent them (`host_burst`): the switch's own keep-up figures."""
@@ -138,11 +134,11 @@ def test_start_failure_reports_stderr_and_command(tmp_path, monkeypatch):
     try:
         net.build()
         # let the process itself find the problem
-        monkeypatch.setattr(RefProcess, "runtime_ports", lambda self: {1: f"{TAG}s1-eth1", 2: f"{TAG}s1-eth2"})
+        monkeypatch.setattr(BuiltinProcess, "runtime_ports", lambda self: {1: f"{TAG}s1-eth1", 2: f"{TAG}s1-eth2"})
         with pytest.raises(SwitchStartError) as e:
             sw.start([])
         msg = str(e.value)
-        assert "unknown table 'DlcpIngress.nope'" in msg and "command: " in msg and "-m emulation.refswitch" in msg
+        assert "unknown table 'DlcpIngress.nope'" in msg and "command: " in msg and "-m emulation.builtin_switch" in msg
         assert procs.recorded() == []
     finally:
         net.stop()

@@ -18,7 +18,7 @@ from frames import parse
 
 from dlcp.network.switch_runtime import Port, Route, SwitchConfig, SwitchTopo, runtime_for
 from emulation import netns
-from emulation.bmv2 import switch as bmv2switch
+from emulation.bmv2 import simple_switch as bmv2switch
 from emulation.bmv2.control import ThriftSwitch
 
 PREFIX = netns.unique_prefix("pf")

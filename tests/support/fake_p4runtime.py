@@ -17,7 +17,7 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from dlcp.network.pipeline_names import PIPELINE, PipelineSpec
-from emulation.bmv2.switch import free_port
+from emulation.bmv2.simple_switch import free_port
 
 MATCH_TYPES = {
     "exact": p4info_pb2.MatchField.EXACT,

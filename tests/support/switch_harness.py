@@ -4,8 +4,8 @@ with AF_PACKET from a tester namespace, outputs captured on the other ports.
     tester ns: <p>t1..t4  <-veth->  root ns: <p>p1..p4 (switch ports 1..4), p = "rs" + PID
 
 The switch runs in the root namespace, where bmv2's gRPC and Thrift servers are reachable from
-this process. `SwitchUnderTest` is the only backend-specific part: `RefSwitchSUT` runs the
-built-in dataplane (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
+this process. `SwitchUnderTest` is the only backend-specific part: `BuiltinSwitchSUT` runs the
+built-in switch (C or Python engine), `Bmv2SUT` simple_switch_grpc with p4/dlcp.p4; both go
 through emulation/dataplane.py like the runner's switches do. `Ns3SUT` needs no namespaces: the
 same frames go into a switch simulated on ns-3 (simulation/ns3/inject.py) and its outputs come
 back with their simulated times, checked by the same `verify`.
@@ -22,20 +22,21 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from refswitch_frames import dlcp_frame, runtime_doc, udp_frame
+from switch_frames import dlcp_frame, runtime_doc, udp_frame
+from switch_scenarios import DETERMINISTIC
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.switch_runtime import SwitchConfig
-from emulation.dataplane import RefProcess
+from dlcp.switch.hashing import crc16, five_tuple_bytes
+from emulation.dataplane import BuiltinProcess
 from emulation.netns import Lab, drain, raw_socket
-from emulation.refswitch.hashing import crc16, five_tuple_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 PORTS = (1, 2, 3, 4)
 
 
 def _fastpath_usable() -> bool:
-    from emulation.refswitch.switch import load_fastpath
+    from emulation.builtin_switch.process import load_fastpath
 
     try:
         load_fastpath()
@@ -45,7 +46,7 @@ def _fastpath_usable() -> bool:
 
 
 HAVE_C = _fastpath_usable()
-ENGINES = ("c", "python") if HAVE_C else ("python",)  # the refswitch engines this machine can run
+ENGINES = ("c", "python") if HAVE_C else ("python",)  # the built-in switch engines this machine can run
 
 
 class SwitchUnderTest(Protocol):
@@ -74,17 +75,17 @@ class _ProcessSUT:
         return json.loads(path.read_text()) if path.exists() else {}
 
 
-class RefSwitchSUT(_ProcessSUT):
+class BuiltinSwitchSUT(_ProcessSUT):
     def __init__(self, engine: str, extra_args: tuple[str, ...] = ()):
         self.engine = engine
         self.extra_args = ["--engine", engine, "--seed", "7", *extra_args]
-        self.name = f"refswitch-{engine}"
+        self.name = f"builtin_switch-{engine}"
 
     def start(self, runtime: dict, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         rt = workdir / "runtime.json"
         rt.write_text(json.dumps(runtime))
-        self.process = RefProcess(runtime["switch"], rt, workdir, extra_args=self.extra_args)
+        self.process = BuiltinProcess(runtime["switch"], rt, workdir, extra_args=self.extra_args)
         self.process.start()
 
     def counters(self) -> dict:
@@ -102,7 +103,7 @@ class Bmv2SUT(_ProcessSUT):
     def start(self, runtime: dict, workdir: Path) -> None:
         from fake_p4runtime import free_port
 
-        from emulation.bmv2.switch import Bmv2Process
+        from emulation.bmv2.simple_switch import Bmv2Process
 
         workdir.mkdir(parents=True, exist_ok=True)
         cfg = SwitchConfig()
@@ -390,7 +391,84 @@ def check_ce_marks(r: Result, port: int, unmarked: int, marked: int, not_ect: in
     assert counted == ect.count(3), f"ce_marked counts {counted}, {ect.count(3)} frames came out marked"
 
 
+def check_wrr_shares(r: Result, port: int, shares: dict[str, int], slack: int):
+    """While every queue of `shares` (DSCP class -> frames per round) still has frames to send, every
+    run of one round's worth of consecutive frames out of `port` holds exactly each queue's share.
+    The first `slack` frames may have left before the burst was complete."""
+    seq = [f[15] >> 5 for f in r.frames(port)]
+    want = {int(q): n for q, n in shares.items()}
+    end = min(max((i for i, q in enumerate(seq) if q == c), default=-1) for c in want) + 1
+    window = sum(want.values())
+    region = seq[slack:end]
+    assert len(region) >= 2 * window, f"queues {sorted(want)} were backlogged together for {len(region)} frames: {seq}"
+    for i in range(len(region) - window + 1):
+        got = {c: region[i : i + window].count(c) for c in want}
+        assert got == want, f"frames {slack + i}..{slack + i + window - 1} of port {port}: {got}, not {want}: {seq}"
+
+
+def check_paced(r: Result, port: int, pps: float, slack: int):
+    """The port sent at its rate without idling while it had frames: the first to the last frame out
+    took (n - 1) transmission slots, give or take `slack` slots."""
+    times = [t for t, _ in r.out[port]]
+    span, slots = times[-1] - times[0], len(times) - 1
+    assert (slots - slack) / pps <= span <= (slots + slack) / pps, f"{len(times)} frames in {span:.4f} s at {pps} pps"
+
+
 CHECKS = {name[len("check_") :]: fn for name, fn in globals().items() if name.startswith("check_")}
+
+
+# --- the counters every engine writes --------------------------------------------------------------
+
+
+def reference_counters(sc: dict) -> dict:
+    """The counters the reference model (dlcp/switch/pipeline.py) gives the scenario's frames, one
+    after another, each sent before the next comes: a deterministic scenario's counts on any engine."""
+    from dlcp.network.runtime_file import parse_runtime
+    from dlcp.switch import counter_dump
+    from dlcp.switch.pipeline import Pipeline
+
+    runtime = parse_runtime(runtime_doc(ports=PORTS, **sc["runtime"]), sc["name"])
+    pipe = Pipeline(runtime)
+    ports = {k: dict.fromkeys(("rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes"), 0) for k in PORTS}
+    for burst in sc["send"]:
+        frame = build_frame(burst["frame"])
+        for _ in range(burst["n"]):
+            f = bytearray(frame)
+            ports[burst["port"]]["rx_pkts"] += 1
+            ports[burst["port"]]["rx_bytes"] += len(f)
+            out = pipe.ingress(f, burst["port"])
+            if out is not None:
+                port, qid, _, tel = out
+                pipe.egress(f, port, qid, tel, 0, 0, False)
+                ports[port]["tx_pkts"] += 1
+                ports[port]["tx_bytes"] += len(f)
+    rows = [counter_dump.port_row(k, f"p{k}", ports[k]) for k in PORTS]
+    return counter_dump.snapshot(runtime.switch, pipe.counters(), rows, engine="reference", backend="reference")
+
+
+PIPELINE_COUNTERS = ("queues", "ecn_marks", "drops", "tables", "registers", "non_dlcp")
+PORT_TRAFFIC = ("rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes")
+
+
+def check_counters(sc: dict, r: Result, backend: str) -> None:
+    """Every engine of the pipeline core writes the same keys, and in a deterministic scenario the
+    same counts as the reference model; bmv2 (its own P4 counters) is held to the queue and drop
+    counts."""
+    from dlcp.switch.counter_dump import DUMP_KEYS, PORT_COUNTS
+
+    c = r.counters
+    if backend != "bmv2":
+        assert tuple(c) == DUMP_KEYS, f"counter dump keys {list(c)}, expected {list(DUMP_KEYS)}"
+        for row in c["ports"]:
+            assert list(row) == ["port", "intf", *PORT_COUNTS, "state"], f"port row keys {list(row)}"
+    if sc["name"] not in DETERMINISTIC:
+        return
+    ref = reference_counters(sc)
+    for key in PIPELINE_COUNTERS if backend != "bmv2" else ("queues", "drops"):
+        assert c[key] == ref[key], f"{key}: {c[key]} differs from the reference model's {ref[key]}"
+    got = {p["port"]: {k: p[k] for k in PORT_TRAFFIC} for p in c["ports"]}
+    want = {p["port"]: {k: p[k] for k in PORT_TRAFFIC} for p in ref["ports"]}
+    assert got == want, f"port traffic {got} differs from the reference model's {want}"
 
 
 def for_backend(sc: dict, backend: str) -> dict:
@@ -400,7 +478,7 @@ def for_backend(sc: dict, backend: str) -> dict:
     return {**sc, **{k: v for k, v in own.items() if k in ("runtime", "send", "expect", "settle_s")}}
 
 
-def verify(sc: dict, r: Result) -> None:
+def verify(sc: dict, r: Result, backend: str) -> None:
     exp = sc["expect"]
     tol = exp.get("tol", 0)
     got = {k: len(r.out[k]) for k in PORTS}
@@ -430,10 +508,11 @@ def verify(sc: dict, r: Result) -> None:
     assert rx == sum(c["drops"].values()) + q("admitted_pkts") + q("early_drop_pkts") + q("tail_drop_pkts")
     for k, p in ports.items():
         assert p["tx_pkts"] == got[k], f"port {k}: switch sent {p['tx_pkts']}, tester saw {got[k]}"
-    in_switch = ("link_loss_pkts", "queue_overflow_pkts", "queued_pkts", "pending_pkts")  # refswitch only
+    in_switch = ("link_loss_pkts", "queue_overflow_pkts", "queued_pkts", "pending_pkts")  # built-in switch only
     assert q("admitted_pkts") == sum(p["tx_pkts"] + sum(p.get(k, 0) for k in in_switch) for p in ports.values())
     for name, *args in exp.get("checks", []):
         CHECKS[name](r, *args)
+    check_counters(sc, r, backend)
 
 
 def check_scenario(bed, sut, sc: dict, tmp_path, record_property) -> None:
@@ -452,4 +531,4 @@ def check_scenario(bed, sut, sc: dict, tmp_path, record_property) -> None:
         assert not sut.alive()
         return
     sc = for_backend(sc, sut.name)
-    verify(sc, run_scenario(bed, sut, sc, tmp_path))
+    verify(sc, run_scenario(bed, sut, sc, tmp_path), sut.name)

@@ -1,7 +1,7 @@
 """Conformance scenarios as data: what goes in (frames, ports, timing), what must come out.
 
 Each scenario names
-  runtime: keyword arguments of refswitch_frames.runtime_doc (routes, lb_mode, thresholds, ports)
+  runtime: keyword arguments of switch_frames.runtime_doc (routes, lb_mode, thresholds, ports)
   send:    bursts, in order: {"port": ingress port, "n": copies, "frame": frame spec, "gap_us": spacing}
            frame spec: {"kind": "dlcp" | "udp" | "raw", ...builder arguments}; "vary_sport": a new UDP
            source port per copy (a new flow each)
@@ -9,6 +9,8 @@ Each scenario names
            "drops": {reason: count}, "queues": {"port,qid,color": {counter: count}}, "tol": slack for
            timing-dependent counts, "checks": named property checks (harness.CHECKS) with arguments
   settle_s: how long the outputs are captured after the last frame
+  DETERMINISTIC scenarios (no "tol", no "out_range": nothing depends on timing or chance) also hold
+           every engine's counters to the reference model's (switch_harness.check_counters)
   bmv2:    only where bmv2 cannot agree with docs/pipeline.md's shared-port-rate model: "differs"
            says why, and either a reformulation of the scenario for bmv2 (keys runtime, send,
            expect, settle_s replace the scenario's) or "start_error": what bmv2's start must refuse
@@ -28,6 +30,22 @@ PER_QUEUE_RATES = (
     "queue of a port is due 1 s after the queues were configured, the second 2 s after, "
     "so a burst sent lowest priority first must come out 7, 3, 0 per round."
 )
+
+
+FULL = 1472  # UDP payload bytes of a 1514-byte frame: one wrr quantum (dlcp/queueing QUANTUM_BYTES)
+WRR_ON_BMV2 = {
+    "differs": "bmv2's priority queues serve strict priority only: the runtime's wrr port is refused",
+    "start_error": "queueing 'wrr' cannot run on bmv2",
+}
+
+
+def _full_frames(dst: str, prio: int, n: int) -> dict:
+    """n full-size frames without a DLCP header, classified by DSCP into queue `prio`."""
+    return {"port": 1, "n": n, "frame": {"kind": "udp", "dst": dst, "tos": prio << 5, "payload": FULL}}
+
+
+def _wrr(*weights) -> dict:
+    return {"discipline": "wrr", "weights": list(weights)}
 
 
 def _due_together(kind: str) -> dict:
@@ -227,7 +245,62 @@ SCENARIOS = [
         "settle_s": 0.4,
         "bmv2": {
             "differs": "bmv2 has no link delay or random loss: the controller refuses delay_us and loss",
-            "start_error": "delay_us and loss need the built-in dataplane",
+            "start_error": "delay_us and loss need the built-in switch",
         },
     },
+    {
+        "name": "wrr_weights_under_congestion",
+        # queue 1 (weight 1) and queue 6 (weight 3) backlogged on a 100 packets/s port: the first
+        # frame of queue 1 leaves at once, then rounds of 3 frames of queue 6 and 1 of queue 1 until
+        # queue 6 is empty
+        "runtime": {"port_cfg": {2: {"rate_pps": 100, "queueing": _wrr(1, 1, 1, 1, 1, 1, 3, 1)}}},
+        "send": [_full_frames(DST, 1, 20), _full_frames(DST, 6, 20)],
+        "expect": {
+            "out": {2: 40},
+            "queues": {"2,1,0": {"admitted_pkts": 20}, "2,6,0": {"admitted_pkts": 20}},
+            "checks": [["wrr_shares", 2, {"6": 3, "1": 1}, 1]],
+        },
+        "settle_s": 0.6,
+        "bmv2": WRR_ON_BMV2,
+    },
+    {
+        "name": "wrr_skips_empty_queues",
+        # queue 6 has weight 8 but nothing to send: it costs no slot (work-conserving), queues 1 and 3
+        # share the port 1:2, and the port never idles while a queue holds a frame
+        "runtime": {"port_cfg": {2: {"rate_pps": 100, "queueing": _wrr(1, 1, 1, 2, 1, 1, 8, 1)}}},
+        "send": [_full_frames(DST, 1, 12), _full_frames(DST, 3, 12)],
+        "expect": {
+            "out": {2: 24},
+            "checks": [["wrr_shares", 2, {"3": 2, "1": 1}, 1], ["paced", 2, 100, 1]],
+        },
+        "settle_s": 0.45,
+        "bmv2": WRR_ON_BMV2,
+    },
+    {
+        "name": "strict_and_wrr_side_by_side",
+        # the same two bursts to a strict port and to a wrr port of equal weights: strict sends all
+        # of queue 6 before queue 1, wrr alternates
+        "runtime": {"port_cfg": {2: {"rate_pps": 100}, 3: {"rate_pps": 100, "queueing": _wrr(*[1] * 8)}}},
+        "send": [
+            _full_frames(DST, 1, 15),
+            _full_frames(DST, 6, 15),
+            _full_frames("10.0.0.3", 1, 15),
+            _full_frames("10.0.0.3", 6, 15),
+        ],
+        "expect": {
+            "out": {2: 30, 3: 30},
+            "checks": [
+                ["priority_order_by_dscp", [6] * 15 + [1] * 15, 3],
+                ["wrr_shares", 3, {"6": 1, "1": 1}, 1],
+            ],
+        },
+        "settle_s": 0.55,
+        "bmv2": WRR_ON_BMV2,
+    },
 ]
+
+# the scenarios whose counts depend on neither timing nor chance: every engine must write the
+# reference model's counters for them (switch_harness.check_counters)
+DETERMINISTIC = frozenset(
+    s["name"] for s in SCENARIOS if not s["expect"].get("tol") and not s["expect"].get("out_range")
+)

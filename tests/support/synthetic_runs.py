@@ -387,7 +387,7 @@ def _write_dir(
         json.dumps(
             {
                 "switch": "s1",
-                "backend": "ref",
+                "backend": "builtin",
                 "time_unix": end / 1e6,
                 "queues": qrows,
                 "drops": {"parser_error": 0, "not_ipv4": 0, "no_route": 0, "ttl_expired": 0},
@@ -415,12 +415,13 @@ def _write_dir(
             {
                 "variant": name,
                 "policy": policy,
-                "backend": "ref",
+                "backend": "builtin",
                 "synthetic": True,
                 "versions": {"dlcp": "synthetic"},
                 "start_utc": "2023-11-14T22:13:20Z",
                 "wall_time_s": (end - start) / 1e6,
                 "exit_status": 0,
+                "status": "ok",
             },
             indent=1,
         )

@@ -29,4 +29,4 @@ def test_small_run_prints_table_then_json():
 
 def test_bad_fill_is_one_line_error():
     p = run("--fills", "mean")
-    assert p.returncode != 0 and "unknown fill policy 'mean'" in p.stderr
+    assert p.returncode != 0 and "unknown fill rule 'mean'" in p.stderr

@@ -14,9 +14,10 @@ import threading
 import numpy as np
 import pytest
 
-from dlcp.comm.collectives import PSClient, PSServer, RingAllReduce
 from dlcp.comm.packets import sub_layers
+from dlcp.comm.ps import PSClient, PSServer
 from dlcp.comm.settings import CommConfig
+from dlcp.comm.transport_communicator import RingAllReduce
 from dlcp.transport.api import Peer, TransportConfig
 from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire.control_frames import PS_RANK

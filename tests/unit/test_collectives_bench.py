@@ -89,7 +89,7 @@ def test_the_fabric_is_a_valid_experiment_with_one_flow_of_the_ring_per_link(tmp
     assert done["workload"]["mode"] == "ps" and done["links"]["fabric_mbps"] == 100_000
     assert done["comm"]["ring"]["order"] == "locality" and done["dlcp"]["load_balancing"] == "spray_random"
     assert json.loads((tmp_path / f"message-{64 * B.MB}B.json").read_text())["sizes"] == [16_000_000]
-    emulated = B.base_config("emulated", B.COLLECTIVES["ring"], 4, B.Fabric(kind="star", host_mbps=50), 3, 1)
+    emulated = B.base_config("builtin", B.COLLECTIVES["ring"], 4, B.Fabric(kind="star", host_mbps=50), 3, 1)
     emulated["workload"]["layers"] = [1000]
     assert configmod.validate(emulated)["topology"] == {"kind": "star", "hosts": 4}
 
@@ -101,7 +101,7 @@ def _args(*argv):
 def test_arguments_fail_in_one_line_naming_the_argument():
     st = _args("--workers", "16,64", "--sizes-mb", "1,64")
     assert st["workers"] == [16, 64] and st["sizes"] == [1_000_000, 64_000_000] and st["backend"] == "ns3"
-    assert _args("--backend", "emulated")["fabric"].kind == "star"
+    assert _args("--backend", "builtin")["fabric"].kind == "star"
     for argv, what in (
         (("--collectives", "ring,tree"), "--collectives: 'tree'"),
         (("--variants", "dlcp,nope"), "--variants: 'nope'"),

@@ -1,5 +1,5 @@
 """The communication layer: every scheduler over every collective through the real transport on
-127.0.0.1 gives every rank the exact sum; wire ids never collide within an iteration; the engine's
+127.0.0.1 gives every rank the exact sum; wire ids never collide within an iteration; the communicator's
 order rules; DS-Sync groups; MultiTree on a 3x3 torus.
 
 Values are powers of two (grad(r) = 2**r * m[v], m a power of two per packet), so any sum is exact
@@ -14,16 +14,17 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dlcp.comm.collectives import TransportEngine
+from dlcp.comm.assemble import build_scheduler, planning_profile, step_plan, wire_ids
+from dlcp.comm.communicator import Communicator, forward_order
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.engine import CommEngine, forward_order
-from dlcp.comm.inmemory import InMemoryGroup, memory_engines
+from dlcp.comm.inmemory import InMemoryGroup, memory_communicators
 from dlcp.comm.order import MemoryOrder
+from dlcp.comm.plans.collective import COLLECTIVES
 from dlcp.comm.plans.dssync import average_rounds
 from dlcp.comm.plans.topology_arg import parse_topology
-from dlcp.comm.policy import build_scheduler, planning_profile, step_plan, wire_ids
 from dlcp.comm.schedulers import SCHEDULERS, make_scheduler
-from dlcp.comm.settings import CommConfig, CommPolicy
+from dlcp.comm.settings import CommConfig, CommSetup
+from dlcp.comm.transport_communicator import TransportCommunicator
 from dlcp.comm.wire_ids import WireIdError, WireIds, phase_of, transfer_ids
 from dlcp.settings import ConfigError
 from dlcp.transport.api import Peer, TransportConfig
@@ -39,7 +40,7 @@ LAYOUTS = [
 ]
 N_LAYERS = 5
 BACKWARD_MS = 40.0
-# options that make each policy do what defines it on these small messages
+# options that make each scheduler do what defines it on these small messages
 POLICIES = {
     "wfbp": {},
     "mgwfbp": {"alpha_s": 0.02, "beta_s_per_byte": 1e-6},
@@ -58,13 +59,13 @@ def grad(rank: int, lay: MessageLayout, it: int = 0) -> np.ndarray:
     return (2.0 ** ((rank + it) % 7) * scale(lay.n_values)).astype(np.float32)
 
 
-def policy(name: str, **more) -> CommPolicy:
-    return CommPolicy(scheduler=name, **POLICIES[name], **more)
+def setup(name: str, **more) -> CommSetup:
+    return CommSetup(scheduler=name, **POLICIES[name], **more)
 
 
 def units_of(name: str, world: int = 4):
     tensors = forward_order(LAYOUTS)
-    p = policy(name)
+    p = setup(name)
     sched = build_scheduler(
         p,
         planning_profile(tensors, BACKWARD_MS),
@@ -118,7 +119,7 @@ def test_wire_ids_never_collide_within_an_iteration(collective, topo, scheduler)
     spec = parse_topology(topo) if topo else None
     world = len(spec.hosts) if spec else 6
     avg = {"dssync": {"group": 4 if world % 4 == 0 else 2, "average": "gradients"}} if collective == "dssync" else {}
-    p = CommPolicy(scheduler=scheduler, collective=collective, **POLICIES[scheduler], **avg)
+    p = CommSetup(scheduler=scheduler, collective=collective, **POLICIES[scheduler], **avg)
     plan = step_plan(p, world, spec)
     sched = build_scheduler(
         p, planning_profile(forward_order(LAYOUTS), BACKWARD_MS), world, CostModel(1e-3, 1e-8, workers=world)
@@ -190,23 +191,23 @@ def run_threads(fns, timeout=120):
     assert not any(t.is_alive() for t in threads), "a rank hung"
 
 
-def all_reduce_rounds(engines, iterations, layouts=LAYOUTS):
-    out = {r: {} for r in range(len(engines))}
+def all_reduce_rounds(comms, iterations, layouts=LAYOUTS):
+    out = {r: {} for r in range(len(comms))}
 
     def worker(r):
         def run():
             for it in range(iterations):
-                engines[r].begin(it)
+                comms[r].begin(it)
                 for lay in sorted(layouts, key=lambda lay: lay.msg_id):  # backward order
-                    engines[r].submit(it, GradMessage(lay, grad(r, lay, it), N_LAYERS))
-                out[r][it] = engines[r].wait(it)
+                    comms[r].submit(it, GradMessage(lay, grad(r, lay, it), N_LAYERS))
+                out[r][it] = comms[r].wait(it)
 
         return run
 
     try:
-        run_threads([worker(r) for r in range(len(engines))])
+        run_threads([worker(r) for r in range(len(comms))])
     finally:
-        for e in engines:
+        for e in comms:
             e.close()
     return out
 
@@ -223,10 +224,10 @@ def check_sums(out, groups_of=None, layouts=LAYOUTS):
                 assert (agg.count == len(group)).all() and agg.world == len(group)
 
 
-def engines_for(ts, p: CommPolicy, spec=None):
+def comms_for(ts, p: CommSetup, spec=None):
     world = len(ts)
     return [
-        TransportEngine(
+        TransportCommunicator(
             t, CommConfig(rank=r, world=world, timeout_s=20), p, LAYOUTS, N_LAYERS, spec=spec, backward_ms=BACKWARD_MS
         )
         for r, t in enumerate(ts)
@@ -236,17 +237,17 @@ def engines_for(ts, p: CommPolicy, spec=None):
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
 def test_every_scheduler_over_the_ring_gives_the_exact_sum(cluster, scheduler):
     ts = cluster(4)
-    engines = engines_for(ts, policy(scheduler))
-    units = len(engines[0].units)
-    out = all_reduce_rounds(engines, 2)
+    comms = comms_for(ts, setup(scheduler))
+    units = len(comms[0].units)
+    out = all_reduce_rounds(comms, 2)
     check_sums(out)
     rows = [row for t in ts for row in t.message_rows]
     steps = [row for row in rows if row["phase"] in ("reduce_scatter", "all_gather") and row["side"] == "sender"]
     # records name the workload message each operation starts with
-    firsts = {engines[0].tensors[u[0].tensor].msg_id for u in engines[0].units}
+    firsts = {comms[0].tensors[u[0].tensor].msg_id for u in comms[0].units}
     assert {row["msg_id"] for row in steps} == firsts
     announcements = [row for row in rows if row["phase"] == "p2p"]
-    if SCHEDULERS[scheduler].timing_dependent_order:
+    if SCHEDULERS[scheduler].cls.timing_dependent_order:
         assert len(announcements) == 2 * 3 * 2 * units  # rank 0 -> 3 followers, sender + receiver rows
     else:
         assert not announcements
@@ -257,11 +258,11 @@ def test_every_scheduler_over_the_ring_gives_the_exact_sum(cluster, scheduler):
 def test_multitree_on_a_3x3_torus_through_the_transport(cluster, scheduler):
     spec = parse_topology("torus:3x3")
     ts = cluster(9)
-    p = policy(scheduler, collective="multitree", multitree={"kary": 3})
-    engines = engines_for(ts, p, spec)
-    T = engines[0].plan.schedule(0).steps_per_phase
+    p = setup(scheduler, collective="multitree", multitree={"kary": 3})
+    comms = comms_for(ts, p, spec)
+    T = comms[0].plan.schedule(0).steps_per_phase
     assert T < 8  # fewer steps per phase than the ring's P - 1
-    out = all_reduce_rounds(engines, 1)
+    out = all_reduce_rounds(comms, 1)
     check_sums(out)
     rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
     assert max(row["step"] for row in rows) == 2 * T - 1
@@ -269,11 +270,11 @@ def test_multitree_on_a_3x3_torus_through_the_transport(cluster, scheduler):
 
 def test_dssync_groups_sum_in_their_group_and_shuffle(cluster):
     ts = cluster(8)
-    p = CommPolicy(collective="dssync", dssync={"group": 2})
-    engines = engines_for(ts, p)
-    plan = engines[0].plan.plan
+    p = CommSetup(collective="dssync", dssync={"group": 2})
+    comms = comms_for(ts, p)
+    plan = comms[0].plan.pattern
     assert plan.period == 3
-    out = all_reduce_rounds(engines, 3)
+    out = all_reduce_rounds(comms, 3)
 
     def groups_of(it, r):
         return next(g for g in plan.groups(it) if r in g)
@@ -286,9 +287,9 @@ def test_dssync_groups_sum_in_their_group_and_shuffle(cluster):
 
 def test_dear_all_gathers_in_order_after_every_reduce_scatter(cluster):
     ts = cluster(3)
-    engines = engines_for(ts, policy("dear"))
-    position = dict(engines[0].index)  # workload msg_id -> forward position
-    all_reduce_rounds(engines, 1)
+    comms = comms_for(ts, setup("dear"))
+    position = dict(comms[0].index)  # workload msg_id -> forward position
+    all_reduce_rounds(comms, 1)
     rows = sorted((row for row in ts[0].message_rows if row["side"] == "sender"), key=lambda r: r["start_us"])
     phases = [row["phase"] for row in rows]
     assert phases.index("all_gather") > max(i for i, ph in enumerate(phases) if ph == "reduce_scatter")
@@ -298,14 +299,14 @@ def test_dear_all_gathers_in_order_after_every_reduce_scatter(cluster):
 
 def test_lockstep_off_still_sums(cluster):
     ts = cluster(3)
-    out = all_reduce_rounds(engines_for(ts, policy("wfbp", lockstep=False)), 1)
+    out = all_reduce_rounds(comms_for(ts, setup("wfbp", lockstep=False)), 1)
     check_sums(out)
 
 
 def test_transport_loss_within_budget_keeps_counts_exact(cluster):
     ts = cluster(4, inject_loss=0.08, loss_budget=0.6, iter_budget=1.0)
-    engines = engines_for(ts, policy("mgwfbp", collective="multitree"), parse_topology("mesh:2x2"))
-    out = all_reduce_rounds(engines, 2)
+    comms = comms_for(ts, setup("mgwfbp", collective="multitree"), parse_topology("mesh:2x2"))
+    out = all_reduce_rounds(comms, 2)
     lossy = 0
     for r in out:
         for aggs in out[r].values():
@@ -323,8 +324,8 @@ def test_transport_loss_within_budget_keeps_counts_exact(cluster):
 
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
 def test_every_scheduler_in_memory_gives_the_exact_sum(scheduler):
-    engines, _ = memory_engines(4, LAYOUTS, N_LAYERS, policy(scheduler), backward_ms=BACKWARD_MS)
-    check_sums(all_reduce_rounds(engines, 2))
+    comms, _ = memory_communicators(4, LAYOUTS, N_LAYERS, setup(scheduler), backward_ms=BACKWARD_MS)
+    check_sums(all_reduce_rounds(comms, 2))
 
 
 def test_followers_run_the_leaders_order_even_when_their_own_readiness_differs():
@@ -335,8 +336,8 @@ def test_followers_run_the_leaders_order_even_when_their_own_readiness_differs()
     prof = planning_profile(tensors, BACKWARD_MS)
     opts = POLICIES["bytescheduler"]["bytescheduler"]
     group, order = InMemoryGroup(world), MemoryOrder()
-    engines = [
-        CommEngine(
+    comms = [
+        Communicator(
             make_scheduler("bytescheduler", prof, None, world, **opts),
             group.collective(r),
             LAYOUTS,
@@ -346,14 +347,14 @@ def test_followers_run_the_leaders_order_even_when_their_own_readiness_differs()
         )
         for r in range(world)
     ]
-    assert engines[0].leader and engines[1].follower
+    assert comms[0].leader and comms[1].follower
     out = {}
 
     def rank(r, order_of_submits):
         def run():
             for lay in order_of_submits:
-                engines[r].submit(0, GradMessage(lay, grad(r, lay), N_LAYERS))
-            out[r] = {0: engines[r].wait(0)}
+                comms[r].submit(0, GradMessage(lay, grad(r, lay), N_LAYERS))
+            out[r] = {0: comms[r].wait(0)}
 
         return run
 
@@ -362,14 +363,14 @@ def test_followers_run_the_leaders_order_even_when_their_own_readiness_differs()
 
 
 def test_engine_refuses_what_the_plan_does_not_know():
-    engines, _ = memory_engines(2, LAYOUTS, N_LAYERS)
+    comms, _ = memory_communicators(2, LAYOUTS, N_LAYERS)
     with pytest.raises(ValueError, match="message 9 of 3 values is not one of the planned messages"):
-        engines[0].submit(0, GradMessage(MessageLayout(9, 3, (0,), (0,)), np.zeros(3, np.float32), N_LAYERS))
-    engines[0].submit(0, GradMessage(LAYOUTS[3], grad(0, LAYOUTS[3]), N_LAYERS))
+        comms[0].submit(0, GradMessage(MessageLayout(9, 3, (0,), (0,)), np.zeros(3, np.float32), N_LAYERS))
+    comms[0].submit(0, GradMessage(LAYOUTS[3], grad(0, LAYOUTS[3]), N_LAYERS))
     with pytest.raises(ValueError, match="message 3 of iteration 0 submitted twice"):
-        engines[0].submit(0, GradMessage(LAYOUTS[3], grad(0, LAYOUTS[3]), N_LAYERS))
+        comms[0].submit(0, GradMessage(LAYOUTS[3], grad(0, LAYOUTS[3]), N_LAYERS))
     with pytest.raises(ValueError, match="decides its order at run time: the ranks need an order channel"):
-        CommEngine(
+        Communicator(
             make_scheduler("usbyte", planning_profile(forward_order(LAYOUTS)), CostModel(1e-3, 1e-8), 2),
             InMemoryGroup(2).collective(1),
             LAYOUTS,
@@ -385,19 +386,19 @@ def test_engine_refuses_what_the_plan_does_not_know():
             {"bytescheduler": {"partition_bytes": 100, "credit_bytes": 50}},
             "comm.bytescheduler.credit_bytes: 50 is below",
         ),
-        ({"scheduler": "fifo"}, "comm.scheduler: 'fifo' is not one of wfbp, mgwfbp, oasr, bytescheduler, usbyte, dear"),
+        ({"scheduler": "fifo"}, "comm.scheduler: 'fifo' is not one of bytescheduler, dear, mgwfbp, oasr, usbyte, wfbp"),
         ({"multitree": {"kary": 1}}, "comm.multitree.kary: 1 is below the minimum 2"),
     ],
 )
 def test_bad_comm_settings_are_one_line(bad, msg):
     with pytest.raises(ConfigError, match=msg):
-        CommPolicy(**bad)
+        CommSetup(**bad)
 
 
-def test_all_policies_and_collectives_compose():
-    for s, c in itertools.product(SCHEDULERS, ("ring", "multitree", "dssync")):
+def test_all_schedulers_and_collectives_compose():
+    for s, c in itertools.product(SCHEDULERS, COLLECTIVES):
         extra = {"dssync": {"average": "gradients"}} if c == "dssync" else {}
-        assert CommPolicy(scheduler=s, collective=c, **extra).scheduler == s
+        assert CommSetup(scheduler=s, collective=c, **extra).scheduler == s
 
 
 def test_planning_profile_sums_a_workloads_per_layer_times_per_message():

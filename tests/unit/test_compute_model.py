@@ -10,7 +10,7 @@ import pytest
 from dlcp.workloads.compute_model import ManualClock, MonotonicClock, ParameterGate, ProfileCompute
 from dlcp.workloads.contract import ParamChunk
 from dlcp.workloads.profile import profile_from_dict
-from dlcp.workloads.profiled import check_workload, workload_profile
+from dlcp.workloads.profiled import check_workload, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig
 from dlcp.workloads.synthetic import SyntheticWorkload
 
@@ -197,11 +197,11 @@ def test_profile_keys_fail_with_one_line():
     with pytest.raises(ValueError, match="workload.compute: .*'fast'"):
         WorkloadConfig(compute="fast")
     with pytest.raises(ValueError, match="workload.compute_ms: a sleep of the real-compute synthetic model"):
-        WorkloadConfig(compute="profile", model="synthetic", profile="vgg16", compute_ms=5)
+        WorkloadConfig(compute="profile", model="synthetic", profile="vgg16-usbyte", compute_ms=5)
     assert workload_profile(WorkloadConfig(compute="real")) is None
-    assert len(workload_profile(WorkloadConfig(compute="profile", model="synthetic", profile="resnet50"))) == 161
+    assert len(workload_profile(WorkloadConfig(compute="profile", model="synthetic", profile="resnet50-usbyte"))) == 161
     with pytest.raises(ValueError, match="workload.layers: set by the profile"):
-        check_workload(WorkloadConfig(compute="profile", model="synthetic", profile="vgg16", layers=[3, 4]))
+        check_workload(WorkloadConfig(compute="profile", model="synthetic", profile="vgg16-usbyte", layers=[3, 4]))
 
 
 def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
@@ -246,8 +246,27 @@ def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
     assert w.compute_stats()["deadlines"] == 8
     w.evaluate(0)  # evaluation runs the model without touching the compute model
     assert w.timer.iteration is None
-    with pytest.raises(ValueError, match="does not describe model cnn"):
-        TorchWorkload(cfg.model_copy(update={"model": "cnn"}), 0, 1)
+    assert w.compute_stats()["profile_fit"] == "exact"
+    # another model's profile times this model by parameter fraction: the same total compute
+    other = TorchWorkload(cfg.model_copy(update={"model": "cnn"}), 0, 1)
+    assert other.compute_stats()["profile_fit"] == "parameter fraction"
+    assert sum(other.timer.forward_s) == pytest.approx(sum(w.timer.forward_s))
+    assert sum(other.timer.backward_s) == pytest.approx(sum(w.timer.backward_s))
+
+
+def test_a_profile_fitted_onto_another_models_tensors_keeps_totals_and_shape():
+    from dlcp.workloads.profile import Profile
+
+    prof = Profile("p", ("a", "b"), (100, 300), (0.001, 0.003), (0.002, 0.006))
+    # two tensors of 200: the first takes all of a and a third of b, the second two thirds of b
+    fit = prof.fitted_to([200, 200], "m")
+    assert fit.sizes == (200, 200) and fit.names == ("m.0", "m.1")
+    assert fit.forward_s == pytest.approx((0.001 + 0.001, 0.002))
+    assert fit.backward_s == pytest.approx((0.002 + 0.002, 0.004))
+    assert "fitted onto model m's 2 tensors by parameter fraction" in fit.note
+    assert prof.fitted_to([1], "one").forward_s == pytest.approx((0.004,))
+    with pytest.raises(ValueError, match="at least one element"):
+        prof.fitted_to([0, 5], "m")
 
 
 def _mlp_params(torch):
@@ -307,8 +326,8 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
 
 def test_the_planners_get_the_profiles_times_per_message_dilated(tmp_path):
     from agents.worker import planning_layer_times
-    from dlcp.comm.engine import forward_order
-    from dlcp.comm.policy import planning_profile
+    from dlcp.comm.assemble import planning_profile
+    from dlcp.comm.communicator import forward_order
 
     w = SyntheticWorkload(
         WorkloadConfig(model="synthetic", compute="profile", profile=tiny_profile(tmp_path), dilation=2), 0, 2
@@ -319,3 +338,22 @@ def test_the_planners_get_the_profiles_times_per_message_dilated(tmp_path):
         (0.002, 0.004, 0.006)
     )
     assert planning_layer_times(SyntheticWorkload(WorkloadConfig(model="synthetic"), 0, 2)) is None
+
+
+def test_compute_scale_multiplies_every_profile_time_for_every_consumer():
+    cfg = WorkloadConfig(compute="profile", model="synthetic", profile="bert-base-fp32-b32-h200", compute_scale=4)
+    base = workload_profile(WorkloadConfig(compute="profile", model="synthetic", profile="bert-base-fp32-b32-h200"))
+    scaled = workload_profile(cfg)
+    assert scaled.sizes == base.sizes
+    assert scaled.forward_s == pytest.approx([4 * t for t in base.forward_s])
+    assert scaled.backward_s == pytest.approx([4 * t for t in base.backward_s])
+    assert "[compute times x4]" in scaled.note
+    # the emulated compute model gets the scaled times, and dilation on top of them
+    compute, _ = make_profile_compute(scaled, [[i] for i in range(len(scaled))], dilation=2.0)
+    assert compute.compute_s == pytest.approx(8 * base.compute_s)
+    with pytest.raises(
+        ValueError, match=r"workload.compute_scale: 4 scales a profile's compute times; it needs compute = 'profile'"
+    ):
+        WorkloadConfig(compute="real", compute_scale=4)
+    with pytest.raises(ValueError, match="workload.compute_scale"):
+        WorkloadConfig(compute="profile", model="synthetic", profile="vgg16-usbyte", compute_scale=0)

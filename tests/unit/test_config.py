@@ -26,7 +26,7 @@ def test_examples_validate_and_round_trip(path):
 
 def test_defaults_filled():
     cfg = config.validate(minimal())
-    assert cfg["backend"] == "ref" and cfg["dlcp"]["policy"] == "dlcp" and cfg["dlcp"]["loss_budget"] == 0.01
+    assert cfg["backend"] == "builtin" and cfg["dlcp"]["policy"] == "dlcp" and cfg["dlcp"]["loss_budget"] == 0.01
     assert cfg["topology"] == {"kind": "star", "hosts": 6} and cfg["background"] == []
 
 
@@ -41,14 +41,15 @@ def test_defaults_filled():
         (minimal(workload={"iterations": True}), "workload.iterations: expected integer, got bool"),
         (minimal(workload={"workers": 9}, topology={"hosts": 6}), "workload.workers: 9 workers + 1 PS need 10 hosts"),
         (minimal(workload={"mode": "gossip"}), "workload.mode: 'gossip' is not one of ps, allreduce"),
-        (minimal(backend="ovs"), "backend: 'ovs' is not one of ref, bmv2, ns3"),
+        (minimal(backend="ovs"), "backend: 'ovs' is not one of builtin, bmv2, ns3"),
+        (minimal(backend="ref"), "backend: 'ref' is now called 'builtin'"),
         (minimal(dlcp={"k1": 70}), "dlcp.k1: thresholds must satisfy"),
         (minimal(dlcp={"qmax": 200}), "dlcp.qmax: 200 must be below links.queue_pkts 128"),
         (minimal(dlcp={"qmax": 128, "k1": 64}), "dlcp.qmax: 128 must be below links.queue_pkts 128"),
         (minimal(topology={"kind": "leaf_spine", "hosts": 4}), "topology.hosts: not a setting of kind 'leaf_spine'"),
         (minimal(background=[{"kind": "udp_onoff", "off_ms": 0}]), "background[0].off_ms"),
         (minimal(background={"kind": "tcp"}), "background: expected a list of tables"),
-        ({"backend": "ref"}, "name: required"),
+        ({"backend": "builtin"}, "name: required"),
         (minimal(name="a b"), "name: 'a b' may only hold"),
         (minimal(backend="bmv2", links={"loss": 0.01}), "links.delay_us: delay and loss emulation exist only"),
         (
@@ -118,6 +119,15 @@ def test_reference_doc_lists_every_key():
     )
 
 
+def test_reference_doc_lists_every_registered_value():
+    doc = (ROOT / "docs" / "experiments.md").read_text()
+    assert config.values_markdown() in doc, (
+        "docs/experiments.md is stale: python -m dlcp.experiment.config docs/experiments.md"
+    )
+    for key in ("dlcp.fill", "comm.scheduler", "comm.collective"):
+        assert f"| `{key}` | `" in config.values_markdown()
+
+
 KEYS = [row.split("`")[1] for row in config.schema_markdown().splitlines()[2:]]
 TOML_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.floats(allow_nan=True) | st.text(max_size=5),
@@ -170,8 +180,15 @@ def test_vary_gives_one_validated_variant_per_combination():
         (["comm.scheduler"], "--vary comm.scheduler: expected key=value1,value2"),
         (["comm.scheduler=wfbp", "comm.scheduler=dear"], "--vary: key comm.scheduler given twice"),
         (["comm.scheduler=wfbp,fifo"], "variant fifo: comm.scheduler: 'fifo' is not one of"),
-        (["comm.scheduler=dear", "comm.collective=dssync"], "variant dear-dssync: comm.scheduler: 'dear' schedules"),
-        (["workload.mode=ps", "comm.scheduler=mgwfbp"], "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces"),
+        # two values each (one would compare nothing): the first combination is the bad one
+        (
+            ["comm.scheduler=dear,wfbp", "comm.collective=dssync,ring"],
+            "variant dear-dssync: comm.scheduler: 'dear' schedules",
+        ),
+        (
+            ["workload.mode=ps,allreduce", "comm.scheduler=mgwfbp,wfbp"],
+            "variant ps-mgwfbp: comm.scheduler: 'mgwfbp' runs all-reduces",
+        ),
     ],
 )
 def test_bad_vary_is_one_line(vary, msg):

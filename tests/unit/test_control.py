@@ -80,6 +80,14 @@ def test_bitmap_roundtrip(bits):
     assert (d.missing, d.round, d.attempt, d.held_us) == (sum(bits), 2, 3, 70_000)
 
 
+@pytest.mark.parametrize("requested", [None, np.ones(9, bool), np.ones(11, bool)])
+def test_bitmap_without_one_bit_per_packet_is_refused(requested):
+    # the decoder would reject the frame at the peer (control.length): refuse it at the source
+    m = C.Control(**common(type=C.BITMAP, n_pkts=10), requested=requested)
+    with pytest.raises(ValueError, match="BITMAP map must have one entry per packet"):
+        C.encode(m)
+
+
 def test_stop_and_force_roundtrip():
     d = C.decode(
         C.encode(

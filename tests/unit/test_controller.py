@@ -298,5 +298,5 @@ def test_bmv2_refuses_delay_and_loss(fakes, build_files):
     p4rt, thrift = fakes
     rt = runtime_for(topo(), config(build_files))
     rt["ports"][0]["delay_us"] = 100
-    with pytest.raises(ctl.ControllerError, match="s1: port 1: delay_us and loss need the built-in dataplane"):
+    with pytest.raises(ctl.ControllerError, match="s1: port 1: delay_us and loss need the built-in switch"):
         ctl.push_runtime(parse_runtime(rt), p4rt.addr, thrift.port)

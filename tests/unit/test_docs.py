@@ -1,7 +1,7 @@
 """The docs name only what exists, and reference docs speak in the present tense.
 
-Every repository path (`dlcp/transport/core/`, `emulation/runner.py`, `experiments/ps-incast.toml`,
-a relative `refswitch/counters.py` or a bare `udpio.py`), every module reference in the dotted form
+Every repository path (`dlcp/transport/core/`, `emulation/emulated_run.py`, `experiments/ps-incast.toml`,
+a relative `builtin_switch/process.py` or a bare `udpio.py`), every module reference in the dotted form
 (`dlcp.wire.header.values_per_pkt_for_mtu`: the module must exist and define the name) and every
 relative Markdown link in README.md and docs/**/*.md must resolve in this tree. A file rename that
 forgets a doc fails here, with the doc, its line and the name.

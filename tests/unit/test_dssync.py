@@ -6,13 +6,13 @@ import pytest
 from dlcp.comm.plans import PlanError, alpha_beta_cost, execute, link_conflicts
 from dlcp.comm.plans.dssync import (
     average_rounds,
-    dssync_plan,
+    dssync_groups,
     iteration_cost,
     plan_json,
     prime_factors,
     round_schedule,
     rounds_to_average,
-    topology_plan,
+    topology_groups,
 )
 from dlcp.comm.plans.paths import Router, links_of
 from dlcp.comm.plans.topology_arg import parse_topology
@@ -42,7 +42,7 @@ EXACT = [
 
 @pytest.mark.parametrize("N,s,K", EXACT)
 def test_groups_of_s_reach_the_exact_average_in_the_stated_rounds_and_not_before(N, s, K):
-    plan = dssync_plan(N, s)
+    plan = dssync_groups(N, s)
     assert plan.period == K and plan.exact_equal_groups
     for it in plan.iterations:
         assert sorted(r for g in it for r in g) == list(range(N))  # a partition
@@ -58,7 +58,7 @@ def test_groups_of_s_reach_the_exact_average_in_the_stated_rounds_and_not_before
     "N,s,sizes", [(12, 4, [4, 3]), (6, 2, [2, 3]), (20, 4, [4, 5]), (30, 6, [6, 5]), (24, 4, [4, 4, 3])]
 )
 def test_leftover_primes_get_rounds_of_their_own_and_still_reach_the_average(N, s, sizes):
-    plan = dssync_plan(N, s)
+    plan = dssync_groups(N, s)
     assert not plan.exact_equal_groups and plan.period == len(sizes)
     assert [len(it[0]) for it in plan.iterations] == sizes
     rng = np.random.default_rng(N + s)
@@ -84,13 +84,13 @@ def test_16_workers_in_groups_of_4_by_hand():
 )
 def test_bad_sizes(workers, group, msg):
     with pytest.raises(PlanError, match=msg):
-        dssync_plan(workers, group)
+        dssync_groups(workers, group)
 
 
 @pytest.mark.parametrize("topo,group", [("leaf_spine:2x4x4", 4), ("star:8", 2), ("torus:4x4", 4), ("torus:3x3", 3)])
 def test_group_rings_on_the_network_give_the_group_means(topo, group):
     spec = parse_topology(topo)
-    plan = topology_plan(spec, group)
+    plan = topology_groups(spec, group)
     N = plan.workers
     rng = np.random.default_rng(5)
     vals = [rng.uniform(-2, 2, size=31) for _ in range(N)]
@@ -107,7 +107,7 @@ def test_group_rings_on_the_network_give_the_group_means(topo, group):
 
 def test_leaf_spine_first_round_stays_in_the_rack_and_cross_rack_traffic_is_spread_over_uplinks():
     spec = parse_topology("leaf_spine:2x4x4")  # 2 spines s1 s2, leaves s3..s6, ranks interleaved
-    plan = topology_plan(spec, 4)
+    plan = topology_groups(spec, 4)
     hosts = [h.name for h in spec.by_role("worker")]
     leaf = [spec.hosts[h].switch for h in hosts]
     assert all(len({leaf[r] for r in g}) == 1 for g in plan.groups(0))
@@ -136,11 +136,11 @@ def test_plan_json_with_topology():
 
 
 def test_iteration_cost_is_a_ring_inside_the_largest_group():
-    plan = dssync_plan(12, 4)  # rounds of 4, then of 3
+    plan = dssync_groups(12, 4)  # rounds of 4, then of 3
     M, a, b = 1200.0, 2.0, 0.5
     assert iteration_cost(plan, 0, M, a, b) == pytest.approx(6 * (2 + 300 * 0.5))
     assert iteration_cost(plan, 1, M, a, b) == pytest.approx(4 * (2 + 400 * 0.5))
     assert iteration_cost(plan, 2, M, a, b) == iteration_cost(plan, 0, M, a, b)  # periodic
     spec = parse_topology("star:12")
-    sched = round_schedule(spec, topology_plan(spec, 4), 0)
+    sched = round_schedule(spec, topology_groups(spec, 4), 0)
     assert alpha_beta_cost(sched, M, a, b, spec) == pytest.approx(iteration_cost(plan, 0, M, a, b))

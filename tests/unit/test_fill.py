@@ -68,7 +68,7 @@ def test_inputs_are_not_modified_and_out_is_used(policy):
 
 
 def test_bad_input_is_named():
-    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of zero, rescale, stale, local"):
+    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of local, rescale, stale, zero"):
         fill_average(AGG, "mean")
     with pytest.raises(ValueError, match="4 totals but 3 counts"):
         fill_average(Aggregate(1, AGG.total, AGG.count[:3], 4), "zero")

@@ -11,7 +11,7 @@ import pytest
 
 from dlcp.network.runtime_file import RuntimeFileError
 from simulation.ns3.loader import available
-from simulation.ns3.switch import Ns3Switch
+from simulation.ns3.simulated_switch import Ns3Switch
 
 ROOT = Path(__file__).resolve().parents[2]
 

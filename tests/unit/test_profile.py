@@ -12,8 +12,8 @@ from dlcp.workloads.profile import (
 
 
 def test_bundled_resnet50_loads_with_its_provenance():
-    p = load_profile("resnet50")
-    assert p.name == "resnet50" and len(p) == 161 and p.parameters == 25_557_032
+    p = load_profile("resnet50-usbyte")
+    assert p.name == "resnet50-usbyte" and len(p) == 161 and p.parameters == 25_557_032
     assert p.names[0] == "conv1.weight" and p.sizes[0] == 9408
     assert "US-Byte" in p.note and "NOT measured" in p.note  # the caveat on backward_s travels along
     assert p.backward_s[0] == pytest.approx(2 * p.forward_s[0])
@@ -22,7 +22,7 @@ def test_bundled_resnet50_loads_with_its_provenance():
 
 
 def test_bundled_vgg16_gets_index_names():
-    p = load_profile("vgg16")
+    p = load_profile("vgg16-usbyte")
     assert len(p) == 32 and p.parameters == 138_357_544
     assert p.names[:2] == ("tensor0", "tensor1")
 
@@ -80,8 +80,15 @@ def test_missing_field_and_bad_json(tmp_path):
 
 
 def test_unknown_name_lists_the_bundled_ones():
-    with pytest.raises(ValueError, match=r"'resnet5'.*resnet50, vgg16"):
+    with pytest.raises(ValueError, match=r"'resnet5'.*resnet50-fp32-b64-h200, .*vgg16-usbyte"):
         load_profile("resnet5")
+
+
+def test_old_names_of_the_borrowed_profiles_say_what_replaced_them():
+    with pytest.raises(ValueError, match=r"'resnet50': renamed; use resnet50-usbyte .* resnet50-fp32-b64-h200"):
+        load_profile("resnet50")
+    with pytest.raises(ValueError, match=r"'vgg16': renamed; use vgg16-usbyte"):
+        load_profile("vgg16")
 
 
 def test_profile_dataclass_validates_too():
@@ -108,7 +115,7 @@ def test_synthetic_profile_matches_the_synthetic_workload():
 
 
 def test_scaled_multiplies_compute_only():
-    p = load_profile("vgg16")
+    p = load_profile("vgg16-usbyte")
     q = p.scaled(2.0)
     assert q.sizes == p.sizes and q.compute_s == pytest.approx(2 * p.compute_s)
     assert "x2" in q.note

@@ -261,13 +261,22 @@ def test_compare_prints_bad_input_in_one_line_but_keeps_a_bugs_traceback(tmp_pat
         cmd_compare(args)
 
 
-def test_pairs_of_one_seed_on_a_deterministic_backend_are_not_counted_twice(tmp_path):
+@pytest.mark.parametrize(
+    "facts",
+    [{"deterministic": True, "clock": "simulated"}, {"clock": "simulated"}],  # the second: runs older than the key
+    ids=["deterministic", "simulated-clock"],
+)
+def test_pairs_of_one_seed_on_a_deterministic_backend_are_not_counted_twice(tmp_path, facts):
+    """Whether a seed fixes a run is meta.json's fact (the backend wrote it), not its backend's name."""
     a, b = write_series(tmp_path / "a", 3), write_series(tmp_path / "b", 3)
     for meta in tmp_path.glob("*/*/rep*/meta.json"):
         m = json.loads(meta.read_text())
-        meta.write_text(json.dumps({**m, "backend": "ns3", "seed": int(meta.parent.name[3:])}))
+        meta.write_text(json.dumps({**m, "backend": "ns3", **facts, "seed": int(meta.parent.name[3:])}))
     with pytest.raises(ReportInputError, match="a/rep1 and b/rep1 both ran seed 1 on ns3"):
         compare_runs([a, b])
+    for meta in tmp_path.glob("*/*/rep*/meta.json"):  # the same seeds on a wall clock: independent samples
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "deterministic": False, "clock": "wall"}))
+    compare_runs([a, b])
 
 
 # --- dilation, warm-up and keep-up in reports ----------------------------------------------------------
@@ -461,7 +470,7 @@ delay_us = 10
 [workload]
 model = "synthetic"
 compute = "profile"
-profile = "resnet50"
+profile = "resnet50-usbyte"
 [dlcp]
 deadline_ms = 2000
 [scale]
@@ -475,7 +484,7 @@ start_s = 0.5
 
 
 def test_repeat_plan_interleaves_pairs_with_one_seed_each(tmp_path):
-    from emulation.runner import run_dir_of
+    from dlcp.runs.naming import run_dir_of
 
     plan_runs = configmod.plan_runs
     cfg = tmp_path / "t.toml"

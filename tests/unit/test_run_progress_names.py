@@ -8,7 +8,8 @@ import io
 import pytest
 
 from dlcp.experiment.config import ConfigError
-from emulation.runner import Progress, check_name, set_label, variant_names
+from dlcp.runs.naming import check_name, set_label, variant_names
+from dlcp.runs.progress import Progress
 
 
 def test_runs_varied_with_set_are_named_after_the_keys():

@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from refswitch_frames import entry, runtime_doc
+from switch_frames import entry, runtime_doc
 
 from dlcp.network import pipeline_names as P
 from dlcp.network.runtime_file import PortConfig, RegisterWrite, RuntimeFileError, load_runtime, parse_runtime
@@ -27,7 +27,7 @@ def test_values_come_out_typed_and_normalised():
     )
     doc["registers"] = [{"register": P.RR_NEXT, "index": 3, "value": 9}]
     rt = parse_runtime(doc, "s9-runtime.json")
-    assert (rt.switch, rt.device_id, rt.target, rt.source) == ("sw", 1, "ref", "s9-runtime.json")
+    assert (rt.switch, rt.device_id, rt.target, rt.source) == ("sw", 1, "builtin", "s9-runtime.json")
     lpm = next(e for e in rt.entries if e.table == P.IPV4_LPM)
     assert lpm.match == {"ipv4_dst": (0x0A010000, 16)}  # host bits cleared
     nhop = next(e for e in rt.entries if e.table == P.NHOP)
@@ -75,8 +75,13 @@ def test_port_fields_and_defaults():
     [
         (lambda d: d.pop("device_id"), "key 'device_id' missing"),
         (lambda d: d.pop("table_entries"), "key 'table_entries' missing or not a list"),
-        (lambda d: d.update(target="tofino"), "unknown target 'tofino'"),
+        (lambda d: d.update(target="tofino"), "unknown target 'tofino' is not one of builtin, bmv2, ns3"),
+        (lambda d: d.update(target="ref"), "unknown target 'ref' is now called 'builtin'"),
         (lambda d: d["table_entries"].append(entry("Nope.table", P.MARK_NO_ROUTE, {})), "unknown table 'Nope.table'"),
+        (
+            lambda d: d["table_entries"].append(entry([P.NHOP], P.MARK_NO_ROUTE, {})),
+            "unknown table ['DlcpIngress.nhop']",
+        ),
         (
             lambda d: d["table_entries"].append(
                 entry(P.NHOP, P.SET_LB_MODE, {"mode": 1}, match={"nhop_group": 1, "nhop_member": 0})
@@ -204,6 +209,7 @@ def test_port_fields_and_defaults():
             "ports[0]: queue_depth_pkts 64 must exceed qmax 64",
         ),
         (lambda d: d.update(registers=[{"register": P.OCCUPANCY, "index": 0, "value": 1}]), "cannot be written"),
+        (lambda d: d.update(registers=[{"register": {}, "index": 0, "value": 1}]), "register {} cannot be written"),
         (
             lambda d: d.update(registers=[{"register": P.RR_NEXT, "index": P.MAX_GROUPS, "value": 1}]),
             "registers[0]: index 1024 >= size 1024",
@@ -230,9 +236,9 @@ def test_per_port_qmax_sets_the_depth_floor_on_bmv2():
     assert "\n" not in str(e.value)
     doc["ports"][0]["queue_depth_pkts"] = 101
     assert parse_runtime(doc).ports[0].queue_depth_pkts == 101
-    # the built-in dataplane counts what its own queue refuses (queue_overflow_pkts)
+    # the built-in switch counts what its own queue refuses (queue_overflow_pkts)
     doc["ports"][0]["queue_depth_pkts"] = 8
-    assert parse_runtime(dict(doc, target="ref")).ports[0].queue_depth_pkts == 8
+    assert parse_runtime(dict(doc, target="builtin")).ports[0].queue_depth_pkts == 8
 
 
 def test_load_runtime_reads_a_file_and_names_it(tmp_path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import predict
+from dlcp.comm.prediction import predict
 from dlcp.workloads.profile import load_profile
 
 
@@ -29,7 +29,7 @@ def test_mgwfbp_plan_of_resnet50():
     plan = last_json(
         schedule(
             "--profile",
-            "resnet50",
+            "resnet50-usbyte",
             "--workers",
             "16",
             "--alpha",
@@ -44,7 +44,7 @@ def test_mgwfbp_plan_of_resnet50():
     groups = plan["groups"]
     assert [t for g in groups for t in g] == list(range(161))  # forward order, every tensor once
     assert all(g == list(range(g[0], g[-1] + 1)) for g in groups)  # consecutive
-    _, tl = predict("mgwfbp", load_profile("resnet50"), 16, CostModel(9.08e-4, 7.4e-10, workers=16))
+    _, tl = predict("mgwfbp", load_profile("resnet50-usbyte"), 16, CostModel(9.08e-4, 7.4e-10, workers=16))
     assert plan["predicted_iteration_s"] == pytest.approx(tl.iteration_s)
     assert len(plan["send_order"]) == len(groups)
 
@@ -53,7 +53,7 @@ def test_bytescheduler_plan_has_partitions_and_options():
     plan = last_json(
         schedule(
             "--profile",
-            "vgg16",
+            "vgg16-usbyte",
             "--workers",
             "8",
             "--rate-gbps",
@@ -68,7 +68,7 @@ def test_bytescheduler_plan_has_partitions_and_options():
         )
     )
     assert plan["credit_bytes"] == 8000000 and plan["options"] == {"partition_bytes": 4000000, "credit_bytes": 8000000}
-    sizes = load_profile("vgg16").sizes
+    sizes = load_profile("vgg16-usbyte").sizes
     covered = {}
     for t, a, b in plan["partitions"]:
         covered[t] = covered.get(t, 0) + b - a
@@ -80,7 +80,7 @@ def test_scheduler_over_multitree_on_a_torus_plans_with_its_steps():
     ring = last_json(
         schedule(
             "--profile",
-            "resnet50",
+            "resnet50-usbyte",
             "--workers",
             "16",
             "--scheduler",
@@ -95,7 +95,7 @@ def test_scheduler_over_multitree_on_a_torus_plans_with_its_steps():
     tree = last_json(
         schedule(
             "--profile",
-            "resnet50",
+            "resnet50-usbyte",
             "--workers",
             "16",
             "--scheduler",
@@ -127,10 +127,21 @@ def test_collective_plans():
     [
         ((), "give --scheduler"),
         (("--scheduler", "dear"), "--scheduler needs --profile and --workers"),
-        (("--scheduler", "dear", "--profile", "resnet50", "--workers", "4"), "give --alpha and --beta"),
+        (("--scheduler", "dear", "--profile", "resnet50-usbyte", "--workers", "4"), "give --alpha and --beta"),
         (("--scheduler", "dear", "--profile", "nosuch", "--workers", "4", "--rate-gbps", "1"), "profile 'nosuch'"),
         (
-            ("--scheduler", "dear", "--profile", "resnet50", "--workers", "4", "--rate-gbps", "1", "--option", "x=1"),
+            (
+                "--scheduler",
+                "dear",
+                "--profile",
+                "resnet50-usbyte",
+                "--workers",
+                "4",
+                "--rate-gbps",
+                "1",
+                "--option",
+                "x=1",
+            ),
             "scheduler 'dear'",
         ),
         (("--collective", "multitree", "--topology", "torus:4"), "--topology: torus needs 2 number(s)"),
@@ -142,3 +153,13 @@ def test_bad_input_is_one_line(args, msg):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dlcp schedule: ") and msg in lines[0], p.stderr
+
+
+def test_compute_scale_multiplies_the_profiles_compute():
+    base = ["--profile", "bert-base-fp32-b32-h200", "--workers", "8", "--rate-gbps", "10", "--scheduler", "wfbp"]
+    one = last_json(schedule(*base, "--json"))
+    four = last_json(schedule(*base, "--compute-scale", "4", "--json"))
+    assert one["compute_scale"] == 1 and four["compute_scale"] == 4
+    assert four["compute_s"] == pytest.approx(4 * one["compute_s"])
+    assert four["compute_s"] == pytest.approx(4 * load_profile("bert-base-fp32-b32-h200").compute_s)
+    assert four["predicted_iteration_s"] >= four["compute_s"]

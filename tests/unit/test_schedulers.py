@@ -6,13 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcp.comm.costmodel import CostModel, paper_fit
-from dlcp.comm.plan import plan_json, tune
+from dlcp.comm.prediction import prediction_json, tune
 from dlcp.comm.schedulers import SCHEDULERS, make_scheduler
 from dlcp.comm.schedulers.bytescheduler import partition_tensor
 from dlcp.comm.schedulers.dear import fusion_groups
 from dlcp.comm.schedulers.grouped import GroupedAllReduce
-from dlcp.comm.schedulers.mgwfbp import mgwfbp_plan
-from dlcp.comm.schedulers.usbyte import backward_phase, evaluate, usbyte_plan
+from dlcp.comm.schedulers.mgwfbp import mgwfbp_groups
+from dlcp.comm.schedulers.usbyte import backward_phase, evaluate, usbyte_blocks
 from dlcp.comm.timeline import ready_times, simulate
 from dlcp.workloads.profile import Profile, load_profile
 
@@ -37,7 +37,7 @@ def test_mgwfbp_merges_when_the_allreduce_has_not_started():
     # l=1: c1 = max(1+3, 2) = 4 > r0 = 3: tensor 1's all-reduce has not started -> merge.
     p = prof([250, 250, 625], tb=[1.0, 1.0, 1.0])
     cost = CostModel(alpha=0.5, beta=0.001)
-    groups, decisions, end = mgwfbp_plan(p.sizes, p.backward_s, cost)
+    groups, decisions, end = mgwfbp_groups(p.sizes, p.backward_s, cost)
     assert groups == [[0, 1], [2]] and decisions == {2: None, 1: "not_started"}
     # group [0, 1] (2000 B, 2.5 s) starts when the channel frees at 4: ends 6.5
     assert end == 6.5
@@ -48,7 +48,7 @@ def test_mgwfbp_merges_when_the_allreduce_has_not_started():
 def test_mgwfbp_merges_when_waiting_costs_less_than_alpha():
     # r = [2, 1]; c1 = 1, r0 - c1 = 1 < alpha = 1.5, and r0 = 2 < c1 + tc1 = 1 + 2.5
     p = prof([250, 250], tb=[1.0, 1.0])
-    groups, decisions, _ = mgwfbp_plan(p.sizes, p.backward_s, CostModel(alpha=1.5, beta=0.001))
+    groups, decisions, _ = mgwfbp_groups(p.sizes, p.backward_s, CostModel(alpha=1.5, beta=0.001))
     assert groups == [[0, 1]] and decisions == {1: "within_alpha"}
 
 
@@ -56,23 +56,23 @@ def test_mgwfbp_does_not_merge_when_waiting_costs_alpha_or_more():
     # same, alpha 1.0: r0 - c1 = 1 is not < alpha (the boundary), and alpha 0.5 below it
     for alpha in (1.0, 0.5):
         p = prof([250, 250], tb=[1.0, 1.0])
-        groups, decisions, _ = mgwfbp_plan(p.sizes, p.backward_s, CostModel(alpha=alpha, beta=0.001))
+        groups, decisions, _ = mgwfbp_groups(p.sizes, p.backward_s, CostModel(alpha=alpha, beta=0.001))
         assert groups == [[0], [1]] and decisions == {1: None}
 
 
 def test_mgwfbp_does_not_merge_when_the_previous_allreduce_ends_first():
     # tc1 = 0.1 + 0.2 = 0.3: tensor 1 is done at 1.3, before tensor 0 is ready at 2
     p = prof([50, 50], tb=[1.0, 1.0])
-    groups, decisions, end = mgwfbp_plan(p.sizes, p.backward_s, CostModel(alpha=0.1, beta=0.001))
+    groups, decisions, end = mgwfbp_groups(p.sizes, p.backward_s, CostModel(alpha=0.1, beta=0.001))
     assert groups == [[0], [1]] and decisions == {1: None} and end == pytest.approx(2.3)
 
 
 def test_mgwfbp_small_tensor_rule_is_an_option():
     p = prof([50, 50], tb=[1.0, 1.0])
     cost = CostModel(alpha=0.1, beta=0.001)
-    groups, decisions, _ = mgwfbp_plan(p.sizes, p.backward_s, cost, small_merge_elems=8192)
+    groups, decisions, _ = mgwfbp_groups(p.sizes, p.backward_s, cost, small_merge_elems=8192)
     assert groups == [[0, 1]] and decisions == {1: "small"}
-    groups, _, _ = mgwfbp_plan(p.sizes, p.backward_s, cost, small_merge_elems=50)  # 50 is not < 50
+    groups, _, _ = mgwfbp_groups(p.sizes, p.backward_s, cost, small_merge_elems=50)  # 50 is not < 50
     assert groups == [[0], [1]]
     with pytest.raises(ValueError, match="small_merge_elems"):
         make_scheduler("mgwfbp", p, cost, small_merge_elems=-1)
@@ -233,7 +233,7 @@ US_COST = CostModel(alpha=1.0, beta=0.0025)  # one unit of 100 elements: 1 + 1 s
 def test_usbyte_block_sizes(tb0, first_block, expected_t):
     # sizes 100, 300 elements; tensor 1 ready at 1, tensor 0 at 1 + tb0; forward 1 s each
     p = prof([100, 300], tb=[tb0, 1.0], tf=[1.0, 1.0])
-    blocks, _, t = usbyte_plan(p.sizes, p.backward_s, p.forward_s, US_COST, UNIT)
+    blocks, _, t = usbyte_blocks(p.sizes, p.backward_s, p.forward_s, US_COST, UNIT)
     b = blocks[0]
     assert (b.tensor, b.start, b.stop, b.t_start, b.t_end) == first_block and b.phase == "backward"
     assert t == expected_t
@@ -245,7 +245,7 @@ def test_usbyte_forward_phase_sends_rests_input_side_first():
     # tb0 = 2.5 above: backward block (1, 0..200) 1->4, then tensor 0 whole 4->6, tensor 1 rest 6->8;
     # forward: tensor 0 at max(3.5, 6) -> 7, tensor 1 at max(7, 8) -> 9
     p = prof([100, 300], tb=[2.5, 1.0], tf=[1.0, 1.0])
-    blocks, _, _ = usbyte_plan(p.sizes, p.backward_s, p.forward_s, US_COST, UNIT)
+    blocks, _, _ = usbyte_blocks(p.sizes, p.backward_s, p.forward_s, US_COST, UNIT)
     assert [(b.tensor, b.start, b.stop, b.phase, b.t_start, b.t_end) for b in blocks] == [
         (1, 0, 200, "backward", 1.0, 4.0),
         (0, 0, 100, "forward", 4.0, 6.0),
@@ -267,7 +267,7 @@ def test_usbyte_priority_search_promotes_a_tensor_when_it_pays():
     # Identity priorities: 19.5 s. Promoting tensor 2 to the top (k = 0, since it would end at
     # 2.5 + 6 = 8.5 > r0 = 5) grows its backward block to 2 units and gives 18.5 s.
     p = prof([100, 400, 500], tb=[1.0, 1.5, 2.5], tf=[0.0, 1.0, 2.0])
-    blocks, prio, t = usbyte_plan(p.sizes, p.backward_s, p.forward_s, US_COST, UNIT)
+    blocks, prio, t = usbyte_blocks(p.sizes, p.backward_s, p.forward_s, US_COST, UNIT)
     assert prio == [1, 2, 0] and t == 18.5
     assert [(b.tensor, b.start, b.stop, b.t_start) for b in blocks] == [
         (2, 0, 200, 2.5),
@@ -297,7 +297,7 @@ us_cases = st.integers(1, 8).flatmap(
 def test_usbyte_blocks_cover_every_element_exactly_once(case):
     sizes, tb, tf, unit, alpha, beta = case
     p, cost = prof(sizes, tb, tf), CostModel(alpha, beta)
-    blocks, prio, t = usbyte_plan(p.sizes, p.backward_s, p.forward_s, cost, unit)
+    blocks, prio, t = usbyte_blocks(p.sizes, p.backward_s, p.forward_s, cost, unit)
     for tensor, n in enumerate(sizes):
         mine = sorted((b.start, b.stop) for b in blocks if b.tensor == tensor)
         assert mine[0][0] == 0 and mine[-1][1] == n
@@ -387,10 +387,10 @@ def test_dear_all_gather_ends_before_its_groups_next_forward(case):
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_plan_json_is_json_and_self_consistent(name):
-    p = load_profile("resnet50")
+    p = load_profile("resnet50-usbyte")
     cost = paper_fit("10GbE", 16)
-    d = json.loads(json.dumps(plan_json(name, p, 16, cost)))
-    assert d["scheduler"] == name and d["workers"] == 16 and d["profile"] == "resnet50"
+    d = json.loads(json.dumps(prediction_json(name, p, 16, cost)))
+    assert d["scheduler"] == name and d["workers"] == 16 and d["profile"] == "resnet50-usbyte"
     assert sorted(t for g in d["groups"] for t in g) == list(range(len(p)))
     assert all(g == sorted(g) for g in d["groups"])
     assert d["predicted_iteration_s"] >= d["compute_s"] == p.compute_s
@@ -410,17 +410,23 @@ def test_plan_json_is_json_and_self_consistent(name):
 
 def test_plan_json_rejects_a_cost_model_for_other_workers():
     with pytest.raises(ValueError, match="holds for 16 workers, not 8"):
-        plan_json("wfbp", load_profile("vgg16"), 8, paper_fit("10GbE", 16))
+        prediction_json("wfbp", load_profile("vgg16-usbyte"), 8, paper_fit("10GbE", 16))
     with pytest.raises(ValueError, match="scheduler 'fifo' is not one of"):
-        plan_json("fifo", load_profile("vgg16"), 16, paper_fit("10GbE", 16))
+        prediction_json("fifo", load_profile("vgg16-usbyte"), 16, paper_fit("10GbE", 16))
 
 
 def test_tune_picks_the_best_grid_point():
-    p = load_profile("resnet50")
+    p = load_profile("resnet50-usbyte")
     cost = paper_fit("10GbE", 16)
     grid = [m << 20 for m in (0, 5, 25, 100)]
     best, t = tune("dear", p, 16, cost, {"threshold_bytes": grid})
     by_hand = {g: run("dear", p, cost, threshold_bytes=g)[1].iteration_s for g in grid}
     assert t == min(by_hand.values()) and by_hand[best["threshold_bytes"]] == t
     with pytest.raises(ValueError, match="no valid combination"):
-        tune("bytescheduler", load_profile("vgg16"), 16, cost, {"partition_bytes": [4 << 20], "credit_bytes": [10]})
+        tune(
+            "bytescheduler",
+            load_profile("vgg16-usbyte"),
+            16,
+            cost,
+            {"partition_bytes": [4 << 20], "credit_bytes": [10]},
+        )

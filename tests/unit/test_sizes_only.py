@@ -161,7 +161,7 @@ mode = "allreduce"
 workers = 4
 model = "synthetic"
 compute = "profile"
-profile = "resnet50"
+profile = "resnet50-usbyte"
 payload = "sizes"
 """
 
@@ -170,7 +170,7 @@ def test_sizes_payload_validates_only_where_it_makes_sense():
     cfg = configmod.validate(_toml(BASE))
     assert cfg["workload"]["payload"] == "sizes"
     for change, key in (
-        ({"backend": "ref"}, "'sizes' exists only on backend = 'ns3'"),
+        ({"backend": "builtin"}, "'sizes' exists only on backend = 'ns3'"),
         ({"workload": {"model": "cnn"}}, "model 'cnn' with compute 'profile'"),
         ({"workload": {"compute": "real", "profile": ""}}, "model = 'synthetic' with compute"),
     ):

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from dlcp.experiment import config as configmod
 from dlcp_cli import sweep
 from dlcp_cli.sweep import Point, SweepError
 
@@ -25,6 +26,34 @@ def test_grid_points_in_order_with_aliases():
     ]
     assert [p.index for p in pts] == list(range(6))
     assert pts[4].overrides() == ["dlcp.policy=dlcp", "seed=2"]
+
+
+@pytest.mark.parametrize("short,key", sorted(sweep.short_keys().items()))
+def test_every_short_key_resolves_to_a_key_the_config_checks(short, key):
+    """A table where a value belongs: the error must name the key the short one stands for, and
+    not as an unknown key."""
+    assert sweep.full_key(short) == key
+    raw = {"name": "t"}
+    configmod.apply_override(raw, f"{key}={{x = 1}}")
+    with pytest.raises(configmod.ConfigError) as e:
+        configmod.validate(raw)
+    assert str(e.value).startswith(f"{key}: ") and "unknown key" not in str(e.value), str(e.value)
+
+
+def test_the_documented_short_keys_exist_and_scheduler_is_comm_scheduler():
+    assert {k: sweep.full_key(k) for k in ("workers", "policy", "scheduler", "mode")} == {
+        "workers": "workload.workers",
+        "policy": "dlcp.policy",
+        "scheduler": "comm.scheduler",
+        "mode": "workload.mode",
+    }
+    assert sweep.full_key("seed") == "seed" and sweep.full_key("comm.usbyte.credit_bytes") == "comm.usbyte.credit_bytes"
+    with pytest.raises(
+        SweepError, match="--grid credit_bytes: short for comm.bytescheduler.credit_bytes and comm.usbyte"
+    ):
+        sweep.full_key("credit_bytes")
+    with pytest.raises(SweepError, match="--grid nosuch: not a config key"):
+        sweep.full_key("nosuch")
 
 
 def test_point_names_are_directory_safe():
@@ -61,8 +90,8 @@ def test_bad_shard(text):
 
 def test_mininet_backends_run_one_point_at_a_time():
     assert sweep.effective_jobs({"ns3"}, 2) == (2, None)
-    jobs, note = sweep.effective_jobs({"ref"}, 2)
-    assert jobs == 1 and "backend ref runs points one at a time" in note
+    jobs, note = sweep.effective_jobs({"builtin"}, 2)
+    assert jobs == 1 and "backend builtin runs points one at a time" in note and "use backend 'ns3'" in note
     assert sweep.effective_jobs({"bmv2"}, 1) == (1, None)
 
 
@@ -96,6 +125,14 @@ def test_dry_run_lists_the_shard(tmp_path):
     ]
 
 
+def test_scheduler_grid_checks_every_point(tmp_path):
+    p = _cli(
+        "experiments/schedulers-allreduce.toml", "--grid", "scheduler=wfbp,dear", "--out", str(tmp_path), "--dry-run"
+    )
+    assert p.returncode == 0, p.stderr
+    assert [line.split("\t")[1] for line in p.stdout.splitlines()] == ["scheduler=wfbp", "scheduler=dear"]
+
+
 def test_cli_errors_are_one_line():
     p = _cli(EXPERIMENT, "--grid", "workers=4,99")
     assert p.returncode == 2 and p.stderr.count("\n") == 1
@@ -124,3 +161,17 @@ def test_summary_of_a_merged_directory(tmp_path):
     ]
     p = _cli("--summary", str(tmp_path))
     assert p.returncode == 0 and "seed=1" in p.stdout and "1500.000" in p.stdout
+
+
+def test_a_sweep_into_points_that_hold_runs_is_refused_before_any_starts(tmp_path):
+    """Run directories are never reused: a sweep run again into the same --out says so once, before
+    any point starts, and leaves the points' runs as they were."""
+    (tmp_path / "policy=dlcp").mkdir()
+    (tmp_path / "policy=dlcp" / "meta.json").write_text("{}")
+    p = _cli(EXPERIMENT, "--set", "backend=ns3", "--grid", "policy=fifo,dlcp", "--out", str(tmp_path))
+    assert p.returncode == 2 and p.stderr == (
+        f"dlcp sweep: {tmp_path} holds 1 of these points already (policy=dlcp); run directories are never "
+        "reused (give a new --out)\n"
+    ), p.stderr
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["policy=dlcp"]
+    assert (tmp_path / "policy=dlcp" / "meta.json").read_text() == "{}"

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlcp.comm.costmodel import CostModel
-from dlcp.comm.plan import sweep
+from dlcp.comm.prediction import sweep
 from dlcp.comm.schedulers import SCHEDULERS, Op, Scheduler, Segment, make_scheduler
 from dlcp.comm.timeline import ready_times, simulate
 from dlcp.workloads.profile import Profile, load_profile
@@ -146,7 +146,7 @@ def test_every_policy_reaches_a_steady_state_at_or_above_compute(pr, ab, name):
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
 def test_free_communication_costs_nothing(name):
-    p = load_profile("resnet50")
+    p = load_profile("resnet50-usbyte")
     cost = CostModel(alpha=0.0, beta=0.0)
     tl = simulate(p, make_scheduler(name, p, cost, 16), cost)
     assert tl.iteration_s == pytest.approx(p.compute_s, rel=1e-12)
@@ -155,14 +155,16 @@ def test_free_communication_costs_nothing(name):
 def test_sweep_of_all_policies_profiles_and_worker_counts():
     workers = [4, 8, 16, 32, 64, 128]
     rows = sweep(
-        [load_profile("resnet50"), load_profile("vgg16")], workers, lambda w: CostModel.from_link(10e9, 30e-6, w)
+        [load_profile("resnet50-usbyte"), load_profile("vgg16-usbyte")],
+        workers,
+        lambda w: CostModel.from_link(10e9, 30e-6, w),
     )
     assert len(rows) == 6 * 2 * 6
     t = {(r["profile"], r["workers"], r["scheduler"]): r["iteration_s"] for r in rows}
     for r in rows:
         assert r["iteration_s"] >= r["compute_s"]
         assert r["periods_s"] == pytest.approx([r["iteration_s"]] * len(r["periods_s"]), rel=1e-9)
-    for prof_name in ("resnet50", "vgg16"):
+    for prof_name in ("resnet50-usbyte", "vgg16-usbyte"):
         for w in workers:
             # the optimum over contiguous merges is never beaten by its greedy special cases
             assert t[prof_name, w, "oasr"] <= t[prof_name, w, "mgwfbp"] * (1 + 1e-12)
@@ -172,4 +174,4 @@ def test_sweep_of_all_policies_profiles_and_worker_counts():
             series = [t[prof_name, w, name] for w in workers]
             assert series == sorted(series), (prof_name, name, series)
     # communication dominates WFBP on VGG-16 at 10 Gb/s, and exposed communication shrinks with OASR
-    assert t["vgg16", 16, "wfbp"] > 2 * load_profile("vgg16").compute_s
+    assert t["vgg16-usbyte", 16, "wfbp"] > 2 * load_profile("vgg16-usbyte").compute_s

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlcp.comm.inmemory import InMemoryPS, PacketLoss, memory_engines
+from dlcp.comm.inmemory import InMemoryPS, PacketLoss, memory_communicators
 from dlcp.workloads.contract import Aggregate, ParamChunk
 from dlcp.workloads.settings import Dataset, ModelName, WorkloadConfig
 from dlcp.workloads.trainer.data import DATASETS, BatchSchedule, load_dataset
@@ -48,7 +48,7 @@ def reference_parameters(cfg: WorkloadConfig, data, world: int, iterations: int)
 
 
 def memory_allreduce(workloads, loss=None):
-    return memory_engines(len(workloads), workloads[0].layouts(), workloads[0].n_layers, loss=loss)
+    return memory_communicators(len(workloads), workloads[0].layouts(), workloads[0].n_layers, loss=loss)
 
 
 ALLREDUCE_EXCHANGES = {"memory": memory_allreduce}
@@ -130,7 +130,7 @@ def test_allreduce_equals_single_process_on_the_concatenated_batch(
         assert diff < 1e-5, f"rank {w.rank}: max |difference| {diff}"
 
 
-# options that make each policy merge, partition, reorder or split on the digits models' messages
+# options that make each scheduler merge, partition, reorder or split on the digits models' messages
 SCHEDULER_POLICIES = {
     "wfbp": {},
     "mgwfbp": {"alpha_s": 0.05, "beta_s_per_byte": 1e-7},
@@ -144,15 +144,17 @@ SCHEDULER_POLICIES = {
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULER_POLICIES))
 @pytest.mark.parametrize("model,bucket_values,threaded", [("cnn", 0, True), ("mlp", 0, False)])
 def test_every_scheduler_trains_like_single_process(digits, scheduler, model, bucket_values, threaded):
-    """The comm layer with each policy (merged, partitioned, reordered, split into reduce-scatter
+    """The comm layer with each scheduler (merged, partitioned, reordered, split into reduce-scatter
     and all-gather) still gives every worker the plain sum: the same parameters as one process."""
-    from dlcp.comm.settings import CommPolicy
+    from dlcp.comm.settings import CommSetup
 
     iterations = 6
     cfg = WorkloadConfig(model=model, batch_size=16, lr=0.05, bucket_values=bucket_values, seed=5)
     workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits) for r in range(WORLD)]
-    policy = CommPolicy(scheduler=scheduler, **SCHEDULER_POLICIES[scheduler])
-    endpoints, abort = memory_engines(WORLD, workloads[0].layouts(), workloads[0].n_layers, policy, backward_ms=20.0)
+    comm = CommSetup(scheduler=scheduler, **SCHEDULER_POLICIES[scheduler])
+    endpoints, abort = memory_communicators(
+        WORLD, workloads[0].layouts(), workloads[0].n_layers, comm, backward_ms=20.0
+    )
     assert len(endpoints[0].units) != len(workloads[0].layouts()) or scheduler in ("wfbp", "usbyte", "dear")
     train_allreduce(workloads, endpoints, iterations, threaded=threaded, abort=abort)
     ref = reference_parameters(cfg, digits, WORLD, iterations)
@@ -291,7 +293,7 @@ def test_bad_configuration_is_named(digits):
         WorkloadConfig(batch_size=0)
     with pytest.raises(ValueError, match="workload.batch_size: a global batch of 4000"):
         TorchWorkload(WorkloadConfig(batch_size=1000), rank=0, world=4, data=digits)
-    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of zero, rescale, stale, local"):
+    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of local, rescale, stale, zero"):
         TorchWorkload(WorkloadConfig(), fill="mean", data=digits)
     with pytest.raises(ValueError, match=r"workload.optimizer: unknown key \(known: model, dataset"):
         WorkloadConfig(optimizer="adam")

@@ -509,7 +509,7 @@ def test_retransmissions_are_protected_on_the_wire():
     """Requested packets are needed to finish within budget: they go out as RETX with drop
     precedence 0 (PROTECTED, DSCP without drop precedence) so switches do not early-drop them again."""
     from dlcp.transport.core.outputs import Round
-    from dlcp.transport.udpio import plan_for
+    from dlcp.transport.udpio import send_vectors
     from dlcp.wire import header as H
     from dlcp.wire.chunking import MessageId, packetize
     from dlcp.wire.tagging import Tags
@@ -524,8 +524,8 @@ def test_retransmissions_are_protected_on_the_wire():
     batch = packetize(np.zeros(n * 350, np.float32), MessageId(msg_id=7), tags)
     dest = np.zeros(16, np.uint8)
     order = np.arange(n)
-    first = plan_for(Round((1, 0, 0, 7), 1, 1, batch, order, order, retx=False, ecn=False), dest)
-    again = plan_for(Round((1, 0, 0, 7), 1, 2, batch, order, order, retx=True, ecn=False), dest)
+    first = send_vectors(Round((1, 0, 0, 7), 1, 1, batch, order, order, retx=False, ecn=False), dest)
+    again = send_vectors(Round((1, 0, 0, 7), 1, 2, batch, order, order, retx=True, ecn=False), dest)
     assert [H.unpack_from(r).drop_prec for r in first.rows] == [0, 1, 2, 3]
     for row, tos in zip(again.rows, again.tos):
         h = H.unpack_from(row)

@@ -38,15 +38,21 @@ spread over its uplinks (at most ceil(flows / spines) per uplink) instead of all
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
+from dlcp.comm.plans.collective import CollectiveEntry, StepPlan, register_collective, spec_for, worker_hosts
 from dlcp.comm.plans.paths import PlanError, Router, locality_order, rank_hosts
 from dlcp.comm.plans.ring import ring_steps
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
 from dlcp.network.topology import TopologySpec
+from dlcp.settings import BadValue, Settings
+from dlcp.wire.control_frames import PS_RANK
 
 
 def prime_factors(n: int) -> list[int]:
@@ -63,12 +69,12 @@ def prime_factors(n: int) -> list[int]:
 
 def rounds_to_average(workers: int, group: int) -> tuple[int, bool]:
     """(rounds our rule needs for the exact average, whether all its groups have `group` members)."""
-    plan = dssync_plan(workers, group)
+    plan = dssync_groups(workers, group)
     return plan.period, plan.exact_equal_groups
 
 
 @dataclass
-class DsSyncPlan:
+class DsSyncGroups:
     workers: int
     group: int
     order: tuple[int, ...]  # position -> rank
@@ -86,9 +92,9 @@ class DsSyncPlan:
         return self.iterations[iteration % self.period]
 
 
-def dssync_plan(workers: int, group: int, order: list[int] | None = None) -> DsSyncPlan:
+def dssync_groups(workers: int, group: int, order: Sequence[int] | None = None) -> DsSyncGroups:
     """The groups per iteration for `workers` in groups of `group`; `order` maps positions to
-    ranks (default identity; topology_plan passes the locality order)."""
+    ranks (default identity; topology_groups passes the locality order)."""
     if not isinstance(workers, int) or workers < 2:
         raise PlanError(f"dssync.workers: need an integer >= 2, got {workers!r}")
     if not isinstance(group, int) or not 2 <= group <= workers or workers % group:
@@ -108,7 +114,7 @@ def dssync_plan(workers: int, group: int, order: list[int] | None = None) -> DsS
     for bin_ in _first_fit(sorted(leftover, key=lambda i: -radices[i]), radices, group):
         digit_sets.append(tuple(sorted(bin_)))
     iterations = [_groups(radices, ds, order) for ds in digit_sets]
-    return DsSyncPlan(workers, group, order, radices, digit_sets, iterations, not leftover)
+    return DsSyncGroups(workers, group, order, radices, digit_sets, iterations, not leftover)
 
 
 def _first_fit(digits: list[int], radices, cap: int) -> list[list[int]]:
@@ -136,24 +142,24 @@ def _groups(radices, digit_set, order) -> list[list[int]]:
     return sorted(by_key.values(), key=lambda g: g[0])
 
 
-def topology_plan(spec: TopologySpec, group: int, hosts: list[str] | None = None) -> DsSyncPlan:
+def topology_groups(spec: TopologySpec, group: int, hosts: list[str] | None = None) -> DsSyncGroups:
     """DS-Sync groups over the topology's workers, positions in locality order (edge switch first)."""
     hosts = list(hosts or rank_hosts(spec))
-    return dssync_plan(len(hosts), group, locality_order(spec, hosts))
+    return dssync_groups(len(hosts), group, locality_order(spec, hosts))
 
 
-def average_rounds(values: list[np.ndarray], plan: DsSyncPlan, rounds: int | None = None) -> list[np.ndarray]:
+def average_rounds(values: list[np.ndarray], plan: DsSyncGroups, rounds: int | None = None) -> list[np.ndarray]:
     """Every worker's values after `rounds` iterations of group averaging (default: one period)."""
     out = [np.array(v, dtype=np.float64) for v in values]
     for k in range(plan.period if rounds is None else rounds):
         for g in plan.groups(k):
-            mean = sum(out[r] for r in g) / len(g)
+            mean = np.mean([out[r] for r in g], axis=0)
             for r in g:
                 out[r] = mean.copy()
     return out
 
 
-def iteration_cost(plan: DsSyncPlan, iteration: int, message_bytes: float, alpha: float, beta: float) -> float:
+def iteration_cost(plan: DsSyncGroups, iteration: int, message_bytes: float, alpha: float, beta: float) -> float:
     """Alpha-beta seconds of one iteration's synchronisation without contention: the groups run
     side by side, each a ring all-reduce of the whole message over its g members,
     2 (g - 1) (alpha + M / g x beta); the largest group sets the time. Reaching the exact average
@@ -163,7 +169,7 @@ def iteration_cost(plan: DsSyncPlan, iteration: int, message_bytes: float, alpha
     return 2 * (g - 1) * (alpha + message_bytes / g * beta)
 
 
-def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: list[str] | None = None) -> Schedule:
+def round_schedule(spec: TopologySpec, plan: DsSyncGroups, iteration: int, hosts: list[str] | None = None) -> Schedule:
     """The ring all-reduces of one iteration's groups, run side by side (sums; divide by the
     group size for the average). Paths: balanced over all groups' flows (the same every step)."""
     hosts = list(hosts or rank_hosts(spec))
@@ -189,12 +195,12 @@ def round_schedule(spec: TopologySpec, plan: DsSyncPlan, iteration: int, hosts: 
 def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dict:
     """What `dlcp schedule --collective dssync --workers N --group s` prints."""
     if spec is None:
-        plan = dssync_plan(workers, group)
+        plan = dssync_groups(workers, group)
     else:
         hosts = rank_hosts(spec)
         if len(hosts) != workers:
             raise PlanError(f"dssync.workers: {workers}, but the topology has {len(hosts)} ranks")
-        plan = topology_plan(spec, group, hosts)
+        plan = topology_groups(spec, group, hosts)
     return {
         "collective": "dssync",
         "workers": workers,
@@ -207,3 +213,72 @@ def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dic
         "iterations": plan.iterations,
         "steps_per_phase": max(len(g) for it in plan.iterations for g in it) - 1,
     }
+
+
+class DsSyncRounds(StepPlan):
+    """DS-Sync's plan: iteration k runs the group rings of round k mod period."""
+
+    collective = "dssync"
+
+    def __init__(self, pattern: DsSyncGroups, spec: TopologySpec | None = None):
+        super().__init__(pattern.workers)
+        self.pattern = pattern
+        self.spec = spec_for(pattern.workers, spec)
+        self.period = pattern.period
+        hosts = worker_hosts(self.spec, pattern.workers)
+        self._rounds = [round_schedule(self.spec, pattern, k, hosts) for k in range(pattern.period)]
+        self._group_of = [{r: len(g) for g in pattern.groups(k) for r in g} for k in range(pattern.period)]
+
+    def schedule(self, iteration: int) -> Schedule:
+        return self._rounds[iteration % self.period]
+
+    def groups(self, iteration: int) -> list[list[int]]:
+        return self.pattern.groups(iteration)
+
+    def group_size(self, iteration: int, rank: int) -> int:
+        return self._group_of[iteration % self.period][rank]
+
+
+def dssync_rounds(workers: int, group: int, spec: TopologySpec | None = None) -> DsSyncRounds:
+    """The plan of `workers` ranks in groups of `group` on `spec` (None: a star)."""
+    spec = spec_for(workers, spec)
+    return DsSyncRounds(topology_groups(spec, group, rank_hosts(spec)[:workers]), spec)
+
+
+class DsSyncOptions(Settings):
+    group: int = Field(2, ge=2, le=PS_RANK - 1, description="dssync: workers per group (divides workload.workers)")
+    average: Literal["parameters", "gradients"] = Field(
+        "parameters",
+        description="dssync: local SGD step then parameter average in the group (the paper's), or "
+        "the group's mean gradient",
+    )
+
+
+def _check(o: DsSyncOptions, scheduler: str, workers: int | None) -> None:
+    if o.average == "parameters" and scheduler != "wfbp":
+        raise BadValue(
+            "scheduler",
+            f"{scheduler!r} schedules gradient all-reduces, but dssync.average = "
+            "'parameters' averages parameters after the local step: use 'wfbp', or "
+            "dssync.average = 'gradients'",
+        )
+    if workers is not None and workers % o.group:
+        raise BadValue("dssync.group", f"{o.group} does not divide workload.workers = {workers}")
+
+
+register_collective(
+    CollectiveEntry(
+        name="dssync",
+        description="DS-Sync: groups of workers average together, regrouped each iteration until the exact average",
+        options=DsSyncOptions,
+        plan=lambda o, workers, spec: dssync_rounds(workers, o.group, spec),
+        describe=lambda o, workers, spec: plan_json(workers, o.group, spec),
+        check=_check,
+        summary=lambda d: [
+            f"dssync: {d['workers']} workers in groups of {d['group']}: exact average after "
+            f"{d['rounds_to_average']} iterations; {d['steps_per_phase']} steps per phase"
+        ],
+        averages_parameters=lambda o: o.average == "parameters",
+        resyncs=False,  # replicas differ by design until a period completes
+    )
+)

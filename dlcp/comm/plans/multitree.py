@@ -38,11 +38,23 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal, get_args
 
+from pydantic import Field
+
+from dlcp.comm.plans.collective import (
+    CollectiveEntry,
+    FixedSchedule,
+    register_collective,
+    spec_for,
+    steps_line,
+    worker_hosts,
+)
 from dlcp.comm.plans.paths import PlanError, Router, links_of, rank_hosts
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
 from dlcp.network.topology import TopologySpec
+from dlcp.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,8 @@ class Trees:
         return max(depth.values())
 
 
-PATH_MODES = ("spray", "pinned")
+PathMode = Literal["spray", "pinned"]
+PATH_MODES = get_args(PathMode)
 
 
 def build_trees(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None, paths: str = "spray") -> Trees:
@@ -128,8 +141,9 @@ class _StepBudget:
         """A path src -> dst that fits, its capacity taken; None if none fits."""
         if self.pinned.get((src, self.router.spec.hosts[src].switch), 0) < 1:
             return None
+        sprayed = self.sprayed if self.sprayed is not None else {}  # no spraying: no shares to take
         shares = self.router.spray_shares(src, dst) if self.sprayed is not None else {}
-        if any(self.sprayed[ln] < f - 1e-9 for ln, f in shares.items()):
+        if any(sprayed[ln] < f - 1e-9 for ln, f in shares.items()):
             return None
         path = self.router.free_path(src, dst, self.pinned)
         if path is None:
@@ -137,7 +151,7 @@ class _StepBudget:
         for ln in links_of(path):
             self.pinned[ln] -= 1
         for ln, f in shares.items():
-            self.sprayed[ln] -= f
+            sprayed[ln] -= f
         return path
 
 
@@ -185,3 +199,34 @@ def plan_json(spec: TopologySpec, kary: int = 2, hosts: list[str] | None = None,
         "tree_height": {str(r): trees.height(r) for r in trees.edges},
         "steps_per_phase": trees.steps,
     }
+
+
+def multitree_plan(
+    workers: int, spec: TopologySpec | None = None, kary: int = 2, paths: str = "spray"
+) -> FixedSchedule:
+    spec = spec_for(workers, spec)
+    return FixedSchedule("multitree", multitree_schedule(spec, kary, worker_hosts(spec, workers), paths))
+
+
+class MultiTreeOptions(Settings):
+    kary: int = Field(2, ge=2, le=16, description="multitree: a parent gains up to kary-1 children per tree and step")
+    paths: PathMode = Field(
+        "spray",
+        description="multitree: links allocated so the schedule holds when sprayed too, or on pinned paths only",
+    )
+
+
+register_collective(
+    CollectiveEntry(
+        name="multitree",
+        description="MultiTree (Huang et al., ISCA'21): a spanning tree per root, links shared out step by step",
+        options=MultiTreeOptions,
+        plan=lambda o, workers, spec: multitree_plan(workers, spec, o.kary, o.paths),
+        describe=lambda o, workers, spec: plan_json(spec_for(workers, spec), o.kary, paths=o.paths),
+        summary=lambda d: [
+            *steps_line(d),
+            f"{len(d['trees'])} trees, heights {min(d['tree_height'].values())}..{max(d['tree_height'].values())}, "
+            f"kary {d['kary']}",
+        ],
+    )
+)

@@ -172,6 +172,7 @@ class Router:
                 )
                 if best_key is None or key < best_key:
                     best, best_key = p, key
+            assert best is not None  # paths() raises PlanError rather than return none
             for ln in links_of(best):
                 load[ln] += 1
             out.append(best)

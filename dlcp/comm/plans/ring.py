@@ -1,4 +1,5 @@
-"""Ring all-reduce as a step schedule: the order dlcp.comm.collectives.RingAllReduce runs today.
+"""Ring all-reduce as a step schedule, and its registration as the collective `ring` (the default;
+the schedulers plan with the analytic ring cost of CostModel.from_link).
 
 P ranks, P chunks, the ranks in a ring order m_0 .. m_{P-1}. Reduce-scatter step s (0..P-2): the
 rank at position i sends chunk (i - s) mod P to the next position, which adds it to its own.
@@ -19,10 +20,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
+from dlcp.comm.plans.collective import CollectiveEntry, FixedSchedule, register_collective, spec_for, worker_hosts
 from dlcp.comm.plans.paths import Router, locality_order, rank_hosts
 from dlcp.comm.plans.schedule import Schedule, Transfer
 from dlcp.comm.plans.topology_arg import topology_label
 from dlcp.network.topology import TopologySpec
+from dlcp.settings import Settings
 
 
 def ring_steps(members: list[int]) -> list[list[tuple[int, int, int, str]]]:
@@ -76,3 +81,28 @@ def plan_json(spec: TopologySpec, hosts: list[str] | None = None, order: RingOrd
         "paths": {f"{t.src}->{t.dst}": list(t.path) for t in first},
         "steps_per_phase": sched.steps_per_phase,
     }
+
+
+def ring_plan(workers: int, spec: TopologySpec | None = None, order: RingOrder = "rank") -> FixedSchedule:
+    spec = spec_for(workers, spec)
+    return FixedSchedule("ring", ring_schedule(spec, worker_hosts(spec, workers), order))
+
+
+class RingOptions(Settings):
+    order: RingOrder = Field(
+        "rank",
+        description="ring: ranks 0..P-1 in rank order (interleaved across edge switches), or grouped "
+        "by edge switch so the ring crosses the fabric once per switch (NCCL's topology-aware ring)",
+    )
+
+
+register_collective(
+    CollectiveEntry(
+        name="ring",
+        description="ring all-reduce: reduce-scatter then all-gather, P-1 steps each, to the next rank",
+        options=RingOptions,
+        plan=lambda o, workers, spec: ring_plan(workers, spec, o.order),
+        describe=lambda o, workers, spec: plan_json(spec_for(workers, spec), order=o.order),
+        link_cost=True,
+    )
+)

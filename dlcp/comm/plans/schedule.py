@@ -12,6 +12,7 @@ prices a schedule. execute.py runs one on numbers.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,7 +72,7 @@ class Schedule:
 
 
 def chunk_bounds(n_values: int, chunks: int) -> np.ndarray:
-    """Value boundaries of `chunks` equal cuts of n values (dlcp.comm.collectives.RingAllReduce's cut)."""
+    """Value boundaries of `chunks` equal cuts of n values (dlcp.comm.transport_communicator.RingAllReduce's cut)."""
     return np.linspace(0, n_values, chunks + 1).astype(np.int64)
 
 
@@ -99,15 +100,15 @@ def link_loads(schedule: Schedule) -> list[Counter]:
     return [Counter(ln for t in step for ln in t.links) for step in schedule.steps]
 
 
-def spray_loads(schedule: Schedule, router: Router) -> list[Counter]:
+def spray_loads(schedule: Schedule, router: Router) -> list[dict[Link, float]]:
     """Chunks each directed link carries per step when switches spray every transfer over all its
     equal-cost members (fractions), instead of following the transfer's own path."""
     out = []
     for step in schedule.steps:
-        load: Counter = Counter()
+        load: dict[Link, float] = {}  # fractions: not a Counter (whose counts are int)
         for t in step:
             for ln, f in router.spray_shares(t.path[0], t.path[-1]).items():
-                load[ln] += f
+                load[ln] = load.get(ln, 0.0) + f
         out.append(load)
     return out
 
@@ -122,8 +123,8 @@ def link_conflicts(schedule: Schedule, spec: TopologySpec, spray: bool = False) 
     limit), whatever path it names; loads may then be fractions."""
     router = Router(spec)
     check_paths(schedule, spec, router)
-    loads = spray_loads(schedule, router) if spray else link_loads(schedule)
-    out = []
+    loads: Sequence[Mapping[Link, float]] = spray_loads(schedule, router) if spray else link_loads(schedule)
+    out: list[tuple[int, Link, float, int]] = []
     for s, load in enumerate(loads):
         for ln, n in sorted(load.items()):
             if n > router.capacity[ln] + 1e-9:
@@ -151,10 +152,10 @@ def alpha_beta_cost(
         if router is None:
             worst = max(size.values())
         else:
-            per_link: Counter = Counter()
+            per_link: dict[Link, float] = {}
             for t in step:
                 for ln in t.links:
-                    per_link[ln] += size[t]
+                    per_link[ln] = per_link.get(ln, 0.0) + size[t]
             worst = max(b / router.capacity[ln] for ln, b in per_link.items())
         total += alpha + worst * beta
     return total

@@ -11,13 +11,16 @@ bytescheduler/common/bytecore.py, bytetask.py, pytorch/horovod_task.py; seeds-br
 
 Defaults are bytecore's: partition 1,000,000 and credit 4,000,000 parameters, i.e. 4 MB and 16 MB of
 fp32. ByteScheduler auto-tunes the credit by Bayesian optimisation at run time; here both knobs
-are plain options (`dlcp.comm.plan.tune` grid-searches them under the model).
+are plain options (`dlcp.comm.prediction.tune` grid-searches them under the model).
 """
 
 from __future__ import annotations
 
-from dlcp.comm.schedulers.base import Segment
+from pydantic import Field, model_validator
+
+from dlcp.comm.schedulers.base import Segment, register_scheduler
 from dlcp.comm.schedulers.credit import CreditExecutor
+from dlcp.settings import BadValue, Settings
 from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 DEFAULT_PARTITION_BYTES = 1_000_000 * BYTES_PER_ELEMENT
@@ -36,9 +39,28 @@ def partition_tensor(tensor: int, size: int, partition_elems: int) -> list[Segme
     return out
 
 
-class ByteScheduler(CreditExecutor):
-    name = "bytescheduler"
+class ByteSchedulerOptions(Settings):
+    partition_bytes: int = Field(DEFAULT_PARTITION_BYTES, ge=4, description="bytescheduler: partition size")
+    credit_bytes: int = Field(
+        DEFAULT_CREDIT_BYTES, ge=4, description="bytescheduler: bytes in flight (>= the largest partition)"
+    )
 
+    @model_validator(mode="after")
+    def _credit_holds_a_partition(self):
+        if self.credit_bytes < self.partition_bytes:
+            raise BadValue(
+                "credit_bytes",
+                f"{self.credit_bytes} is below partition_bytes {self.partition_bytes} (the queue could never drain)",
+            )
+        return self
+
+
+@register_scheduler(
+    "bytescheduler",
+    "ByteScheduler (Peng et al., SOSP'19): partitions, input side first, under a credit of bytes in flight",
+    ByteSchedulerOptions,
+)
+class ByteScheduler(CreditExecutor):
     def __init__(
         self,
         profile,

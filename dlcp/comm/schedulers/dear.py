@@ -15,12 +15,15 @@ backward and an all-gather that overlaps the next forward, with tensor fusion
 Costs: each of reduce-scatter and all-gather is half an all-reduce of the group's full buffer
 (costmodel.py). DeAR pads each buffer to a multiple of P (and by P more when it already is one);
 that is at most P elements per group and is not modelled. DeAR tunes the threshold by Bayesian
-optimisation (10 trials in [1, 100] MB); `dlcp.comm.plan.tune` grid-searches it under the model.
+optimisation (10 trials in [1, 100] MB); `dlcp.comm.prediction.tune` grid-searches it under the model.
 """
 
 from __future__ import annotations
 
-from dlcp.comm.schedulers.base import Op, Scheduler
+from pydantic import Field
+
+from dlcp.comm.schedulers.base import Op, Scheduler, register_scheduler
+from dlcp.settings import Settings
 from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 MB = 1 << 20
@@ -28,7 +31,9 @@ DEFAULT_THRESHOLD_BYTES = 25 * MB
 
 
 def fusion_groups(sizes, threshold_bytes: int) -> list[list[int]]:
-    groups, group, total = [], [], 0
+    groups: list[list[int]] = []
+    group: list[int] = []
+    total = 0
     for t, n in enumerate(sizes):
         nbytes = BYTES_PER_ELEMENT * n
         if not group or total + nbytes < threshold_bytes:
@@ -50,9 +55,16 @@ class _IterationState:
         self.reached = [False] * len(groups)  # next forward reached the group's first tensor
 
 
-class DeAR(Scheduler):
-    name = "dear"
+class DeAROptions(Settings):
+    threshold_bytes: int = Field(DEFAULT_THRESHOLD_BYTES, ge=0, description="dear: fusion buffer size (0 = no fusion)")
 
+
+@register_scheduler(
+    "dear",
+    "DeAR (Zhang et al., ICDCS'23): reduce-scatter in the backward, all-gather in the next forward, fused",
+    DeAROptions,
+)
+class DeAR(Scheduler):
     def __init__(self, profile, cost=None, workers=None, threshold_bytes: int = DEFAULT_THRESHOLD_BYTES):
         if isinstance(threshold_bytes, bool) or not isinstance(threshold_bytes, int) or threshold_bytes < 0:
             raise ValueError(f"dear: threshold_bytes must be an integer >= 0, got {threshold_bytes!r}")

@@ -22,13 +22,17 @@ It is available as `small_merge_elems=8192` (default 0 = off) to reproduce DeAR'
 
 from __future__ import annotations
 
+from pydantic import Field
+
+from dlcp.comm.schedulers.base import register_scheduler
 from dlcp.comm.schedulers.grouped import GroupedAllReduce
 from dlcp.comm.timeline import ready_times
+from dlcp.settings import Settings
 
 DEAR_SMALL_MERGE_ELEMS = 8192
 
 
-def mgwfbp_plan(sizes, backward_s, cost, small_merge_elems: int = 0):
+def mgwfbp_groups(sizes, backward_s, cost, small_merge_elems: int = 0):
     """(groups in forward order, per-boundary decisions, predicted end of communication after the
     backward start). decisions[l] for l = 1..L-1 says whether tensor l's group merged into l-1
     and by which rule: "not_started", "within_alpha", "small" or None (closed)."""
@@ -71,13 +75,25 @@ def mgwfbp_plan(sizes, backward_s, cost, small_merge_elems: int = 0):
     return sorted(sorted(g) for g in groups), decisions, comm_end
 
 
-class MGWFBP(GroupedAllReduce):
-    name = "mgwfbp"
+class MGWFBPOptions(Settings):
+    small_merge_elems: int = Field(
+        0,
+        ge=0,
+        description="mgwfbp: also merge groups below this many elements "
+        "(DeAR's copy: 8192; 0 = the authors' rule only)",
+    )
 
+
+@register_scheduler(
+    "mgwfbp",
+    "MG-WFBP (Shi et al., INFOCOM'19): merges consecutive gradients where waiting costs less than a start-up",
+    MGWFBPOptions,
+)
+class MGWFBP(GroupedAllReduce):
     def __init__(self, profile, cost, workers=None, small_merge_elems: int = 0):
         if isinstance(small_merge_elems, bool) or not isinstance(small_merge_elems, int) or small_merge_elems < 0:
             raise ValueError(f"mgwfbp: small_merge_elems must be an integer >= 0, got {small_merge_elems!r}")
-        groups, self.decisions, comm_end = mgwfbp_plan(profile.sizes, profile.backward_s, cost, small_merge_elems)
+        groups, self.decisions, comm_end = mgwfbp_groups(profile.sizes, profile.backward_s, cost, small_merge_elems)
         super().__init__(profile.sizes, groups)
         self.small_merge_elems = small_merge_elems
         # MG-WFBP's own model: forward waits for the last all-reduce (the one holding tensor 0)

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlcp.comm.schedulers.base import register_scheduler
 from dlcp.comm.schedulers.grouped import GroupedAllReduce
 from dlcp.comm.timeline import ready_times
 
 
-def oasr_plan(sizes, backward_s, cost):
+def oasr_groups(sizes, backward_s, cost):
     """(groups in forward order, predicted end of communication after the backward start)."""
     L = len(sizes)
     r = np.asarray(ready_times(backward_s))
@@ -46,12 +47,12 @@ def oasr_plan(sizes, backward_s, cost):
     return groups, float(F[0])
 
 
+@register_scheduler("oasr", "OASR-WFBP (reconstructed): the contiguous merge with the earliest end of communication")
 class OASRWFBP(GroupedAllReduce):
-    name = "oasr"
     label = "OASR-WFBP (reconstructed)"
 
     def __init__(self, profile, cost, workers=None):
-        groups, comm_end = oasr_plan(profile.sizes, profile.backward_s, cost)
+        groups, comm_end = oasr_groups(profile.sizes, profile.backward_s, cost)
         super().__init__(profile.sizes, groups)
         self.model_iteration_s = comm_end + sum(profile.forward_s)
 

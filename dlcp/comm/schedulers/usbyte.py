@@ -21,9 +21,10 @@ would end if it carried all of l (tau), find k with r[k] < tau <= r[k-1] (k = 0 
 to priority position k (tensors k..l-1 shift one down) and keep that if the predicted iteration
 time drops, then continue from k-1.
 
-Execution: each block is released, when its tensor is ready, in plan order (its slot index is its
-priority), through ByteScheduler's credit loop. With the default credit `None` (one block in
-flight) the execution under the timeline is exactly the plan.
+Execution: each block is released, when its tensor is ready, in the send order Algorithm 3 chose
+(its slot index is its priority), through ByteScheduler's credit loop. With the default credit
+`None` (one block in flight) the execution under the timeline is exactly what the algorithms
+predicted.
 
 Departures from the authors' code, which we read as bugs (see docs/schedulers.md): growing the
 previous block recomputes it from its start with its units given back first (the code overwrites
@@ -38,9 +39,12 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from dlcp.comm.schedulers.base import Segment
+from pydantic import Field
+
+from dlcp.comm.schedulers.base import Segment, register_scheduler
 from dlcp.comm.schedulers.credit import CreditExecutor
 from dlcp.comm.timeline import ready_times
+from dlcp.settings import Settings
 from dlcp.workloads.profile import BYTES_PER_ELEMENT
 
 DEFAULT_UNIT_ELEMS = 1_000_000  # BYTESCHEDULER_PARTITION default
@@ -132,7 +136,7 @@ def _promote(prio, l, k):
     return out
 
 
-def usbyte_plan(sizes, backward_s, forward_s, cost, unit: int = DEFAULT_UNIT_ELEMS):
+def usbyte_blocks(sizes, backward_s, forward_s, cost, unit: int = DEFAULT_UNIT_ELEMS):
     """Algorithm 3 around 1 and 2: (blocks in send order, priority vector, predicted iteration s)."""
     L = len(sizes)
     r = ready_times(backward_s)
@@ -155,22 +159,32 @@ def usbyte_plan(sizes, backward_s, forward_s, cost, unit: int = DEFAULT_UNIT_ELE
     return blocks, prio, best
 
 
-class USByte(CreditExecutor):
-    name = "usbyte"
+class USByteOptions(Settings):
+    unit_elems: int = Field(DEFAULT_UNIT_ELEMS, ge=1, description="usbyte: block unit S_p in elements")
+    credit_bytes: int = Field(0, ge=0, description="usbyte: bytes in flight; 0 = one block at a time (as planned)")
 
+
+@register_scheduler(
+    "usbyte",
+    "US-Byte (Gao et al., TPDS'24): unequal-sized blocks in a global send order from a two-phase model",
+    USByteOptions,
+)
+class USByte(CreditExecutor):
     def __init__(
         self, profile, cost, workers=None, unit_elems: int = DEFAULT_UNIT_ELEMS, credit_bytes: int | None = None
     ):
         if isinstance(unit_elems, bool) or not isinstance(unit_elems, int) or unit_elems < 1:
             raise ValueError(f"usbyte: unit_elems must be an integer >= 1, got {unit_elems!r}")
-        plan, self.priorities, self.model_iteration_s = usbyte_plan(
+        blocks, self.priorities, self.model_iteration_s = usbyte_blocks(
             profile.sizes, profile.backward_s, profile.forward_s, cost, unit_elems
         )
-        self.plan = plan
+        self.ordered_blocks = blocks
         self.unit_elems = unit_elems
-        per_tensor = [[] for _ in profile.sizes]
-        for slot, b in enumerate(plan):
+        per_tensor: list[list[tuple[tuple[int, ...], Segment]]] = [[] for _ in profile.sizes]
+        for slot, b in enumerate(blocks):
             per_tensor[b.tensor].append(((slot,), Segment(b.tensor, b.start, b.stop)))
+        if type(credit_bytes) is int and credit_bytes == 0:
+            credit_bytes = None  # 0 = one block in flight ([comm.usbyte] credit_bytes)
         super().__init__(profile.sizes, per_tensor, credit_bytes)
 
     def priority_of(self, key, seg):
@@ -182,6 +196,6 @@ class USByte(CreditExecutor):
             "unit_elems": self.unit_elems,
             "credit_bytes": self.credit_bytes,
             "priority_vector": list(self.priorities),
-            "backward_blocks": sum(b.phase == "backward" for b in self.plan),
-            "partitions": [[b.tensor, b.start, b.stop] for b in self.plan],
+            "backward_blocks": sum(b.phase == "backward" for b in self.ordered_blocks),
+            "partitions": [[b.tensor, b.start, b.stop] for b in self.ordered_blocks],
         }

@@ -3,12 +3,13 @@ control frame, hand a finished message to its caller. Plain data; the core never
 
 A round's packets are described once (`Round`: the message's PacketBatch and the packets in wire
 order) and handed out in slices (`DataSend`: packets `start..stop` of `round.wire`) as the window
-and pacing allow, so a driver can build its vectorised send plan once per round.
+and pacing allow, so a driver can build its send vectors once per round.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +32,17 @@ class Round:
     `order`: every packet of the round (seq numbers, in sending order); `wire`: those that really go
     on the wire (the same array unless the test knob `inject_loss` skips some); `retx`: a
     retransmission round (type RETX, drop precedence 0, PROTECTED); `ecn`: ECN-capable (ECT(0)).
-    `taken` counts the packets of `wire` already handed out. `plan` belongs to the driver (a send
-    plan built for this round); the core never reads it.
+    `taken` counts the packets of `wire` already handed out. `prepared` belongs to the driver (what it
+    builds once per round to send its packets: send vectors, header rows).
     """
 
-    __slots__ = ("batch", "dst", "ecn", "key", "number", "order", "plan", "retx", "taken", "wire")
+    __slots__ = ("batch", "dst", "ecn", "key", "number", "order", "prepared", "retx", "taken", "wire")
 
     def __init__(self, key, dst: int, number: int, batch, order: np.ndarray, wire: np.ndarray, retx: bool, ecn: bool):
         self.key, self.dst, self.number, self.batch = key, dst, number, batch
         self.order, self.wire, self.retx, self.ecn = order, wire, retx, ecn
         self.taken = 0
-        self.plan = None
+        self.prepared: Any = None  # the driver's: its SendVectors, or (rows, tos) for data_datagrams
 
     def header_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The header of every packet of `wire` (a copy, in wire order) and its IPv4 TOS byte.
@@ -73,12 +74,12 @@ class DataSend:
 
 def data_datagrams(tx: DataSend):
     """Each packet of `tx` as (UDP payload, IPv4 TOS), in order: header, an empty telemetry block
-    when the batch carries one, values. Builds the round's send plan the first time (`Round.plan`).
+    when the batch carries one, values. Builds the round's header rows the first time (`Round.prepared`).
     For drivers that hand a datagram over as bytes (the virtual-time and ns-3 drivers)."""
     rnd = tx.round
-    if rnd.plan is None:
-        rnd.plan = rnd.header_rows()
-    rows, tos = rnd.plan
+    if rnd.prepared is None:
+        rnd.prepared = rnd.header_rows()
+    rows, tos = rnd.prepared
     batch = rnd.batch
     vpp = batch.values_per_pkt
     tel = bytes(TELEMETRY_LEN) if batch.telemetry else b""

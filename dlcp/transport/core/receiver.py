@@ -46,7 +46,7 @@ from dlcp.transport.api import RecvResult, TransportConfig, key_text
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import FrameSend, RecvDone
 from dlcp.transport.core.waits import WaitHistogram
-from dlcp.transport.records import message_row, packet_chunk
+from dlcp.transport.record_rows import message_row, packet_chunk
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     ECN_CE,
@@ -113,7 +113,7 @@ class _Rx:
         self.key = key
         self.n_pkts = n_pkts
         self.buf = np.zeros(n_pkts * values_per_pkt, dtype=np.float32)
-        self.bytes = memoryview(self.buf).cast("B")
+        self.bytes = self.buf.data.cast("B")
         self.received = bytearray(n_pkts)
         self.n_received = 0
         self.retx = 0
@@ -188,7 +188,7 @@ class ReceiverCore:
         self._rx: dict = {}
         self._finished: dict = {}  # key -> STOP frame: answers a FORCE_STOP or re-probe that crossed it
         self._iter_loss: dict = {}  # (src, iter) -> [packets accepted, packets lost]
-        self._current_iter = None
+        self._current_iter: int | None = None
         self._pending: set = set()  # keys with a PROBE waiting for its quiet time or DESCRIBE
         self._sources: dict[int, _Source] = {}
         self._fb_due: set = set()  # sources with a delayed FEEDBACK
@@ -198,7 +198,7 @@ class ReceiverCore:
         self._out: list = []
         self.rows: list[dict] = []
         self.packet_chunks: list[dict] = []
-        self.totals = collections.Counter()
+        self.totals: collections.Counter[str] = collections.Counter()
         self.drops = DropCounts()
         self.socket_wait = WaitHistogram()  # data datagrams' wait in the socket buffer (wall clock)
 
@@ -492,6 +492,7 @@ class ReceiverCore:
         """Answer the pending PROBE of `st` (its DESCRIBE is in): STOP or BITMAP."""
         self._pending.discard(st.key)
         desc = st.desc
+        assert desc is not None  # answered only once the DESCRIBE is in
         recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
         missing = ~recvd
         n_missing = int(missing.sum())
@@ -537,6 +538,7 @@ class ReceiverCore:
 
     def _finish(self, st: _Rx, forced: bool, now: float) -> None:
         desc = st.desc
+        assert desc is not None  # finished only once the DESCRIBE is in
         recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
         lost = int(st.n_pkts - st.n_received)
         prot_lost = int((~recvd & (desc.drop_prec == 0)).sum())

@@ -37,7 +37,7 @@ from dlcp.transport.core.congestion import HORIZON_FLOOR_S, DctcpWindow, Unlimit
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, Round, SendDone
 from dlcp.transport.core.receiver import FEEDBACK_DELAY_S
-from dlcp.transport.records import message_row, packet_chunk
+from dlcp.transport.record_rows import message_row, packet_chunk
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     HEADER_LEN,
@@ -103,13 +103,13 @@ class _Msg:
         self.budget_ppm = round(budget * C.PPM)
         self.rounds = 0  # PROBE rounds so far: 1 + retransmission rounds
         self.retx_pkts = 0
-        self.start_us = None  # wall-clock microseconds of the DESCRIBE (the message's first packet)
-        self.deadline = None  # set at the first PROBE
+        self.start_us: int | None = None  # wall-clock microseconds of the DESCRIBE (the message's first packet)
+        self.deadline: float | None = None  # set at the first PROBE
         self.state = "queued"  # queued -> sending -> probing -> (retx -> probing)* -> forcing -> done
         self.missing = self.n_pkts  # as last reported by the receiver
         self.prot_missing = int((self.dp == 0).sum())
-        self.pkt_send_us = None  # per-packet records only
-        self.pkt_retx = None
+        self.pkt_send_us: np.ndarray | None = None  # per-packet records only
+        self.pkt_retx: np.ndarray | None = None
         first = unpack_from(batch.headers[0].tobytes())
         first.layer_id = info.layer_first & 0xFFFF
         self.probe_head = probe_header(first, 0)  # prio set per round
@@ -120,7 +120,7 @@ class _Msg:
         self.probe_due = math.inf  # when the current round is probed again
         self.probes = 0  # PROBE packets sent, re-probes included
         self.described = False
-        self.sent_at = None  # per packet: when it last left (round-trip samples from FEEDBACK)
+        self.sent_at: np.ndarray | None = None  # per packet: when it last left (round-trip samples from FEEDBACK)
 
 
 class SenderCore:
@@ -141,7 +141,7 @@ class SenderCore:
         self._out: list = []
         self.rows: list[dict] = []
         self.packet_chunks: list[dict] = []
-        self.totals = collections.Counter()
+        self.totals: collections.Counter[str] = collections.Counter()
         self.drops = DropCounts()
 
     # --- inputs --------------------------------------------------------------------------------
@@ -202,6 +202,7 @@ class SenderCore:
             self.count_drop("control.unexpected", f"BITMAP of round {msg.round} while in round {st.rounds}")
             return
         st.missing, st.prot_missing = msg.missing, msg.protected_missing
+        assert msg.requested is not None  # every BITMAP carries its map (decode and the receiver set it)
         requested = np.flatnonzero(msg.requested)
         if st.rounds > self.cfg.r_max or not len(requested):
             log.warning(

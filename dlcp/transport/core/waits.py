@@ -1,6 +1,6 @@
 """How long received datagrams waited in the host's socket buffer before the endpoint read them: the
 host's own receive backlog. A host that stands for a machine of its own reads within microseconds;
-waits of milliseconds mean the emulating machine was behind (dlcp/reporting/keepup.py judges it).
+waits of milliseconds mean the emulating machine was behind (dlcp/reporting/keepup_check.py judges it).
 
 Kept as a histogram of logarithmic bins (BINS_PER_OCTAVE per doubling from 1 us), so recording
 costs one log2 per datagram and the memory is fixed; percentiles are read off the bins' upper edges

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +39,15 @@ class Dataset:
     train_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
-    _make: object = None  # index array -> inputs, for datasets generated on demand
+    _make: Callable[[np.ndarray], torch.Tensor] | None = None  # inputs of datasets generated on demand
 
     def train_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-        x = self.train_x[idx] if self.train_x is not None else self._make(indices)
+        if self.train_x is not None:
+            x = self.train_x[idx]
+        else:
+            assert self._make is not None  # a dataset without train_x generates its inputs
+            x = self._make(indices)
         return x, self.train_y[idx]
 
 
@@ -117,12 +122,14 @@ class BatchSchedule:
             )
         self.n_train, self.global_batch, self.seed = n_train, global_batch, seed
         self.per_epoch = n_train // global_batch
-        self._epoch, self._perm = -1, None
+        self._epoch = -1
+        self._perm: np.ndarray | None = None
 
     def global_batch_indices(self, iteration: int) -> np.ndarray:
         epoch, k = divmod(iteration, self.per_epoch)
         if epoch != self._epoch:
             self._epoch, self._perm = epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n_train)
+        assert self._perm is not None  # drawn at the first call: iterations start at 0, epochs at -1
         return self._perm[k * self.global_batch : (k + 1) * self.global_batch]
 
     def shard(self, iteration: int, rank: int, world: int) -> np.ndarray:

@@ -8,6 +8,7 @@ one thread aborts the collective so the others stop waiting, and is re-raised.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 
@@ -59,7 +60,7 @@ def train_allreduce(
                 ep.submit(it, msg)
             w.apply_gradients(it, ep.wait(it))
 
-    _run_threads([lambda w=w, ep=ep: worker(w, ep) for w, ep in zip(workloads, endpoints)], abort)
+    _run_threads([functools.partial(worker, w, ep) for w, ep in zip(workloads, endpoints)], abort)
 
 
 def train_ps(
@@ -108,4 +109,4 @@ def train_ps(
         for it in range(iterations):
             serve(it)
 
-    _run_threads([ps] + [lambda w=w, c=c: worker(w, c) for w, c in zip(workloads, clients)], abort)
+    _run_threads([ps] + [functools.partial(worker, w, c) for w, c in zip(workloads, clients)], abort)

@@ -109,6 +109,7 @@ class ResNet20(nn.Module):
     def dlcp_layers(self):
         layers = [[self.stem.weight, *self.stem_norm.parameters()]]
         for block in self.blocks:
+            assert isinstance(block, BasicBlock)  # what __init__ put there (Sequential yields Modules)
             layers += block.dlcp_layers()
         return layers + [list(self.fc.parameters())]
 
@@ -128,10 +129,15 @@ def build_model(name: str, in_shape, n_classes: int, seed: int) -> nn.Module:
 
 def parameter_layers(model: nn.Module) -> list[list[nn.Parameter]]:
     """Layers of `model` (parameters grouped, input side first), every trainable parameter once."""
-    if hasattr(model, "dlcp_layers"):
-        layers = [list(group) for group in model.dlcp_layers()]
-    else:
-        layers = [list(m.parameters(recurse=False)) for m in model.modules()]
+    dlcp_layers = getattr(model, "dlcp_layers", None)  # a model may list its own layers
+    if dlcp_layers is not None:
+        layers = [list(group) for group in dlcp_layers()]
+    else:  # one layer per module owning parameters; a tied parameter belongs to its first owner
+        seen: set[int] = set()
+        layers = []
+        for m in model.modules():
+            layers.append([p for p in m.parameters(recurse=False) if id(p) not in seen])
+            seen.update(id(p) for p in layers[-1])
     layers = [[p for p in group if p.requires_grad] for group in layers]
     layers = [group for group in layers if group]
     listed = [id(p) for group in layers for p in group]

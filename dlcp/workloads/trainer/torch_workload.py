@@ -33,8 +33,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dlcp.workloads.compute_model import ParameterGate, ProfileCompute
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
-from dlcp.workloads.profiled import check_tensor_sizes, make_profile_compute, workload_profile
+from dlcp.workloads.profiled import is_fitted, make_profile_compute, profile_for_tensors, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.flat import FlatModel
@@ -128,8 +129,10 @@ class TorchWorkload:
         self.lost_values = 0
         for p in self.model.parameters():
             p.register_post_accumulate_grad_hook(self._on_gradient)
-        self.timer = self.gate = None
+        self.timer: ProfileCompute | None = None
+        self.gate: ParameterGate | None = None
         self._timed_forward = False
+        self.profile_fit: str | None = None  # "exact", or another model's profile "parameter fraction"
         profile = workload_profile(config)
         if profile is not None:
             self._time_with(profile)
@@ -137,7 +140,9 @@ class TorchWorkload:
     def _time_with(self, profile) -> None:
         """Time forward and backward with `profile` (see the module docstring)."""
         params = list(self.model.parameters())
-        check_tensor_sizes(profile, [p.numel() for p in params], self.config.model)
+        sizes = [p.numel() for p in params]
+        self.profile_fit = "parameter fraction" if is_fitted(profile, sizes) else "exact"
+        profile = profile_for_tensors(profile, sizes, self.config.model)
         index = {id(p): i for i, p in enumerate(params)}
         layers = parameter_layers(self.model)
         self.timer, self.gate = make_profile_compute(
@@ -152,17 +157,21 @@ class TorchWorkload:
 
     def _on_forward(self, layer: int) -> None:
         if self._timed_forward:  # not during evaluation
+            assert self.timer is not None  # forwards are timed only with one
             self.timer.forward(layer)
 
     def compute_stats(self) -> dict | None:
         """How well the machine kept up with the profile (None with real compute)."""
-        return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
+        if self.timer is None:
+            return None
+        return {"mode": "profile", "profile_fit": self.profile_fit, **self.timer.stats.as_dict()}
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
 
     def _on_gradient(self, p: torch.nn.Parameter) -> None:
         index, sl = self.flat.message_of[id(p)]
+        assert p.grad is not None  # a post-accumulate-grad hook runs once the gradient is in
         self.flat.messages[index].send[sl].copy_(p.grad.reshape(-1))
         p.grad = None  # the copy is what travels; nothing accumulates into the next iteration
         if self._readiness is not None:
@@ -230,7 +239,7 @@ class TorchWorkload:
         """A copy of this replica's parameters of message `msg_id` (ring re-sync compares them)."""
         return self.flat.message(msg_id).params_np.copy()
 
-    def evaluate(self, iteration: int) -> dict | None:
+    def evaluate(self, iteration: int) -> dict:
         out = {"train_loss": self.train_loss, "lost_values": self.lost_values}
         if self.config.is_eval_iteration(iteration):
             out.update(_test_metrics(self.model, self.data))

@@ -2,7 +2,7 @@
 // simulation/ns3/network.py. They wrap ns-3 helpers whose set-up calls are variadic templates
 // (awkward through cppyy) and keep the modelling choices in one place:
 //  - a link is a point-to-point channel without delay (a switch port applies the runtime's
-//    delay_us after its queue, as the built-in dataplane does); each device serialises at its
+//    delay_us after its queue, as the built-in switch does); each device serialises at its
 //    link rate and waits a 12-byte inter-frame gap, so a packet occupies IP + 2 (PPP) + 12 bytes
 //    of link time: the IP + 14 bytes of the Ethernet frame the emulator's rates count;
 //  - a host NIC is a FIFO queue disc of links.host_queue_pkts packets in front of a 1-packet

@@ -1,0 +1,101 @@
+"""SIGINT and SIGTERM during a series: both unwind the run like an exception, so every `finally`
+of the runner and the backend runs (processes stopped, meta.json written), and the series stops.
+
+Ctrl-C raises KeyboardInterrupt (status "interrupted", exit 130), SIGTERM raises Terminated
+(status "terminated", exit 143). While a run cleans up, `deferred()` holds both off, so a second
+Ctrl-C cannot cut the clean-up short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+
+class Terminated(BaseException):
+    """SIGTERM: unwind like Ctrl-C so every `finally` runs."""
+
+
+# The exception a signal handler raises is lost when the signal lands while Python runs a callback
+# that cannot raise (an at-fork handler while a backend starts a process: "Exception ignored in
+# _releaseLock"); the handlers also note it here, and a backend's wait loop raises it again
+# (`raise_pending`).
+_pending: list[type[BaseException]] = []
+
+
+def _raise_terminated(signum, frame):
+    _pending.append(Terminated)
+    raise Terminated()
+
+
+def _raise_interrupted(signum, frame):
+    _pending.append(KeyboardInterrupt)
+    raise KeyboardInterrupt()
+
+
+def install() -> None:
+    """From now on SIGTERM raises Terminated and SIGINT KeyboardInterrupt (a shell starting us in
+    the background may have set SIGINT to "ignore": Ctrl-C / kill -INT must still stop the run)."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _raise_interrupted)
+    _pending.clear()
+
+
+@contextlib.contextmanager
+def installed():
+    """`install()` inside, the previous handlers back after (a series run from Python, e.g. a
+    benchmark, leaves its caller's handlers as it found them)."""
+    old_int, old_term = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    install()
+    try:
+        yield
+    finally:
+        for sig, old in ((signal.SIGINT, old_int), (signal.SIGTERM, old_term)):
+            if old is not None:  # None: a handler set outside Python, which cannot be put back
+                signal.signal(sig, old)
+
+
+def raise_pending() -> None:
+    """Raise a stop whose exception a callback swallowed (above)."""
+    if _pending:
+        raise _pending[-1]()
+
+
+def handled() -> None:
+    """The stop was taken: it ends the series here; forget it."""
+    _pending.clear()
+
+
+@contextlib.contextmanager
+def deferred():
+    """SIGINT and SIGTERM ignored inside (a clean-up that must finish), the handlers back after."""
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+def is_stop(exc: BaseException) -> bool:
+    return isinstance(exc, (KeyboardInterrupt, Terminated))
+
+
+def status_of(exc: BaseException) -> str:
+    """meta.json `status` of a run stopped by `exc`."""
+    return "terminated" if isinstance(exc, Terminated) else "interrupted"
+
+
+def signal_of(exc: BaseException) -> signal.Signals:
+    return signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+
+
+def exit_code(exc: BaseException) -> int:
+    """The shell's code for a process stopped by the signal behind `exc`: 130 or 143."""
+    return 128 + signal_of(exc)
+
+
+def stop_for(code: int) -> BaseException:
+    """The exception a child that exited with `exit_code` was stopped by."""
+    return Terminated() if code == 128 + signal.SIGTERM else KeyboardInterrupt()

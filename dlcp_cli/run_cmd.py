@@ -1,0 +1,59 @@
+"""`dlcp run`: the command line of the series runner (dlcp/runs/series_runner.py), which drives
+whichever backend the experiment names (dlcp/backends.py). Exit status: 0 done, 1 a run failed
+(or root is missing, or another run has the machine), 2 a config or option error before anything
+started, 130 Ctrl-C, 143 SIGTERM (docs/runs.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dlcp.runs import signals
+from dlcp.runs.contract import RunFailed
+from dlcp.runs.machine_lock import MachineBusy
+from dlcp.runs.series_runner import NeedsRoot, SeriesRequest, run_series
+from dlcp.settings import ConfigError
+
+
+def request_of(args: argparse.Namespace) -> SeriesRequest:
+    return SeriesRequest(
+        config=args.config,
+        overrides=list(args.set or []),
+        policies=[p.strip() for p in args.policies.split(",") if p.strip()] if args.policies else None,
+        vary=list(args.vary or []),
+        repeat=args.repeat,
+        name=args.name,
+        out_root=args.out,
+        run_dir=args.run_dir,
+        with_report=not args.no_report,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        results = run_series(request_of(args))
+    except ConfigError as e:
+        print(f"dlcp run: {e}", file=sys.stderr)
+        return 2
+    except (NeedsRoot, MachineBusy) as e:
+        print(f"dlcp run: {e}", file=sys.stderr)
+        return 1
+    except RunFailed as e:
+        print(f"dlcp run: failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, signals.Terminated) as e:
+        return signals.exit_code(e)
+    print(f"dlcp run: results in {results}")
+    for report in reports_in(results):
+        print(f"  {report}")
+    return 0
+
+
+def reports_in(results: Path) -> list[Path]:
+    return (
+        sorted(results.glob("report.html"))
+        + sorted(results.glob("*/report.html"))
+        + sorted(results.glob("*/rep*/report.html"))
+        + sorted(results.glob("compare.html"))
+    )

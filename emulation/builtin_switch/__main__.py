@@ -1,0 +1,5 @@
+import sys
+
+from emulation.builtin_switch.cli import main
+
+sys.exit(main())

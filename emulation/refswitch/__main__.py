@@ -1,5 +1,0 @@
-import sys
-
-from emulation.refswitch.cli import main
-
-sys.exit(main())

@@ -1,0 +1,170 @@
+"""One run on ns-3: the experiment simulated instead of emulated (no root).
+
+    ns-3 network from the topology and runtime files (network.py) -> hosts running the transport
+    core (hosts.py) and the workers / PS (agents.py) -> background traffic once every worker
+    finished its first iteration -> run until every worker is done -> records and counters
+
+The run directory is an emulated run's (docs/runs.md), written by the series runner (dlcp/runs/)
+around this: config.toml, topology.json, runtime/, meta.json, then summary.json and the report,
+so `dlcp report` and `dlcp compare` treat both alike. Times in records are simulated microseconds
+from the start of the simulation. meta.json's `simulation` section (simulated seconds, events,
+wall and CPU seconds, peak memory) is this module's. The contract's side is simulation/ns3/backend.py.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+from dlcp import records as R
+from dlcp.experiment.agent_config import agent_configs
+from dlcp.runs.run_dir import write_json
+from simulation.ns3 import loader
+
+CPP_UNITS = ("dlcp_switch", "dlcp_net", "dlcp_host")  # simulation/ns3/cpp/*.h a simulation needs
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def simulated_compute_s(cfg: dict) -> float:
+    """Compute time of one iteration in simulated seconds: the profile's forward + backward with
+    `workload.compute = "profile"` (the system's time: a simulation needs no dilation), else
+    `workload.compute_ms`."""
+    from dlcp.experiment.config import Experiment
+    from dlcp.workloads.profiled import workload_profile
+
+    profile = workload_profile(Experiment.parse(cfg).workload)
+    return profile.compute_s if profile is not None else cfg["workload"]["compute_ms"] / 1e3
+
+
+def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[float], list[float]] | None:
+    """(forward_s, backward_s) per layer of the workload with `workload.compute = "profile"` (the
+    profile's times summed per model layer as the emulated compute model sums them, without
+    dilation); None with compute_ms."""
+    from dlcp.experiment.config import Experiment
+    from dlcp.workloads.profiled import workload_profile
+
+    profile = workload_profile(Experiment.parse(cfg).workload)
+    if profile is None:
+        return None
+    timer = getattr(workload, "timer", None)
+    if timer is not None:  # a model whose layers group the profile's tensors; its times are dilated
+        return [t / dilation for t in timer.forward_s], [t / dilation for t in timer.backward_s]
+    return list(profile.forward_s), list(profile.backward_s)
+
+
+def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
+    """Build, run and record one simulation; returns the `simulation` section of meta.json."""
+    from dlcp.comm.assemble import cost_model, step_plan
+    from dlcp.transport.api import TransportConfig
+    from dlcp.wire.header import values_per_pkt_for_mtu
+    from dlcp.workloads.lookup import make_server_workload, make_workload
+    from dlcp.workloads.sizes_only import SizesOnlyWorkload
+    from simulation.ns3 import hosts as H
+    from simulation.ns3.agents import SimPS, SimRun, SimWorker
+    from simulation.ns3.network import add_background, build_network
+
+    ns = loader.compile_cpp(*CPP_UNITS)
+    ns.RngSeedManager.SetSeed(cfg["seed"] + 1)  # ns-3 refuses seed 0
+    d = cfg["dlcp"]
+    mtu = cfg["links"]["mtu"]
+    net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=mtu)
+    stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
+    sizes_only = cfg["workload"]["payload"] == "sizes"
+    run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg), sizes_only)
+    agents, workers = [], []
+    plan = cost = None  # the collective's step plan and cost model: the same on every rank, built once
+    for host, role, acfg in agent_configs(cfg, spec, run_dir):
+        if role not in ("worker", "ps"):
+            continue  # background senders and sinks are ns-3 applications (network.py)
+        wl_cfg = acfg.workload.model_copy(update={"compute_ms": 0.0})  # compute time is simulated
+        tcfg = H.transport_config(
+            TransportConfig,
+            d,
+            rank=acfg.wire_rank,
+            job_id=acfg.job_id,
+            ip=acfg.ip,
+            host=host,
+            per_packet=cfg["output"]["per_packet"],
+            inject_seed=cfg["seed"] * 1000 + acfg.wire_rank,
+            values_per_pkt=values_per_pkt_for_mtu(mtu),
+        )
+        holder = []  # the agent, once it exists: the host's completions go to it
+        h = stack.add(
+            host,
+            acfg.wire_rank,
+            tcfg,
+            lambda _h, key, res, a=holder: a[0].on_sent(key, res),
+            lambda _h, key, res, a=holder: a[0].on_received(key, res),
+        )
+        if role == "worker":
+            wl = SizesOnlyWorkload(wl_cfg) if sizes_only else make_workload(wl_cfg, acfg.rank, acfg.world, d["fill"])
+            if not workers:
+                run.set_layer_times(simulated_layer_times(cfg, wl, wl_cfg.dilation))
+            if plan is None and cfg["workload"]["mode"] == "allreduce":
+                plan = step_plan(acfg.comm, acfg.world, acfg.topology_spec())
+                cost = cost_model(
+                    acfg.comm, acfg.world, acfg.links.host_mbps, plan, acfg.topology_spec(), acfg.links.fabric_mbps
+                )
+            agent = SimWorker(run, h, acfg, wl, cfg["workload"]["mode"], plan, cost)
+            workers.append(agent)
+        else:
+            agent = SimPS(
+                run, h, acfg, SizesOnlyWorkload(wl_cfg) if sizes_only else make_server_workload(wl_cfg, d["fill"])
+            )
+        holder.append(agent)
+        agents.append((host, role, agent, h))
+    run.workers = len(workers)
+    run.first_iteration_done = lambda t: add_background(net, cfg["background"])
+    run.on_finished = ns.Simulator.Stop
+    for w in workers:
+        w.start()
+    limit = cfg["timeout_s"]
+    ns.Simulator.Stop(ns.Seconds(limit))  # a simulated-time limit; the last worker to finish stops sooner
+    ev0 = ns.Simulator.GetEventCount()
+    t0, c0 = time.time(), time.process_time()
+    ns.Simulator.Run()
+    wall, cpu = time.time() - t0, time.process_time() - c0
+    sim_s = ns.Simulator.Now().GetSeconds()
+    events = int(ns.Simulator.GetEventCount() - ev0)
+    stack.take_all()
+    if os.environ.get("DLCP_SIM_RX_STATS"):  # diagnostics: how many datagrams C++ took
+        taken = sum(int(h.io.Rx().Absorbed()) for h in stack.hosts)
+        got = sum(int(h.io.DataReceived()) for h in stack.hosts)
+        print(f"dlcp_rx: {taken} of {got} datagrams received taken in C++", file=sys.stderr)
+    _write_records(run_dir, run, agents, net)
+    finished = run.finished
+    ns.Simulator.Destroy()
+    section = {
+        "simulated_s": sim_s,
+        "events": events,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "events_per_cpu_s": round(events / cpu) if cpu else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "iterations_done": min(w.done for w in workers),
+    }
+    if run.errors:
+        section["error"] = run.errors[0]
+    elif not finished:
+        section["error"] = (
+            f"timeout_s = {limit:g} simulated seconds passed with {section['iterations_done']} of "
+            f"{run.iterations} iterations done"
+        )
+    return section
+
+
+def _write_records(run_dir: Path, run, agents, net) -> None:
+    rec = run_dir / "records"
+    for _host, _role, agent, _h in agents:
+        agent.write_records(rec)
+    for name, sw in net.switches.items():
+        write_json(run_dir / "counters" / f"{name}.json", sw.counter_dump())
+    for flow in net.background:  # named as the emulated agents name theirs (docs/runs.md)
+        R.write_json(rec / f"{flow.src}-background{flow.index}.json", flow.sender_record())
+        R.write_json(rec / f"{flow.dst}-sink{flow.port}.json", flow.sink_record())
