@@ -275,8 +275,9 @@ def run_series(
         path = workdir / f"{coll.name}-{workers}-s{seed}-{label}.toml"
         path.write_text(configmod.dumps(cfg))
         out = workdir / f"{coll.name}-{workers}-s{seed}-{label}"
-        varies = [f"{size_key}={','.join(size_values)}"]
-        if varied:
+        # one size or one policy is set in the config above (`dlcp run` refuses a one-value --vary)
+        varies = [f"{size_key}={','.join(size_values)}"] if len(size_values) > 1 else []
+        if varied and len(varied) > 1:
             varies.append(f"dlcp.policy={','.join(varied)}")
         cmd = [sys.executable, "-m", "dlcp_cli", "run", str(path), "--out", str(out), "--no-report"]
         for v in varies:
@@ -288,7 +289,7 @@ def run_series(
         if p.returncode:
             tail = [ln for ln in p.stderr.splitlines() if ln.strip()][-1:] or ["(no output)"]
             raise RuntimeError(f"{coll.name}, {workers} workers, {label}: {tail[0]}")
-        for run in sorted(d for d in out.glob("*/*") if (d / "meta.json").exists()):
+        for run in sorted(m.parent for m in out.rglob("meta.json")):
             doc = _read_toml(run / "config.toml")
             size_val = doc["workload"]["profile"] if sizes_only(backend) else str(doc["workload"]["layers"][0])
             variant = "lossless" if label == "lossless" else doc["dlcp"]["policy"]
