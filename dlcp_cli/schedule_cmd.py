@@ -1,7 +1,7 @@
 """`dlcp schedule`: a scheduler's decisions and predicted iteration time, or a collective's plan.
 
     dlcp schedule --profile resnet50-usbyte --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
-    dlcp schedule --profile resnet50 --workers 64 --fit fits.json --scheduler dear   # dlcp bench collectives --fit
+    dlcp schedule --profile resnet50-usbyte --workers 64 --fit fits.json --scheduler dear   # dlcp bench collectives --fit
     dlcp schedule --collective multitree --topology torus:4x4 --json
     dlcp schedule --collective ring --topology leaf_spine:2x2x4 --order locality --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json

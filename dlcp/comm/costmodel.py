@@ -145,9 +145,15 @@ PAPER_FITS = {
 }
 
 
-# Fitted from this tool's own network: `dlcp bench collectives --fit` on ns-3 (docs/collectives.md,
-# "Bus bandwidth"), ring all-reduce, keyed as PAPER_FITS.
-NS3_FITS: dict[tuple[str, int], tuple[float, float]] = {}
+# Fitted from this tool's own network: `dlcp bench collectives` on ns-3 (docs/collectives.md, "Bus
+# bandwidth"), ring all-reduce in locality order, policy dlcp, keyed as PAPER_FITS. "ns3-10G":
+# leaf-spine of 16 hosts per leaf (8 at 16 workers) under 2 spines, every link 10 Gbit/s, MTU
+# 1500; 16 workers over 4 and 16 MB, 64 over 1 and 4 MB
+# (docs/notes/2026-11-27-collectives-line-rate.md).
+NS3_FITS: dict[tuple[str, int], tuple[float, float]] = {
+    ("ns3-10G", 16): (0.12916666666666678e-3, 1.5812083333333341e-09),
+    ("ns3-10G", 64): (0.6109999999999998e-3, 1.6745000000000006e-09),
+}
 
 
 def load_fit(path, workers: int, collective: str = "ring", variant: str | None = None) -> CostModel:

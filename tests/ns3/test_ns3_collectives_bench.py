@@ -42,7 +42,7 @@ def test_bench_collectives_small(tmp_path):
     ring_fit = load_fit(fit, 4, variant="dlcp")
     assert ring_fit.alpha > 0 and 0 < ring_fit.beta < 2 * 8 / 10e9  # seconds per byte: near the link's
     p = subprocess.run(
-        [sys.executable, "-m", "dlcp_cli", "schedule", "--profile", "resnet50", "--workers", "4"]
+        [sys.executable, "-m", "dlcp_cli", "schedule", "--profile", "resnet50-usbyte", "--workers", "4"]
         + ["--scheduler", "wfbp", "--fit", str(fit), "--fit-variant", "dlcp", "--json"],
         cwd=ROOT,
         capture_output=True,

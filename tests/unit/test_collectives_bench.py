@@ -129,5 +129,7 @@ def test_a_fit_file_feeds_the_cost_model(tmp_path):
     with pytest.raises(ValueError, match="not a fit file"):
         load_fit(tmp_path / "bad.json", 64)
     assert named_fit("10GbE", 16).alpha == pytest.approx(0.9080981007148093e-3)
+    ours = named_fit("ns3-10G", 64)  # the bench's own fit: beta within 2 % of the ring's bytes at 95.5 % of 10 Gbit/s
+    assert ours.workers == 64 and ours.beta == pytest.approx(2 * 63 / 64 * 8 / 9.55e9, rel=0.02)
     with pytest.raises(ValueError, match="no fit named nope/8"):
         named_fit("nope", 8)
