@@ -28,7 +28,7 @@ DLCP_ALLOWED = {
     # the backends and what they can do, as data (their implementations live above dlcp/)
     "dlcp.backends": {"dlcp.wire"},
     "dlcp.queueing": {"dlcp.wire", "dlcp.settings", "dlcp.registry", "dlcp.backends"},
-    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing"},
+    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing", "dlcp.bench_output"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings", "dlcp.registry"},
     "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.backends", "dlcp.queueing"},
     "dlcp.comm": {

@@ -304,6 +304,15 @@ class ReceiverCore:
         if s.rcvd - s.reported == 1:
             s.first_t = arrived
         s.last_t = arrived
+        self._feedback_rule(src, s, now)
+
+    def counted(self, src: int, now: float) -> None:
+        """Packets of `src` were counted by a receive path that counts them itself (the C receive
+        path, dlcp/transport/rx_mirror.py): decide what `_count` decides after a packet."""
+        self._feedback_rule(src, self._sources[src], now)
+
+    def _feedback_rule(self, src: int, s: _Source, now: float) -> None:
+        """After a packet of `src` was counted: its FEEDBACK now, or the FEEDBACK delay starts."""
         if not s.want:
             return
         if s.rcvd - s.reported >= self.cfg.feedback_every:
