@@ -34,6 +34,7 @@ class Capabilities:
     payloads: tuple[str, ...]  # workload.payload values its hosts carry
     max_workers: int  # workload.workers it can hold
     max_mtu: int  # largest links.mtu
+    max_mbps: float  # fastest links.host_mbps / fabric_mbps (emulated links are shaped by one machine)
     link_delay_loss: bool  # emulates links.delay_us and links.loss
     captures: bool  # output.pcap_ports: its switch ports are interfaces a capture can read
     forked_runs: bool  # each run of a series in a process of its own (ns-3: one simulator per process)
@@ -123,6 +124,7 @@ register(
             payloads=("values",),
             max_workers=64,
             max_mtu=STANDARD_MTU,
+            max_mbps=10_000,
             link_delay_loss=True,
             captures=True,
             forked_runs=False,
@@ -147,6 +149,7 @@ register(
             payloads=("values",),
             max_workers=64,
             max_mtu=STANDARD_MTU,
+            max_mbps=10_000,
             link_delay_loss=False,
             captures=True,
             forked_runs=False,
@@ -171,6 +174,7 @@ register(
             payloads=("values", "sizes"),
             max_workers=253,
             max_mtu=JUMBO_MTU,
+            max_mbps=1_600_000,  # a non-blocking fabric of 100 Gbit/s hosts needs faster fabric links
             link_delay_loss=True,
             captures=False,
             forked_runs=True,

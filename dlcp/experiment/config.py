@@ -145,9 +145,27 @@ def _more_workers_than(cap: backends.Capabilities, quoted: bool = True) -> str:
     return backends.offering(lambda other: other.max_workers > cap.max_workers, quoted)
 
 
+MAX_MBPS = max(b.max_mbps for b in map(backends.capabilities, backends.names()))
+_DEFAULT_MAX_MBPS = backends.capabilities(backends.DEFAULT).max_mbps
+_FAST_LINKS = (
+    f"above {_DEFAULT_MAX_MBPS:g}: backend "
+    f"{backends.offering(lambda c: c.max_mbps > _DEFAULT_MAX_MBPS, quoted=False)} only"
+)
+
+
 class Links(Settings):
-    host_mbps: float = Field(50.0, ge=0.1, le=10000, description="host <-> switch links")
-    fabric_mbps: float = Field(50.0, ge=0.1, le=10000, description="switch <-> switch links")
+    host_mbps: float = Field(
+        50.0,
+        ge=0.1,
+        le=MAX_MBPS,
+        description=f"host <-> switch links ({_FAST_LINKS})",
+    )
+    fabric_mbps: float = Field(
+        50.0,
+        ge=0.1,
+        le=MAX_MBPS,
+        description=f"switch <-> switch links ({_FAST_LINKS})",
+    )
     queue_pkts: int = Field(128, ge=4, le=100000, description="egress queue depth per priority")
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
     loss: Fraction = Field(0.0, description="random loss per switch egress")
@@ -418,6 +436,15 @@ class Experiment(Settings):
                 f"{w.workers} workers: more than {cap.max_workers} need backend = {_more_workers_than(cap)} "
                 f"({backends.get(self.backend).hosts})",
             )
+        for key in ("host_mbps", "fabric_mbps"):
+            rate = getattr(links, key)
+            if rate > cap.max_mbps:
+                raise BadValue(
+                    f"links.{key}",
+                    f"{rate:g}: above {cap.max_mbps:g} Mbit/s only on backend = "
+                    f"{backends.offering(lambda c, rate=rate: c.max_mbps >= rate)} "
+                    f"(backend {self.backend!r}: {backends.get(self.backend).hosts})",
+                )
         if links.mtu > cap.max_mtu:
             raise BadValue(
                 "links.mtu",
