@@ -127,6 +127,12 @@ def _bmv2(argv):
     return bench_bmv2(argv)
 
 
+def _collectives(argv):
+    from dlcp_cli.collectives_bench import bench_collectives
+
+    return bench_collectives(argv)
+
+
 def _sim(argv):
     from simulation.ns3.bench import bench_sim
 
@@ -167,6 +173,12 @@ def _datapath(argv):
     return 0
 
 
+def _sweep(argv):
+    from dlcp.runs.bench import bench_sweep
+
+    return bench_sweep(argv)
+
+
 # name -> (function taking argv and returning an exit code, one-line summary)
 BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "tagging": (_tagging, "tag and packetise a large gradient (no root)"),
@@ -176,8 +188,13 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "accuracy": (_accuracy, "test accuracy under packet loss per fill rule (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
+    "collectives": (
+        _collectives,
+        "time, algbw and busbw (nccl-tests) per collective x workers x size x policy, ns-3 or emulated",
+    ),
     "datapath": (_datapath, "CPU per datagram received, each receive path: UDP driver on loopback, ns-3 hosts"),
     "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),
+    "sweep": (_sweep, "a series of ns-3 runs on the local Dask cluster, 1 vs N workers: runs per minute, overhead"),
 }
 
 

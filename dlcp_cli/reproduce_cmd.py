@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from dlcp.runs import signals
+from dlcp.runs.cluster import ClusterError
 from dlcp.runs.contract import RunFailed
 from dlcp.runs.machine_lock import MachineBusy
 from dlcp.runs.series_runner import NeedsRoot
@@ -76,7 +77,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"dlcp reproduce: {e}", file=sys.stderr)
         return 2
-    except (NeedsRoot, MachineBusy) as e:
+    except (NeedsRoot, MachineBusy, ClusterError) as e:
         print(f"dlcp reproduce: {e}", file=sys.stderr)
         return 1
     except RunFailed as e:

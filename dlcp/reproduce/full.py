@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlcp.reproduce.claims import Claim, Full, Series
-from dlcp.runs.series_runner import SeriesRequest, run_series
+from dlcp.runs.series import run_series
+from dlcp.runs.series_runner import SeriesRequest
 from dlcp.settings import ConfigError
 
 

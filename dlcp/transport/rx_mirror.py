@@ -104,6 +104,9 @@ class RxMirror:
                 else:
                     src = int(r[1])
                     s = rx._sources[src]
+                    if s.rcvd == s.reported:  # the first of these is the oldest packet not reported yet
+                        s.first_t = r[6]
+                    s.last_t = r[7]
                     s.rcvd += pkts
                     s.ce += int(r[3])
                     key = self.key_of[int(r[4])]

@@ -124,6 +124,7 @@ class SimHost:
         from dlcp.wire.control_frames import FrameReader
 
         self.stack, self.index, self.name, self.rank = stack, index, name, rank
+        self.job = getattr(cfg, "job_id", 1)  # ranks are a job's: its peers are its job's hosts
         self.endpoint = Endpoint(cfg, peers=(), wall_offset_s=0.0)
         self.on_sent, self.on_received = on_sent, on_received
         self.own_conn: dict[int, int] = {}  # peer rank -> connection this host opened
@@ -230,7 +231,7 @@ class SimHost:
             if isinstance(tx, DataSend):
                 self._data(tx)
             elif isinstance(tx, ProbeSend):
-                self.io.SendData(self.stack.ip_of_rank[tx.dst], bytes(tx.data), tx.tos)
+                self.io.SendData(self.stack.ip_of_rank[self.job, tx.dst], bytes(tx.data), tx.tos)
             self.tx_blocked = self.io.WouldBlock()
         for out in ep.take_outputs():
             if isinstance(out, FrameSend):
@@ -243,7 +244,7 @@ class SimHost:
     def _data(self, tx) -> None:
         from dlcp.transport.core.outputs import data_datagrams  # the virtual-time driver's datagrams, byte for byte
 
-        ip = self.stack.ip_of_rank[tx.dst]
+        ip = self.stack.ip_of_rank[self.job, tx.dst]
         send = self.io.SendData
         for data, tos in data_datagrams(tx):
             send(ip, data, tos)
@@ -253,7 +254,7 @@ class SimHost:
         if conn is None:
             conn = self.own_conn.get(out.peer)
             if conn is None:
-                conn = self.own_conn[out.peer] = int(self.io.Connect(self.stack.ip_of_rank[out.peer]))
+                conn = self.own_conn[out.peer] = int(self.io.Connect(self.stack.ip_of_rank[self.job, out.peer]))
         self.io.SendFrame(conn, bytes(out.data))
 
     def _rearm(self) -> None:
@@ -289,7 +290,7 @@ class HostStack:
         self.host_queue_pkts = host_queue_pkts
         self.rx_mode = sim_rx_mode()
         self.hosts: list[SimHost] = []
-        self.ip_of_rank: dict[int, int] = {}
+        self.ip_of_rank: dict[tuple[int, int], int] = {}  # (job id, wire rank) -> IPv4 address
         self._ios = []
         self._dispatch = self._up  # cppyy does not keep the callable alive: this reference does
         ns.DlcpHostIo.SetDispatcher(self._dispatch)
@@ -310,10 +311,11 @@ class HostStack:
         self._ios.append(io)
         h.io = io.__deref__()
         h.rxm = RxMirror(h.endpoint.receiver, h.io.Rx(), self.rx_mode)
-        self.ip_of_rank[rank] = ip_int(self.net.spec.hosts[name].ip)
+        self.ip_of_rank[h.job, rank] = ip_int(self.net.spec.hosts[name].ip)
         for other in self.hosts:
-            other.add_peer(rank)
-            h.add_peer(other.rank)
+            if other.job == h.job:
+                other.add_peer(rank)
+                h.add_peer(other.rank)
         self.hosts.append(h)
         return h
 

@@ -110,7 +110,7 @@ rx = h2.endpoint.receiver
 (st_b,) = rx._rx.values()
 out = {
     "stats": h2.endpoint.stats(), "drops": dict(rx.drops), "totals": dict(rx.totals),
-    "sources": {s: [v.rcvd, v.ce, v.reported, v.key, v.n_pkts, v.seq, v.due] for s, v in rx._sources.items()},
+    "sources": {s: [v.rcvd, v.ce, v.reported, v.key, v.n_pkts, v.seq, v.due, v.first_t, v.last_t, v.batch, v.gap] for s, v in rx._sources.items()},
     "rows": rx.rows,
     "a": {"key": key, "values": res.values.tolist(), "received": res.received.tolist(), "lost": res.lost_pkts},
     "b": {k: getattr(st_b, k) for k in ("n_received", "retx", "dups", "n_orig", "first_t", "last_t", "orig_last_t",

@@ -51,6 +51,7 @@ DLCP_ALLOWED = {
         "dlcp.comm",
         "dlcp.workloads",
         "dlcp.settings",
+        "dlcp.registry",  # the policies between jobs (experiment/job_policy.py)
         "dlcp.network",
         "dlcp.backends",
         "dlcp.queueing",
@@ -62,11 +63,13 @@ DLCP_ALLOWED = {
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
         "dlcp.backends",
+        "dlcp.bench_output",
         "dlcp.exit_status",
         "dlcp.experiment",
         "dlcp.network",
         "dlcp.reporting",
         "dlcp.settings",
+        "dlcp.tables",
         "dlcp.workloads",
     },
     # the papers' claims beside our figures: the models, the series runner, the reports
