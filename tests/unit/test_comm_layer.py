@@ -111,7 +111,15 @@ def test_wire_id_ranges_and_errors():
 
 @pytest.mark.parametrize(
     "collective,topo",
-    [("ring", None), ("multitree", "torus:4x4"), ("multitree", "mesh:3x3"), ("dssync", "leaf_spine:2x2x4")],
+    [
+        ("ring", None),
+        ("multitree", "torus:4x4"),
+        ("multitree", "mesh:3x3"),
+        ("dssync", "leaf_spine:2x2x4"),
+        ("dtree", "torus:4x4"),
+        ("ring2d", "torus:4x4"),
+        ("ring2d", "leaf_spine:2x2x4"),
+    ],
 )
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
 def test_wire_ids_never_collide_within_an_iteration(collective, topo, scheduler):
@@ -264,6 +272,19 @@ def test_multitree_on_a_3x3_torus_through_the_transport(cluster, scheduler):
     assert T < 8  # fewer steps per phase than the ring's P - 1
     out = all_reduce_rounds(comms, 1)
     check_sums(out)
+    rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
+    assert max(row["step"] for row in rows) == 2 * T - 1
+
+
+@pytest.mark.parametrize("collective", ["dtree", "ring2d"])
+@pytest.mark.parametrize("scheduler", ["wfbp", "dear"])
+def test_tree_and_2d_ring_on_a_3x3_torus_through_the_transport(cluster, collective, scheduler):
+    spec = parse_topology("torus:3x3")
+    ts = cluster(9)
+    comms = comms_for(ts, setup(scheduler, collective=collective), spec)
+    out = all_reduce_rounds(comms, 1)
+    check_sums(out)
+    T = comms[0].plan.schedule(0).steps_per_phase
     rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
     assert max(row["step"] for row in rows) == 2 * T - 1
 
