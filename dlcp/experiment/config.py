@@ -284,6 +284,12 @@ class Experiment(Settings):
                 f"{w.workers} workers{' + 1 PS' if w.mode == 'ps' else ''} need "
                 f"{needed} hosts, topology.{self.topology.kind} has {hosts}",
             )
+        if w.hadamard and d.fill == "stale":
+            raise BadValue(
+                "workload.hadamard",
+                "the transform needs a fill rule without the previous average (dlcp.fill = 'stale' keeps it "
+                "untransformed): use zero, rescale or local",
+            )
         if w.mode == "allreduce" and w.workers < 2:
             raise BadValue("workload.workers", "ring all-reduce needs at least 2 workers")
         if d.qmax >= links.queue_pkts:

@@ -69,6 +69,11 @@ class TrainingSettings(Settings):
         "one it was measured on (profile compute)",
     )
     warmup_iterations: int = Field(5, ge=0, description="first iterations left out of iteration and MCT statistics")
+    hadamard: bool = Field(
+        False,
+        description="OptiReduce's randomised Hadamard transform: gradients sent transformed, the filled average "
+        "transformed back, so a lost packet spreads over its block (dlcp/workloads/hadamard.py)",
+    )
 
     @model_validator(mode="after")
     def _synthetic_lr(self):
