@@ -63,7 +63,7 @@ def run(agent: Agent) -> None:
     transport = open_transport(agent)
     transport.connect()  # every worker listening: pulls will find their sockets bound
     layouts = workload.layouts()
-    server = PSServer(transport, cfg.comm_config(), layouts, workload.n_layers)
+    server = PSServer(transport, cfg.comm_config(), layouts, workload.n_layers, fill=cfg.dlcp.fill)
     # aggregation at CFS held the interpreter lock while preempted, and the receive thread waited
     # for it (p99 socket waits of 2.4-3.4 ms with only the transport's threads real-time)
     realtime_work_thread()

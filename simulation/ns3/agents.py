@@ -323,6 +323,7 @@ class SimPS(_Agent):
             on_gathered=self._gathered,
             on_scattered=self._scattered,
             sizes_only=run.sizes_only,
+            fill=acfg.dlcp.fill,
         )
         schedule = phase_budget(acfg.dlcp.project(BudgetScheduleSettings), acfg.host, acfg.rank)
         self.core = ServerCore(

@@ -244,7 +244,7 @@ def test_discovery_imports_the_package_on_first_lookup_only():
 def test_the_built_in_entries():
     assert SCHEDULERS.choices() == ("bytescheduler", "dear", "mgwfbp", "oasr", "usbyte", "wfbp")
     assert COLLECTIVES.choices() == ("dssync", "multitree", "ring", "tar")
-    assert FILLS.choices() == ("local", "rescale", "stale", "zero")
+    assert FILLS.choices() == ("bubble", "local", "rescale", "stale", "zero")
     assert all(SCHEDULERS[n].cls.name == n for n in SCHEDULERS)  # the decorator names the class
 
 
