@@ -99,6 +99,7 @@ def test_ps_sum_with_bubbles_counts_filled_values_and_rescales_the_rest():
     from dlcp.comm.ps import bubble_memory, sum_pushes
     from dlcp.transport.api import RecvResult
     from dlcp.workloads.contract import MessageLayout
+    from dlcp.workloads.fills import fill_mean
 
     lay = {0: MessageLayout(0, 4, (0,), (0,))}
 
