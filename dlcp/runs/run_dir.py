@@ -92,6 +92,7 @@ def start_meta(
         "name": cfg["name"],
         "variant": variant,
         "policy": cfg["dlcp"]["policy"],
+        "system": cfg.get("system", ""),
         "backend": backend.name,
         "clock": caps.clock,
         "deterministic": caps.deterministic,

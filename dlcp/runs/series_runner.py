@@ -90,8 +90,8 @@ def plan(request: SeriesRequest) -> Series:
     naming.check_name(request.name)
     raw = configmod.load_raw(request.config, request.overrides)
     base = configmod.validate(raw)
-    varies = ([f"dlcp.policy={','.join(request.policies)}"] if request.policies else []) + list(request.vary)
-    variants = configmod.variants(raw, varies)
+    varies = ([configmod.policies_vary(request.policies)] if request.policies else []) + list(request.vary)
+    variants = configmod.variants(raw, varies, request.overrides)
     names = naming.variant_names(
         [n for n, _ in variants] if varies else None, base["dlcp"]["policy"], request.overrides, request.name
     )
