@@ -11,10 +11,12 @@ repeated series), and an agent starts in milliseconds from a copy of this proces
 Protocol, JSON lines: requests on stdin `{"id": n, "netns_pid": P, "module": "worker", "config":
 path, "log": path, "nice": -10}`; on stdout `{"id": n, "pid": child}` once forked (or `{"id": n,
 "error": "..."}`) and `{"pid": child, "exit": code}` when the child is reaped (a negative code: killed by
-that signal, as subprocess reports it). EOF on stdin ends the server; its children get SIGKILL
-then (the parent-death signal), as they would when a run dies.
+that signal, as subprocess reports it). EOF on stdin ends the server; its children get SIGTERM
+then (the parent-death signal), as they do when the server or the run dies.
 
-In the child: the parent-death signal (SIGKILL when the server dies), a session of its own, the
+In the child: the parent-death signal (SIGTERM when the server dies: an agent writes its records
+on SIGTERM and exits, so a server killed mid-run does not take the records of its agents with it;
+SIGKILL would), a session of its own, the
 network namespace of process P (a Mininet host's shell; hosts share the root mount namespace),
 the nice value asked, stdin from /dev/null, stdout and stderr to the log, then
 `agents.<module>.main(["--config", path])` and `exit_fast`. Nothing here has started a thread,
@@ -63,7 +65,7 @@ def enter_netns(pid: int) -> None:
 
 def become_agent(server_pid: int, req: dict) -> int:
     """The child's side: set up as documented above and run the agent; its exit status."""
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != server_pid:  # the server died before the signal was armed
         return 1
     signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -1,7 +1,7 @@
 """`dlcp run`: the command line of the series runner (dlcp/runs/series_runner.py), which drives
 whichever backend the experiment names (dlcp/backends.py). Exit status: 0 done, 1 a run failed
-(or root is missing), 2 a config or option error before anything started, 130 Ctrl-C, 143
-SIGTERM (docs/runs.md)."""
+(or root is missing, or another run has the machine), 2 a config or option error before anything
+started, 130 Ctrl-C, 143 SIGTERM (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dlcp.runs import signals
 from dlcp.runs.contract import RunFailed
+from dlcp.runs.machine_lock import MachineBusy
 from dlcp.runs.series_runner import NeedsRoot, SeriesRequest, run_series
 from dlcp.settings import ConfigError
 
@@ -35,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
-    except NeedsRoot as e:
+    except (NeedsRoot, MachineBusy) as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 1
     except RunFailed as e:

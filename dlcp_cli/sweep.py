@@ -293,6 +293,14 @@ def main(argv: list[str]) -> int:
         for p in pts:
             print(f"{p.index}\t{p.name}\t{out / p.name}")
         return 0
+    used = [p.name for p in pts if (out / p.name).is_dir() and any((out / p.name).iterdir())]
+    if used:  # each point would be refused (run directories are never reused): say so once, first
+        print(
+            f"dlcp sweep: {out} holds {len(used)} of these points already ({', '.join(used[:3])}"
+            f"{', ...' if len(used) > 3 else ''}); run directories are never reused (give a new --out)",
+            file=sys.stderr,
+        )
+        return 2
     jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs)
     if note:
         print(note, file=sys.stderr)

@@ -22,7 +22,7 @@ from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent
 from dlcp.experiment.background_release import release_background
 from dlcp.network.topology import TopologySpec
 from dlcp.runs import signals
-from dlcp.runs.contract import RunFailed
+from dlcp.runs.contract import RunCutShort, RunFailed
 from dlcp.runs.progress import Progress, read_progress
 from emulation import procs
 from emulation.forkserver import AgentProcess, ForkServer
@@ -123,16 +123,38 @@ class EmulatedRun:
     def workload_agents(self):
         return [a for a in self.agents if a[1] in ("worker", "ps")]
 
+    def dead_process(self) -> str | None:
+        """Why the run cannot go on, in one line naming the process it started that died (and, when
+        it exited by itself, its log's last lines); None while all live. The switches and the
+        fork server come before the agents: an agent that fails because a switch or the server
+        died must not be blamed for it."""
+        for sw in self.net.switches:
+            dp = getattr(sw, "dataplane", None)
+            if dp is not None and dp.proc is not None and dp.proc.poll() is not None:
+                return died(f"switch {sw.name} (pid {dp.proc.pid})", dp.proc.returncode, dp.log_path)
+        server = self.forkserver.proc
+        if server.poll() is not None:
+            note = "; its agents were stopped with it (SIGTERM) and wrote their records" if self.agents else ""
+            return died(f"the agents' fork server (pid {server.pid})", server.returncode, self.forkserver.log, note)
+        for node in self.net.hosts + self.net.switches:
+            if node.shell is not None and node.shell.poll() is not None:
+                return died(f"the shell of Mininet node {node.name} (pid {node.pid})", node.shell.returncode, None)
+        for host, role, p, log in self.agents:
+            rc = p.poll()
+            if rc not in (None, 0):
+                return f"{role} on {host} {exit_text(rc)}; last lines of {log}:\n{procs.log_tail(log)}"
+        return None
+
     def wait(self, progress: Progress) -> None:
-        """Until every worker and the PS exit; fails on a crash or the wall-clock limit."""
+        """Until every worker and the PS exit; RunCutShort when a process it started dies or the
+        wall-clock limit passes."""
         iters = self.cfg["workload"]["iterations"]
         start = time.monotonic()
         limit = self.cfg["timeout_s"]
         while True:
-            for host, role, p, log in self.agents:
-                rc = p.poll()
-                if rc not in (None, 0):
-                    raise RunFailed(f"{role} on {host} {exit_text(rc)}; last lines of {log}:\n{procs.log_tail(log)}")
+            why = self.dead_process()
+            if why:
+                raise RunCutShort(why)
             done = {h: read_progress(self.run_dir, h).get("iter", 0) for h, r, _, _ in self.agents if r == "worker"}
             if self.background_held and min(done.values()) >= 1:
                 self.release_background()
@@ -144,7 +166,7 @@ class EmulatedRun:
                 return
             signals.raise_pending()  # a stop whose exception a callback swallowed
             if time.monotonic() - start > limit:
-                raise RunFailed(
+                raise RunCutShort(
                     f"the run exceeded timeout_s = {limit:g} s "
                     f"(progress: {sum(done.values())}/{iters * len(done)} iterations)"
                 )
@@ -208,6 +230,15 @@ class EmulatedRun:
         finally:
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
+
+
+def died(what: str, returncode: int, log: Path | None, note: str = "") -> str:
+    """ "<what> was killed by SIGKILL<note>"; a process that exited by itself (a crash) adds its
+    log's last lines."""
+    line = f"{what} {exit_text(returncode)}{note}"
+    if returncode < 0 or log is None:
+        return line
+    return f"{line}; last lines of {log}:\n{procs.log_tail(log)}"
 
 
 def unprocessed_frames(dump: dict) -> tuple[int, int]:

@@ -4,7 +4,9 @@ emulation/procs.py use: pid, poll, wait, terminate, kill, returncode).
 
 The server is the agents' parent, so it reaps them and reports their exit codes on its stdout; a
 reader thread collects them. The server dies with the run (`procs.dying_with_parent`) and its
-children die with it, so a killed run leaves no agent behind, as before.
+children get SIGTERM when it dies (they write their records and exit), so a killed run leaves no
+agent behind. An agent the server did not report before it died is watched by its pid (and start
+time) until it is gone; its code is then ORPHAN_EXIT, stopped by that SIGTERM.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from emulation import procs
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0  # the server's imports (torch) on a loaded machine
 SPAWN_TIMEOUT_S = 10.0
+ORPHAN_EXIT = 128 + signal.SIGTERM  # an agent that outlived the server: stopped by its parent-death signal
+ORPHAN_POLL_S = 0.05
 
 
 class ForkServerError(RuntimeError):
@@ -36,16 +40,25 @@ class AgentProcess:
     def __init__(self, server: ForkServer, pid: int):
         self.server, self.pid = server, pid
         self.returncode: int | None = None
+        self.create_time = procs.create_time(pid)  # to tell it from a later process with its pid
 
     def poll(self) -> int | None:
         if self.returncode is None:
             self.returncode = self.server.exit_code(self.pid)
+        if self.returncode is None and self.server.gone and not self.running():
+            self.returncode = self.server.exit_code(self.pid)  # reported just before the server went
+            if self.returncode is None:
+                self.returncode = ORPHAN_EXIT
         return self.returncode
+
+    def running(self) -> bool:
+        """The agent's process has not exited (the server gone, nobody reports it)."""
+        return procs.running(self.pid, self.create_time)
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self.returncode = self.server.wait_exit(self.pid, timeout)
-        if self.returncode is None:
+            self.server.wait_exit(self.pid, timeout, until=lambda: self.poll() is not None)
+        if self.poll() is None:
             raise subprocess.TimeoutExpired(f"agent {self.pid}", timeout)
         return self.returncode
 
@@ -158,29 +171,38 @@ class ForkServer:
     def pid(self) -> int:
         return self.proc.pid
 
-    def _exit_of(self, pid: int) -> int | None:
-        """Under the lock: `pid`'s reported exit code; an agent the server did not report before
-        it went was killed with it (the parent-death signal), so -SIGKILL; else None."""
-        return self._exits.get(pid, -signal.SIGKILL if self._gone else None)
+    @property
+    def gone(self) -> bool:
+        """The server has exited (its stdout closed): it reports no more exits."""
+        with self._lock:
+            return self._gone
 
     def exit_code(self, pid: int) -> int | None:
+        """`pid`'s exit code as the server reported it; None while it has not."""
         with self._lock:
-            return self._exit_of(pid)
+            return self._exits.get(pid)
 
-    def wait_exit(self, pid: int, timeout: float | None) -> int | None:
-        """`pid`'s exit code once the server reports it (or is gone); None when `timeout` s pass
-        first."""
+    def wait_exit(self, pid: int, timeout: float | None, until=lambda: False) -> None:
+        """Until the server reports `pid`'s exit or `until()` holds (checked as the server goes and
+        then every ORPHAN_POLL_S: an agent that outlived it), at most `timeout` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while self._exit_of(pid) is None:
+            while pid not in self._exits:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return None
+                    return
+                if self._gone:
+                    self._lock.release()
+                    try:
+                        if until():
+                            return
+                    finally:
+                        self._lock.acquire()
+                    left = ORPHAN_POLL_S if left is None else min(left, ORPHAN_POLL_S)
                 self._lock.wait(left)
-            return self._exit_of(pid)
 
     def close(self, grace_s: float = 5.0) -> None:
-        """End the server (EOF on its stdin); any agent still running gets SIGKILL with it."""
+        """End the server (EOF on its stdin); any agent still running gets SIGTERM with it."""
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=1.0)  # it notices EOF within its poll period

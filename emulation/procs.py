@@ -45,7 +45,7 @@ def dying_with_parent(cmd: list[str]) -> list[str]:
     return [*DIES_WITH_PARENT, *cmd]
 
 
-def _create_time(pid: int) -> float | None:
+def create_time(pid: int) -> float | None:
     """The process start time, so a recycled PID is never mistaken for ours."""
     try:
         return psutil.Process(pid).create_time()
@@ -64,9 +64,9 @@ def record(pid: int, role: str, name: str, cmdline: list[str] | str) -> None:
         "name": name,
         "cmdline": cmdline,
         "started_unix": time.time(),
-        "create_time": _create_time(pid),
+        "create_time": create_time(pid),
         "owner": owner,
-        "owner_create_time": _create_time(owner),
+        "owner_create_time": create_time(owner),
     }
     (STATE_DIR / str(pid)).write_text(json.dumps(info))
 
@@ -87,15 +87,27 @@ def recorded() -> list[dict]:
     return out
 
 
-def _same_process(pid: int | None, create_time: float | None) -> bool:
-    if pid is None or create_time is None:
+def same_process(pid: int | None, started: float | None) -> bool:
+    """Process `pid` is alive and is the one that started at `started` (its create_time)."""
+    if pid is None or started is None:
         return False
-    now = _create_time(pid)
-    return now is not None and abs(now - create_time) < 0.01
+    now = create_time(pid)
+    return now is not None and abs(now - started) < 0.01
+
+
+def running(pid: int, started: float | None) -> bool:
+    """Process `pid` (started at `started`) has not exited: alive and not a zombie (an orphan
+    waits as one until whoever adopted it reaps it)."""
+    if not same_process(pid, started):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def is_ours_and_alive(info: dict) -> bool:
-    return _same_process(info["pid"], info.get("create_time"))
+    return same_process(info["pid"], info.get("create_time"))
 
 
 def owner_alive(info: dict) -> bool:
@@ -103,7 +115,7 @@ def owner_alive(info: dict) -> bool:
     owner = info.get("owner")
     if owner is None or owner == os.getpid():
         return False
-    return _same_process(owner, info.get("owner_create_time"))
+    return same_process(owner, info.get("owner_create_time"))
 
 
 def catches_sigterm(pid: int) -> bool:

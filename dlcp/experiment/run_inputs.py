@@ -1,5 +1,5 @@
 """What a run needs besides a valid config, checked before anything starts (both backends call
-these): a results directory it can create, and layer budgets for layers the model has. Each
+these): a results directory it can create (a --run-dir no run has used), and layer budgets for layers the model has. Each
 raises ConfigError with one line naming the option or key."""
 
 from __future__ import annotations
@@ -35,6 +35,24 @@ def check_results_root(path: str | Path, option: str, probe_write: bool = True) 
     except OSError as e:
         reason = e.strerror or type(e).__name__
         raise ConfigError(f"{where}: cannot create a directory in {existing} ({reason})", option, reason) from None
+
+
+def check_new_run_dir(path: str | Path) -> None:
+    """`--run-dir` names a directory no run has used: it does not exist, or is empty (a run
+    directory is never reused: a second run into one would overwrite some of its files and mix
+    its logs with the first's)."""
+    path = Path(path)
+    try:
+        used = path.is_dir() and any(path.iterdir())
+    except OSError as e:
+        raise ConfigError(f"--run-dir {str(path)!r}: cannot read it ({e.strerror})", "--run-dir") from None
+    if used:
+        what = "holds a run already" if (path / "meta.json").exists() else "is not empty"
+        raise ConfigError(
+            f"--run-dir {str(path)!r}: {what}; run directories are never reused (give a new or empty one)",
+            "--run-dir",
+            what,
+        )
 
 
 def check_layer_budgets(cfg: dict) -> None:
@@ -91,6 +109,7 @@ def check_run_inputs(cfgs: list[dict], out: str | None, run_dir: str | None, pro
     checks is not the one that will write (a run refused for root is rerun under sudo)."""
     if run_dir:
         check_results_root(run_dir, "--run-dir", probe_write)
+        check_new_run_dir(run_dir)
     elif out:
         check_results_root(out, "--out", probe_write)
     else:

@@ -196,8 +196,10 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
             "still running): a partial run, the figures cover what was recorded until then"
         )
     elif status not in (None, "ok"):
+        error = (run.meta or {}).get("error")
+        why = f": {error}" if isinstance(error, str) else ""
         run.problems.append(
-            f"meta.json: the run ended with status {status!r} "
+            f"meta.json: the run ended with status {status!r}{why} "
             "(a partial run: the figures cover what was recorded until then)"
         )
     return run

@@ -137,7 +137,12 @@ def compute_line(sc: dict) -> str:
     k = sc.get("compute_scale", 1)
     scaled = f" x {k:g} (workload.compute_scale: a device {k:g}x slower)" if k != 1 else ""
     name = sc.get("profile") or "(the model's own)"
-    return f"compute from profile {name}{scaled}; "
+    fitted = (
+        " (another model's: its compute laid over this model's tensors by parameter fraction)"
+        if sc.get("profile_fitted")
+        else ""
+    )
+    return f"compute from profile {name}{fitted}{scaled}; "
 
 
 def keepup_warning(k: dict) -> str | None:
@@ -159,6 +164,7 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
             "stopped; or it is still running)"
             if info["status"] == UNFINISHED
             else f"it ended with status {info['status']!r} before finishing"
+            + (f" ({info['error']})" if info.get("error") else "")
         )
         doc.warn(
             f"Partial run: {how}; every figure below covers only the {s['iteration']['count']} iteration(s) "

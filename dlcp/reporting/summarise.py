@@ -451,6 +451,7 @@ def run_info(run: RunData) -> dict:
         "wall_time_s": meta.get("wall_time_s"),
         "exit_status": meta.get("exit_status"),
         "status": run_status(run.meta),
+        "error": meta.get("error"),  # why a run that failed ended (its first line), when meta.json says
         # stopped early (Ctrl-C, SIGTERM, an error, killed): the report covers only what was recorded
         "partial": run_status(run.meta) not in (None, "ok"),
     }

@@ -9,6 +9,7 @@ contract a backend implements.
     signals.py        SIGINT / SIGTERM as exceptions, clean-up they cannot cut short
     forked.py         a run in a forked process (backends that need one per run)
     privilege.py      root's powers, and handing results back to the user behind sudo
+    machine_lock.py   one series at a time on a machine where runs cannot share it (Mininet)
 
 The backends themselves are named in dlcp/backends.py and live above dlcp/.
 """

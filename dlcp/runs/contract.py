@@ -25,6 +25,12 @@ class RunFailed(RuntimeError):
     tail where one helps)."""
 
 
+class RunCutShort(RunFailed):
+    """The run started and could not finish: a process it started died (the line names it) or its
+    time ran out. The backend stops everything it started before raising it; what the run
+    recorded stays, and the runner writes its partial report."""
+
+
 @dataclass
 class RunContext:
     """One run as the runner hands it to its backend."""
@@ -47,7 +53,8 @@ class Session(Protocol):
 
     def run(self, run: RunContext) -> None:
         """Run one run into `run.run_dir`, stopping whatever it started before returning. Raises
-        RunFailed (one line), KeyboardInterrupt or signals.Terminated."""
+        RunFailed (one line; RunCutShort once the run has started), KeyboardInterrupt or
+        signals.Terminated."""
         ...
 
     def close(self) -> None: ...

@@ -34,8 +34,9 @@ def _die_with(parent: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_forked(child: Callable[[], int]) -> int:
-    """`child()` in a forked process; its exit code (the child's return value, 1 after a traceback)."""
+def run_forked(child: Callable[[], int], on_start: Callable[[int], None] | None = None) -> int:
+    """`child()` in a forked process; its exit code (the child's return value, 1 after a traceback,
+    minus the signal that killed it). `on_start` gets the child's pid once it runs."""
     sys.stdout.flush()
     sys.stderr.flush()
     stops = {signal.SIGINT, signal.SIGTERM}
@@ -58,6 +59,8 @@ def run_forked(child: Callable[[], int]) -> int:
             os._exit(code)
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        if on_start is not None:
+            on_start(pid)
         _, status = os.waitpid(pid, 0)
     except BaseException as e:
         stop_child(pid, signals.signal_of(e) if signals.is_stop(e) else signal.SIGTERM)

@@ -17,9 +17,22 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def results_dir(out_root: str | Path, experiment: str) -> Path:
-    """Where a new series goes: `<out_root>/<UTC time>-<experiment>`."""
-    return Path(out_root) / f"{utc_stamp()}-{experiment}"
+def results_dir(out_root: str | Path, experiment: str, stamp: str | None = None) -> Path:
+    """A new series' directory, created (with `out_root`) and never one that existed:
+    `<out_root>/<UTC time>-<experiment>`, `<UTC time>.2-<experiment>` (then .3, ...) for a series
+    started in the same second (the time has one-second resolution; the suffix keeps them in order
+    and `*-<experiment>` finding them). Each try creates the directory exclusively, so two series
+    started at once never share one. OSError when it cannot be created."""
+    stamp = stamp or utc_stamp()
+    Path(out_root).mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10000):
+        path = Path(out_root) / f"{stamp}{'' if n == 1 else f'.{n}'}-{experiment}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{out_root}: 9999 series named {stamp}-{experiment} already")
 
 
 def run_dir_of(results: Path, variant: str, rep: int) -> Path:

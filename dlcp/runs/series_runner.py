@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dlcp.backends as backends
+from dlcp.exit_status import exit_text
 from dlcp.experiment import config as configmod
 from dlcp.experiment import dilation as dilationmod
 from dlcp.experiment import run_inputs
 from dlcp.network import topology as topospec
-from dlcp.runs import naming, privilege, run_dir, signals
-from dlcp.runs.contract import BackendRunner, RunContext, RunFailed, Session
+from dlcp.runs import machine_lock, naming, privilege, run_dir, signals
+from dlcp.runs.contract import BackendRunner, RunContext, RunCutShort, RunFailed, Session
 from dlcp.runs.forked import run_forked
 from dlcp.runs.progress import Progress, iterations_done
 
@@ -172,29 +173,34 @@ def run_one(job: RunJob, session: Session, progress: Progress) -> None:
     )
     run_dir.write_json(job.run_dir / "meta.json", meta)
     started = time.monotonic()
-    status = "error"
+    status, error = "error", None
     try:
         session.run(RunContext(cfg, ran, spec, runtimes, job.run_dir, job.run.variant, meta, progress))
         status = "ok"
     except BaseException as e:
         if signals.is_stop(e):
             status = signals.status_of(e)
+        elif isinstance(e, RunFailed):
+            error = str(e)
         raise
     finally:
         with signals.deferred():
-            run_dir.end_meta(meta, status, started)
+            run_dir.end_meta(meta, status, started, error)
             run_dir.write_json(job.run_dir / "meta.json", meta)
 
 
 def run_and_report(job: RunJob, session: Session, progress: Progress) -> None:
     """`run_one`, then its report; stopped by a signal, its partial report and where both are, then
-    the same stop again."""
+    the same stop again; cut short (a process died, the time ran out), its partial report and
+    where both are, in the failure's message."""
     try:
         run_one(job, session, progress)
     except (KeyboardInterrupt, signals.Terminated) as e:
         signals.handled()  # it stops the series here
         signal_report(job, progress, e)
         raise
+    except RunCutShort as e:
+        raise RunCutShort(cut_short_message(job, progress, str(e))) from e
     if job.with_report:
         progress.phase("writing the report")
         progress.done()
@@ -215,10 +221,11 @@ def signal_report(job: RunJob, progress: Progress, exc: BaseException) -> None:
     print(interrupted_message(job.run_dir, report, signals.status_of(exc)), file=sys.stderr)
 
 
-def write_partial_report(path: Path, progress: Progress) -> Path | None:
+def write_partial_report(path: Path, progress: Progress, why: str | None = None) -> Path | None:
     """The report of a run stopped early: what was recorded, marked partial (meta.json status).
-    None if even that fails; the records stay either way."""
-    progress.phase("writing the partial report")
+    None if even that fails; the records stay either way. `why` it stopped goes on the progress
+    line at once (the report takes seconds)."""
+    progress.phase(f"{why}; writing the partial report" if why else "writing the partial report")
     progress.done()
     try:
         write_report(path)
@@ -226,6 +233,20 @@ def write_partial_report(path: Path, progress: Progress) -> Path | None:
         print(f"dlcp run: the partial report could not be written: {e}", file=sys.stderr)
         return None
     return path / "report.html"
+
+
+def cut_short_message(job: RunJob, progress: Progress, why: str) -> str:
+    """`why` the run was cut short, then what it kept: the partial run (how far it got, which
+    switches' counters it has) and its partial report (when reports are on)."""
+    report = write_partial_report(job.run_dir, progress, why.splitlines()[0]) if job.with_report else None
+    lines = [
+        why,
+        "  everything it started was stopped and cleaned up",
+        f"  partial run: {job.run_dir} ({iterations_done(job.run_dir)}; {run_dir.counters_kept(job.run_dir)})",
+    ]
+    if report is not None:
+        lines.append(f"  partial report: {report}")
+    return "\n".join(lines)
 
 
 def interrupted_message(path: Path, report: Path | None, status: str) -> str:
@@ -253,11 +274,16 @@ def run_in_child(job: RunJob, session: Session, progress: Progress) -> None:
             return signals.exit_code(e)
         return 0
 
-    code = run_forked(child)
+    pids: list[int] = []
+    code = run_forked(child, pids.append)
     if code in (signals.exit_code(KeyboardInterrupt()), signals.exit_code(signals.Terminated())):
         raise signals.stop_for(code)
+    if code < 0:  # killed: the child could write neither meta.json's end nor its report
+        why = f"the process of run {job.run.label} (pid {pids[0]}) {exit_text(code)}"
+        run_dir.end_meta_for(job.run_dir, why)
+        raise RunCutShort(cut_short_message(job, progress, why))
     if code:
-        raise RunFailed(f"{job.run.label} failed (see above)" if code == 1 else f"{job.run.label} exited with {code}")
+        raise RunFailed(f"{job.run.label} failed (see above)" if code == 1 else f"{job.run.label} {exit_text(code)}")
 
 
 # --- the series ------------------------------------------------------------------------------------
@@ -269,23 +295,45 @@ def run_series(request: SeriesRequest) -> Path:
     series = plan(request)
     runner: BackendRunner = backends.implementation(series.backend.name)
     check(series, runner)
-    if request.run_dir:
-        series.results = Path(request.run_dir)
-    else:
-        series.results = naming.results_dir(request.out_root or series.base["output"]["dir"], series.base["name"])
-    created = [p for p in [series.results, *series.results.parents] if not p.exists()]  # handed over under sudo
-    progress = Progress()
-    session = None
-    with signals.installed():
+    with signals.installed(), machine_lock.claim(series.backend) as lock:  # MachineBusy: nothing started
+        series.results, created = run_dir.new_results(
+            request.run_dir, request.out_root or series.base["output"]["dir"], series.base["name"]
+        )
+        if lock is not None:
+            lock.note_results(series.results)
+        progress = Progress()
+        session, stop = None, None
         try:
             session = runner.open_session(series.base, series.results, progress)
             run_all(series, session, progress)
+        except (KeyboardInterrupt, signals.Terminated) as e:
+            stop = e
+            raise
         finally:
             with signals.deferred():  # the fork server stopped, the results handed over, whatever comes
                 if session is not None:
                     session.close()
-                privilege.hand_over_to_sudo_user(series.results, created)
+                leave_results(series.results, created, stop)
     return series.results
+
+
+def leave_results(results: Path, created: list[Path], stop: BaseException | None) -> None:
+    """A series' directory as it ends: handed to the user behind sudo; removed when no run started
+    in it (a stop or a failure before the first run), saying so after a stop (a run that started
+    says where it stopped itself)."""
+    if run_dir.holds_runs(results):
+        privilege.hand_over_to_sudo_user(results, created)
+        return
+    removed = run_dir.remove_unused(results, created)
+    if not removed:
+        privilege.hand_over_to_sudo_user(results, created)
+    if stop is not None:
+        what = "interrupted (Ctrl-C)" if signals.status_of(stop) == "interrupted" else "terminated (SIGTERM)"
+        print(
+            f"dlcp run: {what} before its first run started; everything it started was stopped"
+            + (f" and nothing was kept ({results} removed)" if removed else ""),
+            file=sys.stderr,
+        )
 
 
 def run_all(series: Series, session: Session, progress: Progress) -> None:

@@ -16,8 +16,10 @@ docs/profiles.md says which to use for what.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,43 @@ class Profile:
             backward_s=tuple(t * compute for t in self.backward_s),
             note=f"{self.note} [compute times x{compute:g}]".strip(),
         )
+
+    def fitted_to(self, sizes: Sequence[int], model: str) -> Profile:
+        """This profile's compute laid over another model's tensors `sizes` (forward order): tensor
+        i takes the forward and backward time of the same fraction of this profile's parameters
+        (each profile tensor's time shared by the elements that overlap), so the totals, and how
+        the time runs from the input side to the output side, are kept while the tensors, and so
+        the messages, are the other model's."""
+        if not sizes or any(n <= 0 for n in sizes):
+            raise ValueError(f"fitted_to: model {model} needs tensors of at least one element")
+        ours = _edges(self.sizes)
+        theirs = _edges(sizes)
+        fwd, bwd = [], []
+        for lo, hi in itertools.pairwise(theirs):
+            share = [
+                max(0.0, min(hi, b) - max(lo, a)) / (b - a) for a, b in itertools.pairwise(ours)
+            ]  # of each profile tensor
+            fwd.append(math.fsum(w * t for w, t in zip(share, self.forward_s)))
+            bwd.append(math.fsum(w * t for w, t in zip(share, self.backward_s)))
+        return replace(
+            self,
+            names=tuple(f"{model}.{i}" for i in range(len(sizes))),
+            sizes=tuple(int(n) for n in sizes),
+            forward_s=tuple(fwd),
+            backward_s=tuple(bwd),
+            note=f"{self.note} [fitted onto model {model}'s {len(sizes)} tensors by parameter fraction]".strip(),
+        )
+
+
+def _edges(sizes: Sequence[int]) -> list[float]:
+    """Where each tensor starts and ends as a fraction of all the parameters (0 .. 1)."""
+    total = math.fsum(sizes)
+    out, acc = [0.0], 0.0
+    for n in sizes:
+        acc += n
+        out.append(acc / total)
+    out[-1] = 1.0
+    return out
 
 
 def _problem(p: Profile) -> str | None:

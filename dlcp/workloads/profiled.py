@@ -58,14 +58,15 @@ def layer_sizes(workload: TrainingSettings) -> list[int]:
     return list(profile.sizes) if profile is not None else list(workload.layers)
 
 
-def check_tensor_sizes(profile: Profile, sizes: Sequence[int], model: str) -> None:
-    """A real model times itself with a profile only if the profile describes its tensors."""
-    if tuple(sizes) != profile.sizes:
-        where = next((i for i, (a, b) in enumerate(zip(sizes, profile.sizes)) if a != b), min(len(sizes), len(profile)))
-        raise ValueError(
-            f"workload.profile: {profile.source or profile.name} does not describe model {model}: "
-            f"{len(profile)} tensors vs the model's {len(sizes)}, first difference at tensor {where}"
-        )
+def profile_for_tensors(profile: Profile, sizes: Sequence[int], model: str) -> Profile:
+    """The profile a real model times itself with: `profile` where it describes the model's
+    tensors, else its compute fitted onto them by parameter fraction (Profile.fitted_to: another
+    model's compute, e.g. BERT's on a GPU, over this model's messages; the report says so)."""
+    return profile if tuple(sizes) == profile.sizes else profile.fitted_to(sizes, model)
+
+
+def is_fitted(profile: Profile, sizes: Sequence[int]) -> bool:
+    return tuple(sizes) != profile.sizes
 
 
 GATE_TIMEOUT_S = 120.0  # parameters never released: a bug in the caller, not a reason to hang
@@ -90,9 +91,9 @@ def make_profile_compute(
 
 def check_workload(workload: TrainingSettings) -> Profile | None:
     """Everything about a workload's compute that needs files or torch, checked before a run: the
-    profile loads, the synthetic model's `layers` are not set against it, a torch model has the
-    profile's tensors (builds the model: imports torch). Returns the profile (None: real
-    compute); ValueError naming the key."""
+    profile loads, the synthetic model's `layers` are not set against it, and a torch model's
+    tensors take the profile's compute (builds the model: imports torch). Returns the profile the
+    model times itself with (None: real compute); ValueError naming the key."""
     profile = workload_profile(workload)
     if profile is None:
         return None
@@ -104,5 +105,5 @@ def check_workload(workload: TrainingSettings) -> Profile | None:
 
         data = load_dataset(workload.dataset)
         net = build_model(workload.model, data.in_shape, data.n_classes, 0)
-        check_tensor_sizes(profile, [p.numel() for p in net.parameters()], workload.model)
+        return profile_for_tensors(profile, [p.numel() for p in net.parameters()], workload.model)
     return profile

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlcp.runs.contract import RunContext, RunFailed
+from dlcp.runs.contract import RunContext, RunCutShort, RunFailed
 from dlcp.runs.progress import Progress
 from simulation.ns3 import loader
 from simulation.ns3.simulated_run import CPP_UNITS, simulate
@@ -28,8 +28,8 @@ class Ns3Session:
         section = simulate(run.run_cfg, run.run_dir, run.spec, run.runtimes)
         run.progress.done()
         run.meta["simulation"] = section
-        if "error" in section:
-            raise RunFailed(section["error"])
+        if "error" in section:  # an agent failed or the simulated time ran out: what it recorded is written
+            raise RunCutShort(section["error"])
 
     def close(self) -> None:
         pass

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from emulation import procs
-from emulation.forkserver import ForkServer, ForkServerError
+from emulation.forkserver import ORPHAN_EXIT, ForkServer, ForkServerError
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +85,21 @@ def test_what_the_server_cannot_start_is_a_one_line_error(server, tmp_path):
     assert f"/proc/{2**22 + 1}/ns/net" in (tmp_path / "y.log").read_text()
 
 
-def test_agents_die_with_their_server(tmp_path):
+def test_agents_stop_with_their_server_and_keep_their_records(tmp_path):
+    """The server SIGKILLed: its agents get SIGTERM (their parent-death signal), write their
+    records and exit; the runner, whom nobody reports their exits to now, sees them gone by their
+    pids, and does not wait forever."""
     server = ForkServer(tmp_path / "forkserver.log")
-    p = server.spawn(os.getpid(), "background", sink_config(tmp_path, free_udp_port()), tmp_path / "h1-sink.log")
+    port = free_udp_port()
+    p = server.spawn(os.getpid(), "background", sink_config(tmp_path, port), tmp_path / "h1-sink.log")
+    deadline = time.monotonic() + 10
+    while not procs.catches_sigterm(p.pid):  # set up
+        assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "h1-sink.log").read_text()
+        time.sleep(0.02)
     child = psutil.Process(p.pid)
     os.kill(server.proc.pid, signal.SIGKILL)
     child.wait(timeout=5)  # the parent-death signal
     assert not child.is_running()
-    # nobody is left to report its exit: the runner learns it was killed, and does not wait forever
-    assert p.wait(timeout=5) == -signal.SIGKILL and p.poll() == -signal.SIGKILL
+    assert p.wait(timeout=5) == ORPHAN_EXIT == 128 + signal.SIGTERM and p.poll() == ORPHAN_EXIT
+    assert json.loads((tmp_path / "records" / f"h1-sink{port}.json").read_text())["kind"] == "sink"
     server.close()

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -22,6 +21,8 @@ from emulated_runs import (  # noqa: F401 (clean_machine: autouse)
     leftovers,
     read_csv,
     run_dirs,
+    start_long_run,
+    wait_for_progress,
     write_config,
 )
 
@@ -160,32 +161,6 @@ def test_missing_bmv2_fails_before_anything_starts(tmp_path):
     assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
     assert p.stderr.startswith("dlcp run: failed: backend bmv2: DLCP_P4C=/nonexistent/p4c is not an executable")
     assert not (tmp_path / "r").exists()
-
-
-def start_long_run(tmp_path: Path, stdout=subprocess.DEVNULL, report: bool = False) -> subprocess.Popen:
-    """`dlcp run` of a long experiment into tmp_path/r, in the background (stderr piped)."""
-    cfg = write_config(tmp_path, iterations=500, timeout=600)
-    return subprocess.Popen(
-        DLCP + ["run", str(cfg), "--out", str(tmp_path / "r")] + ([] if report else ["--no-report"]),
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-
-
-def wait_for_progress(run_parent: Path, proc: subprocess.Popen, timeout=120, min_iter: int = 1) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        for prog in run_parent.glob("*/*/progress/h1"):
-            try:
-                if json.loads(prog.read_text()).get("iter", 0) >= min_iter:
-                    return prog.parents[1]
-            except ValueError:
-                pass
-        time.sleep(0.2)
-    raise AssertionError("the run made no progress")
 
 
 @pytest.mark.parametrize("sig,status,code", [(signal.SIGINT, "interrupted", 130), (signal.SIGTERM, "terminated", 143)])

@@ -246,8 +246,27 @@ def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
     assert w.compute_stats()["deadlines"] == 8
     w.evaluate(0)  # evaluation runs the model without touching the compute model
     assert w.timer.iteration is None
-    with pytest.raises(ValueError, match="does not describe model cnn"):
-        TorchWorkload(cfg.model_copy(update={"model": "cnn"}), 0, 1)
+    assert w.compute_stats()["profile_fit"] == "exact"
+    # another model's profile times this model by parameter fraction: the same total compute
+    other = TorchWorkload(cfg.model_copy(update={"model": "cnn"}), 0, 1)
+    assert other.compute_stats()["profile_fit"] == "parameter fraction"
+    assert sum(other.timer.forward_s) == pytest.approx(sum(w.timer.forward_s))
+    assert sum(other.timer.backward_s) == pytest.approx(sum(w.timer.backward_s))
+
+
+def test_a_profile_fitted_onto_another_models_tensors_keeps_totals_and_shape():
+    from dlcp.workloads.profile import Profile
+
+    prof = Profile("p", ("a", "b"), (100, 300), (0.001, 0.003), (0.002, 0.006))
+    # two tensors of 200: the first takes all of a and a third of b, the second two thirds of b
+    fit = prof.fitted_to([200, 200], "m")
+    assert fit.sizes == (200, 200) and fit.names == ("m.0", "m.1")
+    assert fit.forward_s == pytest.approx((0.001 + 0.001, 0.002))
+    assert fit.backward_s == pytest.approx((0.002 + 0.002, 0.004))
+    assert "fitted onto model m's 2 tensors by parameter fraction" in fit.note
+    assert prof.fitted_to([1], "one").forward_s == pytest.approx((0.004,))
+    with pytest.raises(ValueError, match="at least one element"):
+        prof.fitted_to([0, 5], "m")
 
 
 def _mlp_params(torch):

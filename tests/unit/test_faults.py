@@ -1,7 +1,9 @@
 """Fault injection without root: damaged and deleted files of a run directory, bad inputs to
 `dlcp run` and the benchmarks, and how a process's end is reported. Each case is one a user hit
 (issue 30); the cases that need root (Mininet, a read-only mount, killing a real run) are in
-tests/root/test_faults_emulated.py.
+tests/root/test_faults_emulated.py, ns-3's in tests/ns3/test_faults_ns3.py. Run directories are
+never reused, and one series at a time claims a machine whose runs collide (real processes, real
+locks).
 
 Every bad input must give one line naming the problem and exit 2 before anything starts; every
 damaged or missing file of a run must be named in its report with what it leaves unknown, and
@@ -16,18 +18,20 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from synthetic_runs import write_synthetic_run
 
 from dlcp.exit_status import exit_text
 from dlcp.experiment import config as configmod
-from dlcp.experiment.run_inputs import check_layer_budgets, check_results_root
+from dlcp.experiment.run_inputs import check_layer_budgets, check_new_run_dir, check_results_root
 from dlcp.network import topology as topospec
 from dlcp.reporting.load import load_run
 from dlcp.reporting.render import to_markdown
 from dlcp.reporting.runreport import build_doc
 from dlcp.reporting.summarise import summarise
+from dlcp.runs import machine_lock, naming, run_dir
 from dlcp_cli.main import main as dlcp_main
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -542,3 +546,106 @@ def test_a_bench_host_killed_by_a_signal_is_named_by_it(tmp_path):
             out.close()
             err.close()
     assert time.monotonic() - t0 < 5
+
+
+# --- run directories are never reused; one run at a time where runs collide (items 2, 7, 9) -------
+
+
+def test_a_run_dir_that_holds_a_run_is_refused_and_left_alone(short, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    (run / "records").mkdir(parents=True)
+    (run / "meta.json").write_text("{}")
+    rc, err = dlcp_run([str(short), "--run-dir", str(run)], capsys, monkeypatch)
+    assert_one_line(rc, err, f"dlcp run: --run-dir '{run}': holds a run already; run directories are never reused")
+    assert sorted(p.name for p in run.iterdir()) == ["meta.json", "records"] and not any((run / "records").iterdir())
+
+
+def test_a_run_dir_that_is_not_empty_is_refused_an_empty_one_taken(short, tmp_path, capsys, monkeypatch):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    rc, err = dlcp_run([str(short), "--run-dir", str(used)], capsys, monkeypatch)
+    assert_one_line(rc, err, f"--run-dir '{used}': is not empty; run directories are never reused")
+    (tmp_path / "empty").mkdir()
+    check_new_run_dir(tmp_path / "empty")
+    check_new_run_dir(tmp_path / "new")
+
+
+def test_series_started_in_the_same_second_get_directories_of_their_own(tmp_path):
+    """The results directory's time has one-second resolution: series started in the same second
+    (here: eight at once, from threads) each get a directory of their own, created exclusively, in
+    the order they took them."""
+    stamp = "20260101T000000Z"
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: naming.results_dir(tmp_path / "out", "x", stamp), range(8)))
+    names = sorted(p.name for p in made)
+    assert len(set(names)) == 8 and all(p.is_dir() for p in made)
+    assert names == [f"{stamp}-x"] + [f"{stamp}.{n}-x" for n in range(2, 9)]
+    assert naming.results_dir(tmp_path / "out", "x", "20260101T000001Z").name > names[-1]  # still in time order
+
+
+def test_a_series_that_started_no_run_leaves_nothing(tmp_path):
+    """What a series stopped (or failed) before its first run created is removed, the directories
+    above it included; a series with a run in it, or a --run-dir the user made, stays."""
+    results, created = run_dir.new_results(None, str(tmp_path / "a" / "results"), "x")
+    (results / "logs").mkdir()
+    (results / "logs" / "forkserver.log").write_text("loading")
+    assert run_dir.remove_unused(results, created) and not (tmp_path / "a").exists()
+    results, created = run_dir.new_results(None, str(tmp_path / "b"), "x")
+    (results / "dlcp").mkdir()
+    (results / "dlcp" / "meta.json").write_text("{}")
+    assert not run_dir.remove_unused(results, created) and (results / "dlcp" / "meta.json").exists()
+    (tmp_path / "mine").mkdir()
+    results, created = run_dir.new_results(str(tmp_path / "mine"), "unused", "x")
+    assert not run_dir.remove_unused(results, created) and (tmp_path / "mine").is_dir()
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from dlcp.runs import machine_lock
+lock = machine_lock.acquire("builtin", Path(sys.argv[1]))
+lock.note_results(Path("/r/20260101T000000Z-x"))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_series_is_refused_naming_the_live_one_and_a_dead_ones_lock_is_taken_over(tmp_path, capsys):
+    """Real processes, real flock(2): a live holder is named in the refusal; once it is SIGKILLed
+    (it could not release) the next series takes the machine over, with a note naming it."""
+    path = tmp_path / "run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(machine_lock.MachineBusy) as e:
+            machine_lock.acquire("builtin", path)
+        assert str(e.value).startswith(
+            f"another run has this machine (pid {holder.pid}, builtin, /r/20260101T000000Z-x, running for "
+        ), str(e.value)
+        assert str(e.value).endswith(
+            "builtin runs cannot share one (dlcp/backends.py, parallel_runs); wait for it to end or stop it"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    lock = machine_lock.acquire("builtin", path)
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(
+            f"dlcp run: note: the run before (pid {holder.pid}, builtin, /r/20260101T000000Z-x, running for "
+        )
+        and "ended without releasing the machine (killed?); taking it over" in err
+    ), err
+    lock.release()
+    machine_lock.acquire("builtin", path).release()  # released cleanly: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+def test_backends_whose_runs_share_nothing_claim_nothing(tmp_path):
+    from dlcp import backends
+
+    for name in backends.names():
+        caps = backends.capabilities(name)
+        with machine_lock.claim(backends.get(name), tmp_path / "run.lock") as lock:
+            assert (lock is None) == caps.parallel_runs

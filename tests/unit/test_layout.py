@@ -62,6 +62,7 @@ DLCP_ALLOWED = {
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
         "dlcp.backends",
+        "dlcp.exit_status",
         "dlcp.experiment",
         "dlcp.network",
         "dlcp.reporting",

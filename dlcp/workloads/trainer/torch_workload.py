@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from dlcp.workloads import hadamard
 from dlcp.workloads.compute_model import ParameterGate, ProfileCompute
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
-from dlcp.workloads.profiled import check_tensor_sizes, make_profile_compute, workload_profile
+from dlcp.workloads.profiled import is_fitted, make_profile_compute, profile_for_tensors, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
 from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.flat import FlatModel
@@ -140,6 +140,7 @@ class TorchWorkload:
         self.timer: ProfileCompute | None = None
         self.gate: ParameterGate | None = None
         self._timed_forward = False
+        self.profile_fit: str | None = None  # "exact", or another model's profile "parameter fraction"
         profile = workload_profile(config)
         if profile is not None:
             self._time_with(profile)
@@ -147,7 +148,9 @@ class TorchWorkload:
     def _time_with(self, profile) -> None:
         """Time forward and backward with `profile` (see the module docstring)."""
         params = list(self.model.parameters())
-        check_tensor_sizes(profile, [p.numel() for p in params], self.config.model)
+        sizes = [p.numel() for p in params]
+        self.profile_fit = "parameter fraction" if is_fitted(profile, sizes) else "exact"
+        profile = profile_for_tensors(profile, sizes, self.config.model)
         index = {id(p): i for i, p in enumerate(params)}
         layers = parameter_layers(self.model)
         self.timer, self.gate = make_profile_compute(
@@ -167,7 +170,9 @@ class TorchWorkload:
 
     def compute_stats(self) -> dict | None:
         """How well the machine kept up with the profile (None with real compute)."""
-        return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
+        if self.timer is None:
+            return None
+        return {"mode": "profile", "profile_fit": self.profile_fit, **self.timer.stats.as_dict()}
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
