@@ -53,7 +53,7 @@ def _walsh_hadamard(x: np.ndarray) -> None:
     """x <- H x per block, in place (H normalised: H H = I)."""
     start = 0
     for b in blocks(x.size):
-        seg = x[start : start + b].astype(np.float64).reshape(1, b)
+        seg: np.ndarray = x[start : start + b].astype(np.float64).reshape(1, b)
         h = 1
         while h < b:
             seg = seg.reshape(1, b // (2 * h), 2, h)

@@ -54,6 +54,7 @@ DLCP_ALLOWED = {
         "dlcp.network",
         "dlcp.backends",
         "dlcp.queueing",
+        "dlcp.registry",
     },
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables", "dlcp.backends"},
     # the switch's reference model and counter dump (the C core beside it is no Python import)
