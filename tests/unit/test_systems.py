@@ -83,3 +83,27 @@ def test_a_system_outside_its_modes_or_unknown_is_refused_in_one_line(tmp_path):
         configmod.load(experiment(tmp_path), ["system=gloo"])
     with pytest.raises(ConfigError, match="--set system names one already"):
         plan(SeriesRequest(experiment(tmp_path), ["system=dlcp"], vary=["system=fifo,dlcp"]))
+
+
+BOUNDED_LOSS = "experiments/bounded-loss.toml"
+
+
+@pytest.mark.parametrize(
+    ("sets", "policies"),
+    [
+        ([], ["reliable", "fifo", "dlcp", "ltp", "dblp"]),  # PS, bursty (the file as it is)
+        (
+            ["workload.mode=allreduce", "background.0.dst=worker0", "background.1.dst=worker1"],
+            ["reliable", "fifo", "dlcp", "optireduce", "dblp"],
+        ),  # all-reduce, bursty
+        (["background=[]"], ["reliable", "dlcp", "ltp", "dblp"]),  # quiet
+        (["backend=ns3", "workload.workers=16", "topology.hosts=19"], ["reliable", "dlcp", "ltp", "dblp"]),
+        (["workload.workers=8", "topology.hosts=11"], ["tcp", "ltp"]),  # LTP's setting
+    ],
+)
+def test_the_bounded_loss_experiment_plans_the_variants_its_header_documents(sets, policies):
+    runs = plan(SeriesRequest(BOUNDED_LOSS, sets, policies=policies)).runs
+    assert [r.variant for r in runs] == policies
+    for r in runs:
+        assert r.cfg["system"] == r.variant
+        assert r.cfg["workload"]["target_accuracy"] == 0.75  # time to accuracy is measured
