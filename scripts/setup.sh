@@ -50,8 +50,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # The constraint pins the CPU build of torch that is on disk; without it a dependency could pull
 # the newest CUDA build (several GB).
 export PIP_CONSTRAINT="$PWD/scripts/constraints.txt"
+# --no-compile: pip would byte-compile every module it installs (torch alone is about a minute of a
+# fresh set-up); Python compiles the modules a run imports, once, when it first imports them.
 pip_install() {
-    if ! "$VENV/bin/pip" install -q "$@" >"$VENV/pip-install.log" 2>&1; then
+    if ! "$VENV/bin/pip" install -q --no-compile "$@" >"$VENV/pip-install.log" 2>&1; then
         grep -v '^WARNING: Location' "$VENV/pip-install.log" >&2
         echo "setup: pip install $* failed (log: $VENV/pip-install.log)" >&2
         exit 1
@@ -60,7 +62,7 @@ pip_install() {
 # The CPU build by name where one is reachable (a local wheel directory or index pip is configured
 # with): torch==2.13.0 alone lets pip take the CUDA build from PyPI, 5 GB of venv a CPU machine
 # never uses.
-if ! "$VENV/bin/pip" install -q torch==2.13.0+cpu >"$VENV/pip-install.log" 2>&1; then
+if ! "$VENV/bin/pip" install -q --no-compile torch==2.13.0+cpu >"$VENV/pip-install.log" 2>&1; then
     pip_install torch==2.13.0
 fi
 pip_install -e ".${EXTRAS:+[$EXTRAS]}"
