@@ -1,7 +1,8 @@
-"""Only the C extension lives here; everything else is in pyproject.toml.
+"""Only the C extensions live here; everything else is in pyproject.toml.
 
-The extension is optional: if it cannot be compiled, the built-in switch falls back to its
-Python engine (slower, same semantics) and says so when it starts.
+Both are optional: if one cannot be compiled, the built-in switch falls back to its Python engine
+and the UDP transport to its Python receive path (slower, same semantics), and each says so when
+it starts.
 """
 
 import importlib.util
@@ -10,13 +11,27 @@ from pathlib import Path
 from setuptools import Extension, setup
 
 HERE = Path(__file__).parent
-_spec = importlib.util.spec_from_file_location("fastpath_source", HERE / "emulation/builtin_switch/fastpath_source.py")
-fastpath_source = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fastpath_source)
 
-# baked into the module so the switch can refuse a binary built from other sources
+
+def _load(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(HERE.resolve()))
+
+
+fastpath_source = _load("fastpath_source", "emulation/builtin_switch/fastpath_source.py")
+rxpath_source = _load("rxpath_source", "dlcp/transport/rxpath_source.py")
+
+# baked into each module so a binary built from other sources is refused
 SHA = fastpath_source.source_sha()
-SOURCE, *HEADERS = (str(path.relative_to(HERE.resolve())) for path in fastpath_source.SOURCES)
+SOURCE, *HEADERS = (_rel(path) for path in fastpath_source.SOURCES)
+RX_SHA = rxpath_source.source_sha()
+RX_SOURCE, *RX_HEADERS = (_rel(path) for path in rxpath_source.SOURCES)
 
 setup(
     ext_modules=[
@@ -29,6 +44,16 @@ setup(
             libraries=["m"],
             define_macros=[("FASTPATH_SOURCE_SHA", f'"{SHA}"')],
             optional=True,
-        )
+        ),
+        Extension(
+            "dlcp.transport._rxpath",
+            [RX_SOURCE],
+            depends=RX_HEADERS,
+            include_dirs=[_rel(rxpath_source.CORE_DIR), _rel(rxpath_source.WIRE_DIR)],
+            extra_compile_args=["-O2", "-Wall"],
+            libraries=["m"],
+            define_macros=[("RXPATH_SOURCE_SHA", f'"{RX_SHA}"')],
+            optional=True,
+        ),
     ]
 )

@@ -34,6 +34,7 @@ class Capabilities:
     payloads: tuple[str, ...]  # workload.payload values its hosts carry
     max_workers: int  # workload.workers it can hold
     max_mtu: int  # largest links.mtu
+    max_mbps: float  # fastest links.host_mbps / fabric_mbps (emulated links are shaped by one machine)
     link_delay_loss: bool  # emulates links.delay_us and links.loss
     captures: bool  # output.pcap_ports: its switch ports are interfaces a capture can read
     forked_runs: bool  # each run of a series in a process of its own (ns-3: one simulator per process)
@@ -45,6 +46,9 @@ class Capabilities:
     # its switches run the pipeline core's queue disciplines (dlcp/queueing); False: their queues
     # serve strict priority only (bmv2's simple_switch has no other scheduler)
     queue_disciplines: bool
+    # [[jobs]]: several training jobs on one fabric, each starting at its own time (its workers'
+    # first iteration delayed by its start_s + shift_s)
+    several_jobs: bool
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ register(
             payloads=("values",),
             max_workers=64,
             max_mtu=STANDARD_MTU,
+            max_mbps=10_000,
             link_delay_loss=True,
             captures=True,
             forked_runs=False,
@@ -129,6 +134,7 @@ register(
             switch_engines=("c", "python"),
             queue_must_exceed_qmax=False,
             queue_disciplines=True,
+            several_jobs=False,
         ),
         implementation="emulation.mininet_backend:BUILTIN",
     )
@@ -143,6 +149,7 @@ register(
             payloads=("values",),
             max_workers=64,
             max_mtu=STANDARD_MTU,
+            max_mbps=10_000,
             link_delay_loss=False,
             captures=True,
             forked_runs=False,
@@ -152,6 +159,7 @@ register(
             switch_engines=("bmv2",),
             queue_must_exceed_qmax=True,
             queue_disciplines=False,
+            several_jobs=False,
         ),
         implementation="emulation.mininet_backend:BMV2",
     )
@@ -166,6 +174,7 @@ register(
             payloads=("values", "sizes"),
             max_workers=253,
             max_mtu=JUMBO_MTU,
+            max_mbps=1_600_000,  # a non-blocking fabric of 100 Gbit/s hosts needs faster fabric links
             link_delay_loss=True,
             captures=False,
             forked_runs=True,
@@ -175,6 +184,7 @@ register(
             switch_engines=("ns3",),
             queue_must_exceed_qmax=False,
             queue_disciplines=True,
+            several_jobs=True,
         ),
         implementation="simulation.ns3.backend:NS3",
     )

@@ -111,7 +111,7 @@ class Settings(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as e:
-            raise _config_error(e, type(self)) from None
+            raise config_error(e, type(self)) from None
 
     @classmethod
     def parse(cls, data: Any):
@@ -119,7 +119,7 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            raise _config_error(e, cls) from None
+            raise config_error(e, cls) from None
 
     @classmethod
     def known_keys(cls) -> list[str]:
@@ -360,9 +360,11 @@ def _what(e: ErrorDetails, path: str, ann, meta: list, owner) -> tuple[str, str]
     return path, e["msg"]
 
 
-def first_error(error: ValidationError, root: type[BaseModel]) -> tuple[str, str]:
-    """(dotted key relative to `root`, what is wrong) of the first error of a validation of `root`."""
-    e = error.errors(include_url=False)[0]
+def first_error(error: ValidationError, root: type[BaseModel], prefer: str | None = None) -> tuple[str, str]:
+    """(dotted key relative to `root`, what is wrong) of the first error of a validation of `root`
+    (the first under the field `prefer`, when there is one)."""
+    errors = error.errors(include_url=False)
+    e = next((x for x in errors if prefer and x["loc"] and x["loc"][0] == prefer), errors[0])
     loc = tuple(e["loc"])
     path, ann, meta, owner = _locate(root, loc)
     key, what = _what(e, path, ann, meta, owner)
@@ -371,8 +373,9 @@ def first_error(error: ValidationError, root: type[BaseModel]) -> tuple[str, str
     return key, what
 
 
-def _config_error(error: ValidationError, root: type[Settings]) -> ConfigError:
-    key, what = first_error(error, root)
+def config_error(error: ValidationError, root: type[Settings], prefer: str | None = None) -> ConfigError:
+    """The one-line ConfigError of a failed validation of `root` (`first_error`)."""
+    key, what = first_error(error, root, prefer)
     shown = _join(root.section, key) if key else (root.section or "the config")
     return ConfigError(f"{shown}: {what}", key, what)
 
@@ -432,6 +435,9 @@ def reference_rows(model: type[BaseModel], prefix: str, show_value, note: str = 
                 rows += [
                     r for r in reference_rows(v, f"{key}.", show_value, note=f"{tag}: ") if r[0] != f"{key}.{disc}"
                 ]
+            continue
+        if is_model(ann) and getattr(ann, "reference_row", None):  # a section given as a whole (a job's)
+            rows.append((key, "table", "the experiment's", note + ann.reference_row))
             continue
         if is_model(ann):
             rows += reference_rows(ann, f"{key}.", show_value)

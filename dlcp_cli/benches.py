@@ -127,10 +127,56 @@ def _bmv2(argv):
     return bench_bmv2(argv)
 
 
+def _collectives(argv):
+    from dlcp_cli.collectives_bench import bench_collectives
+
+    return bench_collectives(argv)
+
+
 def _sim(argv):
     from simulation.ns3.bench import bench_sim
 
     return bench_sim(argv)
+
+
+def _datapath(argv):
+    from dlcp.transport.datapath_bench import bench_udp, parser, print_udp
+
+    ap = parser()
+    ap.add_argument("--sim-workers", type=int, default=16, help="workers of the ns-3 runs")
+    ap.add_argument("--sim-rounds", type=int, default=3, help="ns-3 runs per receive path, interleaved")
+    args = ap.parse_args(argv)
+    rows, result = bench_udp(args)
+    if args.skip_ns3:
+        print_udp(rows, result, args.json)
+        return 0
+    from simulation.ns3.bench import SIM_RX_PATHS, bench_rx_paths
+    from simulation.ns3.loader import available
+
+    print_udp(rows, result, False)
+    why = available()
+    if why is not None:
+        print(f"\nns-3: skipped ({why})")
+        sim_rows, sim = [], {"skipped": why}
+    else:
+        sim_rows, sim = bench_rx_paths(args.sim_workers, 2, args.sim_rounds)
+        print()
+    from dlcp.bench_output import emit
+
+    emit(
+        f"ns-3 hosts (DLCP_SIM_RX {', '.join(SIM_RX_PATHS)}), synthetic ring of one 1 MB message, 2 iterations: the simulation's "
+        "CPU per datagram received (median (range) over interleaved runs)",
+        sim_rows,
+        {"bench": "datapath", "udp": result, "simulated": sim},
+        args.json,
+    )
+    return 0
+
+
+def _sweep(argv):
+    from dlcp.runs.bench import bench_sweep
+
+    return bench_sweep(argv)
 
 
 # name -> (function taking argv and returning an exit code, one-line summary)
@@ -142,7 +188,13 @@ BENCHES: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "accuracy": (_accuracy, "test accuracy under packet loss per fill rule (in-process)"),
     "bmv2": (_bmv2, "packets/s of simple_switch_grpc running p4/dlcp.p4 (root, bmv2)"),
     "schedulers": (_schedulers, "iteration time per scheduler x profile x workers (timeline), the collectives' rows"),
+    "collectives": (
+        _collectives,
+        "time, algbw and busbw (nccl-tests) per collective x workers x size x policy, ns-3 or emulated",
+    ),
+    "datapath": (_datapath, "CPU per datagram received, each receive path: UDP driver on loopback, ns-3 hosts"),
     "sim": (_sim, "simulated ring all-reduce from 16 to 128 workers on ns-3: cost per iteration (sim extra)"),
+    "sweep": (_sweep, "a series of ns-3 runs on the local Dask cluster, 1 vs N workers: runs per minute, overhead"),
 }
 
 

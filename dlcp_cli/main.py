@@ -13,7 +13,7 @@ import sys
 
 from dlcp import __version__
 from dlcp.wire.header import DATA_PORT
-from dlcp_cli import profile_cmd, report_cmds
+from dlcp_cli import cluster_options, profile_cmd, report_cmds
 from dlcp_cli.benches import BENCHES, run_bench
 
 
@@ -108,10 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--no-report", action="store_true", help="skip the report and comparison")
     r.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="run what is missing of the series in DIR (its results directory), with the same arguments "
+        "it was started with: runs found finished there (same config and seed) are not run again",
+    )
+    cluster_options.add_to(
+        r,
+        "runs at once on this machine: the local cluster's worker processes (default: the cores); with "
+        "--cluster slurm, at most N worker jobs (default: one per run)",
+    )
+    r.add_argument(
         "--run-dir",
         metavar="DIR",
-        help="write the (single-variant) run exactly into DIR instead of OUT/<UTC time>-NAME/run "
-        "(what dlcp sweep uses, so points land in known places)",
+        help="write the (single-variant) run exactly into DIR instead of OUT/<UTC time>-NAME/run",
     )
     r.set_defaults(func=_run)
 

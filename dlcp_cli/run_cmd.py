@@ -1,6 +1,6 @@
-"""`dlcp run`: the command line of the series runner (dlcp/runs/series_runner.py), which drives
+"""`dlcp run`: the command line of the series runner (dlcp/runs/series.py), which drives
 whichever backend the experiment names (dlcp/backends.py). Exit status: 0 done, 1 a run failed
-(or root is missing, or another run has the machine), 2 a config or option error before anything
+(or root is missing, or another run has the machine, or the cluster cannot take the series), 2 a config or option error before anything
 started, 130 Ctrl-C, 143 SIGTERM (docs/runs.md)."""
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 from dlcp.runs import signals
+from dlcp.runs.cluster import ClusterError
 from dlcp.runs.contract import RunFailed
 from dlcp.runs.machine_lock import MachineBusy
-from dlcp.runs.series_runner import NeedsRoot, SeriesRequest, run_series
+from dlcp.runs.series import run_series
+from dlcp.runs.series_runner import NeedsRoot, SeriesRequest
 from dlcp.settings import ConfigError
+from dlcp_cli import cluster_options
 
 
 def request_of(args: argparse.Namespace) -> SeriesRequest:
@@ -27,6 +30,9 @@ def request_of(args: argparse.Namespace) -> SeriesRequest:
         out_root=args.out,
         run_dir=args.run_dir,
         with_report=not args.no_report,
+        resume=args.resume,
+        cluster=cluster_options.options_of(args),
+        command=("dlcp", *sys.argv[1:]),
     )
 
 
@@ -36,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 2
-    except (NeedsRoot, MachineBusy) as e:
+    except (NeedsRoot, MachineBusy, ClusterError) as e:
         print(f"dlcp run: {e}", file=sys.stderr)
         return 1
     except RunFailed as e:

@@ -1,15 +1,17 @@
 """`dlcp schedule`: a scheduler's decisions and predicted iteration time, or a collective's plan.
 
     dlcp schedule --profile resnet50-usbyte --workers 16 --alpha 9e-4 --beta 7.4e-10 --scheduler mgwfbp --json
+    dlcp schedule --profile resnet50-usbyte --workers 64 --fit fits.json --scheduler dear   # dlcp bench collectives --fit
     dlcp schedule --collective multitree --topology torus:4x4 --json
-    dlcp schedule --collective ring --topology leaf_spine:2x2x4 --json
+    dlcp schedule --collective ring --topology leaf_spine:2x2x4 --order locality --json
     dlcp schedule --collective dssync --workers 16 --group 4 --json
 
 A summary first; with `--json` the result as one JSON object on the last line (dlcp/comm/prediction.py
 `prediction_json`; a collective's `describe`, dlcp/comm/plans/). A scheduler's lists `groups`
 (tensor indices in the profile's forward order), `partitions` and `send_order` where the
 scheduler has them, and `predicted_iteration_s` from the alpha-beta timeline. Alpha and beta are the
-all-reduce's (seconds, seconds per byte: seeds-brief §1), or derived from `--rate-gbps` and
+all-reduce's (seconds, seconds per byte: seeds-brief §1), or a fit (`--fit`: a file `dlcp bench
+collectives --fit` wrote, or a named one of dlcp/comm/costmodel.py), or derived from `--rate-gbps` and
 `--latency-s` for a ring; with `--collective` and `--topology` as well, from that collective's
 schedule on that topology.
 
@@ -22,9 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from dlcp.comm.assemble import collective_cost
-from dlcp.comm.costmodel import CostModel
+from dlcp.comm.costmodel import CostModel, load_fit, named_fit
 from dlcp.comm.plans import PlanError
 from dlcp.comm.plans.collective import COLLECTIVES
 from dlcp.comm.plans.paths import rank_hosts
@@ -51,6 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--alpha", type=float, help="all-reduce start-up, seconds")
     ap.add_argument("--beta", type=float, help="all-reduce seconds per byte")
     ap.add_argument("--rate-gbps", type=float, help="instead of alpha/beta: link rate (ring all-reduce)")
+    ap.add_argument(
+        "--fit",
+        metavar="FILE|NAME",
+        help="instead of alpha/beta: the ring fit at --workers from `dlcp bench collectives --fit FILE`, "
+        "or a named fit (costmodel PAPER_FITS / NS3_FITS, e.g. 10GbE)",
+    )
+    ap.add_argument(
+        "--fit-variant", help="with --fit FILE: the bench variant (lossless, dlcp, ...) when it has several"
+    )
     ap.add_argument("--latency-s", type=float, default=30e-6, help="with --rate-gbps: per step (default 30 us)")
     ap.add_argument(
         "--option",
@@ -81,6 +93,14 @@ def _fail(text: str) -> int:
 
 
 def _cost(args, spec) -> CostModel:
+    if args.fit:
+        if args.alpha is not None or args.beta is not None or args.rate_gbps is not None:
+            raise ValueError("--fit replaces --alpha/--beta and --rate-gbps: give one")
+        if args.workers is None:
+            raise ValueError("--fit needs --workers")
+        if Path(args.fit).suffix == ".json" or Path(args.fit).exists():
+            return load_fit(args.fit, args.workers, variant=args.fit_variant)
+        return named_fit(args.fit, args.workers)
     if args.alpha is not None or args.beta is not None:
         if args.alpha is None or args.beta is None:
             raise ValueError("--alpha and --beta go together")

@@ -1,36 +1,39 @@
-"""`dlcp sweep`: one experiment over a grid of config values, each point an independent `dlcp run`.
+"""`dlcp sweep`: one experiment over a grid of config values, each point one run.
 
     dlcp sweep experiments/ps-incast.toml --grid dlcp.policy=fifo,dlcp --grid seed=1,2,3 \
-        [--set KEY=VALUE ...] [--jobs N] [--shard I/N] [--out DIR] [--dry-run]
+        [--set KEY=VALUE ...] [--jobs N] [--cluster tcp://HOST:PORT|slurm] [--shard I/N]
+        [--out DIR] [--dry-run]
 
 Points are the Cartesian product of the `--grid` keys, in the order given (the last key varies
 fastest). Any dotted config key works, as with `--set`; so does a short key, the last part of a key
 that no other key ends with (workers = workload.workers, policy = dlcp.policy, scheduler =
 comm.scheduler, mode = workload.mode, kary = comm.multitree.kary...: `short_keys`, derived from
-the config model and its registered sections). Every point is checked before anything starts and runs as its own process (`dlcp run CONFIG --set ...
---run-dir OUT/POINT`), so one failing point costs only itself.
+the config model and its registered sections). Every point is planned as `dlcp run CONFIG --set
+... --run-dir OUT/POINT` plans its run, and checked, before anything starts.
+
+The points are the runs of one series per backend (dlcp/runs/series.py): tasks on the local Dask
+cluster (`--jobs` worker processes, default the cores) or the one `--cluster` names, on a backend
+whose runs share nothing on one machine (dlcp/backends.py, `parallel_runs`: the simulator); one
+at a time in this process on the emulated backends without `--cluster` (two Mininet runs on one
+machine collide: interface names, and the clean-up of one removes the other's leftovers). One
+failing point costs only itself.
 
 Results merge by directory: point P always lands in `OUT/P` (P spells its values, e.g.
 `policy=fifo,seed=2`), and each shard writes its own index `OUT/shard-I-of-N.json`, so the
 outputs of shards run on different machines are merged by copying them into one directory;
-`dlcp sweep --summary OUT` tabulates whatever points are there.
-
-Parallelism: points run concurrently up to `--jobs` (default: the number of cores) on a backend
-whose runs share nothing on one machine (dlcp/backends.py, `parallel_runs`: the simulator, one
-process each). The emulated backends run their points one at a time whatever `--jobs` says: two
-Mininet runs on one machine collide (interface names, and the clean-up of one removes the other's
-leftovers).
-`--shard I/N` takes points I, I+N, I+2N, ... (1-based) for a batch system that spreads a sweep.
+`dlcp sweep --summary OUT` tabulates whatever points are there. The same sweep into the same OUT
+runs only the points not found finished there (a run is its resolved config and seed:
+dlcp/runs/resume.py). `--shard I/N` takes points I, I+N, I+2N, ... (1-based).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +41,14 @@ from pathlib import Path
 
 from dlcp import backends
 from dlcp.experiment import config as configmod
+from dlcp.runs import privilege, resume, series_runner, signals
+from dlcp.runs import series as series_mod
+from dlcp.runs.cluster import ClusterError, ClusterOptions
+from dlcp.runs.contract import RunFailed
+from dlcp.runs.machine_lock import MachineBusy
+from dlcp.runs.series_runner import Series, SeriesRequest
 from dlcp.settings import reference_rows
+from dlcp_cli import cluster_options
 
 SERIAL_NOTE = (
     "dlcp sweep: backend {backend} runs points one at a time (two of its runs on one machine collide "
@@ -153,55 +163,52 @@ def effective_jobs(names: set[str], jobs: int) -> tuple[int, str | None]:
     return jobs, None
 
 
-def run_command(config: str, overrides: list[str], point: Point, run_dir: Path) -> list[str]:
-    """The point as one `dlcp run --run-dir`: the series runner's per-run entry point, in a process
-    of its own."""
-    cmd = [sys.executable, "-m", "dlcp_cli", "run", config]
-    for o in overrides + point.overrides():
-        cmd += ["--set", o]
-    return cmd + ["--run-dir", str(run_dir)]
+def plan_sweep(config: str, overrides: list[str], pts: list[Point], out: Path, options: ClusterOptions) -> list[Series]:
+    """The points as series of runs, one per backend (a series runs on one): each point's run
+    planned as `dlcp run CONFIG --set ... --run-dir OUT/POINT` plans it, into OUT/POINT."""
+    by_backend: dict[str, Series] = {}
+    for p in pts:
+        point = series_runner.plan(SeriesRequest(config, overrides + p.overrides(), run_dir=str(out / p.name)))
+        (run,) = point.runs
+        run = dataclasses.replace(run, dir=out / p.name)
+        series = by_backend.get(point.backend.name)
+        if series is None:
+            request = SeriesRequest(config, overrides, out_root=str(out), cluster=options)
+            series = by_backend[point.backend.name] = Series(request, point.base, point.backend, [], out)
+        series.runs.append(run)
+    return list(by_backend.values())
 
 
-def run_points(cmds: list[tuple[Point, list[str], Path]], jobs: int, log_dir: Path) -> dict[str, dict]:
-    """Run `(point, command, run dir)` as processes, at most `jobs` at a time; status per point."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    todo = list(cmds)
-    running: list[tuple[Point, subprocess.Popen, float, object]] = []
-    status: dict[str, dict] = {}
-    while todo or running:
-        while todo and len(running) < jobs:
-            point, cmd, _run_dir = todo.pop(0)
-            log = open(log_dir / f"{point.name}.log", "wb")  # noqa: SIM115 (closed when the process ends)
-            print(f"dlcp sweep: start {point.name}", file=sys.stderr, flush=True)
-            running.append(
-                (
-                    point,
-                    subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL),
-                    time.monotonic(),
-                    log,
-                )
-            )
-        time.sleep(0.2)
-        for item in list(running):
-            point, proc, t0, log = item
-            rc = proc.poll()
-            if rc is None:
-                continue
-            log.close()
-            running.remove(item)
-            status[point.name] = {
-                "index": point.index,
-                "values": dict(point.values),
-                "returncode": rc,
-                "wall_s": round(time.monotonic() - t0, 3),
-                "log": str(Path(log.name)),
-            }
-            print(
-                f"dlcp sweep: {'done' if rc == 0 else f'FAILED ({rc})'} {point.name} "
-                f"({status[point.name]['wall_s']:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+def run_points(series: Series, names: dict[str, Point]) -> dict[str, dict]:
+    """Run a series of points (those not already done in OUT); status per point."""
+    runner = backends.implementation(series.backend.name)
+    series_runner.check(series, runner)
+    todo = series_mod.runs_to_do(series)
+    started = time.monotonic()
+    created = [p for p in [series.results, *series.results.parents] if not p.exists()] if series.results else []
+    with signals.installed():
+        try:
+            ran = series_mod.execute(series, runner, todo, keep_going=True)
+        finally:
+            with signals.deferred():
+                if series.results is not None:
+                    privilege.hand_over_to_sudo_user(series.results, created)
+    statuses = {id(run): state for run, state in zip(todo, ran)}
+    status = {}
+    for run in series.runs:
+        point = names[run.dir.name if run.dir else ""]
+        meta = resume.read_meta(run.dir) if run.dir else None
+        done_before = all(run is not t for t in todo)
+        state = "ok" if done_before else statuses.get(id(run), "not started")
+        status[point.name] = {
+            "index": point.index,
+            "values": dict(point.values),
+            "status": state,
+            "returncode": 0 if state == "ok" else 1,
+            "done_before": done_before,
+            "wall_s": (meta or {}).get("wall_s"),
+        }
+    print(f"dlcp sweep: {len(todo)} points ran in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return status
 
 
@@ -260,7 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(sorted(short_keys())),
     )
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="fixed override (repeatable)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="points at once (simulator only)")
+    cluster_options.add_to(
+        ap,
+        "points at once on this machine (simulator only; default: the cores); with --cluster slurm, at most "
+        "N worker jobs",
+    )
     ap.add_argument("--shard", metavar="I/N", help="run only shard I of N (points I, I+N, ...)")
     ap.add_argument("--out", help="sweep directory (default: results/sweep-NAME)")
     ap.add_argument("--dry-run", action="store_true", help="list this shard's points and exit")
@@ -277,7 +288,7 @@ def main(argv: list[str]) -> int:
         print("dlcp sweep: give an experiment file (or --summary DIR)", file=sys.stderr)
         return 2
     try:
-        if args.jobs < 1:
+        if args.jobs is not None and args.jobs < 1:
             raise SweepError(f"--jobs {args.jobs}: must be >= 1")
         if not args.grid:
             raise SweepError("--grid: give at least one KEY=V1,V2,... dimension")
@@ -293,26 +304,36 @@ def main(argv: list[str]) -> int:
         for p in pts:
             print(f"{p.index}\t{p.name}\t{out / p.name}")
         return 0
-    used = [p.name for p in pts if (out / p.name).is_dir() and any((out / p.name).iterdir())]
-    if used:  # each point would be refused (run directories are never reused): say so once, first
-        print(
-            f"dlcp sweep: {out} holds {len(used)} of these points already ({', '.join(used[:3])}"
-            f"{', ...' if len(used) > 3 else ''}); run directories are never reused (give a new --out)",
-            file=sys.stderr,
-        )
-        return 2
-    jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs)
-    if note:
+    options = cluster_options.options_of(args)
+    jobs, note = effective_jobs({c["backend"] for c in cfgs.values()}, args.jobs or os.cpu_count() or 1)
+    if note and options.local:  # a cluster's emulation workers take one run per machine anyway
         print(note, file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
-    cmds = [(p, run_command(args.config, args.set, p, out / p.name), out / p.name) for p in pts]
-    status = run_points(cmds, jobs, out / "logs")
+    status: dict[str, dict] = {}
+    try:
+        all_series = plan_sweep(args.config, args.set, pts, out, options)
+        for series in all_series:
+            status.update(run_points(series, {p.name: p for p in pts}))
+    except configmod.ConfigError as e:
+        print(f"dlcp sweep: {e}", file=sys.stderr)
+        return 2
+    except (series_runner.NeedsRoot, MachineBusy, ClusterError) as e:
+        print(f"dlcp sweep: {e}", file=sys.stderr)
+        return 1
+    except RunFailed as e:
+        print(f"dlcp sweep: failed: {e}", file=sys.stderr)
+        return 1
+    except (KeyboardInterrupt, signals.Terminated) as e:
+        print(
+            f"dlcp sweep: stopped; run the same command again to run the points still missing in {out}", file=sys.stderr
+        )
+        return signals.exit_code(e)
     index = {
         "config": args.config,
         "set": args.set,
         "grid": args.grid,
         "shard": list(shard),
         "jobs": jobs,
+        "cluster": args.cluster,
         "points": status,
     }
     (out / f"shard-{shard[0]}-of-{shard[1]}.json").write_text(json.dumps(index, indent=1) + "\n")
@@ -320,7 +341,8 @@ def main(argv: list[str]) -> int:
     failed = [n for n, s in status.items() if s["returncode"]]
     if failed:
         print(
-            f"dlcp sweep: {len(failed)} of {len(status)} points failed: {', '.join(failed)} (logs in {out / 'logs'})",
+            f"dlcp sweep: {len(failed)} of {len(status)} points failed: {', '.join(failed)} (each point's "
+            "logs/; run the same command again to rerun them)",
             file=sys.stderr,
         )
         return 1

@@ -9,12 +9,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# python3-venv, python3-dev and gcc: the venv and the switch's C fast path (built by pip)
+# python3-venv, python3-dev and gcc: the venv, the switch's C fast path and the transport's C receive path (built by pip)
 APT_PACKAGES=(mininet bridge-utils ethtool iputils-ping iperf3 iproute2 tcpdump procps psmisc
               python3-venv python3-dev gcc)
 VENV=${DLCP_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 EXTRAS=${DLCP_EXTRAS:-}
+# the test set-up (the dev extra) adds a single-node Slurm for tests/root/test_slurm.py (9 packages,
+# 3.7 MB; about 22 s of apt-get install)
+if [[ ,$EXTRAS, == *,dev,* ]]; then
+    APT_PACKAGES+=(slurm-wlm)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -38,6 +43,7 @@ stamp="$VENV/.dlcp-setup-stamp"
 if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt scripts/setup.sh \
       && "$stamp" -nt setup.py && "$stamp" -nt emulation/builtin_switch/_fastpath.c \
       && "$stamp" -nt dlcp/switch/c/dlcp_wire.h && "$stamp" -nt dlcp/switch/c/switch_core.h \
+      && "$stamp" -nt dlcp/transport/_rxpath.c && "$stamp" -nt dlcp/transport/c/rx_core.h \
       && -z "$(comm -23 <(tr , '\n' <<<"$EXTRAS" | sort -u) <(tr , '\n' <"$stamp" | sort -u) | grep .)" ]]; then
     exit 0
 fi

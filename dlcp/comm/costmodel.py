@@ -145,6 +145,56 @@ PAPER_FITS = {
 }
 
 
+# Fitted from this tool's own network: `dlcp bench collectives` on ns-3 (docs/collectives.md, "Bus
+# bandwidth"), ring all-reduce in locality order, policy dlcp, keyed as PAPER_FITS. "ns3-10G":
+# leaf-spine of 16 hosts per leaf (8 at 16 workers) under 2 spines, every link 10 Gbit/s, MTU
+# 1500; 16 workers over 4 and 16 MB, 64 over 1 and 4 MB
+# (docs/notes/2026-11-27-collectives-line-rate.md).
+NS3_FITS: dict[tuple[str, int], tuple[float, float]] = {
+    ("ns3-10G", 16): (0.12916666666666678e-3, 1.5812083333333341e-09),
+    ("ns3-10G", 64): (0.6109999999999998e-3, 1.6745000000000006e-09),
+}
+
+
+def load_fit(path, workers: int, collective: str = "ring", variant: str | None = None) -> CostModel:
+    """The (alpha, beta) that `dlcp bench collectives --fit FILE` wrote for `collective` at
+    `workers` workers (and `variant`, needed when the file has several). ValueError with one line
+    naming the file and what it has otherwise."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        fits = json.loads(p.read_text())["fits"]
+    except OSError as e:
+        raise ValueError(f"{p}: cannot read ({e.strerror or e})") from None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(f"{p}: not a fit file of dlcp bench collectives --fit (no 'fits' list)") from None
+    match = [
+        f
+        for f in fits
+        if f.get("collective") == collective
+        and f.get("workers") == workers
+        and (variant is None or f.get("variant") == variant)
+    ]
+    if len(match) != 1:
+        have = ", ".join(f"{f.get('collective')}/{f.get('workers')}/{f.get('variant')}" for f in fits) or "none"
+        want = f"{collective}/{workers}" + (f"/{variant}" if variant else "")
+        why = "several fits" if match else "no fit"
+        raise ValueError(f"{p}: {why} for {want} (collective/workers/variant: {have})")
+    return CostModel(alpha=match[0]["alpha_s"], beta=match[0]["beta_s_per_byte"], workers=workers)
+
+
+def named_fit(name: str, workers: int) -> CostModel:
+    """A fit by name: a paper's (PAPER_FITS) or this tool's ns-3 network's (NS3_FITS)."""
+    for table in (PAPER_FITS, NS3_FITS):
+        if (name, workers) in table:
+            a, b = table[(name, workers)]
+            return CostModel(alpha=a, beta=b, workers=workers)
+    known = ", ".join(f"{n}/{p}" for n, p in (*PAPER_FITS, *NS3_FITS))
+    raise ValueError(f"cost model: no fit named {name}/{workers} (known: {known})")
+
+
 def paper_fit(network: str, workers: int) -> CostModel:
     """The fitted constants of seeds-brief §1 for ('10GbE', 8 | 16) or ('56GbIB', 8)."""
     try:

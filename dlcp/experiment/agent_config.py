@@ -53,6 +53,13 @@ class Records(Settings):
     per_packet: bool = False
 
 
+class JobSeat(Settings):
+    """One job of [[jobs]] as the placement sees it: how many workers, whether it has a PS."""
+
+    workers: World
+    mode: Mode
+
+
 class WorkloadAgentConfig(Settings):
     """A worker's or the PS's configuration."""
 
@@ -74,6 +81,10 @@ class WorkloadAgentConfig(Settings):
     links: Links
     records: Records = Records()
     timeout_s: float = Field(gt=0)
+    # several jobs ([[jobs]]): every job's seats, so the placement can be rebuilt (empty: one job),
+    # and when this job's first iteration starts, in seconds after the run's start (start_s + shift_s)
+    jobs: list[JobSeat] = Field([])
+    start_s: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _roles_fit(self):
@@ -124,15 +135,19 @@ class WorkloadAgentConfig(Settings):
         )
 
     def topology_spec(self) -> TopologySpec:
-        """The experiment's topology with the roles the runner placed (rank r on the same host)."""
+        """The experiment's topology with the roles the runner placed (rank r on the same host);
+        with several jobs, this job's view of it (its workers and PS only)."""
         spec = topospec.from_config(
             {
                 "topology": self.topology.model_dump(),
                 "links": self.links.model_dump(),
                 "workload": {"workers": self.world, "mode": self.mode},
+                "jobs": [{"workload": seat.model_dump()} for seat in self.jobs],
                 "background": [],
             }
         )
+        if self.jobs:
+            spec = spec.job_view(self.job_id)
         placed = {h.rank: h.name for h in spec.by_role("worker")}
         for w in self.workers:
             if placed.get(w.rank) != w.host:
@@ -193,33 +208,17 @@ def _agent_path(profile: str) -> str:
 
 def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[str, str, AgentConfig]]:
     """(host, role, config) for every agent of the run of the resolved experiment config `cfg` on
-    `spec` (roles placed): workers, PS, background senders (role "background") and sinks
-    (role "sinkPORT")."""
+    `spec` (roles placed): workers, PS (of every job of [[jobs]], in job order), background
+    senders (role "background") and sinks (role "sinkPORT")."""
     exp = Experiment.parse(cfg)
-    workers, ps = spec.by_role("worker"), spec.by_role("ps")
-    common = {
-        "run_dir": str(run_dir),
-        "job_id": JOB_ID,
-        "world": len(workers),
-        "mode": exp.workload.mode,
-        "ps": HostAddress(host=ps[0].name, ip=ps[0].ip) if ps else None,
-        "workers": [WorkerAddress(rank=h.rank, host=h.name, ip=h.ip) for h in workers],
-        "ports": Ports(data=exp.dlcp.data_port, control=exp.dlcp.control_port),
-        "workload": exp.workload.project(
-            WorkloadConfig, seed=exp.seed, dilation=exp.scale.dilation, profile=_agent_path(exp.workload.profile)
-        ),
-        "dlcp": exp.dlcp.project(HostDlcp),
-        "comm": exp.comm,
-        "topology": exp.topology,
-        "links": exp.links,
-        "records": Records(per_packet=exp.output.per_packet),
-        "timeout_s": exp.timeout_s,
-    }
-    out: list[tuple[str, str, AgentConfig]] = [
-        (h.name, "worker", WorkloadAgentConfig(**common, host=h.name, role="worker", ip=h.ip, rank=h.rank))
-        for h in workers
-    ]
-    out += [(h.name, "ps", WorkloadAgentConfig(**common, host=h.name, role="ps", ip=h.ip, rank=-1)) for h in ps]
+    out: list[tuple[str, str, AgentConfig]] = []
+    if exp.jobs:
+        seats = [JobSeat(workers=j.workload.workers, mode=j.workload.mode) for j in exp.jobs]
+        for i, job in enumerate(exp.jobs):
+            view = Experiment.parse(exp.job_view(i))
+            out += _workload_agents(view, spec, run_dir, i + 1, seats, job.start_s + job.shift_s)
+    else:
+        out += _workload_agents(exp, spec, run_dir, 0)
     sinks: dict[str, tuple] = {}
     for i, bg in enumerate(exp.background):
         src = spec.hosts[spec.background_sources[i]]
@@ -250,6 +249,45 @@ def agent_configs(cfg: dict, spec: TopologySpec, run_dir: Path) -> list[tuple[st
                     ),
                 )
             )
+    return out
+
+
+def _workload_agents(
+    exp: Experiment,
+    spec: TopologySpec,
+    run_dir: Path,
+    job: int,
+    seats: list[JobSeat] | None = None,
+    start_s: float = 0.0,
+) -> list[tuple[str, str, AgentConfig]]:
+    """The workers and PS of one job: `exp` as that job alone would run (its view), `job` its
+    number in [[jobs]] from 1 (its wire job id), 0 for an experiment of one job (job id JOB_ID)."""
+    workers, ps = spec.by_role("worker", job), spec.by_role("ps", job)
+    common = {
+        "run_dir": str(run_dir),
+        "job_id": job or JOB_ID,
+        "world": len(workers),
+        "mode": exp.workload.mode,
+        "ps": HostAddress(host=ps[0].name, ip=ps[0].ip) if ps else None,
+        "workers": [WorkerAddress(rank=h.rank, host=h.name, ip=h.ip) for h in workers],
+        "ports": Ports(data=exp.dlcp.data_port, control=exp.dlcp.control_port),
+        "workload": exp.workload.project(
+            WorkloadConfig, seed=exp.seed, dilation=exp.scale.dilation, profile=_agent_path(exp.workload.profile)
+        ),
+        "dlcp": exp.dlcp.project(HostDlcp),
+        "comm": exp.comm,
+        "topology": exp.topology,
+        "links": exp.links,
+        "records": Records(per_packet=exp.output.per_packet),
+        "timeout_s": exp.timeout_s,
+        "jobs": seats or [],
+        "start_s": start_s,
+    }
+    out: list[tuple[str, str, AgentConfig]] = [
+        (h.name, "worker", WorkloadAgentConfig(**common, host=h.name, role="worker", ip=h.ip, rank=h.rank))
+        for h in workers
+    ]
+    out += [(h.name, "ps", WorkloadAgentConfig(**common, host=h.name, role="ps", ip=h.ip, rank=-1)) for h in ps]
     return out
 
 

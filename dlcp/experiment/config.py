@@ -6,7 +6,10 @@ TaggingConfig (wire/tagging.py) + TransportSettings (transport/api.py) + CommSet
 (network/switch_runtime.py) + the data and control ports; `workload` is TrainingSettings
 (workloads/settings.py) + mode and workers; `comm` is CommSetup (comm/settings.py: scheduler,
 collective and their parameters); `scale` is ScaleSettings (experiment/dilation.py); the other
-sections are declared here. Everything is
+sections are declared here. `[[jobs]]` (several training jobs on one fabric) takes the
+`[workload]`, `[comm]` and the hosts' `[dlcp]` keys of each job, the experiment's sections being
+the defaults every job starts from; `[cluster]` names the policy between them
+(experiment/job_policy.py), which the validation applies (each job's queues and time-shift). Everything is
 checked before anything starts: unknown keys, wrong types and impossible values raise ConfigError
 with one line naming the key (`dlcp.loss_budget: 1.5 is not a fraction in 0..1`). The resolved
 config is a plain nested dict with every default filled in (`validate`), written back as TOML
@@ -15,12 +18,13 @@ into the run directory (`dumps`). Reference: docs/experiments.md (its table is `
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 try:
     import tomllib
@@ -30,6 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
 import dlcp.backends as backends
 from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
+from dlcp.experiment.job_policy import JOB_POLICIES, QUEUES, SHIFT
 from dlcp.experiment.systems import SYSTEMS
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.queueing.settings import QueueingSettings
@@ -39,13 +44,16 @@ from dlcp.settings import (
     Fraction,
     Port,
     RegistryValues,
+    SectionedSettings,
     Settings,
+    config_error,
     reference_rows,
     registered_value_rows,
+    registry_name,
 )
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
-from dlcp.wire.tagging import POLICIES, TaggingConfig
+from dlcp.wire.tagging import FULL_BAND, POLICIES, TaggingConfig
 from dlcp.workloads.settings import TORCH_MODELS, Fill, TrainingSettings
 
 __all__ = [
@@ -56,6 +64,7 @@ __all__ = [
     "load",
     "parse_value",
     "parse_vary",
+    "policy_of",
     "schema_markdown",
     "validate",
     "values_markdown",
@@ -145,9 +154,27 @@ def _more_workers_than(cap: backends.Capabilities, quoted: bool = True) -> str:
     return backends.offering(lambda other: other.max_workers > cap.max_workers, quoted)
 
 
+MAX_MBPS = max(b.max_mbps for b in map(backends.capabilities, backends.names()))
+_DEFAULT_MAX_MBPS = backends.capabilities(backends.DEFAULT).max_mbps
+_FAST_LINKS = (
+    f"above {_DEFAULT_MAX_MBPS:g}: backend "
+    f"{backends.offering(lambda c: c.max_mbps > _DEFAULT_MAX_MBPS, quoted=False)} only"
+)
+
+
 class Links(Settings):
-    host_mbps: float = Field(50.0, ge=0.1, le=10000, description="host <-> switch links")
-    fabric_mbps: float = Field(50.0, ge=0.1, le=10000, description="switch <-> switch links")
+    host_mbps: float = Field(
+        50.0,
+        ge=0.1,
+        le=MAX_MBPS,
+        description=f"host <-> switch links ({_FAST_LINKS})",
+    )
+    fabric_mbps: float = Field(
+        50.0,
+        ge=0.1,
+        le=MAX_MBPS,
+        description=f"switch <-> switch links ({_FAST_LINKS})",
+    )
     queue_pkts: int = Field(128, ge=4, le=100000, description="egress queue depth per priority")
     delay_us: int = Field(0, ge=0, le=1_000_000, description="propagation delay per switch egress")
     loss: Fraction = Field(0.0, description="random loss per switch egress")
@@ -239,6 +266,62 @@ class Background(Settings):
         return self
 
 
+class JobWorkload(Workload):
+    reference_row: ClassVar[str] = (
+        "this job's `[workload]` keys (any of them; the others are the experiment's `[workload]`)"
+    )
+
+
+class JobComm(CommSetup):
+    reference_row: ClassVar[str] = "this job's `[comm]` keys (the others are the experiment's `[comm]`)"
+
+
+class JobDlcp(HostDlcp):
+    reference_row: ClassVar[str] = (
+        "this job's hosts' `[dlcp]` keys: tagging, transport, collectives, fill (not the switches' "
+        "nor the ports; the others are the experiment's `[dlcp]`)"
+    )
+
+
+class Job(Settings):
+    """One `[[jobs]]` entry: a training job with its own workers, workload, communication and
+    tagging, on the experiment's topology beside the other jobs."""
+
+    name: str = Field("", description="the job's name in reports (letters, digits, '_', '-', '.'); empty = jobN")
+    priority: int = Field(
+        0, ge=0, le=255, description="priority class: cluster.job_policy = 'priority' serves higher classes first"
+    )
+    start_s: float = Field(
+        0.0,
+        ge=0,
+        description="arrival: the job starts this long after the run (its completion time counts from "
+        "here); its first iteration waits shift_s more",
+    )
+    shift_s: float = Field(
+        0.0,
+        ge=0,
+        description="time-shift: the first iteration's delay after start_s (cluster.job_policy = 'timeshift' sets it)",
+    )
+    workload: JobWorkload = Field(default_factory=JobWorkload)
+    comm: JobComm = Field(default_factory=JobComm)
+    dlcp: JobDlcp = Field(default_factory=JobDlcp)
+
+    @field_validator("name")
+    @classmethod
+    def _job_name(cls, v: str) -> str:
+        return _experiment_name(v) if v else v
+
+
+class Cluster(SectionedSettings):
+    """`[cluster]`: the policy between the jobs of `[[jobs]]` (dlcp/experiment/job_policy.py)."""
+
+    section: ClassVar[str] = "cluster"
+    section_registries = (JOB_POLICIES,)
+    job_policy: registry_name(JOB_POLICIES) = Field(  # type: ignore[valid-type]
+        "fifo", description="what the jobs get from the network and when they start ([[jobs]])"
+    )
+
+
 class Output(Settings):
     dir: str = Field("results", description="results root")
     per_packet: bool = Field(False, description="also record one row per packet")
@@ -275,8 +358,42 @@ class Experiment(Settings):
     comm: CommSetup = Field(default_factory=CommSetup)
     switch: QueueingSettings = Field(default_factory=QueueingSettings)
     background: list[Background] = Field([])
+    jobs: list[Job] = Field([], description="several training jobs on one fabric (none: the one job of [workload])")
+    cluster: Cluster = Field(default_factory=Cluster)
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     output: Output = Field(default_factory=Output)
+
+    @classmethod
+    def parse(cls, data):
+        """Settings.parse; with [[jobs]], a mistake the first job and the experiment's sections
+        share (they are one, `_jobs_start_from_the_experiment`) is named by the job's key."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            jobs = isinstance(data, dict) and isinstance(data.get("jobs"), list) and bool(data["jobs"])
+            if jobs:
+                _job_views_valid(data)  # a job's own mistake, by its jobs[i] key
+            raise config_error(e, cls, prefer="jobs" if jobs else None) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _jobs_start_from_the_experiment(cls, data):
+        """Each job's `workload`, `comm` and `dlcp` are the experiment's sections with the job's
+        own keys on top (the hosts' `[dlcp]` keys only: the switches' are the fabric's). The
+        experiment's sections then resolve to the first job's: whatever reads one workload (a
+        report's warm-up, the checks of a profile) reads a job that runs, and the experiment's
+        `[workload]` need not be complete on its own (a mistake in the first job is named by its
+        `jobs[0]` key: `parse`)."""
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+            return data
+        jobs = _jobs_on_the_experiment(data)
+        out = {**data, "jobs": jobs}
+        if jobs and isinstance(jobs[0], dict):  # the experiment's sections are the first job's (below)
+            first = jobs[0]
+            out["workload"], out["comm"] = first.get("workload", {}), first.get("comm", {})
+            if isinstance(first.get("dlcp"), dict):
+                out["dlcp"] = {**_table(data, "dlcp"), **first["dlcp"]}
+        return out
 
     @field_validator("backend", mode="before")
     @classmethod
@@ -300,7 +417,7 @@ class Experiment(Settings):
         w, d, links = self.workload, self.dlcp, self.links
         needed = w.workers + (1 if w.mode == "ps" else 0)
         hosts = self.topology.n_hosts()
-        if needed > hosts:  # background sources are checked when roles are placed (topology.py)
+        if needed > hosts and not self.jobs:  # background sources are checked when roles are placed (topology.py)
             raise BadValue(
                 "workload.workers",
                 f"{w.workers} workers{' + 1 PS' if w.mode == 'ps' else ''} need "
@@ -342,6 +459,15 @@ class Experiment(Settings):
                 f"{w.workers} workers: more than {cap.max_workers} need backend = {_more_workers_than(cap)} "
                 f"({backends.get(self.backend).hosts})",
             )
+        for key in ("host_mbps", "fabric_mbps"):
+            rate = getattr(links, key)
+            if rate > cap.max_mbps:
+                raise BadValue(
+                    f"links.{key}",
+                    f"{rate:g}: above {cap.max_mbps:g} Mbit/s only on backend = "
+                    f"{backends.offering(lambda c, rate=rate: c.max_mbps >= rate)} "
+                    f"(backend {self.backend!r}: {backends.get(self.backend).hosts})",
+                )
         if links.mtu > cap.max_mtu:
             raise BadValue(
                 "links.mtu",
@@ -383,6 +509,71 @@ class Experiment(Settings):
         return self
 
     @model_validator(mode="after")
+    def _jobs_fit_and_their_policy(self):
+        """Every job runs on its own (the experiment's checks on its view), the jobs fit the
+        topology together, and the cluster policy decides what it owns (job_policy.py)."""
+        if not self.jobs:
+            if self.cluster.job_policy != Cluster.model_fields["job_policy"].default:
+                raise BadValue(
+                    "cluster.job_policy", f"{self.cluster.job_policy!r} is a policy between jobs: it needs [[jobs]]"
+                )
+            return self
+        if not backends.get(self.backend).capabilities.several_jobs:
+            raise BadValue(
+                "jobs",
+                f"several jobs on one fabric run on backend = {backends.offering(lambda c: c.several_jobs)}; "
+                f"{self.backend} runs the one job of [workload]",
+            )
+        hosts = self.topology.n_hosts()
+        needed = sum(j.workload.workers + (1 if j.workload.mode == "ps" else 0) for j in self.jobs)
+        if needed > hosts:
+            raise BadValue(
+                "jobs",
+                f"the jobs' {needed} workers and parameter servers need {needed} hosts, "
+                f"topology.{self.topology.kind} has {hosts}",
+            )
+        names = [j.name or f"job{i + 1}" for i, j in enumerate(self.jobs)]
+        for i, n in enumerate(names):
+            if names.index(n) != i:
+                raise BadValue(f"jobs[{i}].name", f"{n!r} names two jobs")
+        jobs = [j if j.name else j.model_copy(update={"name": n}) for j, n in zip(self.jobs, names)]
+        object.__setattr__(self, "jobs", jobs)  # frozen; and a model validator returns the model it was given
+        exp = self
+        for i in range(len(jobs)):
+            try:
+                Experiment.parse(exp.job_view(i))
+            except ConfigError as e:
+                raise BadValue(f"jobs[{i}].{e.key}" if e.key else f"jobs[{i}]", e.what or str(e)) from None
+        entry = JOB_POLICIES.get(self.cluster.job_policy)
+        assert entry.decide is not None
+        decided = entry.decide(jobs, exp, self.cluster.options_of(entry.name))
+        out = [
+            _job_as_decided(i, job, sets, self.cluster.job_policy) for i, (job, sets) in enumerate(zip(jobs, decided))
+        ]
+        object.__setattr__(self, "jobs", out)
+        # the experiment's sections: the first job's as the policy decided it
+        first = out[0]
+        object.__setattr__(self, "workload", Workload.parse(first.workload.model_dump()))
+        object.__setattr__(self, "comm", CommSetup.parse(first.comm.model_dump()))
+        object.__setattr__(self, "dlcp", self.dlcp.replace(**first.dlcp.model_dump()))
+        return self
+
+    def workloads(self) -> list[Workload]:
+        """The workload of every job ([[jobs]]), or the experiment's one."""
+        return [j.workload for j in self.jobs] if self.jobs else [self.workload]
+
+    def job_view(self, i: int) -> dict:
+        """The whole experiment as job `i` alone would run it (its `workload`, `comm` and the hosts'
+        `dlcp` keys in place of the experiment's, no jobs): what each job is checked, planned and
+        run with (dlcp/experiment/jobs.py)."""
+        view = self.model_dump()
+        job = view["jobs"][i]
+        view["workload"], view["comm"] = job["workload"], job["comm"]
+        view["dlcp"] = {**view["dlcp"], **job["dlcp"]}
+        view["jobs"], view["cluster"] = [], Cluster().model_dump()
+        return view
+
+    @model_validator(mode="after")
     def _queueing_on_backend(self):
         """A discipline the backend's switches cannot run (bmv2: strict priority only) is refused here."""
         try:
@@ -390,6 +581,76 @@ class Experiment(Settings):
         except BadValue as e:
             raise BadValue(f"switch.{e.key}", e.what or str(e)) from None
         return self
+
+
+def _jobs_on_the_experiment(data: dict) -> list:
+    """The raw `jobs` of the raw config `data`, each job's `workload`, `comm` and `dlcp` the
+    experiment's with its own keys on top (of `[dlcp]`, the hosts' keys only)."""
+    host_keys = set(HostDlcp.model_fields)
+    tables: dict[str, dict] = {k: _table(data, k) for k in ("workload", "comm", "dlcp")}
+    tables["dlcp"] = {k: v for k, v in tables["dlcp"].items() if k in host_keys}
+    jobs = []
+    for job in data["jobs"]:
+        if isinstance(job, dict):
+            job = dict(job)
+            for section, defaults in tables.items():
+                own = job.get(section, {})
+                job[section] = _merged(defaults, own) if isinstance(own, dict) else own
+        jobs.append(job)
+    return jobs
+
+
+def _job_views_valid(data: dict) -> None:
+    """Each job of the raw config `data` validated as it would run alone (its sections merged on
+    the experiment's); the first that fails raises BadValue under its `jobs[i]` key."""
+    for i, job in enumerate(_jobs_on_the_experiment(data)):
+        if not isinstance(job, dict):
+            continue
+        view = {**data, "jobs": [], "cluster": {}}
+        view["workload"], view["comm"] = job.get("workload", {}), job.get("comm", {})
+        view["dlcp"] = {**_table(data, "dlcp"), **_table(job, "dlcp")}
+        try:
+            Experiment.parse(view)
+        except ConfigError as e:
+            raise BadValue(f"jobs[{i}].{e.key}" if e.key else f"jobs[{i}]", e.what or str(e)) from None
+
+
+def _table(data: dict, key: str) -> dict:
+    """`data[key]` when it is a table, else an empty one (a wrong type is refused later, by its key)."""
+    v = data.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def _merged(base: dict, own: dict) -> dict:
+    """`base` with `own`'s keys on top, tables merged key by key (a job's `[comm.dear]` keeps the
+    experiment's other `[comm.dear]` keys)."""
+    out = copy.deepcopy(base)
+    for k, v in own.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _job_as_decided(i: int, job: Job, sets: dict, policy: str) -> Job:
+    """Job `i` with what the cluster policy decided; a key the policy owns that the job set to
+    something else is refused (a resolved config, validated again, holds the policy's values)."""
+    update: dict = {}
+    if QUEUES in sets:
+        mine = list(job.dlcp.queues)
+        if mine != list(FULL_BAND) and mine != list(sets[QUEUES]):
+            raise BadValue(
+                f"jobs[{i}].dlcp.queues",
+                f"{mine}: cluster.job_policy = {policy!r} gives this job {list(sets[QUEUES])} (leave it out)",
+            )
+        update["dlcp"] = job.dlcp.replace(queues=list(sets[QUEUES]))
+    if SHIFT in sets:
+        if job.shift_s and abs(job.shift_s - sets[SHIFT]) > 1e-12:
+            raise BadValue(
+                f"jobs[{i}].shift_s",
+                f"{job.shift_s:g}: cluster.job_policy = {policy!r} gives this job {sets[SHIFT]:g} s (leave it out, or "
+                "give [cluster.timeshift] shifts_s)",
+            )
+        update["shift_s"] = float(sets[SHIFT])
+    return job.model_copy(update=update) if update else job
 
 
 def _keys_fit_kind(raw: dict) -> None:
@@ -405,6 +666,12 @@ def _keys_fit_kind(raw: dict) -> None:
                 f"not a setting of kind {raw['kind']!r} "
                 f"(it takes {', '.join(k for k in own.model_fields if k != 'kind')})",
             )
+
+
+def policy_of(cfg: dict) -> str:
+    """The policy a run is named and reported by: the experiment's `dlcp.policy`; with [[jobs]],
+    the policy between them (`cluster.job_policy`)."""
+    return cfg["cluster"]["job_policy"] if cfg.get("jobs") else cfg["dlcp"]["policy"]
 
 
 def validate(raw: dict) -> dict:

@@ -49,6 +49,14 @@ SCALED = (
     ("background[]", "off_ms", "time"),
     ("background[]", "start_s", "time"),
     ("background[]", "stop_s", "time"),
+    ("jobs[]", "start_s", "time"),
+    ("jobs[]", "shift_s", "time"),
+    ("jobs[].workload", "compute_ms", "time"),
+    ("jobs[].dlcp", "pacing_mbps", "rate"),
+    ("jobs[].dlcp", "deadline_ms", "time"),
+    ("jobs[].dlcp", "probe_quiet_ms", "time"),
+    ("jobs[].dlcp", "probe_rto_ms", "time"),
+    ("jobs[].dlcp", "host_mark_ms", "time"),
 )
 
 
@@ -84,8 +92,16 @@ def emulated(cfg: dict) -> dict:
     if d == 1:
         return out
     for section, key, how in SCALED:
-        targets = out.get("background", []) if section == "background[]" else [out.get(section, {})]
-        for table in targets:
+        for table in _tables(out, section):
             if table.get(key):
                 table[key] = _scale(table[key], how, d)
     return out
+
+
+def _tables(cfg: dict, section: str) -> list[dict]:
+    """The tables `section` names: `links`, every `background[]` entry, every job's `jobs[].dlcp`."""
+    if "[]" not in section:
+        return [cfg.get(section, {})]
+    listed, _, sub = section.partition("[]")
+    entries = cfg.get(listed, [])
+    return [e.get(sub.lstrip("."), {}) for e in entries] if sub else entries

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from dlcp.network import switch_runtime as rt
 from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import ConfigError
+from dlcp.wire.tagging import Policy
 
 
 @dataclass
@@ -40,7 +41,8 @@ class Host:
     switch_port: int
     rate_mbps: float
     role: str = "idle"  # worker | ps | background | idle
-    rank: int = -1  # worker rank
+    rank: int = -1  # worker rank (within its job)
+    job: int = 0  # its job's place in [[jobs]] + 1 (the job id on the wire); 0: no job, or no [[jobs]]
 
 
 @dataclass
@@ -57,6 +59,7 @@ class TopologySpec:
     switches: dict[str, Switch] = field(default_factory=dict)
     background_sources: list[str] = field(default_factory=list)  # host of each [[background]] entry
     dims: tuple[int, ...] = ()  # torus / mesh: (rows, cols)
+    jobs: int = 0  # jobs placed from [[jobs]] (0: the experiment's one [workload])
 
     # --- building ---
     def add_switch(self) -> Switch:
@@ -106,19 +109,37 @@ class TopologySpec:
                     out.append((sw.name, p.port, p.peer, p.peer_port, p.rate_mbps))
         return out
 
-    def by_role(self, role: str) -> list[Host]:
-        hs = [h for h in self.hosts.values() if h.role == role]
-        return sorted(hs, key=lambda h: (h.rank, int(h.name[1:])))
+    def by_role(self, role: str, job: int | None = None) -> list[Host]:
+        """Hosts of `role` by rank (of job `job` only, when given: 1.. with [[jobs]])."""
+        hs = [h for h in self.hosts.values() if h.role == role and (job is None or h.job == job)]
+        return sorted(hs, key=lambda h: (h.job, h.rank, int(h.name[1:])))
+
+    def job_view(self, job: int) -> TopologySpec:
+        """This topology with job `job`'s workers and PS as the only ones (the others' hosts idle):
+        what that job's collectives plan on and its agents check their placement against."""
+        view = replace(self, hosts={n: replace(h) for n, h in self.hosts.items()}, background_sources=[], jobs=0)
+        for h in view.hosts.values():
+            if h.role in ("worker", "ps") and h.job != job:
+                h.role, h.rank = "idle", -1
+            if h.role in ("worker", "ps"):
+                h.job = 0
+            elif h.role == "background":
+                h.role = "idle"
+        return view
 
     def host_named(self, ref: str) -> Host:
-        """A host by name ('h3') or role reference ('ps', 'worker2')."""
+        """A host by name ('h3') or role reference ('ps', 'worker2'; with [[jobs]] the first job's,
+        or another's as 'job2.worker2', 'job2.ps')."""
         if ref in self.hosts:
             return self.hosts[ref]
-        if ref == "ps" and self.by_role("ps"):
-            return self.by_role("ps")[0]
-        if ref.startswith("worker") and ref[6:].isdigit():
-            for h in self.by_role("worker"):
-                if h.rank == int(ref[6:]):
+        job, role = 1 if self.jobs else 0, ref
+        if ref.startswith("job") and "." in ref and ref[3:].split(".", 1)[0].isdigit():
+            job, role = int(ref[3:].split(".", 1)[0]), ref.split(".", 1)[1]
+        if role == "ps" and self.by_role("ps", job):
+            return self.by_role("ps", job)[0]
+        if role.startswith("worker") and role[6:].isdigit():
+            for h in self.by_role("worker", job):
+                if h.rank == int(role[6:]):
                     return h
         raise KeyError(ref)
 
@@ -135,7 +156,7 @@ class TopologySpec:
         ]
         switch_cfg = rt.SwitchConfig(
             **{k: d[k] for k in rt.SwitchSettings.model_fields},
-            policy=d["policy"],
+            policy=switch_policy(cfg),
             target=cfg["backend"],
             queueing=QueueingSettings(**(cfg.get("switch") or {})),
         )
@@ -146,17 +167,38 @@ class TopologySpec:
         return out
 
     def to_json(self) -> dict:
+        """topology.json (docs/runs.md); a host's `job` and the `jobs` count only with [[jobs]]."""
+        hosts = [asdict(h) for h in self.hosts.values()]
+        if not self.jobs:
+            for h in hosts:
+                del h["job"]
         return {
             "kind": self.kind,
             **({"dims": list(self.dims)} if self.dims else {}),
+            **({"jobs": self.jobs} if self.jobs else {}),
             "background_sources": self.background_sources,
-            "hosts": [asdict(h) for h in self.hosts.values()],
+            "hosts": hosts,
             "switches": [
                 {"name": s.name, "device_id": s.device_id, "ports": [asdict(p) for p in s.ports.values()]}
                 for s in self.switches.values()
             ],
             "links": [dict(zip(("a", "a_port", "b", "b_port", "rate_mbps"), link)) for link in self.links()],
         }
+
+
+def switch_policy(cfg: dict) -> Policy:
+    """The tagging the switches are set up for (their classification: none for fifo): the
+    experiment's `dlcp.policy`; with [[jobs]], fifo only while no job needs queues, i.e. every job
+    tags fifo and all in the same band (`dlcp.queues`: then every data packet takes one queue
+    anyway); else the first job's policy that is not fifo, or `layer` when only the bands differ."""
+    jobs = cfg.get("jobs") or []
+    if not jobs:
+        return cfg["dlcp"]["policy"]
+    policies = [j["dlcp"]["policy"] for j in jobs]
+    tagged = [p for p in policies if p != "fifo"]
+    if tagged:
+        return tagged[0]
+    return "layer" if len({tuple(j["dlcp"]["queues"]) for j in jobs}) > 1 else "fifo"
 
 
 def star(hosts: int, host_mbps: float) -> TopologySpec:
@@ -244,7 +286,12 @@ def from_config(cfg: dict) -> TopologySpec:
         spec = _grid(t["kind"], tuple(t["dims"]), t["kind"] == "torus", links["host_mbps"], links["fabric_mbps"])
     else:
         spec = leaf_spine(t["spines"], t["leaves"], t["hosts_per_leaf"], links["host_mbps"], links["fabric_mbps"])
-    assign_roles(spec, cfg["workload"]["workers"], cfg["workload"]["mode"] == "ps", cfg["background"])
+    jobs = cfg.get("jobs") or []
+    if jobs:
+        placement = [(j["workload"]["workers"], j["workload"]["mode"] == "ps") for j in jobs]
+        assign_job_roles(spec, placement, cfg["background"])
+    else:
+        assign_roles(spec, cfg["workload"]["workers"], cfg["workload"]["mode"] == "ps", cfg["background"])
     check_pcap_ports(spec, cfg.get("output", {}).get("pcap_ports", []))  # agents rebuild it without [output]
     return spec
 
@@ -294,6 +341,33 @@ def assign_roles(spec: TopologySpec, workers: int, with_ps: bool, background: li
         h.role, h.rank = "worker", rank
     if with_ps and not spec.by_role("ps"):
         order[workers].role = "ps"
+    place_background(spec, order, background)
+
+
+def assign_job_roles(spec: TopologySpec, jobs: list[tuple[int, bool]], background: list[dict]) -> None:
+    """Several jobs ((workers, with a PS) each, in [[jobs]] order): each job's workers take the next
+    free hosts in placement order (interleaved across edge switches, as one job's are), then its PS
+    the next one (on a dumbbell the far right-hand hosts, from the right); then the background
+    sources as for one job. So every job spreads over the edge switches and shares the fabric with
+    the others."""
+    order = _placement_order(spec)
+    spec.jobs = len(jobs)
+    right = list(reversed(order)) if spec.kind == "dumbbell" else []
+    for job, (workers, with_ps) in enumerate(jobs, start=1):
+        if with_ps and right:
+            ps = next(h for h in right if h.role == "idle")
+            ps.role, ps.job = "ps", job
+        free = [h for h in order if h.role == "idle"]
+        for rank, h in enumerate(free[:workers]):
+            h.role, h.rank, h.job = "worker", rank, job
+        if with_ps and not spec.by_role("ps", job):
+            ps = next(h for h in order if h.role == "idle")
+            ps.role, ps.job = "ps", job
+    place_background(spec, order, background)
+
+
+def place_background(spec: TopologySpec, order: list[Host], background: list[dict]) -> None:
+    """Each [[background]] entry's source (named, or the next free host) and its destination."""
     for i, bg in enumerate(background):
         if bg["src"]:
             if bg["src"] not in spec.hosts:

@@ -13,6 +13,7 @@ the runs (lost packets / packets), counts and accuracy are means per run.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 from collections.abc import Callable
@@ -22,7 +23,8 @@ import numpy as np
 
 from dlcp.reporting import plots
 from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, geometric_mean_ratio, paired_ratio, verdict
-from dlcp.reporting.load import ReportInputError, is_run_dir, load_run
+from dlcp.reporting.jobs import completions, job_run, jobs_of
+from dlcp.reporting.load import ReportInputError, RunData, is_run_dir, load_run
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.side_by_side import side_by_side_sections
@@ -83,7 +85,11 @@ class RunSample:
 
 
 def sample_of(rep: int, path: pathlib.Path, series: str = "") -> RunSample:
-    run = undilated(load_run(path))
+    return run_sample(rep, path, undilated(load_run(path)), series)
+
+
+def run_sample(rep: int, path: pathlib.Path, run: RunData, series: str = "") -> RunSample:
+    """`sample_of` a run already loaded (and undilated): a whole run, or one job of it."""
     s = summarise(run)
     steady = steady_iteration_series(run)
     loss, sw = s["loss"], s["switch"]["totals"]
@@ -293,7 +299,9 @@ def pair_runs(groups: dict[str, list[tuple[int, pathlib.Path]]], series: str = "
     return common, notes
 
 
-def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: list[str]) -> dict:
+def compare_data(
+    names: list[str], samples: dict[str, list[RunSample]], notes: list[str], metrics: tuple = METRICS
+) -> dict:
     base = samples[names[0]]
     series = list(dict.fromkeys(r.series for r in base))
     pooled = len(series) > 1
@@ -316,10 +324,10 @@ def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: l
                 }
                 for r in runs
             ],
-            "values": {m.key: variant_values(m, runs) for m in METRICS},
+            "values": {m.key: variant_values(m, runs) for m in metrics},
         }
         if name != names[0]:
-            entry["ratios"] = {m.key: ratio_entry(m, base, runs) for m in METRICS}
+            entry["ratios"] = {m.key: ratio_entry(m, base, runs) for m in metrics}
         variants.append(entry)
     return {
         "kind": "repeats",
@@ -337,7 +345,7 @@ def compare_data(names: list[str], samples: dict[str, list[RunSample]], notes: l
         "percentile_method": PERCENTILE_METHOD_TEXT,
         "min_samples_rule": MIN_SAMPLES_RULE,
         "notes": notes,
-        "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "better": m.better} for m in METRICS],
+        "metrics": [{"key": m.key, "label": m.label, "kind": m.kind, "better": m.better} for m in metrics],
         "variants": variants,
         # the second variant's ratios at the top, the common two-variant case
         "ratios": variants[1]["ratios"] if len(variants) > 1 else {},
@@ -361,8 +369,9 @@ def table_rows(data: dict, keys=None) -> tuple[list[str], list[list[str]]]:
     names = [v["name"] for v in data["variants"]]
     labels = {m["key"]: m["label"] for m in data["metrics"]}
     header = ["metric"] + names
-    for n in names[1:]:
-        header += [f"{n} ÷ {names[0]}", "95% CI", "verdict"]
+    for n in names[1:]:  # with several variants each one's columns are named (a table row is a dict by header)
+        tag = f" ({n})" if len(names) > 2 else ""
+        header += [f"{n} ÷ {names[0]}", f"95% CI{tag}", f"verdict{tag}"]
     rows = []
     for k in keys or [m["key"] for m in data["metrics"]]:
         row = [labels[k]] + [_value_text(v["values"][k]) for v in data["variants"]]
@@ -373,13 +382,13 @@ def table_rows(data: dict, keys=None) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def verdict_lines(data: dict) -> list[str]:
-    """One sentence per headline metric and variant; "no significant difference" is said, not
-    left to a ratio."""
+def verdict_lines(data: dict, keys: tuple[str, ...] = HEADLINE_METRICS) -> list[str]:
+    """One sentence per headline metric (`keys`) and variant; "no significant difference" is
+    said, not left to a ratio."""
     labels = {m["key"]: m["label"] for m in data["metrics"]}
     out = []
     for v in data["variants"][1:]:
-        for k in HEADLINE_METRICS:
+        for k in keys:
             r = v["ratios"][k]
             what = f"{v['name']} vs {data['baseline']}, {labels[k]}"
             if r["point"] is None or r["ci95"] is None:
@@ -492,6 +501,107 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
     return doc
 
 
+# --- several jobs ([[jobs]]): per job, and the cluster's ------------------------------------------------
+
+JOB_HEADLINE = ("iteration_p50", "iteration_p99", "mct_p99", "jct_s")
+JOB_TABLE = (
+    "iteration_mean",
+    "iteration_p50",
+    "iteration_p90",
+    "iteration_p99",
+    "comm_p50",
+    "comm_p99",
+    "mct_p50",
+    "mct_p99",
+    "jct_s",
+    "lost_fraction",
+    "forced",
+)
+CLUSTER_KEYS = ("mean_jct_s", "tail_jct_s", "makespan_s")
+
+
+def _job_metrics():
+    jct = PooledMetric("jct_s", "job completion time per run (s)", "time", "lower", _mean("jct_s"))
+    return (*METRICS, jct)
+
+
+def _cluster_metrics():
+    return (
+        PooledMetric("mean_jct_s", "mean JCT over the jobs per run (s)", "time", "lower", _mean("mean_jct_s")),
+        PooledMetric("tail_jct_s", "tail (largest) JCT per run (s)", "time", "lower", _mean("tail_jct_s")),
+        PooledMetric("makespan_s", "makespan per run (s)", "time", "lower", _mean("makespan_s")),
+    )
+
+
+def compare_jobs(names: list[str], samples: dict, notes: list[str]) -> dict | None:
+    """compare.json's `jobs` (per job, as a comparison of its own: every metric per job with its
+    95 % interval over the same pairs, and its JCT) and `cluster` (mean and tail JCT, makespan);
+    None when the runs are not of several jobs. The runs of `samples` (repeats.RunSample per
+    variant) are loaded again, per job."""
+    first = samples[names[0]][0]
+    if not jobs_of(load_run(first.path)):
+        return None
+    per_job: dict[str, dict[str, list]] = {}
+    cluster: dict[str, list] = {n: [] for n in names}
+    for name in names:
+        for r in samples[name]:
+            run = undilated(load_run(r.path))
+            jobs = jobs_of(run)
+            rows, totals = completions(run, jobs)
+            for job, row in zip(jobs, rows):
+                js = run_sample(r.rep, r.path, job_run(run, job), r.series)
+                js.scalars["jct_s"] = row["jct_s"]
+                per_job.setdefault(job.name, {n: [] for n in names})[name].append(js)
+            cluster[name].append(dataclasses.replace(r, scalars={**r.scalars, **{k: totals[k] for k in CLUSTER_KEYS}}))
+    metrics = _job_metrics()
+    return {
+        "jobs": {job: compare_data(names, by_variant, notes, metrics) for job, by_variant in per_job.items()},
+        "cluster": compare_data(names, cluster, notes, _cluster_metrics()),
+    }
+
+
+def jobs_first(doc: Doc, data: dict) -> Doc:
+    """The comparison's document with the jobs first: per job its verdicts and table (what the
+    favoured job gained and what the others paid side by side), the cluster's, then `doc` (every
+    job pooled)."""
+    out = Doc(doc.title.replace("DLCP comparison", f"DLCP comparison of {len(data['jobs'])} jobs"), figures=doc.figures)
+    out.p(
+        "Several jobs on one fabric: each job compared on its own runs' records (its workers, its iterations, "
+        "its messages), with the interval over the same pairs; then the cluster's completion times; then every "
+        "job pooled (below: there an iteration is the slowest worker of any job)."
+    )
+    for job, d in data["jobs"].items():
+        out.h(f"Job {job}")
+        out.bullets(verdict_lines(d, JOB_HEADLINE))
+        header, rows = table_rows(d, JOB_TABLE)
+        out.table(header, rows)
+    out.h("Cluster")
+    out.bullets(verdict_lines(data["cluster"], CLUSTER_KEYS))
+    header, rows = table_rows(data["cluster"], CLUSTER_KEYS)
+    out.table(header, rows)
+    out.h("Every job pooled")
+    out.blocks += doc.blocks
+    return out
+
+
+def print_jobs(data: dict) -> None:
+    """The terminal's part of a comparison of several jobs: per job its table and verdicts, then
+    the cluster's."""
+
+    keys = ("iteration_p50", "iteration_p99", "mct_p99", "jct_s")
+    for job, d in data["jobs"].items():
+        print(f"job {job}:")
+        header, rows = table_rows(d, keys)
+        print(format_table([dict(zip(header, r)) for r in rows]))
+        for line in verdict_lines(d, JOB_HEADLINE):
+            print(f"  {line}")
+    print("cluster:")
+    header, rows = table_rows(data["cluster"], CLUSTER_KEYS)
+    print(format_table([dict(zip(header, r)) for r in rows]))
+    for line in verdict_lines(data["cluster"], CLUSTER_KEYS):
+        print(f"  {line}")
+
+
 def load_groups(
     paths: list[pathlib.Path], names: list[str], series: str = ""
 ) -> tuple[dict[str, list[RunSample]], list[str]]:
@@ -516,7 +626,12 @@ def write_comparison(
     if not samples[names[0]]:
         raise ReportInputError("the repeat groups have no repeat index in common")
     data = compare_data(names, samples, notes)
-    written = write_outputs(out, build_doc(data, samples), data, json_name="compare.json", stem="compare")
+    doc = build_doc(data, samples)
+    jobs = compare_jobs(names, samples, notes)  # several jobs ([[jobs]]): per job, and the cluster's
+    if jobs is not None:
+        data.update(jobs)
+        doc = jobs_first(doc, data)
+    written = write_outputs(out, doc, data, json_name="compare.json", stem="compare")
     if echo:
         over = f" from {len(data['series'])} series" if len(data["series"]) > 1 else ""
         print(
@@ -527,6 +642,8 @@ def write_comparison(
         print(format_table([dict(zip(header, r)) for r in rows]))
         for line in verdict_lines(data):
             print(line)
+        if jobs is not None:
+            print_jobs(data)
         for v in data["variants"]:
             bad = [r for r in v["runs"] if not r["kept_up"]]
             if bad:

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 from typing import TypeVar
 
+from dlcp.reporting import jobs as jobs_mod
 from dlcp.reporting import plots
 from dlcp.reporting.load import UNFINISHED, RunData, load_run
 from dlcp.reporting.plots import TRAFFIC_LABELS
@@ -171,6 +173,8 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
             "recorded until then."
         )
     doc.bullets(headline_lines(s))
+    if s.get("jobs"):  # several jobs ([[jobs]]): each its own figures first
+        _jobs_section(doc, run, s["jobs"])
     if s.get("trace"):
         doc.p(
             f"Timeline: {s['trace']['file']} (per rank the forward and backward of every layer and every "
@@ -335,6 +339,69 @@ def _keepup_section(doc: Doc, k: dict) -> None:
                 for h, w in sorted(k["socket_wait"].items())
             ],
         )
+
+
+def _jobs_section(doc: Doc, run: RunData, section: dict) -> None:
+    """The run report's "Jobs" section: a table per job, the cluster's line, the phases plot."""
+    c = section["cluster"]
+    doc.h("Jobs")
+    doc.p(
+        f"{c['jobs']} jobs on one fabric. Each job's statistics are over its own workers (an iteration: its "
+        "slowest worker; after its own warm-up); the switch counters in the sections below are the fabric's, "
+        "shared by every job, and those sections pool every job's messages and iterations. JCT: from the job's "
+        "arrival (start_s) to the end of its last iteration."
+    )
+    doc.p(
+        f"Cluster: mean JCT {_secs(c['mean_jct_s'])} s, tail (largest) JCT {_secs(c['tail_jct_s'])} s, makespan "
+        f"{_secs(c['makespan_s'])} s" + ("" if c["complete"] else " (NOT every job finished every iteration)")
+    )
+    doc.table(
+        [
+            "job",
+            "priority",
+            "queues",
+            "workers",
+            "arrival (s)",
+            "shift (s)",
+            "JCT (s)",
+            "iterations",
+            "iteration p50 (ms)",
+            "iteration p99 (ms)",
+            "comm share",
+            "MCT p50 (ms)",
+            "MCT p99 (ms)",
+        ],
+        [
+            [
+                j["name"],
+                j["priority"],
+                f"{j['queues'][0]}-{j['queues'][1]}",
+                j["workers"],
+                j["arrival_s"],
+                j["shift_s"],
+                j["jct_s"],
+                f"{j['iterations_done']}/{j['iterations']}",
+                pct_cell(j["iteration"]["iteration_ms"], "p50"),
+                pct_cell(j["iteration"]["iteration_ms"], "p99"),
+                pct(j["iteration"]["comm_share"]),
+                _us_as_ms(pct_cell(j["mct_us"]["overall"], "p50")),
+                _us_as_ms(pct_cell(j["mct_us"]["overall"], "p99")),
+            ]
+            for j in section["jobs"]
+        ],
+    )
+    jobs = jobs_mod.jobs_of(run)
+    doc.figure(
+        lambda: _plot(jobs_mod.phases_figure(run, jobs, section["jobs"]), "job_phases", "communication phases per job")
+    )
+
+
+def _secs(v) -> str:
+    return "–" if v is None or not math.isfinite(v) else f"{v:.4g}"
+
+
+def _us_as_ms(v):
+    return v if isinstance(v, str) or v is None else v / 1e3
 
 
 def _plot(fig, name: str, alt: str) -> Image | None:
@@ -662,6 +729,9 @@ def report_run(run_dir: str | pathlib.Path, out_dir: str | pathlib.Path | None =
     series, whose comparison draws them; drawing is most of a report's time)."""
     run = undilated(load_run(run_dir))
     summary = summarise(run)
+    jobs = jobs_mod.jobs_section(run)
+    if jobs is not None:
+        summary["jobs"] = jobs
     out = pathlib.Path(out_dir) if out_dir is not None else run.path
     summary["trace"] = _write_trace(run.path, out)
     write_outputs(out, build_doc(run, summary, figures), summary, json_name="summary.json", stem="report")

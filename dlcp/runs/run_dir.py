@@ -3,7 +3,8 @@ starts (config.toml, topology.json, runtime/), and meta.json, the same fields on
 
 meta.json holds facts about the run a report needs without knowing the backend: `clock` (the
 records' time base: "wall", or "simulated"), `deterministic` (a seed fixes the run), `dilation`
-(how much slower than the system it ran), `payload`; then versions, git revision (`+dirty` when
+(how much slower than the system it ran), `payload`, `run_id` (the hash of its resolved config and
+seed that a resumed series recognises it by, resume.py); then versions, git revision (`+dirty` when
 tracked files differ from the commit), host, times, `status`, and each backend's own sections.
 """
 
@@ -24,6 +25,7 @@ from dlcp.experiment import config as configmod
 from dlcp.network.switch_runtime import write_runtime
 from dlcp.runs import naming
 from dlcp.runs.contract import RunFailed
+from dlcp.runs.resume import run_id
 
 REPO = Path(__file__).resolve().parents[2]
 SUBDIRS = ("runtime", "agents", "progress", "records", "counters", "logs")
@@ -150,7 +152,7 @@ def start_meta(
     return {
         "name": cfg["name"],
         "variant": variant,
-        "policy": cfg["dlcp"]["policy"],
+        "policy": configmod.policy_of(cfg),
         "system": cfg.get("system", ""),
         "backend": backend.name,
         "clock": caps.clock,
@@ -165,6 +167,7 @@ def start_meta(
         "overrides": list(overrides),
         "repeat": repeat,
         "seed": cfg["seed"],
+        "run_id": run_id(cfg),
         "dilation": dilation,
     }
 

@@ -18,6 +18,8 @@ keeps what the user wrote.
 
 from __future__ import annotations
 
+import itertools
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,7 +31,8 @@ from dlcp.experiment import config as configmod
 from dlcp.experiment import dilation as dilationmod
 from dlcp.experiment import run_inputs
 from dlcp.network import topology as topospec
-from dlcp.runs import machine_lock, naming, privilege, run_dir, signals
+from dlcp.runs import naming, privilege, run_dir, signals
+from dlcp.runs.cluster import ClusterOptions, check_options
 from dlcp.runs.contract import BackendRunner, RunContext, RunCutShort, RunFailed, Session
 from dlcp.runs.forked import run_forked
 from dlcp.runs.progress import Progress, iterations_done
@@ -50,8 +53,13 @@ class SeriesRequest:
     repeat: int = 1
     name: str | None = None
     out_root: str | None = None  # --out; default: the config's output.dir
-    run_dir: str | None = None  # --run-dir: the one run's directory itself (dlcp sweep)
+    run_dir: str | None = None  # --run-dir: the one run's directory itself
     with_report: bool = True
+    resume: str | None = None  # --resume: a series' directory to run what is missing in
+    cluster: ClusterOptions = field(
+        default_factory=ClusterOptions
+    )  # where the runs go (cluster.py): this machine by default
+    command: tuple[str, ...] = ()  # how the user started it (`dlcp run ...`), for the hint after a stop
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,8 @@ class PlannedRun:
     variant: str
     rep: int  # 0 = not repeated
     cfg: dict
+    sets: tuple[str, ...] = ()  # the --set arguments that make this run from the config file
+    dir: Path | None = None  # its directory when the series does not name it (a sweep's point)
 
     @property
     def label(self) -> str:
@@ -75,6 +85,8 @@ class Series:
 
     def run_dir_of(self, run: PlannedRun) -> Path:
         assert self.results is not None
+        if run.dir is not None:
+            return run.dir
         return self.results if self.request.run_dir else naming.run_dir_of(self.results, run.variant, run.rep)
 
     @property
@@ -94,12 +106,15 @@ def plan(request: SeriesRequest) -> Series:
     varies = ([configmod.policies_vary(request.policies)] if request.policies else []) + list(request.vary)
     variants = configmod.variants(raw, varies, request.overrides)
     names = naming.variant_names(
-        [n for n, _ in variants] if varies else None, base["dlcp"]["policy"], request.overrides, request.name
+        [n for n, _ in variants] if varies else None, configmod.policy_of(base), request.overrides, request.name
     )
+    sets = dict(zip(names, variant_sets(request.overrides, varies)))
     runs = [
-        PlannedRun(v, rep, cfg)
+        PlannedRun(v, rep, cfg, sets[v] + ((f"seed={cfg['seed']}",) if rep > 1 else ()))
         for v, rep, cfg in configmod.plan_runs([(n, cfg) for n, (_, cfg) in zip(names, variants)], request.repeat)
     ]
+    if request.resume and request.run_dir:
+        raise configmod.ConfigError("--resume: resumes a series' directory; not with --run-dir (one run)")
     if request.run_dir and len(runs) > 1:
         raise configmod.ConfigError("--run-dir: takes one run, not --policies / --vary / --repeat with several")
     mixed = sorted({r.cfg["backend"] for r in runs} - {base["backend"]})
@@ -108,6 +123,15 @@ def plan(request: SeriesRequest) -> Series:
             f"backend: a series runs on one backend, not {base['backend']} and {', '.join(mixed)} (one dlcp run each)"
         )
     return Series(request, base, backends.get(base["backend"]), runs)
+
+
+def variant_sets(overrides: list[str], varies: list[str]) -> list[tuple[str, ...]]:
+    """Per variant of `varies` (in configmod.variants' order), the --set arguments that make it."""
+    parsed = [configmod.parse_vary(v) for v in varies]
+    return [
+        (*overrides, *(f"{k}={v}" for (k, _), v in zip(parsed, combo)))
+        for combo in itertools.product(*(values for _, values in parsed))
+    ]
 
 
 def run_config(backend: backends.Backend, cfg: dict) -> dict:
@@ -123,20 +147,24 @@ def dilation_of(backend: backends.Backend, cfg: dict) -> float:
 
 def check(series: Series, runner: BackendRunner) -> None:
     """Everything that can be checked before anything starts: each run's topology and roles as the
-    backend runs them, the backend's own checks, the compute (profiles, models), root."""
+    backend runs them, the backend's own checks, the compute (profiles, models), the cluster
+    options, root (where the runs run on this machine: a cluster's workers have their own)."""
     from dlcp.workloads.profiled import check_workload
 
     for run in series.runs:
         topospec.from_config(run_config(series.backend, run.cfg))
         runner.check_config(run.cfg)
     try:
-        check_workload(configmod.Experiment.parse(series.base).workload)
+        for workload in configmod.Experiment.parse(series.base).workloads():  # every job's
+            check_workload(workload)
     except ValueError as e:
         raise configmod.ConfigError(str(e)) from None
+    check_options(series.request.cluster)
     why = series.backend.capabilities.root
     # a bad results root is named before root is asked for (sudo would not mend it); whether the
-    # directory can be written is asked only of the user who will write it
-    runs_as_is = not why or privilege.privileged()
+    # directory can be written is asked only of the user who will write it. On a cluster the
+    # workers need root, not this machine.
+    runs_as_is = not why or not series.request.cluster.local or privilege.privileged()
     run_inputs.check_run_inputs(
         [run.cfg for run in series.runs], series.request.out_root, series.request.run_dir, probe_write=runs_as_is
     )
@@ -235,17 +263,19 @@ def write_partial_report(path: Path, progress: Progress, why: str | None = None)
     return path / "report.html"
 
 
-def cut_short_message(job: RunJob, progress: Progress, why: str) -> str:
+def cut_short_message(job: RunJob, progress: Progress, why: str, shown: Path | None = None) -> str:
     """`why` the run was cut short, then what it kept: the partial run (how far it got, which
-    switches' counters it has) and its partial report (when reports are on)."""
+    switches' counters it has) and its partial report (when reports are on); the run named by
+    `shown`, where the user finds it (a cluster's run is written in staging: tasks.py)."""
     report = write_partial_report(job.run_dir, progress, why.splitlines()[0]) if job.with_report else None
+    place = shown or job.run_dir
     lines = [
         why,
         "  everything it started was stopped and cleaned up",
-        f"  partial run: {job.run_dir} ({iterations_done(job.run_dir)}; {run_dir.counters_kept(job.run_dir)})",
+        f"  partial run: {place} ({iterations_done(job.run_dir)}; {run_dir.counters_kept(job.run_dir)})",
     ]
     if report is not None:
-        lines.append(f"  partial report: {report}")
+        lines.append(f"  partial report: {place / report.name}")
     return "\n".join(lines)
 
 
@@ -289,80 +319,67 @@ def run_in_child(job: RunJob, session: Session, progress: Progress) -> None:
 # --- the series ------------------------------------------------------------------------------------
 
 
-def run_series(request: SeriesRequest) -> Path:
-    """Run the series `request` asks for; returns its results directory. Raises ConfigError (before
-    anything starts), NeedsRoot, RunFailed, KeyboardInterrupt or signals.Terminated."""
-    series = plan(request)
-    runner: BackendRunner = backends.implementation(series.backend.name)
-    check(series, runner)
-    with signals.installed(), machine_lock.claim(series.backend) as lock:  # MachineBusy: nothing started
-        series.results, created = run_dir.new_results(
-            request.run_dir, request.out_root or series.base["output"]["dir"], series.base["name"]
-        )
-        if lock is not None:
-            lock.note_results(series.results)
-        progress = Progress()
-        session, stop = None, None
-        try:
-            session = runner.open_session(series.base, series.results, progress)
-            run_all(series, session, progress)
-        except (KeyboardInterrupt, signals.Terminated) as e:
-            stop = e
-            raise
-        finally:
-            with signals.deferred():  # the fork server stopped, the results handed over, whatever comes
-                if session is not None:
-                    session.close()
-                leave_results(series.results, created, stop)
-    return series.results
+def job_of(series: Series, run: PlannedRun) -> RunJob:
+    # a sweep's point records the --set arguments that make it; a series' run those of the series
+    overrides = list(run.sets) if run.dir is not None else list(series.request.overrides)
+    return RunJob(
+        series.backend,
+        run,
+        series.run_dir_of(run),
+        overrides,
+        series.request.with_report,
+        figures=series.request.repeat == 1,
+    )
 
 
-def leave_results(results: Path, created: list[Path], stop: BaseException | None) -> None:
-    """A series' directory as it ends: handed to the user behind sudo; removed when no run started
-    in it (a stop or a failure before the first run), saying so after a stop (a run that started
-    says where it stopped itself)."""
-    if run_dir.holds_runs(results):
-        privilege.hand_over_to_sudo_user(results, created)
-        return
-    removed = run_dir.remove_unused(results, created)
-    if not removed:
-        privilege.hand_over_to_sudo_user(results, created)
-    if stop is not None:
-        what = "interrupted (Ctrl-C)" if signals.status_of(stop) == "interrupted" else "terminated (SIGTERM)"
-        print(
-            f"dlcp run: {what} before its first run started; everything it started was stopped"
-            + (f" and nothing was kept ({results} removed)" if removed else ""),
-            file=sys.stderr,
-        )
+def rerun_command(series: Series, run: PlannedRun) -> str:
+    """The command that runs `run` alone on this machine (into a new results directory: a sweep's
+    point directory holds the run that failed)."""
+    out = ["--out", series.request.out_root] if series.request.out_root and run.dir is None else []
+    return shlex.join(["dlcp", "run", series.request.config, *(a for s in run.sets for a in ("--set", s)), *out])
 
 
-def run_all(series: Series, session: Session, progress: Progress) -> None:
-    """Every planned run in order, then the comparison of the variants; the first failure or stop
-    ends the series."""
+def run_here(series: Series, runner: BackendRunner, todo: list[PlannedRun], keep_going: bool) -> list[str]:
+    """`todo` one after the other in this process (each forked when the backend asks for it)."""
+    assert series.results is not None
+    progress = Progress()
+    session = None
+    try:
+        session = runner.open_session(series.base, series.results, progress)
+        return run_all(series, session, progress, todo, keep_going)
+    finally:
+        if session is not None:
+            with signals.deferred():  # the fork server stopped, whatever comes
+                session.close()
+
+
+def run_all(
+    series: Series, session: Session, progress: Progress, runs: list[PlannedRun], keep_going: bool = False
+) -> list[str]:
+    """`runs` in order; each one's status. The first failure (unless `keep_going`) or stop ends
+    the series."""
     caps = series.backend.capabilities
-    fork = caps.forked_runs and len(series.runs) > 1  # a single run has its process to itself
+    fork = caps.forked_runs and len(runs) > 1  # a single run has its process to itself
     if fork and series.request.with_report:
         import dlcp.reporting  # noqa: F401 - the reports' modules (matplotlib, scipy), loaded once for every child
-    for i, run in enumerate(series.runs):
-        job = RunJob(
-            series.backend,
-            run,
-            series.run_dir_of(run),
-            list(series.request.overrides),
-            series.request.with_report,
-            figures=series.request.repeat == 1,
-        )
+    statuses = []
+    for i, run in enumerate(runs):
+        job = job_of(series, run)
         print(
-            f"dlcp run: {series.base['name']} [{run.label}] ({i + 1}/{len(series.runs)}) on "
+            f"dlcp run: {series.base['name']} [{run.label}] ({i + 1}/{len(runs)}) on "
             f"{series.backend.name} -> {job.run_dir}",
             file=sys.stderr,
         )
-        if fork:
-            run_in_child(job, session, progress)
-        else:
-            run_and_report(job, session, progress)
-    if series.request.with_report and len(series.variants) > 1:
-        from dlcp.reporting import compare_runs
-
-        assert series.results is not None
-        compare_runs([series.results / v for v in series.variants], series.results, echo=True)
+        try:
+            if fork:
+                run_in_child(job, session, progress)
+            else:
+                run_and_report(job, session, progress)
+        except RunFailed as e:
+            if not keep_going:
+                raise
+            print(f"dlcp run: [{run.label}] failed: {e}", file=sys.stderr)
+            statuses.append("error")
+            continue
+        statuses.append("ok")
+    return statuses

@@ -2,8 +2,9 @@
 of the runner and the backend runs (processes stopped, meta.json written), and the series stops.
 
 Ctrl-C raises KeyboardInterrupt (status "interrupted", exit 130), SIGTERM raises Terminated
-(status "terminated", exit 143). While a run cleans up, `deferred()` holds both off, so a second
-Ctrl-C cannot cut the clean-up short.
+(status "terminated", exit 143). While a run cleans up, `deferred()` ignores both, so a second
+Ctrl-C cannot cut the clean-up short; `held()` keeps a stop that lands in a step that must finish
+whole and raises it after.
 """
 
 from __future__ import annotations
@@ -76,6 +77,24 @@ def deferred():
     finally:
         signal.signal(signal.SIGINT, old_int)
         signal.signal(signal.SIGTERM, old_term)
+
+
+@contextlib.contextmanager
+def held():
+    """SIGINT and SIGTERM held off inside (a step that must finish whole, e.g. a finished run put in
+    its place) and raised when it is over: unlike `deferred`, the stop is kept, not dropped."""
+    got: list[int] = []
+    old_int = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    old_term = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    if got:
+        stop = stop_for(128 + got[0])
+        _pending.append(type(stop))
+        raise stop
 
 
 def is_stop(exc: BaseException) -> bool:

@@ -10,9 +10,13 @@ control channel (`control_port`), one TCP connection per destination it sends to
   the DESCRIBE / FORCE_STOP frames the core asks for (opening the connection first), runs the
   sender's timers, and sleeps until the next timer or until the receive thread reports news;
 - the **receive thread** reads datagrams (recvmmsg, with the ECN bits of each and how long it
-  waited in the socket buffer) into the receiver core, reads control frames from every connection (data that arrived before a control frame is
+  waited in the socket buffer), reads control frames from every connection (data that arrived before a control frame is
   taken in first), hands DESCRIBE / FORCE_STOP to the receiver core and BITMAP / STOP / FEEDBACK to
-  the sender core, writes the frames they answer with, and runs the receiver's timers.
+  the sender core, writes the frames they answer with, and runs the receiver's timers. Datagrams
+  go through the C receive path (`_rxpath`: recvmmsg and the receive core shared with the ns-3
+  hosts, dlcp/transport/c/rx_core.h), which fills messages itself and calls the receiver core only
+  for what it decides on (rx_mirror.py); without it (not built, or DLCP_RX=python) each datagram
+  goes through `ReceiverCore.on_datagram`.
 
 Each core has its own lock (the send thread never waits for a batch of received packets). Protocol
 decisions are the core's; this module only moves bytes and time (docs/transport.md).
@@ -35,6 +39,7 @@ from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone
 from dlcp.transport.core.receiver import ReceiverCore
 from dlcp.transport.core.sender import SenderCore
 from dlcp.transport.deadline_timer import DeadlineTimer
+from dlcp.transport.rx_mirror import RxMirror, load_rxpath, rx_mode
 from dlcp.transport.sockets import connect_retrying, control_socket_options, set_socket_buffer
 from dlcp.transport.sync import SendHandle, wait_for_done
 from dlcp.transport.threadtime import ThreadClock, set_realtime
@@ -44,6 +49,7 @@ from dlcp.wire.header import ECN_MASK, PRIO_CONTROL, MalformedPacket, tos_of
 
 log = logging.getLogger("dlcp.transport.udp_driver")
 
+_C_PATH_WARNED = False
 RX_BURST = 512  # datagrams taken in per wake-up before control and timers get a turn
 RX_BATCH = 64  # datagrams per recvmmsg
 IDLE_S = 0.2  # longest sleep of either thread
@@ -96,13 +102,14 @@ class _Conn:
 class UdpTransport:
     """One endpoint of the bounded-loss transport. See the module docstring."""
 
-    def __init__(self, config: TransportConfig, peers: dict[int, Peer] | list[Peer]):
+    def __init__(self, config: TransportConfig, peers: dict[int, Peer] | list[Peer], rx_path: str | None = None):
         self.cfg = config
         self.peers = {p.rank: p for p in (peers.values() if isinstance(peers, dict) else peers)}
         self.vpp = config.values_per_pkt
         wall = time.time() - time.monotonic()
         self.sender = SenderCore(config, wall)
         self.receiver = ReceiverCore(config, self.peers, wall)
+        self._rxpath, self._mirror = self._receive_path(rx_path or rx_mode())
         self._tx = threading.Condition(threading.Lock())  # the sender core, handles
         self._rx = threading.Condition(threading.Lock())  # the receiver core, finished receptions
         self._handles: dict = {}
@@ -170,6 +177,32 @@ class UdpTransport:
         self._sel.register(self._rx_timer, selectors.EVENT_READ, "timer")
         self._dests = {r: sockaddr_in(p.ip, p.data_port) for r, p in self.peers.items()}
 
+    def _receive_path(self, mode: str):
+        """(the C receive path, its mirror) in `mode` (rx_mirror.RX_MODES), or (None, None) in mode
+        "python" or when the extension is not usable (said once per process)."""
+        global _C_PATH_WARNED
+        if mode == "python":
+            return None, None
+        try:
+            module = load_rxpath()
+        except ImportError as e:
+            if not _C_PATH_WARNED:
+                _C_PATH_WARNED = True
+                log.warning("the C receive path is not usable (%s): datagrams go through Python", e)
+            return None, None
+        path = module.RxPath(batch=RX_BATCH)
+        return path, RxMirror(self.receiver, path, mode)
+
+    def _take(self) -> None:
+        """What the C receive path counted, into the receiver core (hold self._rx)."""
+        if self._mirror is not None:
+            self._mirror.take()
+
+    def _publish(self, scan: bool = False) -> None:
+        """After the receiver core acted: what the C path may take now (hold self._rx)."""
+        if self._mirror is not None:
+            self._mirror.publish(scan)
+
     def _close_sockets(self) -> None:
         for name in ("udp_rx", "udp_tx", "listener"):
             s = getattr(self, name, None)
@@ -226,7 +259,9 @@ class UdpTransport:
     def advance(self, iteration: int) -> None:
         """The caller moved on to `iteration`: older messages become stale (ReceiverCore.advance)."""
         with self._rx:
+            self._take()
             self.receiver.advance(iteration)
+            self._publish()
             for k in [k for k in self._rx_done if self.receiver.is_stale(k[1])]:
                 del self._rx_done[k]
 
@@ -258,8 +293,11 @@ class UdpTransport:
         with self._tx:
             s, s_drops = self.sender.stats(), dict(self.sender.drops)
         with self._rx:
+            self._take()
             r, r_drops = self.receiver.stats(), dict(self.receiver.drops)
         out = merged_stats(s, r, s_drops, r_drops)
+        if self._rxpath is not None:
+            out["rx_path"] = self._rxpath.timings()
         out.update(
             send_errors=dict(self.batch_sender.error_codes),
             send_impl=self.batch_sender.impl,
@@ -439,6 +477,7 @@ class UdpTransport:
                     now = time.monotonic()
                     if self.receiver.next_timer() <= now:
                         self.receiver.on_timer(now)
+                        self._publish()
                     outs = self.receiver.take_outputs()
                 self._rx_outputs(outs)
         except Exception:
@@ -451,6 +490,43 @@ class UdpTransport:
 
     def _rx_data(self, budget: int) -> None:
         """Take in up to `budget` waiting datagrams (each with its ECN bits) and act on the outcome."""
+        if self._mirror is None:
+            self._rx_data_python(budget)
+            return
+        path, mirror, receiver = self._rxpath, self._mirror, self.receiver
+        mv = memoryview(path.buffer)
+        fd = self.udp_rx.fileno()
+        taken = 0
+        while taken < budget:
+            try:
+                n = path.recv(fd)
+            except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
+                with self._rx:
+                    receiver.count_drop("socket_error", e.strerror or str(e))
+                continue
+            if not n:
+                break
+            taken += n
+            with self._rx:
+                ev = path.next()  # the C path takes what it can; the rest, in order, goes to the core
+                while ev is not None:
+                    if ev[0]:
+                        mirror.decide(ev[1], ev[2])
+                    elif ev[2] < 0:
+                        mirror.take()
+                        receiver.count_drop("length", f"a datagram longer than {RECV_SLOT} bytes")
+                    else:
+                        _, off, ln, ecn, queued, now = ev
+                        mirror.datagram(mv[off : off + ln], ecn, now, queued)
+                    ev = path.next()
+                mirror.take()
+                outs = receiver.take_outputs()
+            self._rx_outputs(outs)
+            if n < RX_BATCH:
+                break
+
+    def _rx_data_python(self, budget: int) -> None:
+        """_rx_data without the C path: every datagram through ReceiverCore.on_datagram."""
         rcv = self.batch_receiver
         mv = rcv.view
         receiver = self.receiver
@@ -575,6 +651,7 @@ class UdpTransport:
                         self.receiver.on_describe(msg, conn, now)
                     else:
                         self.receiver.on_force_stop(msg, conn, now)
+                    self._publish(scan=True)
                     outs = self.receiver.take_outputs()
                 self._rx_outputs(outs)
             else:

@@ -19,6 +19,9 @@ extra seconds for that packet on the wire (a slower path, a queue elsewhere). Co
 travel in order per pair of hosts after `control_delay_us`, as priority 7 overtakes data queues;
 `drop_control(frame)` (a `VFrame`) loses one on purpose, `control_delay(frame)` holds one back
 (and, the channel being a TCP stream, the frames behind it).
+
+A host added with `rx_path="c"` receives through the C receive path the UDP driver and the ns-3
+hosts use (dlcp/transport/rx_mirror.py), so the protocol scenarios hold it to the same results.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from dlcp.queueing.admission import ADMIT, EARLY_DROP, admit, marks_ce
 from dlcp.queueing.registry import N_QUEUES, QueueingConfig, Scheduler, configure
 from dlcp.transport.api import SendInfo, TransportConfig
 from dlcp.transport.core.endpoint import Endpoint
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone, data_datagrams
+from dlcp.transport.rx_mirror import RX_DECIDE, RX_TAKEN
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     ECN_CE,
@@ -136,12 +141,20 @@ def _frame_bytes(pkt: _Pkt) -> int:
 
 
 class VirtualHost:
-    """One endpoint on the network: the core and what came out of it."""
+    """One endpoint on the network: the core and what came out of it. `rx_path`: "python" (every
+    datagram through the core) or a mode of dlcp/transport/rx_mirror.py (the C receive path)."""
 
-    def __init__(self, net: VirtualNetwork, cfg: TransportConfig):
+    def __init__(self, net: VirtualNetwork, cfg: TransportConfig, rx_path: str = "python"):
         self.net = net
         self.rank = cfg.rank
         self.endpoint = Endpoint(cfg, wall_offset_s=0.0)
+        self.rxpath: Any = None  # the extension's RxPath
+        self.mirror: Any = None  # its RxMirror
+        if rx_path != "python":
+            from dlcp.transport.rx_mirror import RxMirror, load_rxpath  # the extension, only when asked for
+
+            self.rxpath = load_rxpath().RxPath()
+            self.mirror = RxMirror(self.endpoint.receiver, self.rxpath, rx_path)
         self.sent: dict = {}  # key -> SendResult
         self.received: dict = {}  # key -> RecvResult
         self.uplink: collections.deque = collections.deque()
@@ -157,7 +170,22 @@ class VirtualHost:
     def add_peer(self, rank: int) -> None:
         self.endpoint.receiver.add_peer(rank)
 
+    def take(self) -> None:
+        """What the C receive path counted, into the receiver (before the receiver does anything)."""
+        if self.mirror is not None:
+            self.mirror.take()
+
+    def publish(self, scan: bool = False) -> None:
+        if self.mirror is not None:
+            self.mirror.publish(scan)
+
+    def advance(self, iteration: int) -> None:
+        self.take()
+        self.endpoint.receiver.advance(iteration)
+        self.publish()
+
     def stats(self) -> dict:
+        self.take()
         return self.endpoint.stats()
 
     @property
@@ -191,8 +219,8 @@ class VirtualNetwork:
         # tail_drops, early_drops, ce_marked, fault_drops, ...
         self.counters: collections.Counter[str] = collections.Counter()
 
-    def add_host(self, cfg: TransportConfig) -> VirtualHost:
-        h = VirtualHost(self, cfg)
+    def add_host(self, cfg: TransportConfig, rx_path: str = "python") -> VirtualHost:
+        h = VirtualHost(self, cfg, rx_path)
         for other in self.hosts.values():
             other.add_peer(h.rank)
             h.add_peer(other.rank)
@@ -218,6 +246,7 @@ class VirtualNetwork:
     def _step(self, h: VirtualHost) -> None:
         """Let an endpoint act on what happened: timers, transmissions, frames, completions."""
         ep, now = h.endpoint, self.now
+        h.take()
         if ep.next_timer() <= now:
             ep.on_timer(now)
         while True:
@@ -232,6 +261,7 @@ class VirtualNetwork:
                 h.sent[out.key] = out.result
             elif isinstance(out, RecvDone):
                 h.received[out.key] = out.result
+        h.publish(scan=True)
         t = ep.next_timer()
         if not math.isfinite(t):
             h.timer_at = math.inf
@@ -352,7 +382,16 @@ class VirtualNetwork:
         h = self.hosts.get(pkt.dst)
         if h is None:
             return
-        h.endpoint.on_datagram(memoryview(pkt.data), pkt.tos & ECN_MASK, self.now)
+        if h.mirror is None:
+            h.endpoint.on_datagram(memoryview(pkt.data), pkt.tos & ECN_MASK, self.now)
+        else:
+            r = h.rxpath.feed(pkt.data, pkt.tos & ECN_MASK, self.now)
+            if r == RX_TAKEN:
+                return  # it only filled a message: no output, no timer moved
+            if r == RX_DECIDE:
+                h.mirror.decide(h.rxpath.DecideSrc(), self.now)
+            else:
+                h.mirror.datagram(memoryview(pkt.data), pkt.tos & ECN_MASK, self.now)
         self._step(h)
 
     # --- control channel -----------------------------------------------------------------------
@@ -379,6 +418,7 @@ class VirtualNetwork:
         h = self.hosts.get(dst)
         if h is None:
             return
+        h.take()
         h.endpoint.on_control(body, src, self.now)
         self._step(h)
 

@@ -13,17 +13,21 @@ All functions are pure and vectorised over the packets of one message. Input is 
   With n packets: p < ceil(n/2) -> 0 (protected); p < ceil(3n/4) -> 1; p < ceil(7n/8) -> 2; else 3.
   A packet whose values are all zero carries nothing a fill rule cannot restore: it gets 3.
 - mag_class = clamp(round(log2(m / median(m))) + 8, 0, 15); 0 for an all-zero packet.
+- The six data classes map onto the queues `queues = [lo, hi]` (default 1..6, the identity):
+      queue(p) = lo + floor((p - 1) * (hi - lo + 1) / 6)
+  so a job given a band of the queues (a job priority class, docs/tagging.md "Jobs") keeps its
+  layers' order inside the band.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, get_args
+from typing import Annotated, ClassVar, Literal, get_args
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from dlcp.settings import Settings
+from dlcp.settings import BadValue, Settings
 from dlcp.wire.header import (
     DROP_PREC_MAX,
     MAG_CLASS_MAX,
@@ -40,6 +44,8 @@ POLICIES = get_args(Policy)
 LAYER_ORDERS = get_args(LayerOrder)
 LAYER_BIASES = get_args(LayerBias)
 N_DATA_CLASSES = PRIO_DATA_MAX - PRIO_DATA_MIN + 1  # 6
+FULL_BAND = (PRIO_DATA_MIN, PRIO_DATA_MAX)  # every data queue: the classes map onto themselves
+DataQueue = Annotated[int, Field(ge=PRIO_DATA_MIN, le=PRIO_DATA_MAX)]
 
 
 class TaggingConfig(Settings):
@@ -50,6 +56,29 @@ class TaggingConfig(Settings):
     layer_order: LayerOrder = Field("input_first", description="which layers get the high priorities")
     # an ablation of "back layers matter more": "input_half" makes input-side layers more droppable
     drop_layer_bias: LayerBias = Field("none", description="half of the layers made more droppable")
+    queues: list[DataQueue] = Field(
+        list(FULL_BAND),
+        min_length=2,
+        max_length=2,
+        description="lowest and highest switch queue the data classes 1..6 map onto (a job's band: "
+        "cluster.job_policy = 'priority' sets it per job)",
+    )
+
+    @model_validator(mode="after")
+    def _band_in_order(self):
+        if self.queues[0] > self.queues[1]:
+            raise BadValue("queues", f"{list(self.queues)}: the lowest queue comes first")
+        return self
+
+
+def band_priority(prio: np.ndarray, queues=FULL_BAND) -> np.ndarray:
+    """The queue of each data class 1..6 in the band `queues` = (lo, hi): lo + floor((p - 1) *
+    (hi - lo + 1) / 6); the identity for the full band 1..6."""
+    lo, hi = queues
+    if (lo, hi) == FULL_BAND:  # the identity, without a copy
+        return prio
+    p = np.asarray(prio, dtype=np.int64) - PRIO_DATA_MIN
+    return (lo + (p * (hi - lo + 1)) // N_DATA_CLASSES).astype(np.uint8)
 
 
 @dataclass
@@ -165,6 +194,7 @@ def tag_packets(mags: np.ndarray, layers: np.ndarray, n_layers: int, config: Tag
         prio = layer_priority(layers, n_layers, config.layer_order)
     else:
         prio = np.full(n, PRIO_DATA_MIN, dtype=np.uint8)
+    prio = band_priority(prio, config.queues)
     if config.policy in ("magnitude", "dlcp"):
         drop_prec = magnitude_drop_precedence(mags)
         if config.drop_layer_bias != "none":

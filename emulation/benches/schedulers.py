@@ -63,7 +63,8 @@ def emulated(
     overrides: list[str] = (),
 ) -> dict:
     """Run `config` with `key` set to each of `values` (the first is the baseline), `repeats` times."""
-    from dlcp.runs.series_runner import SeriesRequest, run_series
+    from dlcp.runs.series import run_series
+    from dlcp.runs.series_runner import SeriesRequest
 
     medians: dict[str, list[float]] = {v: [] for v in values}
     dirs = []

@@ -176,3 +176,73 @@ def bench_sim(argv: list[str]) -> int:
     )
     emit(what, rows, {"bench": "sim", "experiment": args.experiment, "runs": rows}, args.json)
     return 0
+
+
+# --- dlcp bench datapath, the ns-3 half -------------------------------------------------------------
+
+# DLCP_SIM_RX values (hosts.SIM_RX_MODES), the baseline first
+SIM_RX_PATHS = ("python", "cpp", "c")
+
+
+DATAPATH_VALUES = 1 << 18  # one 1 MB message per iteration: ring steps of many datagrams each
+
+
+def bench_rx_paths(workers: int, iterations: int, rounds: int) -> tuple[list[dict], dict]:
+    """The synthetic ring (one layer of DATAPATH_VALUES values) at `workers` workers once per
+    receive path of the simulated hosts, `rounds` times interleaved: the simulation's CPU
+    microseconds per datagram the hosts received (all of its work, sending and ns-3's events
+    included: what a run costs), median and range over rounds, and how much less than the Python
+    path."""
+    import os
+
+    args = argparse.Namespace(
+        experiment=None,
+        iterations=iterations,
+        layers=[DATAPATH_VALUES],
+        host_mbps=50.0,
+        fabric_mbps=100.0,
+        policy="dlcp",
+    )
+    runs: dict[str, list[dict]] = {m: [] for m in SIM_RX_PATHS}
+    before = os.environ.get("DLCP_SIM_RX")
+    try:
+        with tempfile.TemporaryDirectory(prefix="dlcp-bench-datapath-") as tmp:
+            for i in range(rounds):
+                for mode in SIM_RX_PATHS:
+                    os.environ["DLCP_SIM_RX"] = mode
+                    work = Path(tmp) / f"{mode}-{i}"
+                    work.mkdir()
+                    r = measure(workers, args, work)
+                    meta = json.loads((work / f"w{workers}" / "meta.json").read_text())
+                    sim = meta["simulation"]
+                    r["us_per_datagram"] = sim["cpu_s"] * 1e6 / sim["datagrams_received"]
+                    r["taken_in_c"] = sim["datagrams_taken_in_c"] / sim["datagrams_received"]
+                    r["datagrams"] = sim["datagrams_received"]
+                    runs[mode].append(r)
+    finally:
+        if before is None:
+            os.environ.pop("DLCP_SIM_RX", None)
+        else:
+            os.environ["DLCP_SIM_RX"] = before
+    base = statistics.median(r["us_per_datagram"] for r in runs[SIM_RX_PATHS[0]])
+
+    def spread(xs):
+        return f"{statistics.median(xs):.2f} ({min(xs):.2f}-{max(xs):.2f})"
+
+    rows = [
+        {
+            "driver": f"ns-3, {workers} workers",
+            "receive path": mode,
+            "rounds": len(rs),
+            "us/datagram": spread([r["us_per_datagram"] for r in rs]),
+            f"x less than {SIM_RX_PATHS[0]}": spread([base / r["us_per_datagram"] for r in rs]),
+            "cpu s": spread([r["cpu_s"] for r in rs]),
+            "taken in C": f"{statistics.median(r['taken_in_c'] for r in rs):.1%}",
+        }
+        for mode, rs in runs.items()
+    ]
+    result = {
+        mode: {k: [r[k] for r in rs] for k in ("us_per_datagram", "cpu_s", "taken_in_c", "datagrams", "events")}
+        for mode, rs in runs.items()
+    }
+    return rows, result

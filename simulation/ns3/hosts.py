@@ -3,7 +3,8 @@ sans-I/O sender and receiver of issue 12) in simulated time.
 
 Per packet, C++ (`cpp/dlcp_host.h`, `DlcpHostIo`): the UDP data socket, the host's blocking send
 queue in front of its NIC, TCP control connections, and most data packets' receive work
-(`cpp/dlcp_rx.h`, see `RxMirror`). Per other datagram and per control read, Python: the core's
+(`cpp/dlcp_rx.h`: the receive core the UDP driver shares, dlcp/transport/c/rx_core.h, driven by
+the shared `RxMirror` of dlcp/transport/rx_mirror.py). Per other datagram and per control read, Python: the core's
 `on_datagram` / `on_control`, then `step()` (after a datagram only when it produced output or
 moved a timer) hands out what the core asks for (data slices, PROBEs, control frames, finished
 messages), exactly as the virtual-time driver (dlcp/transport/virtual.py) and the UDP driver do.
@@ -14,16 +15,13 @@ reports only ever subtract.
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import math
 import os
 from dataclasses import fields, is_dataclass
 
-import numpy as np
-
+from dlcp.transport.rx_mirror import RxMirror
 from dlcp.transport.sockets import CONTROL_RTO_MIN_US  # the emulated control sockets' RTO floor
-from dlcp.wire.header import HEADER, HEADER_LEN, PHASE_MASK, PHASE_SHIFT
 
 CORE_HINT = (
     "backend ns3 needs the transport's sans-I/O protocol core (dlcp/transport/core, issue 12), "
@@ -40,9 +38,20 @@ SKB_TRUESIZE = 2304
 STANDARD_MTU = 1500
 
 
-# DLCP_SIM_RX=python: every datagram goes up to Python (the receive path before dlcp_rx.h; for
-# comparisons and tests: records are the same either way)
-CPP_RX = os.environ.get("DLCP_SIM_RX", "cpp") != "python"
+# DLCP_SIM_RX picks the hosts' receive path (a mode of dlcp/transport/rx_mirror.py): "cpp" (the
+# default) passes up a message's first packet and each one a FEEDBACK may come due on; "c" counts
+# up to the core's FEEDBACK decisions (DECIDE up-calls), which on ns-3 measured no cheaper
+# (docs/notes/2026-11-27-datapath-bench.md); "python" sends every datagram up. Records are the same
+# either way.
+SIM_RX_MODES = {"cpp": "c-per-datagram", "c": "c", "python": "python"}
+
+
+def sim_rx_mode() -> str:
+    """The shared mirror's mode (rx_mirror.RX_MODES) for DLCP_SIM_RX; a bad value is one line naming it."""
+    value = os.environ.get("DLCP_SIM_RX", "cpp")
+    if value not in SIM_RX_MODES:
+        raise ValueError(f"DLCP_SIM_RX={value!r}: one of {', '.join(SIM_RX_MODES)}")
+    return SIM_RX_MODES[value]
 
 
 def send_buffer_packets(sndbuf_bytes: int, host_queue_pkts: int, mtu: int = STANDARD_MTU) -> int:
@@ -107,142 +116,6 @@ class Clock:
             fn()
 
 
-class RxMirror:
-    """The C++ receive path of one host (`cpp/dlcp_rx.h`, `DlcpRxPath`) and what it needs of the
-    Python receiver (`ReceiverCore`).
-
-    C++ takes a data packet only when the receiver would do nothing with it but count it, copy its
-    payload and mark its chunk: a packet of a message opened here (`open_after`: one whose first
-    data packet Python took, with no PROBE waiting and no BITMAP out, so the packet cannot complete
-    a round or answer a request) that is not a duplicate, passes every check of `on_datagram`, and
-    whose sender's FEEDBACK cannot come due with it (`budget`). Payload, bitmap and per-packet
-    times go straight into the receiver's buffers; counters and times wait in C++ until `take`,
-    which every entry into this host's Python (datagram, control read, step) calls first, and the
-    run's end. After each entry `publish` gives back what Python took over (messages finished,
-    probed or asked for) and tells C++ the senders' new budgets.
-    """
-
-    ROWS = 256
-
-    def __init__(self, rx, path, enabled: bool):
-        from dlcp.wire.header import VALUE_BYTES
-
-        assert VALUE_BYTES == 4, "dlcp_rx.h copies fp32 values"
-        self.rx, self.path = rx, path
-        self.enabled = enabled
-        cfg = rx.cfg
-        self.feedback_every = cfg.feedback_every
-        self.opened: dict = {}  # key -> (slot, _Rx, pinned bitmap): C++ writes into these buffers
-        self.key_of: dict[int, tuple] = {}  # slot -> key
-        self.budget: dict[int, int] = {}  # source -> what C++ was last told, less what it took since
-        self._slot = 0
-        self.width = int(path.ROW_LEN)  # doubles per row
-        self._rows = np.zeros(self.ROWS * self.width, dtype=np.float64)  # C++ writes here (Take)
-        self._dirty = bytearray(1)  # C++ sets it when there is something to take
-        self._dirty_pin = (ctypes.c_char * 1).from_buffer(self._dirty)
-        path.Setup(
-            enabled,
-            cfg.job_id,
-            cfg.values_per_pkt,
-            rx.wall_offset_s,
-            self._rows.ctypes.data,
-            self.ROWS,
-            ctypes.addressof(self._dirty_pin),
-        )
-
-    def take(self) -> None:
-        """Add what C++ counted to the receiver's messages, sources and totals."""
-        if not self._dirty[0]:
-            return
-        rx, rows = self.rx, self._rows
-        while True:
-            n = int(self.path.Take())
-            if not n:
-                break
-            for r in rows[: n * self.width].reshape(n, self.width).tolist():
-                if r[0] == 0:
-                    st = self.opened[self.key_of[int(r[1])]][1]
-                    pkts = int(r[2])
-                    if not pkts:
-                        continue
-                    st.n_received += pkts
-                    st.retx += int(r[3])
-                    st.n_orig += int(r[4])
-                    rx.totals["pkts_rcvd"] += pkts
-                    rx.totals["bytes_rcvd"] += int(r[5])
-                    if r[6] >= 0:
-                        st.orig_last_t = r[6]
-                    st.last_t = r[7]
-                    if r[8] >= 0:
-                        st.last_len = int(r[8])
-                else:
-                    src, pkts = int(r[1]), int(r[2])
-                    s = rx._sources[src]
-                    s.rcvd += pkts
-                    s.ce += int(r[3])
-                    key = self.key_of[int(r[4])]
-                    s.key, s.n_pkts, s.seq = key, self.opened[key][1].n_pkts, int(r[5])
-                    if self.budget.get(src, 0) > 0:
-                        self.budget[src] -= pkts
-            if n < self.ROWS:
-                break
-
-    def open_after(self, data) -> None:
-        """After Python took datagram `data`: let C++ take further packets of its message."""
-        if not self.enabled or len(data) < HEADER_LEN:
-            return
-        vt, pdp, _j, src, it, msg, *_rest = HEADER.unpack_from(data, 0)
-        key = (src, it, (pdp >> PHASE_SHIFT) & PHASE_MASK, msg)
-        if key in self.opened:
-            return
-        st = self.rx._rx.get(key)
-        if st is None or not self._open(st) or st.first_byte_us is None:
-            return
-        self._slot += 1
-        pin = (ctypes.c_char * st.n_pkts).from_buffer(st.received)  # and the bitmap cannot be resized
-        self.opened[key] = (self._slot, st, pin)
-        self.key_of[self._slot] = key
-        self.path.Open(
-            key[0],
-            key[1],
-            key[2],
-            key[3],
-            st.n_pkts,
-            self._slot,
-            st.buf.ctypes.data,
-            st.buf.nbytes,
-            ctypes.addressof(pin),
-            st.recv_us.ctypes.data if st.recv_us is not None else 0,
-        )
-
-    @staticmethod
-    def _open(st) -> bool:
-        """C++ may take packets of this message: none of them can complete a PROBE's round or a
-        BITMAP's request (which Python answers or counts)."""
-        return not st.probe_round and st.requested is None
-
-    def publish(self) -> None:
-        """After Python acted: take back the messages it finished or must now see each packet of,
-        and give C++ each sender's budget (packets it may count before that sender's FEEDBACK may
-        be due, or a FEEDBACK delay would start: -1 when the sender wants none)."""
-        rx = self.rx
-        for key, (slot, st, _pin) in list(self.opened.items()):
-            if rx._rx.get(key) is not st or not self._open(st):
-                self.path.Close(key[0], key[1], key[2], key[3])
-                del self.opened[key], self.key_of[slot]
-        every = self.feedback_every
-        for src, s in rx._sources.items():
-            if not s.want:
-                k = -1
-            elif s.due == math.inf:
-                k = 0
-            else:
-                k = max(0, every - 1 - (s.rcvd - s.reported))
-            if self.budget.get(src) != k:
-                self.path.Budget(src, k)
-                self.budget[src] = k
-
-
 class SimHost:
     """One endpoint: the core, its sockets, and the callbacks of its caller (the collective)."""
 
@@ -251,6 +124,7 @@ class SimHost:
         from dlcp.wire.control_frames import FrameReader
 
         self.stack, self.index, self.name, self.rank = stack, index, name, rank
+        self.job = getattr(cfg, "job_id", 1)  # ranks are a job's: its peers are its job's hosts
         self.endpoint = Endpoint(cfg, peers=(), wall_offset_s=0.0)
         self.on_sent, self.on_received = on_sent, on_received
         self.own_conn: dict[int, int] = {}  # peer rank -> connection this host opened
@@ -260,6 +134,9 @@ class SimHost:
         self.timer_token = None
         self._stepping = False
         self._again = False
+        # a datagram or a control frame went through the core since the last step: it may have
+        # created a message, which the receive path may then take packets of (RxMirror.publish)
+        self._scan = False
         self.io = None  # DlcpHostIo, set by the stack
         self.tx_blocked = False  # its data socket is full: no new transmission until WRITABLE
         self.rxm = None  # RxMirror of its receive path, set by the stack
@@ -275,19 +152,31 @@ class SimHost:
     # --- up-calls from C++ ---------------------------------------------------------------------
 
     def datagram(self, data: bytes, ecn: int) -> None:
-        """Most datagrams only fill a message: no output, no timer moved. Then the driver loop has
-        nothing to do (a datagram reaches only the receiver half, so the sender's transmissions and
-        timers are as the last step left them, and the armed timer is still the earliest), and
-        skipping it saves most of a datagram's Python time."""
+        """A datagram the C++ path did not take. Most of these only fill a message: no output, no
+        timer moved. Then the driver loop has nothing to do (a datagram reaches only the receiver
+        half, so the sender's transmissions and timers are as the last step left them, and the
+        armed timer is still the earliest), and skipping it saves most of a datagram's Python time."""
         rx, m = self.endpoint.receiver, self.rxm
         m.take()
         timer, pending = rx.next_timer(), rx.outputs_pending()
         self.endpoint.on_datagram(memoryview(data), ecn, self.stack.clock.now())
         m.open_after(data)
         if rx.outputs_pending() != pending or rx.next_timer() != timer:
+            self._scan = True
             self.step()  # publishes
         else:
-            m.publish()
+            m.publish(scan=True)
+
+    def decide(self, src: int) -> None:
+        """The C++ path took a packet of `src` after which its FEEDBACK may be due: the core's
+        FEEDBACK rule decides (a FEEDBACK now, or its delay starts); the driver loop runs only if
+        that made output or moved a timer, as after a datagram."""
+        rx, m = self.endpoint.receiver, self.rxm
+        m.take()
+        timer, pending = rx.next_timer(), rx.outputs_pending()
+        m.decide(src, self.stack.clock.now())
+        if rx.outputs_pending() != pending or rx.next_timer() != timer:
+            self.step()
 
     def writable(self) -> None:
         """The data socket took every datagram handed down: the next transmission may go."""
@@ -300,6 +189,7 @@ class SimHost:
         now = self.stack.clock.now()
         for body in reader.feed(data):
             self.endpoint.on_control(body, conn, now)
+        self._scan = True
         self.step()
 
     # --- the driver loop -----------------------------------------------------------------------
@@ -321,7 +211,8 @@ class SimHost:
         finally:
             self._stepping = False
         self._rearm()
-        self.rxm.publish()
+        self.rxm.publish(scan=self._scan)
+        self._scan = False
 
     def _step_once(self) -> None:
         from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, RecvDone, SendDone
@@ -340,7 +231,7 @@ class SimHost:
             if isinstance(tx, DataSend):
                 self._data(tx)
             elif isinstance(tx, ProbeSend):
-                self.io.SendData(self.stack.ip_of_rank[tx.dst], bytes(tx.data), tx.tos)
+                self.io.SendData(self.stack.ip_of_rank[self.job, tx.dst], bytes(tx.data), tx.tos)
             self.tx_blocked = self.io.WouldBlock()
         for out in ep.take_outputs():
             if isinstance(out, FrameSend):
@@ -353,7 +244,7 @@ class SimHost:
     def _data(self, tx) -> None:
         from dlcp.transport.core.outputs import data_datagrams  # the virtual-time driver's datagrams, byte for byte
 
-        ip = self.stack.ip_of_rank[tx.dst]
+        ip = self.stack.ip_of_rank[self.job, tx.dst]
         send = self.io.SendData
         for data, tos in data_datagrams(tx):
             send(ip, data, tos)
@@ -363,7 +254,7 @@ class SimHost:
         if conn is None:
             conn = self.own_conn.get(out.peer)
             if conn is None:
-                conn = self.own_conn[out.peer] = int(self.io.Connect(self.stack.ip_of_rank[out.peer]))
+                conn = self.own_conn[out.peer] = int(self.io.Connect(self.stack.ip_of_rank[self.job, out.peer]))
         self.io.SendFrame(conn, bytes(out.data))
 
     def _rearm(self) -> None:
@@ -397,8 +288,9 @@ class HostStack:
         self.clock = Clock(ns)
         self.data_port, self.control_port = data_port, control_port
         self.host_queue_pkts = host_queue_pkts
+        self.rx_mode = sim_rx_mode()
         self.hosts: list[SimHost] = []
-        self.ip_of_rank: dict[int, int] = {}
+        self.ip_of_rank: dict[tuple[int, int], int] = {}  # (job id, wire rank) -> IPv4 address
         self._ios = []
         self._dispatch = self._up  # cppyy does not keep the callable alive: this reference does
         ns.DlcpHostIo.SetDispatcher(self._dispatch)
@@ -418,11 +310,12 @@ class HostStack:
         )
         self._ios.append(io)
         h.io = io.__deref__()
-        h.rxm = RxMirror(h.endpoint.receiver, h.io.Rx(), CPP_RX)
-        self.ip_of_rank[rank] = ip_int(self.net.spec.hosts[name].ip)
+        h.rxm = RxMirror(h.endpoint.receiver, h.io.Rx(), self.rx_mode)
+        self.ip_of_rank[h.job, rank] = ip_int(self.net.spec.hosts[name].ip)
         for other in self.hosts:
-            other.add_peer(rank)
-            h.add_peer(other.rank)
+            if other.job == h.job:
+                other.add_peer(rank)
+                h.add_peer(other.rank)
         self.hosts.append(h)
         return h
 
@@ -439,6 +332,8 @@ class HostStack:
             h.control(int(conn), bytes(data))
         elif kind == 5:
             h.writable()
+        elif kind == 6:
+            h.decide(int(conn))
         elif kind == 3:
             h.readers.pop(int(conn), None)
             for rank, c in list(h.own_conn.items()):

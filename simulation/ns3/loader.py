@@ -23,6 +23,8 @@ CPP_DIR = Path(__file__).resolve().parent / "cpp"
 # the switch's C pipeline core, and dlcp_wire.h: the wire format and the switch's names, generated
 # from dlcp/wire/layout.py and dlcp/network/pipeline_names.py (`make gen`)
 CORE_DIR = Path(__file__).resolve().parents[2] / "dlcp" / "switch" / "c"
+# the receive core the hosts share with the UDP driver's extension (rx_core.h)
+RX_CORE_DIR = Path(__file__).resolve().parents[2] / "dlcp" / "transport" / "c"
 MODULES = ("core", "network", "internet", "point-to-point", "traffic-control", "applications")
 EXTRA_HINT = "pip install '.[sim]' (or: pip install 'ns3==3.44.*')"
 
@@ -97,6 +99,7 @@ def ns():
             cppyy.load_library(libs[0])
     cppyy.add_include_path(str(CPP_DIR))
     cppyy.add_include_path(str(CORE_DIR))
+    cppyy.add_include_path(str(RX_CORE_DIR))
     _ns = cppyy.gbl.ns3
     _ns.cppyy = cppyy
     return _ns

@@ -13,9 +13,7 @@ wall and CPU seconds, peak memory) is this module's. The contract's side is simu
 
 from __future__ import annotations
 
-import os
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -60,28 +58,112 @@ def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[fl
 
 def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     """Build, run and record one simulation; returns the `simulation` section of meta.json."""
+    from dlcp.experiment.config import Experiment
+    from simulation.ns3 import hosts as H
+    from simulation.ns3.agents import SimRun
+    from simulation.ns3.network import add_background, build_network
+
+    ns = loader.compile_cpp(*CPP_UNITS)
+    ns.RngSeedManager.SetSeed(cfg["seed"] + 1)  # ns-3 refuses seed 0
+    d = cfg["dlcp"]
+    net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=cfg["links"]["mtu"])
+    stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
+    exp = Experiment.parse(cfg)
+    views = [exp.job_view(i) for i in range(len(exp.jobs))] if exp.jobs else [cfg]
+    configs = agent_configs(cfg, spec, run_dir)
+    runs, agents, workers, starts = [], [], [], []
+    for job, view in enumerate(views, start=1 if exp.jobs else 0):
+        run = SimRun(
+            stack.clock,
+            view["workload"]["iterations"],
+            simulated_compute_s(view),
+            view["workload"]["payload"] == "sizes",
+        )
+        mine = [c for c in configs if c[1] in ("worker", "ps") and (c[2].job_id == job or not exp.jobs)]
+        job_agents, job_workers = _job_agents(stack, view, run, mine)
+        runs.append(run)
+        agents += job_agents
+        workers += job_workers
+        starts += [(w, mine[0][2].start_s) for w in job_workers]
+    started = [0]  # jobs whose every worker finished its first iteration
+
+    def first_iteration_done(t: float) -> None:
+        started[0] += 1
+        if started[0] == len(runs):  # background traffic once every job is under way, as with one job
+            add_background(net, cfg["background"])
+
+    def finished() -> None:
+        if any(r.errors for r in runs) or all(r.finished for r in runs):
+            ns.Simulator.Stop()
+
+    for run in runs:
+        run.first_iteration_done = first_iteration_done
+        run.on_finished = finished
+    for w, start_s in starts:
+        if start_s:
+            stack.clock.at(start_s, w.start)
+        else:
+            w.start()
+    limit = cfg["timeout_s"]
+    ns.Simulator.Stop(ns.Seconds(limit))  # a simulated-time limit; the last worker to finish stops sooner
+    ev0 = ns.Simulator.GetEventCount()
+    t0, c0 = time.time(), time.process_time()
+    ns.Simulator.Run()
+    wall, cpu = time.time() - t0, time.process_time() - c0
+    sim_s = ns.Simulator.Now().GetSeconds()
+    events = int(ns.Simulator.GetEventCount() - ev0)
+    stack.take_all()
+    taken = sum(int(h.io.Rx().Absorbed()) for h in stack.hosts)
+    got = sum(int(h.io.DataReceived()) for h in stack.hosts)
+    _write_records(run_dir, agents, net)
+    done = all(r.finished for r in runs)
+    ns.Simulator.Destroy()
+    section = {
+        "simulated_s": sim_s,
+        "events": events,
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "events_per_cpu_s": round(events / cpu) if cpu else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "iterations_done": min(w.done for w in workers),
+        "datagrams_received": got,  # by the hosts' data sockets
+        "datagrams_taken_in_c": taken,  # of those, by the receive core (dlcp_rx.h) without Python
+    }
+    errors = [e for r in runs for e in r.errors]
+    if errors:
+        section["error"] = errors[0]
+    elif not done:
+        behind = [(min(w.done for w in ws), r.iterations) for r, ws in _workers_of(runs, workers)]
+        section["error"] = (
+            f"timeout_s = {limit:g} simulated seconds passed with "
+            + ", ".join(f"{n} of {total}" for n, total in behind)
+            + " iterations done"
+            + (" (per job)" if len(runs) > 1 else "")
+        )
+    return section
+
+
+def _workers_of(runs, workers):
+    return [(r, [w for w in workers if w.run is r]) for r in runs]
+
+
+def _job_agents(stack, cfg: dict, run, configs) -> tuple[list, list]:
+    """The simulated workers and PS of one job (`cfg` that job's view of the experiment, `configs`
+    its agents' configurations): hosts on the stack, each agent fed by its host's completions."""
     from dlcp.comm.assemble import cost_model, step_plan
     from dlcp.transport.api import TransportConfig
     from dlcp.wire.header import values_per_pkt_for_mtu
     from dlcp.workloads.lookup import make_server_workload, make_workload
     from dlcp.workloads.sizes_only import SizesOnlyWorkload
     from simulation.ns3 import hosts as H
-    from simulation.ns3.agents import SimPS, SimRun, SimWorker
-    from simulation.ns3.network import add_background, build_network
+    from simulation.ns3.agents import SimPS, SimWorker
 
-    ns = loader.compile_cpp(*CPP_UNITS)
-    ns.RngSeedManager.SetSeed(cfg["seed"] + 1)  # ns-3 refuses seed 0
     d = cfg["dlcp"]
     mtu = cfg["links"]["mtu"]
-    net = build_network(spec, runtimes, cfg["links"], d["data_port"], mtu=mtu)
-    stack = H.HostStack(ns, net, d["data_port"], d["control_port"], cfg["links"]["host_queue_pkts"])
-    sizes_only = cfg["workload"]["payload"] == "sizes"
-    run = SimRun(stack.clock, cfg["workload"]["iterations"], simulated_compute_s(cfg), sizes_only)
+    sizes_only = run.sizes_only
     agents, workers = [], []
     plan = cost = None  # the collective's step plan and cost model: the same on every rank, built once
-    for host, role, acfg in agent_configs(cfg, spec, run_dir):
-        if role not in ("worker", "ps"):
-            continue  # background senders and sinks are ns-3 applications (network.py)
+    for host, role, acfg in configs:
         wl_cfg = acfg.workload.model_copy(update={"compute_ms": 0.0})  # compute time is simulated
         tcfg = H.transport_config(
             TransportConfig,
@@ -120,46 +202,10 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
         holder.append(agent)
         agents.append((host, role, agent, h))
     run.workers = len(workers)
-    run.first_iteration_done = lambda t: add_background(net, cfg["background"])
-    run.on_finished = ns.Simulator.Stop
-    for w in workers:
-        w.start()
-    limit = cfg["timeout_s"]
-    ns.Simulator.Stop(ns.Seconds(limit))  # a simulated-time limit; the last worker to finish stops sooner
-    ev0 = ns.Simulator.GetEventCount()
-    t0, c0 = time.time(), time.process_time()
-    ns.Simulator.Run()
-    wall, cpu = time.time() - t0, time.process_time() - c0
-    sim_s = ns.Simulator.Now().GetSeconds()
-    events = int(ns.Simulator.GetEventCount() - ev0)
-    stack.take_all()
-    if os.environ.get("DLCP_SIM_RX_STATS"):  # diagnostics: how many datagrams C++ took
-        taken = sum(int(h.io.Rx().Absorbed()) for h in stack.hosts)
-        got = sum(int(h.io.DataReceived()) for h in stack.hosts)
-        print(f"dlcp_rx: {taken} of {got} datagrams received taken in C++", file=sys.stderr)
-    _write_records(run_dir, run, agents, net)
-    finished = run.finished
-    ns.Simulator.Destroy()
-    section = {
-        "simulated_s": sim_s,
-        "events": events,
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "events_per_cpu_s": round(events / cpu) if cpu else None,
-        "peak_rss_mb": round(peak_rss_mb(), 1),
-        "iterations_done": min(w.done for w in workers),
-    }
-    if run.errors:
-        section["error"] = run.errors[0]
-    elif not finished:
-        section["error"] = (
-            f"timeout_s = {limit:g} simulated seconds passed with {section['iterations_done']} of "
-            f"{run.iterations} iterations done"
-        )
-    return section
+    return agents, workers
 
 
-def _write_records(run_dir: Path, run, agents, net) -> None:
+def _write_records(run_dir: Path, agents, net) -> None:
     rec = run_dir / "records"
     for _host, _role, agent, _h in agents:
         agent.write_records(rec)

@@ -1,6 +1,6 @@
 """Fault injection on ns-3, where it applies (the emulated backends' cases are in
-tests/root/test_faults_emulated.py): the process of a forked run killed mid-simulation is named and
-ends the series with meta.json's end written for it; a --run-dir that holds a run is refused and
+tests/root/test_faults_emulated.py): the process of a run killed mid-simulation on its worker is
+named, with meta.json's end written for it; a --run-dir that holds a run is refused and
 kept; two ns-3 series at once (the same --out and --name, started together) are not refused (runs
 share nothing there) and each gets a results directory of its own."""
 
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from cli_runs import run_experiment
 from ns3_scripts import leaf_spine4
@@ -58,33 +60,54 @@ def dlcp_run(*args: str) -> subprocess.Popen:
     )
 
 
-def test_a_killed_simulation_is_named_and_ends_the_series(tmp_path):
-    """SIGKILL to the forked process of the first run of `--policies fifo,dlcp`: the series names
-    it in one line and stops there, and meta.json says how the run ended (the run could not)."""
+def forked_run(series: subprocess.Popen) -> psutil.Process | None:
+    """The process of a run on the series' local cluster: forked from a worker process (the same
+    command line as its parent, which the series' process spawned)."""
+    for proc in psutil.Process(series.pid).children(recursive=True):
+        try:
+            parent = proc.parent()
+            if parent is not None and parent.pid != series.pid and proc.cmdline() == parent.cmdline():
+                return proc
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_a_killed_simulation_is_named_and_its_series_says_so(tmp_path):
+    """SIGKILL to the forked process of the first run of a series (on the local cluster, one worker:
+    one run at a time): the run is named in one line with its pid, meta.json says how it ended
+    (the run could not), the partial run is kept; the other run runs (a run that fails costs only
+    itself on a cluster: docs/runs.md) and the series exits 1."""
     cfg = tmp_path / "long.toml"
     cfg.write_text(LONG_RING)
     out = tmp_path / "out"
-    p = dlcp_run(str(cfg), "--policies", "fifo,dlcp", "--out", str(out), "--no-report")
+    p = dlcp_run(str(cfg), "--vary", "workload.iterations=100000,2", "--jobs", "1", "--out", str(out), "--no-report")
     try:
         deadline = time.monotonic() + 120
-        while not list(out.glob("*/fifo/meta.json")) and time.monotonic() < deadline:
+        child = forked_run(p)
+        while child is None and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert p.poll() is None, p.communicate()[1][-3000:]
-        (child,) = [int(c) for c in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+            child = forked_run(p)
+        assert child is not None, p.communicate()[1][-3000:]
+        # the run writes its output (logs/worker.log) and meta.json in its staging directory
+        staging = Path(os.readlink(f"/proc/{child.pid}/fd/1")).parent.parent
+        while not (staging / "meta.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
         time.sleep(2)  # into the simulation
-        os.kill(child, signal.SIGKILL)
-        _, err = p.communicate(timeout=120)
+        os.kill(child.pid, signal.SIGKILL)
+        _, err = p.communicate(timeout=300)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 1, err[-3000:]
-    why = f"the process of run fifo (pid {child}) was killed by SIGKILL"
-    assert f"dlcp run: failed: {why}\n" in err, err[-3000:]
+    why = f"the process of run 100000 (pid {child.pid}) was killed by SIGKILL"
+    assert f"dlcp run: [100000] error on worker 0 ({platform.node()})\n  {why}\n" in err, err[-3000:]
     (results,) = out.iterdir()
-    meta = json.loads((results / "fifo" / "meta.json").read_text())
+    meta = json.loads((results / "100000" / "meta.json").read_text())
     assert meta["status"] == "error" and meta["error"] == why and meta["wall_s"] >= 2, meta
-    assert f"partial run: {results / 'fifo'} (no iteration finished; no switch counters)" in err, err[-3000:]
-    assert not (results / "dlcp").exists()  # the series stopped there
+    assert f"partial run: {results / '100000'} (no iteration finished; no switch counters)" in err, err[-3000:]
+    assert json.loads((results / "2" / "meta.json").read_text())["status"] == "ok"  # the rest of the series ran
+    assert f"1 of 2 runs did not finish (see above); rerun them with --resume {results}" in err, err[-3000:]
 
 
 def test_a_run_dir_that_holds_a_run_is_refused_and_kept(tmp_path):

@@ -44,7 +44,8 @@ import os, sys
 from pathlib import Path
 import numpy as np
 from dlcp.comm.communicator import Communicator
-from dlcp.runs.series_runner import SeriesRequest, run_series
+from dlcp.runs.series import run_series
+from dlcp.runs.series_runner import SeriesRequest
 
 cfg_path, out, trace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 submitted = {}  # (iteration, msg_id, rank) -> values (float64)

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from agent_runs import read_csv
 from cli_runs import run_experiment
@@ -156,35 +157,29 @@ def test_same_seed_same_run(ps_run, ps_pairs):
 
 
 def test_sweep_runs_points_in_parallel_into_fixed_directories(tmp_path):
+    """The points run at once on the local cluster, each into OUT/POINT; the same sweep again runs
+    nothing (every point is found finished there)."""
     cfg = tmp_path / "ps.toml"
     cfg.write_text(PS.replace("iterations = 4", "iterations = 2"))
     out = tmp_path / "sweep"
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dlcp_cli",
-            "sweep",
-            str(cfg),
-            "--grid",
-            "policy=fifo,dlcp",
-            "--jobs",
-            "2",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    sweep = [sys.executable, "-m", "dlcp_cli", "sweep", str(cfg), "--grid", "policy=fifo,dlcp", "--jobs", "2"]
+    p = subprocess.run([*sweep, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     index = json.loads((out / "shard-1-of-1.json").read_text())
     assert index["jobs"] == 2 and set(index["points"]) == {"policy=fifo", "policy=dlcp"}
+    assert "2 runs on a local cluster of 2 worker processes" in p.stderr
+    metas = {}
     for point in ("policy=fifo", "policy=dlcp"):
         meta = json.loads((out / point / "meta.json").read_text())
         assert meta["status"] == "ok" and meta["policy"] == point.split("=")[1]
         assert (out / point / "report.md").exists()
+        metas[point] = meta["start_utc"]
+    again = subprocess.run([*sweep, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2 of 2 runs are done in" in again.stderr and "dlcp sweep: 0 points ran" in again.stderr
+    index = json.loads((out / "shard-1-of-1.json").read_text())
+    assert all(point["done_before"] and point["status"] == "ok" for point in index["points"].values())
+    assert {p: json.loads((out / p / "meta.json").read_text())["start_utc"] for p in metas} == metas
 
 
 def test_jumbo_links_carry_the_same_ring_in_fewer_packets(tmp_path):
@@ -242,36 +237,50 @@ def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(ps_pairs):
     assert compare["pairs"] == [1, 2] and compare["seeds"] == [1, 2]
 
 
-def test_a_killed_series_stops_its_running_child_and_records_it(tmp_path):
-    """SIGTERM to `dlcp run --policies` (its runs are forked children): the running child is
-    stopped as an emulated run is (meta.json status "terminated", exit 143) and reaped; the series
-    stops there."""
+def test_a_killed_series_stops_its_running_runs_and_records_them(tmp_path):
+    """SIGTERM to `dlcp run --policies fifo,dlcp --repeat 2` (its runs on the local cluster's two
+    worker processes, each run in a process of its own): the running runs are stopped as an
+    emulated run is (meta.json status "terminated", exit 143) and come home; no process is left;
+    the series stops there (the second pair never starts)."""
     cfg = tmp_path / "long.toml"
     cfg.write_text(RING.replace("iterations = 3", "iterations = 100000").replace("timeout_s = 20", "timeout_s = 10000"))
     out = tmp_path / "out"
     p = subprocess.Popen(
-        [sys.executable, "-m", "dlcp_cli", "run", str(cfg), "--policies", "fifo,dlcp", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "dlcp_cli",
+            "run",
+            str(cfg),
+            "--policies",
+            "fifo,dlcp",
+            "--repeat",
+            "2",
+            "--out",
+            str(out),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not list(out.glob("*/fifo/config.toml")) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 300
+        while len(list(out.glob("*/.staging/*/config.toml"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert p.poll() is None, p.communicate()[1][-3000:]
-        children = [int(c) for c in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
-        assert len(children) == 1
-        time.sleep(2)  # into the simulation
+        procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+        time.sleep(2)  # into the simulations
         p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
     assert p.returncode == 143, err[-3000:]
-    assert not Path(f"/proc/{children[0]}").exists()
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    assert not [q for q in alive if q.status() != psutil.STATUS_ZOMBIE]
     (results,) = out.iterdir()
-    assert json.loads((results / "fifo" / "meta.json").read_text())["status"] == "terminated"
-    assert "dlcp run: terminated (SIGTERM); everything it started was stopped and cleaned up" in err
-    assert not (results / "dlcp").exists()
+    for policy in ("fifo", "dlcp"):
+        assert json.loads((results / policy / "rep1" / "meta.json").read_text())["status"] == "terminated"
+        assert not (results / policy / "rep2").exists()
+    assert err.count("dlcp run: terminated (SIGTERM); everything it started was stopped and cleaned up") == 2

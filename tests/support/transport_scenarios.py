@@ -40,10 +40,24 @@ def check_values(g, r):
     assert (r.values[mask] == 0).all()
 
 
+def rx_path_or_skip():
+    """The C receive path's extension, or a skip saying why it is not usable."""
+    import pytest
+
+    from dlcp.transport.rx_mirror import load_rxpath
+
+    try:
+        return load_rxpath()
+    except ImportError as e:
+        pytest.skip(f"the C receive path is not built: {e} (python setup.py build_ext --inplace)")
+
+
 # --- the two drivers behind one interface ------------------------------------------------------------
 
 
 class VirtualPair:
+    rx_path = "python"  # the receiver's: every datagram through the core, or the C receive path
+
     def __init__(self, faults: dict, send_cfg: dict, recv_cfg: dict, seed: int = 1):
         lag, hold = faults.get("data_lag_s", 0.0), faults.get("hold_s", 0.0)
         delay = None
@@ -64,7 +78,7 @@ class VirtualPair:
             seed=seed,
         )
         self.a = self.net.add_host(TransportConfig(rank=0, values_per_pkt=VPP, **send_cfg))
-        self.b = self.net.add_host(TransportConfig(rank=1, values_per_pkt=VPP, **recv_cfg))
+        self.b = self.net.add_host(TransportConfig(rank=1, values_per_pkt=VPP, **recv_cfg), self.rx_path)
         self.t0 = 0.0
 
     def exchange(self, batch, info=None, it=0, msg_id=7):
@@ -79,7 +93,7 @@ class VirtualPair:
         return self.t1 - self.t0
 
     def advance(self, it: int) -> None:
-        self.b.endpoint.receiver.advance(it)
+        self.b.advance(it)
 
     def sender_stats(self) -> dict:
         return self.a.stats()
@@ -91,10 +105,18 @@ class VirtualPair:
         pass
 
 
+class VirtualCPair(VirtualPair):
+    rx_path = "c"
+
+
 class UdpPair:
+    rx_path = "c"
+
     def __init__(self, faults: dict, send_cfg: dict, recv_cfg: dict, seed: int = 1):
         self.a = UdpTransport(TransportConfig(rank=0, data_port=0, control_port=0, values_per_pkt=VPP, **send_cfg), [])
-        self.b = UdpTransport(TransportConfig(rank=1, data_port=0, control_port=0, values_per_pkt=VPP, **recv_cfg), [])
+        self.b = UdpTransport(
+            TransportConfig(rank=1, data_port=0, control_port=0, values_per_pkt=VPP, **recv_cfg), [], self.rx_path
+        )
         drop = faults.get("drop")
         self.px = LossyProxy(
             ("127.0.0.1", self.b.data_port),
@@ -137,7 +159,13 @@ class UdpPair:
             x.close()
 
 
-DRIVERS = {"virtual": VirtualPair, "udp": UdpPair}
+class UdpPythonPair(UdpPair):
+    rx_path = "python"
+
+
+# the receivers: "virtual" and "udp-python" through the core alone, "virtual-c" and "udp" through the
+# C receive path (dlcp/transport/rx_mirror.py)
+DRIVERS = {"virtual": VirtualPair, "virtual-c": VirtualCPair, "udp": UdpPair, "udp-python": UdpPythonPair}
 
 
 # --- scenarios -------------------------------------------------------------------------------------------

@@ -136,6 +136,17 @@ def test_transpose_allreduce_sums_exactly_with_and_without_an_incast_bound(sched
         assert all(h.stats()["incast_k"] == 1 for h in hosts)
 
 
+@pytest.mark.parametrize("scheduler", ["wfbp", "dear"])
+def test_ring_in_locality_order_sums_exactly(scheduler):
+    # 8 workers interleaved over 2 leaves: the ring goes 0 2 4 6 1 3 5 7, crossing the spines twice
+    spec = parse_topology("leaf_spine:2x2x4")
+    out, started, hosts = run_events(8, setup(scheduler, ring={"order": "locality"}), 1, spec=spec)
+    check_sums(out)
+    assert all(started[r] == started[0] for r in started)
+    peers = {row["peer"] for row in hosts[0].rows if row["side"] == "sender"}
+    assert peers == {2}  # rank 0 sends to its neighbour on its own leaf only
+
+
 def test_dssync_groups_sum_in_their_group():
     p = CommSetup(collective="dssync", dssync={"group": 2, "average": "gradients"})
     out, _, hosts = run_events(4, p, 2)

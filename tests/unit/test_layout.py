@@ -28,7 +28,7 @@ DLCP_ALLOWED = {
     # the backends and what they can do, as data (their implementations live above dlcp/)
     "dlcp.backends": {"dlcp.wire"},
     "dlcp.queueing": {"dlcp.wire", "dlcp.settings", "dlcp.registry", "dlcp.backends"},
-    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing"},
+    "dlcp.transport": {"dlcp.wire", "dlcp.records", "dlcp.settings", "dlcp.queueing", "dlcp.bench_output"},
     "dlcp.workloads": {"dlcp.wire", "dlcp.bench_output", "dlcp.settings", "dlcp.registry"},
     "dlcp.network": {"dlcp.wire", "dlcp.settings", "dlcp.backends", "dlcp.queueing"},
     "dlcp.comm": {
@@ -51,10 +51,10 @@ DLCP_ALLOWED = {
         "dlcp.comm",
         "dlcp.workloads",
         "dlcp.settings",
+        "dlcp.registry",  # the policies between jobs (experiment/job_policy.py)
         "dlcp.network",
         "dlcp.backends",
         "dlcp.queueing",
-        "dlcp.registry",
     },
     "dlcp.reporting": {"dlcp.wire", "dlcp.experiment", "dlcp.tables", "dlcp.backends"},
     # the switch's reference model and counter dump (the C core beside it is no Python import)
@@ -63,11 +63,13 @@ DLCP_ALLOWED = {
     # the series runner: above the config, the network and the reports; backends by the registry
     "dlcp.runs": {
         "dlcp.backends",
+        "dlcp.bench_output",
         "dlcp.exit_status",
         "dlcp.experiment",
         "dlcp.network",
         "dlcp.reporting",
         "dlcp.settings",
+        "dlcp.tables",
         "dlcp.workloads",
     },
 }

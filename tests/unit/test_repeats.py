@@ -16,7 +16,7 @@ from synthetic_runs import write_synthetic_run
 
 from dlcp.experiment import config as configmod
 from dlcp.experiment.dilation import emulated
-from dlcp.reporting import compare_runs
+from dlcp.reporting import compare_runs, repeats
 from dlcp.reporting.bootstrap import MIN_PAIRS, geometric_mean_ratio, paired_ratio, verdict
 from dlcp.reporting.load import ReportInputError, load_run
 from dlcp.reporting.summarise import summarise
@@ -539,3 +539,20 @@ def test_time_to_accuracy_gets_a_ratio_when_every_run_reaches_the_target(tmp_pat
     assert by["never"]["ratios"]["final_accuracy"]["verdict"] == "lower"
     md = (root / "compare.md").read_text()
     assert "time to target accuracy" in md and (root / "plots" / "compare_training.png").stat().st_size > 0
+
+
+def test_a_table_of_three_variants_names_each_ones_interval_and_verdict():
+    ratio = {"point": 0.5, "ci95": [0.4, 0.6], "verdict": "faster", "pairs": 5}
+    value = {"value": 1.0, "n": None, "too_few": None}
+    data = {
+        "metrics": [{"key": "m", "label": "metric m"}],
+        "variants": [
+            {"name": "a", "values": {"m": value}},
+            {"name": "b", "values": {"m": value}, "ratios": {"m": ratio}},
+            {"name": "c", "values": {"m": value}, "ratios": {"m": {**ratio, "verdict": "no change"}}},
+        ],
+    }
+    header, rows = repeats.table_rows(data)
+    assert len(set(header)) == len(header)  # the terminal prints a row as a dict by header
+    row = dict(zip(header, rows[0]))
+    assert (row["verdict (b)"], row["verdict (c)"]) == ("faster", "no change")

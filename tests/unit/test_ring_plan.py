@@ -82,3 +82,27 @@ def test_plan_json():
     assert j["collective"] == "ring" and j["topology"] == "torus:4x4" and j["steps_per_phase"] == 15
     assert j["ring"] == list(range(16)) and j["paths"]["0->1"] == ["h1", "s1", "s2", "h2"]
     assert len(j["paths"]["3->4"]) == 5  # (0,3) -> (1,0): two switch hops on the torus
+
+
+@pytest.mark.parametrize("topo", ["leaf_spine:2x2x4", "leaf_spine:2x4x4", "torus:3x5", "star:8"])
+def test_locality_ring_sums_on_real_values(topo):
+    spec = parse_topology(topo)
+    P = len(spec.hosts)
+    rng = np.random.default_rng(11)
+    vals = [rng.uniform(-1, 1, size=97) for _ in range(P)]
+    sched = ring_schedule(spec, order="locality")
+    assert sched.steps_per_phase == P - 1 and {t.src for t in sched.steps[0]} == set(range(P))
+    for out in execute(sched, vals):
+        assert np.allclose(out, np.sum(vals, axis=0))
+
+
+def test_locality_ring_crosses_each_leaf_once_and_shares_no_link():
+    spec = parse_topology("leaf_spine:2x4x4")  # 4 leaves of 4 interleaved workers, 2 spines
+    sched = ring_schedule(spec, order="locality")
+    assert link_conflicts(sched, spec) == [] and link_conflicts(sched, spec, spray=True) == []
+    crossing = [t for t in sched.steps[0] if len(t.path) > 3]  # host, leaf, spine, leaf, host
+    assert len(crossing) == 4  # one flow up (and one down) per leaf
+    j = plan_json(spec, order="locality")
+    assert j["order"] == "locality" and sorted(j["ring"]) == list(range(16)) and j["ring"][:4] == [0, 4, 8, 12]
+    with pytest.raises(ValueError, match="ring order 'nearest'"):
+        ring_schedule(spec, order="nearest")

@@ -163,15 +163,18 @@ def test_summary_of_a_merged_directory(tmp_path):
     assert p.returncode == 0 and "seed=1" in p.stdout and "1500.000" in p.stdout
 
 
-def test_a_sweep_into_points_that_hold_runs_is_refused_before_any_starts(tmp_path):
-    """Run directories are never reused: a sweep run again into the same --out says so once, before
-    any point starts, and leaves the points' runs as they were."""
+def test_a_sweep_into_points_that_hold_other_runs_is_refused_before_any_starts(tmp_path):
+    """Run directories are never reused: a sweep into an --out whose point directory holds another
+    run (not this point's: a meta.json without its run id) says so once, before any point starts,
+    and leaves the points' runs as they were. (The same sweep started again runs only its points
+    not finished there: tests/ns3/test_ns3_runs.py.)"""
     (tmp_path / "policy=dlcp").mkdir()
     (tmp_path / "policy=dlcp" / "meta.json").write_text("{}")
     p = _cli(EXPERIMENT, "--set", "backend=ns3", "--grid", "policy=fifo,dlcp", "--out", str(tmp_path))
     assert p.returncode == 2 and p.stderr == (
-        f"dlcp sweep: {tmp_path} holds 1 of these points already (policy=dlcp); run directories are never "
-        "reused (give a new --out)\n"
+        f"dlcp sweep: {tmp_path}/policy=dlcp: holds another run (its config.toml missing or unreadable); run "
+        "directories are never reused: a series or sweep started again there reruns only its own unfinished "
+        "runs (give another --out)\n"
     ), p.stderr
     assert sorted(q.name for q in tmp_path.iterdir()) == ["policy=dlcp"]
     assert (tmp_path / "policy=dlcp" / "meta.json").read_text() == "{}"

@@ -12,7 +12,7 @@ from transport_scenarios import VPP, message
 from dlcp.transport.api import SendInfo, TransportConfig
 from dlcp.transport.core.congestion import DCTCP_G, HORIZON_FLOOR_S, DctcpWindow
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend
-from dlcp.transport.core.receiver import FEEDBACK_DELAY_S, ReceiverCore
+from dlcp.transport.core.receiver import FEEDBACK_DELAY_S, FEEDBACK_MARGIN_PKTS, ReceiverCore
 from dlcp.transport.core.sender import SenderCore
 from dlcp.transport.virtual import Faults, SwitchModel, VirtualNetwork
 from dlcp.wire import control_frames as C
@@ -168,6 +168,37 @@ def test_feedback_every_n_packets_with_ce_counts_and_a_delayed_rest():
     rx.on_timer(0.009)
     (last,) = [C.decode(o.data[4:]) for o in rx.take_outputs()]
     assert (last.rcvd_pkts, last.ce_pkts, last.last_seq) == (10, 3, 9) and rx.next_timer() == math.inf
+
+
+def test_feedback_waits_for_the_senders_last_batch_not_half_a_millisecond():
+    # a sender whose window holds 3 packets (feedback_every 16) sends them 1 us apart and waits:
+    # its first FEEDBACK comes at the cap, later ones as long after the batch's first packet as
+    # the last batch took (2 gaps) and FEEDBACK_MARGIN_PKTS gaps more, a few microseconds
+    rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP), peers=[0])
+    _g, batch, _ = message(9)
+    rx.on_describe(_describe(9), "chan", 0.0)
+    grams = list(_datagrams(batch))
+    due = []
+    for b, t0 in enumerate((0.0, 0.01, 0.02)):
+        for i in range(3):
+            rx.on_datagram(memoryview(grams[3 * b + i]), H.ECN_ECT0, t0 + i * 1e-6)
+        due.append(rx.next_timer() - t0)
+        rx.on_timer(rx.next_timer())
+        (fb,) = [C.decode(o.data[4:]) for o in rx.take_outputs()]
+        assert fb.rcvd_pkts == 3 * (b + 1)
+    assert due[0] == pytest.approx(FEEDBACK_DELAY_S)
+    assert due[1] == pytest.approx((3 + FEEDBACK_MARGIN_PKTS) * 1e-6) and due[2] == pytest.approx(due[1])
+    # a sender that keeps sending gets its FEEDBACK a little early, then every feedback_every packets
+    rx2 = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP, feedback_every=4), peers=[0])
+    _g, batch, _ = message(12)
+    rx2.on_describe(_describe(12), "chan", 0.0)
+    sent = []
+    for i, d in enumerate(_datagrams(batch)):
+        if rx2.next_timer() <= i * 1e-6:
+            rx2.on_timer(i * 1e-6)
+        rx2.on_datagram(memoryview(d), H.ECN_ECT0, i * 1e-6)
+        sent += [C.decode(o.data[4:]).rcvd_pkts for o in rx2.take_outputs()]
+    assert sent == [4, 8, 12]
 
 
 def test_the_cores_fixed_times_scale_with_the_dilation():

@@ -1,14 +1,18 @@
 """The protocol scenarios of transport_scenarios.py on both drivers of the protocol core: virtual
-time (deterministic, no sockets or sleeps) and the UDP driver over loopback."""
+time (deterministic, no sockets or sleeps) and the UDP driver over loopback, each with the receiver
+taking every datagram through the core and through the C receive path (dlcp/transport/rx_mirror.py;
+the virtual one skips where the extension is not built)."""
 
 from __future__ import annotations
 
 import pytest
-from transport_scenarios import DRIVERS, SCENARIOS
+from transport_scenarios import DRIVERS, SCENARIOS, rx_path_or_skip
 
 
 @pytest.fixture(params=sorted(DRIVERS))
 def make(request):
+    if request.param == "virtual-c":
+        rx_path_or_skip()
     made = []
 
     def make_pair(faults=None, send_cfg=None, recv_cfg=None):

@@ -12,7 +12,9 @@ current time (`now`, seconds of any monotonic clock):
   that falls behind is a queue too, one no switch can mark;
 - `on_describe(msg, channel, now)`, `on_force_stop(msg, channel, now)`: control frames, with the
   connection they came on (answers go back on it);
-- `on_timer(now)` once `next_timer()` has come: PROBEs whose quiet time is over, delayed FEEDBACK.
+- `on_timer(now)` once `next_timer()` has come: PROBEs whose quiet time is over, delayed FEEDBACK
+  (a FEEDBACK goes every `feedback_every` packets of a sender, or once its sender's packets stop
+  coming: see `_feedback_delay`).
 
 Frames to send (`FrameSend`) and finished messages (`RecvDone`) collect in the outbox,
 `take_outputs()`; record rows in `rows` / `packet_chunks`.
@@ -73,6 +75,7 @@ _VER_BITS, _VER_HI = SLOTS["ver"].mask << VER_SHIFT, VERSION << VER_SHIFT
 STALE_WINDOW = 2  # messages of iterations older than current - STALE_WINDOW are stale
 QUIET_MAX_S = 0.2  # the longest a receiver waits for in-flight data before answering a PROBE
 FEEDBACK_DELAY_S = 0.0005  # the longest a FEEDBACK waits for more packets to report
+FEEDBACK_MARGIN_PKTS = 2  # a FEEDBACK waits for the packets its sender's last batch had, and this many gaps more
 
 
 class _Rx:
@@ -139,9 +142,24 @@ class _Rx:
 
 
 class _Source:
-    """What this receiver reports to one sender (FEEDBACK): cumulative counts of its data packets."""
+    """What this receiver reports to one sender (FEEDBACK): cumulative counts of its data packets,
+    and how its packets arrive (`first_t`, `last_t`, `batch`, `gap`: when a FEEDBACK is due)."""
 
-    __slots__ = ("ce", "channel", "due", "key", "n_pkts", "rcvd", "reported", "seq", "want")
+    __slots__ = (
+        "batch",
+        "ce",
+        "channel",
+        "due",
+        "first_t",
+        "gap",
+        "key",
+        "last_t",
+        "n_pkts",
+        "rcvd",
+        "reported",
+        "seq",
+        "want",
+    )
 
     def __init__(self):
         self.rcvd = 0
@@ -153,6 +171,10 @@ class _Source:
         self.n_pkts = 0
         self.seq = 0
         self.due = math.inf  # when a FEEDBACK holding packets back must go
+        self.first_t = 0.0  # arrival of the oldest packet not reported yet
+        self.last_t = 0.0  # arrival of the newest packet
+        self.batch = 0  # packets the last FEEDBACK reported (0: none yet)
+        self.gap = 0.0  # seconds between its packets in that batch (0: not measured yet)
 
 
 class ReceiverCore:
@@ -235,7 +257,7 @@ class ReceiverCore:
         if queued_s > self._host_mark_s and ecn != ECN_CE:
             ecn = ECN_CE
             self.totals["host_marked"] += 1
-        self._count(src, key, npk, seq, ecn, now)
+        self._count(src, key, npk, seq, ecn, now, now - queued_s)
         st = self._rx.get(key)
         if st is None:
             st = self._new_rx(key, npk, now)
@@ -273,8 +295,9 @@ class ReceiverCore:
         if st.probe_round and st.desc is not None and self._round_complete(st):
             self._answer(st, now)
 
-    def _count(self, src: int, key, npk: int, seq: int, ecn: int, now: float) -> None:
-        """Count a data packet of `src` for its FEEDBACK (every packet that left the network)."""
+    def _count(self, src: int, key, npk: int, seq: int, ecn: int, now: float, arrived: float) -> None:
+        """Count a data packet of `src` that arrived at `arrived` for its FEEDBACK (every packet
+        that left the network)."""
         s = self._sources.get(src)
         if s is None:
             s = self._sources[src] = _Source()
@@ -282,15 +305,45 @@ class ReceiverCore:
         if ecn == ECN_CE:
             s.ce += 1
         s.key, s.n_pkts, s.seq = key, npk, seq
+        if s.rcvd - s.reported == 1:
+            s.first_t = arrived
+        s.last_t = arrived
+        self._feedback_rule(src, s, now)
+
+    def counted(self, src: int, now: float) -> None:
+        """Packets of `src` were counted by a receive path that counts them itself (the C receive
+        path, dlcp/transport/rx_mirror.py): decide what `_count` decides after a packet."""
+        self._feedback_rule(src, self._sources[src], now)
+
+    def _feedback_rule(self, src: int, s: _Source, now: float) -> None:
+        """After a packet of `src` was counted: its FEEDBACK now, or the FEEDBACK delay starts."""
         if not s.want:
             return
         if s.rcvd - s.reported >= self.cfg.feedback_every:
             self._feedback(src, s)
         elif s.due == math.inf:
-            s.due = now + FEEDBACK_DELAY_S * self.cfg.time_scale
+            s.due = now + self._feedback_delay(s)
             self._fb_due.add(src)
 
+    def _feedback_delay(self, s: _Source) -> float:
+        """How long a FEEDBACK waits for more of its sender's packets: as long as the sender's last
+        batch took to arrive and FEEDBACK_MARGIN_PKTS gaps more, at most FEEDBACK_DELAY_S. A sender
+        whose congestion window holds fewer than `feedback_every` packets sends its window and waits
+        for this FEEDBACK: waiting FEEDBACK_DELAY_S (500 us: 400 full frames at 10 Gbit/s) would
+        stall it that long every round trip; waiting for its batch costs a few packet times, and a
+        sender that sends more than its last batch only gets a FEEDBACK a little early."""
+        cap = FEEDBACK_DELAY_S * self.cfg.time_scale
+        if not s.gap:
+            return cap
+        expect = min(self.cfg.feedback_every, s.batch) + FEEDBACK_MARGIN_PKTS
+        return min(cap, expect * s.gap)
+
     def _feedback(self, src: int, s: _Source) -> None:
+        batch = s.rcvd - s.reported
+        if batch > 1:
+            s.gap = (s.last_t - s.first_t) / (batch - 1)
+        if batch:
+            s.batch = batch
         s.reported = s.rcvd
         s.due = math.inf
         self._fb_due.discard(src)

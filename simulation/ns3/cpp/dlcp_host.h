@@ -7,8 +7,8 @@
 // the packets still in the host (Linux), instead of losing them in its own host; the rest of the
 // NIC queue stays free for the control connections, as on the emulated hosts.
 // A datagram received is either taken by the receive path in C++ (dlcp_rx.h: most data packets of
-// a message) or goes up to Python at once, with its arrival time and the ECN bits of its IPv4
-// header. Control: TCP connections on the control port at priority 7 (TOS 0xE0) in both
+// a message; after one that may make its sender's FEEDBACK due, a DECIDE up-call) or goes up to
+// Python at once, with its arrival time and the ECN bits of its IPv4 header. Control: TCP connections on the control port at priority 7 (TOS 0xE0) in both
 // directions (the connections this host opens and the ones it accepts), with the retransmission
 // timeout floor the emulated transport sets on its control sockets (dlcp/transport/sockets.py,
 // TCP_RTO_MIN_US: 10 ms, not Linux's default 200 ms), as the emulated transport's; bytes are
@@ -44,7 +44,8 @@ class DlcpHostIo : public Object
         CONNECTED = 2,   // outgoing connection `conn` is up
         CLOSED = 3,      // connection `conn` closed or failed
         ACCEPTED = 4,    // a peer opened connection `conn` to us
-        WRITABLE = 5     // the data socket took every datagram handed down (after WouldBlock)
+        WRITABLE = 5,    // the data socket took every datagram handed down (after WouldBlock)
+        DECIDE = 6       // the receive path took a datagram after which sender `conn`'s FEEDBACK may be due
     };
 
     // (host index, kind, connection id, bytes, ecn, peer IPv4)
@@ -224,9 +225,15 @@ class DlcpHostIo : public Object
             buf.resize(p->GetSize());
             p->CopyData(reinterpret_cast<uint8_t*>(&buf[0]), buf.size());
             m_received += 1;
-            if (m_rx.Absorb(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), ecn,
-                            Simulator::Now().GetSeconds()))
+            int r = m_rx.Absorb(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), ecn,
+                                Simulator::Now().GetSeconds());
+            if (r == RX_TAKEN)
             {
+                continue;
+            }
+            if (r == RX_DECIDE)
+            {
+                Up()(m_index, DECIDE, uint64_t(m_rx.DecideSrc()), std::string(), 0, 0);
                 continue;
             }
             uint32_t peer = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();

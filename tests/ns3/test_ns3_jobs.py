@@ -1,0 +1,160 @@
+"""Two training jobs on one simulated fabric ([[jobs]]): a series fifo vs priority (two repeats) on
+a leaf-spine whose one spine both jobs' rings cross, and a run with a time-shift given by hand.
+What is checked: every job finishes on its own hosts with its own job id; under `priority` the
+favoured job's packets take the upper band of the data queues and the other's the lower, and the
+favoured job finishes sooner than under fifo; a shifted job's first iteration
+starts after its shift; the per-job sections of the run report and of the comparison."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agent_runs import read_csv
+from cli_runs import run_experiment
+
+from simulation.ns3.hosts import core_missing
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(core_missing() is not None, reason=str(core_missing()))
+
+TWO_JOBS = """
+name = "two-jobs"
+backend = "ns3"
+seed = 1
+timeout_s = 60
+[topology]
+kind = "leaf_spine"
+spines = 1
+leaves = 2
+hosts_per_leaf = 4
+[links]
+host_mbps = 1000
+fabric_mbps = 1000
+[workload]
+mode = "allreduce"
+model = "synthetic"
+iterations = 4
+warmup_iterations = 1
+compute_ms = 2
+[[jobs]]
+name = "a"
+priority = 1
+[jobs.workload]
+workers = 4
+[[jobs]]
+name = "b"
+[jobs.workload]
+workers = 4
+"""
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory) -> Path:
+    """fifo vs priority, two repeats: the results directory."""
+    tmp = tmp_path_factory.mktemp("jobs")
+    cfg = tmp / "two.toml"
+    cfg.write_text(TWO_JOBS)
+    out = tmp / "out"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dlcp_cli",
+            "run",
+            str(cfg),
+            "--vary",
+            "cluster.job_policy=fifo,priority",
+            "--repeat",
+            "2",
+        ]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    (results,) = out.iterdir()
+    return results
+
+
+def _jobs(run: Path) -> dict:
+    return {j["name"]: j for j in json.loads((run / "summary.json").read_text())["jobs"]["jobs"]}
+
+
+def _hosts_of(run: Path) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for h in json.loads((run / "topology.json").read_text())["hosts"]:
+        if h["role"] == "worker":
+            out.setdefault(h["job"], set()).add(h["name"])
+    return out
+
+
+def _sent_prios(run: Path, hosts: set[str]) -> set[int]:
+    return {
+        int(r["prio"]) for h in hosts for r in read_csv(run / "records" / f"{h}-messages.csv") if r["side"] == "sender"
+    }
+
+
+def test_every_job_runs_on_its_own_hosts(series: Path):
+    run = series / "priority" / "rep1"
+    hosts = _hosts_of(run)
+    assert sorted(hosts) == [1, 2] and len(hosts[1]) == len(hosts[2]) == 4 and not hosts[1] & hosts[2]
+    for names in hosts.values():
+        ranks = sorted(json.loads((run / "records" / f"{h}-agent.json").read_text())["rank"] for h in names)
+        assert ranks == [0, 1, 2, 3]  # each job's ranks are its own
+    for h in hosts[1] | hosts[2]:  # no datagram reached a host of the other job (its receiver drops those)
+        assert json.loads((run / "records" / f"{h}-agent.json").read_text())["drops"] == {}
+    jobs = _jobs(run)
+    assert all(j["complete"] and j["iterations_done"] == 4 for j in jobs.values())
+    assert jobs["a"]["loss"]["forced"] == jobs["b"]["loss"]["forced"] == 0
+
+
+def test_priority_puts_the_favoured_job_in_the_upper_band_of_the_queues(series: Path):
+    prio, fifo = series / "priority" / "rep1", series / "fifo" / "rep1"
+    hosts = _hosts_of(prio)
+    assert _sent_prios(prio, hosts[1]) <= {4, 5, 6} and _sent_prios(prio, hosts[2]) <= {1, 2, 3}
+    assert len(_sent_prios(fifo, hosts[1])) > 3  # without it, the same job spreads over the six data queues
+    assert [_jobs(prio)[n]["queues"] for n in ("a", "b")] == [[4, 6], [1, 3]]
+
+
+def test_the_favoured_job_finishes_sooner(series: Path):
+    for rep in ("rep1", "rep2"):
+        fifo, prio = _jobs(series / "fifo" / rep), _jobs(series / "priority" / rep)
+        assert prio["a"]["jct_s"] < 0.8 * fifo["a"]["jct_s"]
+        assert prio["a"]["iteration"]["iteration_ms"]["mean"] < fifo["a"]["iteration"]["iteration_ms"]["mean"]
+
+
+def test_the_reports_have_a_section_per_job(series: Path):
+    run = series / "priority" / "rep1"
+    md = (run / "report.md").read_text()
+    assert "## Jobs" in md and "| a | 1 | 4-6 | 4 |" in md and "| b | 0 | 1-3 | 4 |" in md
+    assert (series / "compare.html").stat().st_size > 0
+    compare = json.loads((series / "compare.json").read_text())
+    assert sorted(compare["jobs"]) == ["a", "b"]
+    jct = compare["jobs"]["a"]["variants"][1]["ratios"]["jct_s"]
+    assert jct["point"] < 0.8
+    assert {m["key"] for m in compare["cluster"]["metrics"]} == {"mean_jct_s", "tail_jct_s", "makespan_s"}
+    assert "## Job a" in (series / "compare.md").read_text()
+
+
+def test_a_shifted_job_starts_its_first_iteration_after_its_shift(tmp_path: Path):
+    cfg = tmp_path / "two.toml"
+    cfg.write_text(TWO_JOBS)
+    run = run_experiment(
+        cfg,
+        tmp_path / "run",
+        "cluster.job_policy=timeshift",
+        "cluster.timeshift.shifts_s=[0, 0.02]",
+        "workload.iterations=2",
+    )
+    jobs = _jobs(run)
+    assert jobs["a"]["shift_s"] == 0 and jobs["b"]["shift_s"] == 0.02
+    assert jobs["a"]["first_iteration_s"] == pytest.approx(0, abs=1e-6)
+    assert 0.02 <= jobs["b"]["first_iteration_s"] < 0.021
+    assert all(j["complete"] for j in jobs.values())
+    assert (run / "plots" / "job_phases.png").stat().st_size > 0  # a single run's report draws its figures
