@@ -39,11 +39,13 @@ endif
 test-unit: setup-test
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
-# what CI fails on besides the tests: ruff's rules and format (pyproject.toml), mypy on dlcp/
+# what CI fails on besides the tests: ruff's rules and format (pyproject.toml), mypy on dlcp/, the C
+# and C++ style (.clang-format; `scripts/c-format` rewrites the files)
 lint: setup-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	scripts/c-format --check
 
 p4: setup
 	$(DLCP) build

@@ -1,4 +1,4 @@
-"""The `dlcp` command: run | sweep | build | gen | report | trace | compare | profile | chakra | clean | bench | schedule.
+"""The `dlcp` command: run | sweep | build | gen | report | trace | compare | profile | chakra | clean | bench | schedule | reproduce.
 
 The CLI sits above `dlcp/`, `emulation/` and `simulation/`. Commands that need root, Mininet, bmv2
 or ns-3 import them only when invoked, so `dlcp report`, `dlcp compare` and `dlcp bench tagging`
@@ -39,6 +39,12 @@ def _schedule(argv: list[str]) -> int:
     from dlcp_cli.schedule_cmd import main as schedule_main
 
     return schedule_main(argv)
+
+
+def _reproduce(argv: list[str]) -> int:
+    from dlcp_cli.reproduce_cmd import main as reproduce_main
+
+    return reproduce_main(argv)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -172,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("schedule_args", nargs=argparse.REMAINDER, help="options (dlcp schedule --help)")
     sc.set_defaults(func=lambda a: _schedule(a.schedule_args))
 
+    rp = sub.add_parser(
+        "reproduce",
+        help="the source papers' claims beside our figures, with verdicts (--fast | --full)",
+        description="See `dlcp reproduce --help`.",
+        add_help=False,
+    )
+    rp.add_argument("reproduce_args", nargs=argparse.REMAINDER)
+    rp.set_defaults(func=lambda a: _reproduce(a.reproduce_args))
+
     r = sub.add_parser(
         "report",
         help="summarise a run: summary.json, report.md, report.html, plots/",
@@ -233,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         return _sweep(argv[1:])
     if argv[:1] == ["schedule"]:
         return _schedule(argv[1:])
+    if argv[:1] == ["reproduce"]:  # its own parser
+        return _reproduce(argv[1:])
     if argv[:1] == ["profile"]:  # list | show | MODEL: its own parser
         return profile_cmd.main(argv[1:])
     if argv[:1] == ["chakra"]:

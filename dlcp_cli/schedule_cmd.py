@@ -148,6 +148,7 @@ def summary(plan: dict) -> list[str]:
             f"(compute {plan['compute_s'] * 1e3:.2f} ms"
             + (f", the profile's x {plan['compute_scale']:g}" if plan.get("compute_scale", 1) != 1 else "")
             + ")",
+            *(f"note: {n}" for n in plan.get("notes", [])),
         ]
     return COLLECTIVES.get(plan["collective"]).summary(plan)
 

@@ -16,9 +16,9 @@ VENV=${DLCP_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 EXTRAS=${DLCP_EXTRAS:-}
 # the test set-up (the dev extra) adds a single-node Slurm for tests/root/test_slurm.py (9 packages,
-# 3.7 MB; about 22 s of apt-get install)
+# 3.7 MB; about 22 s of apt-get install) and clang-format for `make lint` (the C and C++ style)
 if [[ ,$EXTRAS, == *,dev,* ]]; then
-    APT_PACKAGES+=(slurm-wlm)
+    APT_PACKAGES+=(slurm-wlm clang-format)
 fi
 
 missing=()

@@ -11,8 +11,9 @@ with that collective's (alpha, beta) (`collective_cost`). A collective's options
 (`--kary`, `--group`, ...: every option a registered collective declares; this bench's own
 defaults are MultiTree's kary 5 and DS-Sync's group 4), and its row is labelled with the options
 set here. A collective that varies per iteration (DS-Sync) gives one iteration's all-reduce as the
-mean over its period and `rounds` to the exact global average; with DS-Sync's parameter averaging
-nothing overlaps the backward, so its iteration is compute + allreduce_ms.
+mean over its period and `rounds` to the exact global average (or the period); with DS-Sync's
+parameter averaging nothing overlaps the backward, so its iteration is compute + allreduce_ms
+(WFBP's column; the gradient schedulers' columns are empty, as a run refuses them).
 Deterministic: one run gives the figures (no spread to report).
 """
 
@@ -50,13 +51,30 @@ def timeline_rows(profiles, workers, rate_gbps: float, latency_s: float) -> list
 
 
 def _plans(spec, options: dict):
-    """(label, plan) of every registered collective on `spec`, each with the options of `options`
-    it declares (the others at its defaults); the label names the options set."""
+    """(label, entry, parsed options, plan) of every registered collective on `spec`, each with the
+    options of `options` it declares (the others at its defaults); the label names the options set."""
     workers = len(spec.hosts)
     for entry in COLLECTIVES.entries():
         mine = {k: v for k, v in options.items() if entry.options is not None and k in entry.options.model_fields}
         label = " ".join([entry.name, *(f"{k}={v}" for k, v in mine.items())])
-        yield label, entry.plan(entry.options.parse(mine) if entry.options is not None else None, workers, spec)
+        parsed = entry.options.parse(mine) if entry.options is not None else None
+        yield label, entry, parsed, entry.plan(parsed, workers, spec)
+
+
+def scheduler_iteration_ms(entry, options, scheduler: str, profile, workers: int, cost, allreduce_s: float):
+    """A scheduler's iteration over a collective, priced as it runs: a collective that averages
+    parameters after the local step (DS-Sync's own mode) cannot overlap the backward, so its
+    iteration is the compute plus one round of averaging, whatever the scheduler (and None where
+    the collective refuses the scheduler, as a run would); otherwise the timeline's prediction."""
+    from dlcp.settings import BadValue
+
+    if entry.averages_parameters(options):
+        try:
+            entry.check(options, scheduler, workers)
+        except BadValue:
+            return None
+        return round((profile.compute_s + allreduce_s) * 1e3, 2)
+    return round(predict(scheduler, profile, workers, cost)[1].iteration_s * 1e3, 2)
 
 
 def collective_rows(
@@ -70,7 +88,7 @@ def collective_rows(
     rows = []
     for topology in topologies:
         spec = parse_topology(topology, fabric_mbps=fabric_gbps * 1e3)
-        for name, plan in _plans(spec, options):
+        for name, entry, parsed, plan in _plans(spec, options):
             scheds = [plan.schedule(k) for k in range(plan.period)]
             allreduce = statistics.fmean(alpha_beta_cost(s, nbytes, latency_s, link_beta, spec) for s in scheds)
             costs = [collective_cost(s, spec, latency_s, fabric_gbps * 1e3) for s in scheds]
@@ -88,7 +106,7 @@ def collective_rows(
                 "allreduce_ms": round(allreduce * 1e3, 2),
             }
             for s in COLLECTIVE_SCHEDULERS:
-                row[s] = round(predict(s, profile, plan.workers, cost)[1].iteration_s * 1e3, 2)
+                row[s] = scheduler_iteration_ms(entry, parsed, s, profile, plan.workers, cost, allreduce)
             rows.append(row)
     return rows
 

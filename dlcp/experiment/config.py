@@ -810,6 +810,31 @@ def variants(raw: dict, varies: list[str], sets: Sequence[str] = ()) -> list[tup
     return out
 
 
+def named_variants(raw: dict, named: Sequence[tuple[str, Sequence[str]]]) -> list[tuple[str, dict]]:
+    """(name, validated config) per named bundle of `KEY=VALUE` overrides: variants that differ in
+    several keys at once without their cartesian product (an ablation's steps: `dlcp reproduce`)."""
+    import copy
+
+    names = [n for n, _ in named]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ConfigError(f"variants: need two or more, each named once, got {', '.join(names) or 'none'}")
+    out = []
+    for name, overrides in named:
+        naming_check = name.replace("-", "").replace("_", "").replace("+", "")
+        if not naming_check.isalnum():
+            raise ConfigError(f"variant {name!r}: use letters, digits and - _ + only")
+        cfg = copy.deepcopy(raw)
+        for o in overrides:
+            apply_override(cfg, o)
+        try:
+            resolved = validate(cfg)
+            check_warmup(cfg, resolved)
+        except ConfigError as e:
+            raise ConfigError(f"variant {name}: {e}", e.key, e.what) from None
+        out.append((name, resolved))
+    return out
+
+
 def check_warmup(raw: dict, resolved: dict) -> None:
     """A warm-up the user set (in the file, by --set or --vary) leaves iterations to measure. The
     default (5) is not held to it: a short test run without the key measures nothing, as its

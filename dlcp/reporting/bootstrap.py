@@ -137,3 +137,46 @@ def verdict(ci: RatioCI, kind: str) -> str:
     if lo > 1:
         return "slower" if kind == "time" else "higher"
     return "no significant difference"
+
+
+def block_ratio(
+    a_blocks: Sequence[np.ndarray],
+    b_blocks: Sequence[np.ndarray],
+    stat: Callable[[np.ndarray], float | None],
+    resamples: int = RESAMPLES,
+    confidence: float = CONFIDENCE,
+    seed: int = SEED,
+    min_blocks: int = MIN_PAIRS,
+) -> RatioCI:
+    """R = stat(all of B's samples) / stat(all of A's) for two single runs, with an interval from a
+    bootstrap over blocks: each run's samples come in blocks (a rank's iterations after warm-up),
+    and each resample draws as many blocks as the run has, with replacement, independently for
+    the two runs (they are not paired: different runs). Interval as `paired_ratio`'s: log R +-
+    t(n - 1) x the resampled log ratios' standard deviation x sqrt(n / (n - 1)), n the fewer
+    blocks. It says how sure the pooled statistic is within these two runs (over their ranks),
+    not across seeds: that is what repeated pairs (`paired_ratio`) measure."""
+    n = min(len(a_blocks), len(b_blocks))
+    if n == 0:
+        raise ValueError("block_ratio: a run without blocks")
+
+    def pooled(blocks, idx=None) -> float | None:
+        chosen = blocks if idx is None else [blocks[i] for i in idx]
+        x = np.concatenate([np.asarray(b, dtype=float) for b in chosen])
+        x = x[np.isfinite(x)]
+        return stat(x) if x.size else None
+
+    point = _ratio(pooled(b_blocks), pooled(a_blocks))
+    if point is None or n < min_blocks:
+        return RatioCI(point, None, n, 0)
+    rng = np.random.default_rng(seed)
+    ratios = []
+    for _ in range(resamples):
+        ia = rng.integers(0, len(a_blocks), size=len(a_blocks))
+        ib = rng.integers(0, len(b_blocks), size=len(b_blocks))
+        r = _ratio(pooled(b_blocks, ib), pooled(a_blocks, ia))
+        if r is not None and r > 0:
+            ratios.append(r)
+    if len(ratios) < resamples / 2 or point <= 0:
+        return RatioCI(point, None, n, len(ratios))
+    se = float(np.std(np.log(ratios))) * math.sqrt(n / (n - 1))
+    return RatioCI(point, _log_t_interval(point, se, n, confidence), n, len(ratios))

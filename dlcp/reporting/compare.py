@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from dlcp.reporting import plots
 from dlcp.reporting.load import NotARunDirectory, ReportInputError, RunData, default_out_dir, load_run
+from dlcp.reporting.ranks import message_differences, rank_section
+from dlcp.reporting.ranks import verdict_lines as rank_verdict_lines
 from dlcp.reporting.render import Doc, fmt
 from dlcp.reporting.repeats import compare_repeats, is_repeat_group
 from dlcp.reporting.runreport import write_outputs
@@ -117,9 +119,17 @@ def _refused(summary: dict, path: tuple) -> int | None:
     return None
 
 
+def per_message(key: str) -> bool:
+    """Whether a metric is a per-message one (compared only where messages are alike)."""
+    return key.startswith("mct_")
+
+
 def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
-    """The content of compare.json."""
+    """The content of compare.json. Where the runs' messages differ (another collective or
+    scheduler: dlcp/reporting/ranks.py) the per-message metrics get no ratio, and
+    `pooled_over_ranks` (always there) is the comparison to read."""
     base = summaries[0]
+    differ = message_differences([r.config for r in runs])
     entries = []
     for run, s in zip(runs, summaries):
         values = {m.key: _get(s, m.path) for m in METRICS}
@@ -130,7 +140,10 @@ def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
                 "policy": run.policy,
                 "dir": str(run.path),
                 **values,
-                "ratios": {m.key: ratio(values[m.key], _get(base, m.path)) for m in METRICS},
+                "ratios": {
+                    m.key: None if differ and per_message(m.key) else ratio(values[m.key], _get(base, m.path))
+                    for m in METRICS
+                },
                 "too_few": too_few,
                 "kept_up": s["keep_up"]["ok"],
                 "keep_up_flags": s["keep_up"]["flags"],
@@ -139,6 +152,8 @@ def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
         )
     return {
         "baseline": runs[0].name,
+        "messages_differ": differ,
+        "pooled_over_ranks": rank_section(runs),
         "percentile_method": PERCENTILE_METHOD_TEXT,
         "min_samples_rule": MIN_SAMPLES_RULE,
         "metrics": [{"key": m.key, "label": m.label, "better": m.better} for m in METRICS],
@@ -157,9 +172,53 @@ def terminal_table(data: dict, keys: tuple[str, ...] = TERMINAL_METRICS) -> str:
             row[r["name"]] = _cell(r, k)
             if i:
                 rv = r["ratios"][k]
-                row[f"{r['name']} ÷ {runs[0]['name']}"] = "–" if rv is None else f"{rv:.3g}×"
+                unlike = data.get("messages_differ") and per_message(k)
+                row[f"{r['name']} ÷ {runs[0]['name']}"] = (
+                    "– (messages differ)" if unlike else "–" if rv is None else f"{rv:.3g}×"
+                )
         rows.append(row)
     return format_table(rows)
+
+
+def pooled_rows(data: dict) -> tuple[list[str], list[list[str]]]:
+    """The pooled-over-ranks table: a row per metric, each run's value, ratio, interval, verdict."""
+    sec = data["pooled_over_ranks"]
+    runs = sec["runs"]
+    header = ["metric"] + [r["name"] for r in runs]
+    for r in runs[1:]:
+        header += [f"{r['name']} ÷ {runs[0]['name']}", f"95% CI ({r['name']})", f"verdict ({r['name']})"]
+    rows = []
+    for m in sec["metrics"]:
+        row = [m["label"]]
+        for r in runs:
+            v = r["values"][m["key"]]
+            row.append(
+                f"n={v['n']:,}<{v['too_few']:,}"
+                if v["too_few"]
+                else "–"
+                if v["value"] is None
+                else f"{v['value']:.4g} (n={v['n']:,})"
+            )
+        for r in runs[1:]:
+            x = r["ratios"][m["key"]]
+            row += [
+                "–" if x["point"] is None else f"{x['point']:.3g}×",
+                "–" if not x["ci95"] else f"{x['ci95'][0]:.3g}–{x['ci95'][1]:.3g}",
+                x["verdict"],
+            ]
+        rows.append(row)
+    return header, rows
+
+
+def headline_lines(data: dict) -> list[str]:
+    """What the comparison says first: pooled-over-ranks verdicts, and why MCT is not compared."""
+    lines = rank_verdict_lines(data["pooled_over_ranks"], data["baseline"])
+    if data.get("messages_differ"):
+        lines.append(
+            f"MCT is not compared: the runs' messages differ ({', '.join(data['messages_differ'])}), "
+            "so a message of one is not a message of the other; compare iteration and communication time"
+        )
+    return lines
 
 
 def _cell(run_entry: dict, key: str) -> str:
@@ -214,6 +273,12 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
                 + "; ".join(r["problems"][:3])
                 + (" ..." if len(r["problems"]) > 3 else "")
             )
+    doc.h("Iteration and communication time, pooled over ranks")
+    doc.bullets(headline_lines(data))
+    doc.p(f"Pooled: {data['pooled_over_ranks']['method']}.")
+    p_header, p_rows = pooled_rows(data)
+    doc.table(p_header, p_rows)
+    doc.h("Every metric")
     header = (
         ["metric"]
         + [n if n == r["policy"] else f"{n} ({r['policy'] or '?'})" for n, r in zip(names, data["runs"])]
@@ -223,7 +288,10 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
     for m in data["metrics"]:
         vals = [_cell(r, m["key"]) for r in data["runs"]]
         rats = [r["ratios"][m["key"]] for r in data["runs"][1:]]
-        rows.append([m["label"]] + vals + ["–" if x is None else f"{x:.3g}×" for x in rats])
+        unlike = bool(data.get("messages_differ")) and per_message(m["key"])
+        rows.append(
+            [m["label"]] + vals + ["– (messages differ)" if unlike else "–" if x is None else f"{x:.3g}×" for x in rats]
+        )
     doc.table(header, rows)
 
     doc.h("Message completion time")
@@ -319,6 +387,10 @@ def compare_runs(
     written = write_outputs(out, build_doc(data, runs), data, json_name="compare.json", stem="compare")
     if echo:
         print(f"baseline: {data['baseline']}; ratio = run / baseline")
+        p_header, p_rows = pooled_rows(data)
+        print(format_table([dict(zip(p_header, r)) for r in p_rows]))
+        for line in headline_lines(data):
+            print(line)
         print(terminal_table(data))
         print(terminal_drops_table([r["name"] for r in data["runs"]], runs))
         for r in data["runs"]:

@@ -25,6 +25,7 @@ from dlcp.reporting import plots
 from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, geometric_mean_ratio, paired_ratio, verdict
 from dlcp.reporting.jobs import completions, job_run, jobs_of
 from dlcp.reporting.load import ReportInputError, RunData, is_run_dir, load_run
+from dlcp.reporting.ranks import message_differences, rank_blocks
 from dlcp.reporting.render import Doc, Image, fmt
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.side_by_side import side_by_side_sections
@@ -79,6 +80,7 @@ class RunSample:
     series: str = ""  # the results directory (series) the run belongs to
     backend: str | None = None
     deterministic: bool = False  # a seed fixes the run exactly (meta.json)
+    config: dict | None = None  # config.toml: what its messages are made of (ranks.message_differences)
 
     def pair_label(self, pooled: bool) -> str:
         return f"{self.series}/rep{self.rep}" if pooled else f"rep{self.rep}"
@@ -101,6 +103,8 @@ def run_sample(rep: int, path: pathlib.Path, run: RunData, series: str = "") -> 
             "mct": steady_sender_rows(run).col("mct_us") / 1e3,
             "iteration": steady.iteration_us / 1e3,
             "comm": steady.comm_us / 1e3,
+            "rank_iteration": _flat(rank_blocks(run, "iteration_us")),
+            "rank_comm": _flat(rank_blocks(run, "comm_us")),
         },
         scalars={
             "pkts": loss["pkts"],
@@ -123,7 +127,12 @@ def run_sample(rep: int, path: pathlib.Path, run: RunData, series: str = "") -> 
         series=series,
         backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")),
         deterministic=is_deterministic(run.meta),
+        config=run.config,
     )
+
+
+def _flat(blocks: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(blocks) if blocks else np.array([])
 
 
 def is_deterministic(meta: dict | None) -> bool:
@@ -207,6 +216,9 @@ METRICS = (
     _pct("iteration_p99", "iteration p99", "iteration", 99, "ms"),
     _pct("comm_p50", "communication p50", "comm", 50, "ms"),
     _pct("comm_p99", "communication p99", "comm", 99, "ms"),
+    _pct("rank_iteration_p50", "iteration p50, pooled over ranks", "rank_iteration", 50, "ms"),
+    _pct("rank_iteration_p90", "iteration p90, pooled over ranks", "rank_iteration", 90, "ms"),
+    _pct("rank_comm_p50", "communication (all-reduce) p50, pooled over ranks", "rank_comm", 50, "ms"),
     PooledMetric("training_wall_s", "training wall time per run (s)", "time", "lower", _mean("training_wall_s")),
     PooledMetric(
         "tta_s",
@@ -242,6 +254,28 @@ TERMINAL_METRICS = (
     "tail_drop_pkts",
 )
 HEADLINE_METRICS = ("mct_p99", "mct_p999", "iteration_p50", "iteration_p99", "tta_s", "final_accuracy")
+# where the variants' messages differ (another collective or scheduler): no per-message headline
+UNLIKE_HEADLINE_METRICS = (
+    "rank_iteration_p50",
+    "rank_iteration_p90",
+    "rank_comm_p50",
+    "iteration_p50",
+    "tta_s",
+    "final_accuracy",
+)
+UNLIKE_TERMINAL_METRICS = ("rank_iteration_p50", "rank_iteration_p90", "rank_comm_p50") + tuple(
+    k for k in TERMINAL_METRICS if not k.startswith("mct_")
+)
+
+
+def not_compared(m: PooledMetric, runs: list[RunSample]) -> dict:
+    return {
+        "point": None,
+        "ci95": None,
+        "n_pairs": len(runs),
+        "verdict": "not compared (the variants' messages differ)",
+        "per_pair": None,
+    }
 
 
 # --- the comparison ------------------------------------------------------------------------------------
@@ -303,6 +337,7 @@ def compare_data(
     names: list[str], samples: dict[str, list[RunSample]], notes: list[str], metrics: tuple = METRICS
 ) -> dict:
     base = samples[names[0]]
+    differ = message_differences([samples[n][0].config for n in names])
     series = list(dict.fromkeys(r.series for r in base))
     pooled = len(series) > 1
     variants = []
@@ -327,11 +362,15 @@ def compare_data(
             "values": {m.key: variant_values(m, runs) for m in metrics},
         }
         if name != names[0]:
-            entry["ratios"] = {m.key: ratio_entry(m, base, runs) for m in metrics}
+            entry["ratios"] = {
+                m.key: not_compared(m, runs) if differ and m.source == "mct" else ratio_entry(m, base, runs)
+                for m in metrics
+            }
         variants.append(entry)
     return {
         "kind": "repeats",
         "baseline": names[0],
+        "messages_differ": differ,
         "n_pairs": len(base),
         "pairs": [r.rep for r in base],
         "series": series,
@@ -387,8 +426,13 @@ def verdict_lines(data: dict, keys: tuple[str, ...] = HEADLINE_METRICS) -> list[
     said, not left to a ratio."""
     labels = {m["key"]: m["label"] for m in data["metrics"]}
     out = []
+    if data.get("messages_differ"):
+        out.append(
+            f"MCT is not compared: the variants' messages differ ({', '.join(data['messages_differ'])}); "
+            "iteration and communication time pooled over ranks are"
+        )
     for v in data["variants"][1:]:
-        for k in keys:
+        for k in UNLIKE_HEADLINE_METRICS if data.get("messages_differ") and keys == HEADLINE_METRICS else keys:
             r = v["ratios"][k]
             what = f"{v['name']} vs {data['baseline']}, {labels[k]}"
             if r["point"] is None or r["ci95"] is None:
@@ -638,7 +682,7 @@ def write_comparison(
             f"baseline: {data['baseline']}; {data['n_pairs']} pairs{over}; ratio = variant / baseline, 95% CI by "
             "bootstrap over pairs"
         )
-        header, rows = table_rows(data, TERMINAL_METRICS)
+        header, rows = table_rows(data, UNLIKE_TERMINAL_METRICS if data["messages_differ"] else TERMINAL_METRICS)
         print(format_table([dict(zip(header, r)) for r in rows]))
         for line in verdict_lines(data):
             print(line)

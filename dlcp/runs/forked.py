@@ -51,8 +51,11 @@ def run_forked(child: Callable[[], int], on_start: Callable[[int], None] | None 
             signals.install()
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
             code = child()
-        except BaseException:  # noqa: BLE001 - the child must never return into the parent's loop
-            traceback.print_exc()
+        except BaseException as e:  # noqa: BLE001 - the child must never return into the parent's loop
+            if signals.is_stop(e):  # a stop passed on before child() took over: its code, no traceback
+                code = signals.exit_code(e)
+            else:
+                traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -55,6 +55,7 @@ class SeriesRequest:
     out_root: str | None = None  # --out; default: the config's output.dir
     run_dir: str | None = None  # --run-dir: the one run's directory itself
     with_report: bool = True
+    named: list[tuple[str, list[str]]] = field(default_factory=list)  # variants as named override bundles
     resume: str | None = None  # --resume: a series' directory to run what is missing in
     cluster: ClusterOptions = field(
         default_factory=ClusterOptions
@@ -104,11 +105,25 @@ def plan(request: SeriesRequest) -> Series:
     raw = configmod.load_raw(request.config, request.overrides)
     base = configmod.validate(raw)
     varies = ([configmod.policies_vary(request.policies)] if request.policies else []) + list(request.vary)
-    variants = configmod.variants(raw, varies, request.overrides)
-    names = naming.variant_names(
-        [n for n, _ in variants] if varies else None, configmod.policy_of(base), request.overrides, request.name
+    if request.named and varies:
+        raise configmod.ConfigError("variants: named variants or --vary / --policies, not both")
+    variants = (
+        configmod.named_variants(raw, request.named)
+        if request.named
+        else configmod.variants(raw, varies, request.overrides)
     )
-    sets = dict(zip(names, variant_sets(request.overrides, varies)))
+    names = naming.variant_names(
+        [n for n, _ in variants] if varies or request.named else None,
+        configmod.policy_of(base),
+        request.overrides,
+        request.name,
+    )
+    made_by = (
+        [(*request.overrides, *o) for _, o in request.named]
+        if request.named
+        else variant_sets(request.overrides, varies)
+    )
+    sets = dict(zip(names, made_by))
     runs = [
         PlannedRun(v, rep, cfg, sets[v] + ((f"seed={cfg['seed']}",) if rep > 1 else ()))
         for v, rep, cfg in configmod.plan_runs([(n, cfg) for n, (_, cfg) in zip(names, variants)], request.repeat)

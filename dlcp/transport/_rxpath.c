@@ -126,7 +126,8 @@ static PyObject *RxPath_Setup(RxPath *self, PyObject *args) {
         return NULL;
     }
     if (rx_init(&self->core, enabled, job, vpp, wall_offset, host_mark_s, (double *)(uintptr_t)rows, row_cap,
-                (uint8_t *)(uintptr_t)pending) < 0)
+                (uint8_t *)(uintptr_t)pending)
+        < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -140,7 +141,8 @@ static PyObject *RxPath_Open(RxPath *self, PyObject *args) {
         return NULL;
     if (!ready(self)) return NULL;
     if (rx_open(&self->core, src, iter, phase, msg, n_pkts, slot, (uint8_t *)(uintptr_t)buf, buf_len,
-                (uint8_t *)(uintptr_t)received, (int64_t *)(uintptr_t)recv_us, seen) < 0)
+                (uint8_t *)(uintptr_t)received, (int64_t *)(uintptr_t)recv_us, seen)
+        < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -207,10 +209,8 @@ static PyObject *RxPath_recv(RxPath *self, PyObject *args) {
     self->n = self->pos = 0;
     int r;
     double t0 = clock_s(CLOCK_MONOTONIC);
-    Py_BEGIN_ALLOW_THREADS
-    r = recvmmsg(fd, self->mm, (unsigned)self->batch, MSG_DONTWAIT, NULL);
-    Py_END_ALLOW_THREADS
-    self->syscall_s += clock_s(CLOCK_MONOTONIC) - t0;
+    Py_BEGIN_ALLOW_THREADS r = recvmmsg(fd, self->mm, (unsigned)self->batch, MSG_DONTWAIT, NULL);
+    Py_END_ALLOW_THREADS self->syscall_s += clock_s(CLOCK_MONOTONIC) - t0;
     self->calls++;
     if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return PyLong_FromLong(0);
@@ -265,9 +265,9 @@ static PyObject *RxPath_feed(RxPath *self, PyObject *args) {
 }
 
 static PyObject *RxPath_timings(RxPath *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:d,s:d,s:K,s:K,s:K,s:K}", "syscall_s", self->syscall_s, "absorb_s", self->absorb_s,
-                         "calls", (unsigned long long)self->calls, "datagrams", (unsigned long long)self->datagrams,
-                         "absorbed", (unsigned long long)self->core.absorbed, "decisions",
+    return Py_BuildValue("{s:d,s:d,s:K,s:K,s:K,s:K}", "syscall_s", self->syscall_s, "absorb_s", self->absorb_s, "calls",
+                         (unsigned long long)self->calls, "datagrams", (unsigned long long)self->datagrams, "absorbed",
+                         (unsigned long long)self->core.absorbed, "decisions",
                          (unsigned long long)self->core.decisions);
 }
 
@@ -302,8 +302,7 @@ static PyMethodDef RxPath_methods[] = {
 };
 
 static PyTypeObject RxPathType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "dlcp.transport._rxpath.RxPath",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "dlcp.transport._rxpath.RxPath",
     .tp_basicsize = sizeof(RxPath),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -314,8 +313,8 @@ static PyTypeObject RxPathType = {
     .tp_doc = "recvmmsg and the shared receive core of one UDP endpoint.",
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rxpath", "The UDP driver's receive path in C.", -1,
-                                    NULL, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_rxpath", "The UDP driver's receive path in C.", -1, NULL, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__rxpath(void) {
     if (PyType_Ready(&RxPathType) < 0) return NULL;

@@ -26,20 +26,20 @@
 
 #include "switch_core.h"
 
-#define VNET_LEN 10
-#define SLOT (VNET_LEN + 65550)
+#define VNET_LEN       10
+#define SLOT           (VNET_LEN + 65550)
 #define CONTROL_POLL_S 0.05
 /* the read lag histogram: the bins of dlcp/transport/core/waits.py (4 per doubling from 1 us) */
 #define LAG_BINS_PER_OCTAVE 4
-#define LAG_BINS (30 * LAG_BINS_PER_OCTAVE)
-#define RXCTL 64  /* room for one SCM_TIMESTAMPNS control message (CMSG_SPACE(16) = 32) */
+#define LAG_BINS            (30 * LAG_BINS_PER_OCTAVE)
+#define RXCTL               64 /* room for one SCM_TIMESTAMPNS control message (CMSG_SPACE(16) = 32) */
 #ifndef FASTPATH_SOURCE_SHA
 #define FASTPATH_SOURCE_SHA "unknown"
 #endif
 
 typedef struct Pkt {
     double t_enq;
-    double in_tx;     /* transmission time on the host link it came in on (queues.py IN_TX) */
+    double in_tx; /* transmission time on the host link it came in on (queues.py IN_TX) */
     uint32_t len;
     uint32_t enq_depth;
     int16_t tel;
@@ -60,13 +60,13 @@ typedef struct {
     Ring q[N_QUEUES];
     uint32_t backlog;
     double byte_time, pkt_time, t_free, max_lag, delay, loss;
-    double ideal;         /* t_free without the catch-up limit: when an ideal switch's link is free */
-    double in_byte_time;  /* host_nic: the host link's time per byte of an arriving frame, else 0 */
-    double t_in;          /* host_nic: when the host link would be free of the frames that came in so far */
+    double ideal;        /* t_free without the catch-up limit: when an ideal switch's link is free */
+    double in_byte_time; /* host_nic: the host link's time per byte of an arriving frame, else 0 */
+    double t_in;         /* host_nic: when the host link would be free of the frames that came in so far */
     int unlimited;
-    Ring flight;      /* packets on the emulated wire */
-    double *due;      /* due time of flight items, same indexing */
-    Ring txq;         /* dequeued, waiting for the kernel to take them */
+    Ring flight; /* packets on the emulated wire */
+    double *due; /* due time of flight items, same indexing */
+    Ring txq;    /* dequeued, waiting for the kernel to take them */
     uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, tx_errors, overflow, lost, truncated;
     FILE *pcap;
 } Port;
@@ -74,7 +74,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     int batch;
-    SwCore core;  /* the pipeline: tables, registers, counters, queue disciplines */
+    SwCore core; /* the pipeline: tables, registers, counters, queue disciplines */
     /* how long frames waited in the kernel before the switch read them (SO_TIMESTAMPNS) */
     uint64_t lag_bins[LAG_BINS], lag_n;
     double lag_max;
@@ -115,14 +115,21 @@ static int ring_grow(Ring *r, double **due) {
     uint32_t cap = r->cap * 2;
     Pkt **items = malloc(cap * sizeof(Pkt *));
     double *d = due ? malloc(cap * sizeof(double)) : NULL;
-    if (!items || (due && !d)) { free(items); free(d); return -1; }
+    if (!items || (due && !d)) {
+        free(items);
+        free(d);
+        return -1;
+    }
     for (uint32_t i = 0; i < r->count; i++) {
         items[i] = r->items[(r->head + i) % r->cap];
         if (due) d[i] = (*due)[(r->head + i) % r->cap];
     }
     free(r->items);
     r->items = items;
-    if (due) { free(*due); *due = d; }
+    if (due) {
+        free(*due);
+        *due = d;
+    }
     r->head = 0;
     r->cap = cap;
     return 0;
@@ -172,7 +179,10 @@ static void pcap_write(FILE *fp, const uint8_t *data, uint32_t len) {
 static void record_wait(uint64_t *bins, uint64_t *n, double *max, double s) {
     (*n)++;
     if (s > *max) *max = s;
-    if (s <= 1e-6) { bins[0]++; return; }
+    if (s <= 1e-6) {
+        bins[0]++;
+        return;
+    }
     int b = (int)(log2(s / 1e-6) * LAG_BINS_PER_OCTAVE);
     bins[b < LAG_BINS ? b : LAG_BINS - 1]++;
 }
@@ -189,7 +199,8 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
             double end = now;
             if (!pt->unlimited) {
                 double tx = pt->byte_time > 0 ? p->len * pt->byte_time : pt->pkt_time;
-                double slot = pt->ideal > p->t_enq ? pt->ideal : p->t_enq;  /* when an ideal switch would have started it */
+                double slot =
+                    pt->ideal > p->t_enq ? pt->ideal : p->t_enq; /* when an ideal switch would have started it */
                 record_wait(e->late_bins, &e->late_n, &e->late_max, now - slot);
                 pt->ideal = slot + tx;
                 end = pt->t_free += tx;
@@ -197,14 +208,26 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
             double w = (now - p->t_enq) * 1e6;
             uint32_t wait_us = w > 0 ? (uint32_t)w : 0;
             sw_egress(&e->core, port, p->qid, p->data, p->tel, p->enq_depth, wait_us, p->has_vnet && (p->vnet[0] & 1));
-            if (pt->loss > 0 && sw_random_unit(&e->core) < pt->loss) { pt->lost++; free(p); continue; }
-            double due = end + pt->delay + p->in_tx;  /* the flight ring stays in order, as a wire does */
+            if (pt->loss > 0 && sw_random_unit(&e->core) < pt->loss) {
+                pt->lost++;
+                free(p);
+                continue;
+            }
+            double due = end + pt->delay + p->in_tx; /* the flight ring stays in order, as a wire does */
             if (due > now || pt->flight.count) {
-                if (pt->flight.count == pt->flight.cap && ring_grow(&pt->flight, &pt->due) < 0) { pt->tx_errors++; free(p); continue; }
+                if (pt->flight.count == pt->flight.cap && ring_grow(&pt->flight, &pt->due) < 0) {
+                    pt->tx_errors++;
+                    free(p);
+                    continue;
+                }
                 pt->due[(pt->flight.head + pt->flight.count) % pt->flight.cap] = due;
                 ring_push(&pt->flight, p);
             } else {
-                if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) { pt->tx_errors++; free(p); continue; }
+                if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) {
+                    pt->tx_errors++;
+                    free(p);
+                    continue;
+                }
                 ring_push(&pt->txq, p);
             }
             moved++;
@@ -212,7 +235,11 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
     }
     while (pt->flight.count && pt->due[pt->flight.head] <= now) {
         Pkt *p = ring_pop(&pt->flight);
-        if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) { pt->tx_errors++; free(p); continue; }
+        if (pt->txq.count == pt->txq.cap && ring_grow(&pt->txq, NULL) < 0) {
+            pt->tx_errors++;
+            free(p);
+            continue;
+        }
         ring_push(&pt->txq, p);
         moved++;
     }
@@ -223,7 +250,7 @@ static int schedule(Engine *e, Port *pt, int port, double now) {
 static int transmit(Engine *e, Port *pt) {
     int sent = 0;
     while (pt->txq.count) {
-        if (pt->fd < 0) {  /* the interface is gone */
+        if (pt->fd < 0) { /* the interface is gone */
             pt->tx_errors += pt->txq.count;
             while (pt->txq.count) free(ring_pop(&pt->txq));
             return sent;
@@ -265,21 +292,25 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, cons
     Ring *q = &pt->q[v->qid];
     if (!pt->used || q->count >= pt->depth) {
         pt->overflow++;
-        sw_release(&e->core, v->port, v->qid);  /* admitted, but it never got a slot */
+        sw_release(&e->core, v->port, v->qid); /* admitted, but it never got a slot */
         return;
     }
     Pkt *p = malloc(sizeof(Pkt) + n);
-    if (!p) { pt->overflow++; sw_release(&e->core, v->port, v->qid); return; }
+    if (!p) {
+        pt->overflow++;
+        sw_release(&e->core, v->port, v->qid);
+        return;
+    }
     p->t_enq = now;
     p->in_tx = in_tx;
     p->len = n;
-    p->enq_depth = q->count;  /* enq_qdepth: this packet's own priority queue, as bmv2 counts */
+    p->enq_depth = q->count; /* enq_qdepth: this packet's own priority queue, as bmv2 counts */
     p->tel = (int16_t)v->tel;
     p->qid = (uint8_t)v->qid;
     p->has_vnet = (vnet[0] & 1) || vnet[1];
     if (p->has_vnet) {
         memcpy(p->vnet, vnet, VNET_LEN);
-        p->vnet[0] &= (uint8_t)~2;  /* DATA_VALID only means something on receive */
+        p->vnet[0] &= (uint8_t)~2; /* DATA_VALID only means something on receive */
     }
     memcpy(p->data, f, n);
     ring_push(q, p);
@@ -289,7 +320,8 @@ static void enqueue(Engine *e, const uint8_t *vnet, uint8_t *f, uint32_t n, cons
 /* The kernel's receive time of message i (SCM_TIMESTAMPNS, CLOCK_REALTIME), or -1 without one. */
 static double rx_stamp(struct msghdr *h) {
     for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS && c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS
+            && c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
             struct timespec ts;
             memcpy(&ts, CMSG_DATA(c), sizeof ts);
             return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -322,7 +354,11 @@ static int receive(Engine *e, Port *pt, double now) {
         pt->rx_pkts++;
         pt->rx_bytes += len;
         if (pt->pcap) pcap_write(pt->pcap, f, len);
-        if (truncated) { pt->truncated++; sw_drop(&e->core, DROP_PARSER_ERROR, len); continue; }
+        if (truncated) {
+            pt->truncated++;
+            sw_drop(&e->core, DROP_PARSER_ERROR, len);
+            continue;
+        }
         if (pt->in_byte_time > 0) {
             double start = pt->t_in > now ? pt->t_in : now;
             record_wait(e->burst_bins, &e->burst_n, &e->burst_max, (start - now) / pt->in_byte_time * 1e-6);
@@ -343,7 +379,10 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
     PyObject *wake;
     if (!PyArg_ParseTuple(args, "dO", &seconds, &wake)) return NULL;
     int nwake = (int)PySequence_Size(wake);
-    if (nwake < 0 || nwake > 8) { PyErr_SetString(PyExc_ValueError, "wake_fds: a sequence of at most 8 fds"); return NULL; }
+    if (nwake < 0 || nwake > 8) {
+        PyErr_SetString(PyExc_ValueError, "wake_fds: a sequence of at most 8 fds");
+        return NULL;
+    }
     int wfds[8];
     for (int i = 0; i < nwake; i++) {
         PyObject *o = PySequence_GetItem(wake, i);
@@ -355,8 +394,7 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
     int pfd_port[MAX_PORTS + 8];
     double start = mono(), deadline = start + seconds, last_wake_check = start;
     int reason = 0, eport = -1, eerr = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (;;) {
+    Py_BEGIN_ALLOW_THREADS for (;;) {
         double now = mono();
         int got = 0, sent = 0;
         for (int k = 0; k < e->n_ports && !reason; k++) {
@@ -364,7 +402,12 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
             Port *pt = &e->ports[port];
             if (pt->fd < 0) continue;
             int r = receive(e, pt, now);
-            if (r < 0) { reason = 2; eport = port; eerr = -r; break; }
+            if (r < 0) {
+                reason = 2;
+                eport = port;
+                eerr = -r;
+                break;
+            }
             got += r;
         }
         if (reason) break;
@@ -375,7 +418,12 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
             schedule(e, pt, port, now);
             if (pt->txq.count) {
                 int r = transmit(e, pt);
-                if (r < 0) { reason = 2; eport = port; eerr = -r; break; }
+                if (r < 0) {
+                    reason = 2;
+                    eport = port;
+                    eerr = -r;
+                    break;
+                }
                 sent += r;
             }
         }
@@ -384,8 +432,14 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
         if (got || sent) {
             if (now - last_wake_check < CONTROL_POLL_S || !nwake) continue;
             last_wake_check = now;
-            for (int i = 0; i < nwake; i++) { pfd[i].fd = wfds[i]; pfd[i].events = POLLIN; }
-            if (poll(pfd, nwake, 0) > 0) { reason = 1; break; }
+            for (int i = 0; i < nwake; i++) {
+                pfd[i].fd = wfds[i];
+                pfd[i].events = POLLIN;
+            }
+            if (poll(pfd, nwake, 0) > 0) {
+                reason = 1;
+                break;
+            }
             continue;
         }
         /* idle: sleep until a frame, a departure, an arrival, a wake fd or the deadline */
@@ -405,7 +459,11 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
             }
             if (pt->flight.count && pt->due[pt->flight.head] < until) until = pt->due[pt->flight.head];
         }
-        for (int i = 0; i < nwake; i++) { pfd[nfd].fd = wfds[i]; pfd[nfd].events = POLLIN; pfd_port[nfd++] = -1; }
+        for (int i = 0; i < nwake; i++) {
+            pfd[nfd].fd = wfds[i];
+            pfd[nfd].events = POLLIN;
+            pfd_port[nfd++] = -1;
+        }
         double wait = until - mono();
         if (wait <= 0) continue;
         struct timespec ts = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
@@ -413,13 +471,15 @@ static PyObject *Engine_run(Engine *e, PyObject *args) {
         last_wake_check = mono();
         if (r > 0) {
             for (int i = 0; i < nfd; i++) {
-                if (pfd_port[i] < 0 && (pfd[i].revents & POLLIN)) { reason = 1; break; }
+                if (pfd_port[i] < 0 && (pfd[i].revents & POLLIN)) {
+                    reason = 1;
+                    break;
+                }
             }
             if (reason) break;
         }
     }
-    Py_END_ALLOW_THREADS
-    return Py_BuildValue("(iii)", reason, eport, eerr);
+    Py_END_ALLOW_THREADS return Py_BuildValue("(iii)", reason, eport, eerr);
 }
 
 /* --- configuration ----------------------------------------------------------------------------- */
@@ -551,15 +611,20 @@ static PyObject *Engine_add_port(Engine *e, PyObject *args) {
     }
     Port *pt = &e->ports[port];
     memset(pt, 0, sizeof *pt);
-    for (int q = 0; q < N_QUEUES; q++) if (ring_init(&pt->q[q], depth) < 0) return PyErr_NoMemory();
+    for (int q = 0; q < N_QUEUES; q++)
+        if (ring_init(&pt->q[q], depth) < 0) return PyErr_NoMemory();
     if (ring_init(&pt->flight, 64) < 0 || ring_init(&pt->txq, 2 * e->batch) < 0) return PyErr_NoMemory();
     pt->due = calloc(64, sizeof(double));
-    pt->used = 1; pt->fd = fd; pt->depth = depth;
+    pt->used = 1;
+    pt->fd = fd;
+    pt->depth = depth;
     pt->byte_time = bps > 0 ? 8.0 / bps : 0;
     pt->pkt_time = (bps <= 0 && pps > 0) ? 1.0 / pps : 0;
     pt->unlimited = bps <= 0 && pps <= 0;
-    pt->delay = delay; pt->loss = loss; pt->max_lag = lag;
-    pt->in_byte_time = host_nic ? pt->byte_time : 0;  /* bit rate only, as queues.py */
+    pt->delay = delay;
+    pt->loss = loss;
+    pt->max_lag = lag;
+    pt->in_byte_time = host_nic ? pt->byte_time : 0; /* bit rate only, as queues.py */
     if (pcap) {
         pt->pcap = fopen(pcap, "wb");
         if (!pt->pcap) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, pcap);
@@ -578,7 +643,8 @@ static PyObject *Engine_port_gone(Engine *e, PyObject *args) {
 }
 
 static PyObject *Engine_flush(Engine *e, PyObject *Py_UNUSED(noargs)) {
-    for (int p = 0; p < MAX_PORTS; p++) if (e->ports[p].pcap) fflush(e->ports[p].pcap);
+    for (int p = 0; p < MAX_PORTS; p++)
+        if (e->ports[p].pcap) fflush(e->ports[p].pcap);
     Py_RETURN_NONE;
 }
 
@@ -632,7 +698,11 @@ static PyObject *qdisc_picks(PyObject *Py_UNUSED(module), PyObject *args) {
     uint32_t *lens = calloc((size_t)(N_QUEUES * (n + 1)), sizeof(uint32_t)); /* a FIFO of frame sizes per queue */
     uint32_t head[N_QUEUES] = {0}, count[N_QUEUES] = {0}, head_len[N_QUEUES];
     PyObject *out = PyList_New(0);
-    if (!lens || !out) { free(lens); Py_XDECREF(out); return PyErr_NoMemory(); }
+    if (!lens || !out) {
+        free(lens);
+        Py_XDECREF(out);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *op = PySequence_GetItem(ops, i);
         if (!op) goto fail;
@@ -640,9 +710,15 @@ static PyObject *qdisc_picks(PyObject *Py_UNUSED(module), PyObject *args) {
             Py_DECREF(op);
             for (int q = 0; q < N_QUEUES; q++) head_len[q] = count[q] ? lens[q * (n + 1) + head[q]] : 0;
             int q = sw_qdisc_pick(&d, count, head_len);
-            if (q >= 0) { head[q]++; count[q]--; }
+            if (q >= 0) {
+                head[q]++;
+                count[q]--;
+            }
             PyObject *v = PyLong_FromLong(q);
-            if (!v || PyList_Append(out, v) < 0) { Py_XDECREF(v); goto fail; }
+            if (!v || PyList_Append(out, v) < 0) {
+                Py_XDECREF(v);
+                goto fail;
+            }
             Py_DECREF(v);
             continue;
         }
@@ -651,7 +727,10 @@ static PyObject *qdisc_picks(PyObject *Py_UNUSED(module), PyObject *args) {
         int ok = PyArg_ParseTuple(op, "iI", &qid, &len);
         Py_DECREF(op);
         if (!ok) goto fail;
-        if (qid < 0 || qid >= N_QUEUES) { PyErr_Format(PyExc_ValueError, "queue %d", qid); goto fail; }
+        if (qid < 0 || qid >= N_QUEUES) {
+            PyErr_Format(PyExc_ValueError, "queue %d", qid);
+            goto fail;
+        }
         lens[qid * (n + 1) + head[qid] + count[qid]] = len;
         count[qid]++;
     }
@@ -687,8 +766,14 @@ static PyObject *non_dlcp_dict(const SwCore *c) {
         if (!(c->non_dlcp[0][i] | c->non_dlcp[1][i] | c->non_dlcp[2][i])) continue;
         PyObject *k = PyLong_FromLong(i);
         PyObject *v = Py_BuildValue("(KKK)", c->non_dlcp[0][i], c->non_dlcp[1][i], c->non_dlcp[2][i]);
-        if (!k || !v || PyDict_SetItem(d, k, v) < 0) { Py_XDECREF(k); Py_XDECREF(v); Py_DECREF(d); return NULL; }
-        Py_DECREF(k); Py_DECREF(v);
+        if (!k || !v || PyDict_SetItem(d, k, v) < 0) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
     }
     return d;
 }
@@ -699,10 +784,10 @@ static PyObject *Engine_sample(Engine *e, PyObject *Py_UNUSED(noargs)) {
     uint64_t occ[SW_QUEUE_SLOTS], peak[SW_QUEUE_SLOTS], tot[6][MAX_PORTS];
     sw_sample(&e->core, occ, peak, tot);
     return Py_BuildValue("{sNsNsNsNsNsNsNsN}", "occupancy", u64_list(occ, SW_QUEUE_SLOTS), "peak",
-        u64_list(peak, SW_QUEUE_SLOTS), "admitted_pkts", u64_list(tot[0], MAX_PORTS), "early_pkts",
-        u64_list(tot[1], MAX_PORTS), "tail_pkts", u64_list(tot[2], MAX_PORTS), "non_dlcp_admitted_pkts",
-        u64_list(tot[3], MAX_PORTS), "non_dlcp_early_pkts", u64_list(tot[4], MAX_PORTS), "non_dlcp_tail_pkts",
-        u64_list(tot[5], MAX_PORTS));
+                         u64_list(peak, SW_QUEUE_SLOTS), "admitted_pkts", u64_list(tot[0], MAX_PORTS), "early_pkts",
+                         u64_list(tot[1], MAX_PORTS), "tail_pkts", u64_list(tot[2], MAX_PORTS),
+                         "non_dlcp_admitted_pkts", u64_list(tot[3], MAX_PORTS), "non_dlcp_early_pkts",
+                         u64_list(tot[4], MAX_PORTS), "non_dlcp_tail_pkts", u64_list(tot[5], MAX_PORTS));
 }
 
 /* d[prefix_bins], d[prefix_n], d[prefix_max_s]: a wait histogram for counter_dump.py */
@@ -728,35 +813,40 @@ static PyObject *Engine_counters(Engine *e, PyObject *Py_UNUSED(noargs)) {
     if (!ports) return NULL;
     for (int k = 0; k < e->n_ports; k++) {
         Port *pt = &e->ports[e->port_list[k]];
-        PyObject *d = Py_BuildValue("{sKsKsKsKsKsKsKsKsIsi}", "rx_pkts", pt->rx_pkts, "rx_bytes", pt->rx_bytes,
-                                    "tx_pkts", pt->tx_pkts, "tx_bytes", pt->tx_bytes, "tx_errors", pt->tx_errors,
-                                    "queue_overflow_pkts", pt->overflow, "link_loss_pkts", pt->lost,
-                                    "rx_truncated", pt->truncated, "queued_pkts", pt->backlog,
-                                    "pending_pkts", (int)(pt->txq.count + pt->flight.count));
+        PyObject *d =
+            Py_BuildValue("{sKsKsKsKsKsKsKsKsIsi}", "rx_pkts", pt->rx_pkts, "rx_bytes", pt->rx_bytes, "tx_pkts",
+                          pt->tx_pkts, "tx_bytes", pt->tx_bytes, "tx_errors", pt->tx_errors, "queue_overflow_pkts",
+                          pt->overflow, "link_loss_pkts", pt->lost, "rx_truncated", pt->truncated, "queued_pkts",
+                          pt->backlog, "pending_pkts", (int)(pt->txq.count + pt->flight.count));
         PyObject *key = PyLong_FromLong(e->port_list[k]);
         if (!d || !key || PyDict_SetItem(ports, key, d) < 0) {
-            Py_XDECREF(d); Py_XDECREF(key); Py_DECREF(ports);
+            Py_XDECREF(d);
+            Py_XDECREF(key);
+            Py_DECREF(ports);
             return NULL;
         }
-        Py_DECREF(key); Py_DECREF(d);
+        Py_DECREF(key);
+        Py_DECREF(d);
     }
-    PyObject *d = Py_BuildValue("{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsNsNsNsN}",
-        "admitted_pkts", u64_list(c->adm[0], SW_COUNTER_SLOTS), "admitted_bytes", u64_list(c->adm[1], SW_COUNTER_SLOTS),
-        "early_pkts", u64_list(c->early[0], SW_COUNTER_SLOTS), "early_bytes", u64_list(c->early[1], SW_COUNTER_SLOTS),
-        "tail_pkts", u64_list(c->tail[0], SW_COUNTER_SLOTS), "tail_bytes", u64_list(c->tail[1], SW_COUNTER_SLOTS),
-        "drops_pkts", u64_list(c->drops[0], SW_N_REASONS), "drops_bytes", u64_list(c->drops[1], SW_N_REASONS),
-        "lpm_hits", u64_list(c->lpm_hits, 2 * c->n_lpm_entries),
-        "classify_hits", u64_list(c->cls_hits, 2 * c->n_cls_entries),
-        "occupancy", u32_list(c->occupancy, SW_QUEUE_SLOTS), "rr_next", u64_list(rr, MAX_GROUPS),
-        "ports", ports, "max_enq_qdepth", c->max_enq_qdepth,
-        "delay_fine", u64_list(c->delay_fine, SW_DELAY_FINE), "delay_coarse", u64_list(c->delay_coarse, SW_DELAY_COARSE),
-        "delay_n", (unsigned long long)c->delay_n, "delay_max", (unsigned long long)c->delay_max,
-        "last_drop", PyLong_FromLong(c->last_drop), "non_dlcp", non_dlcp_dict(c),
+    PyObject *d = Py_BuildValue(
+        "{sNsNsNsNsNsNsNsNsNsNsNsNsNsIsNsNsKsKsNsNsNsN}", "admitted_pkts", u64_list(c->adm[0], SW_COUNTER_SLOTS),
+        "admitted_bytes", u64_list(c->adm[1], SW_COUNTER_SLOTS), "early_pkts", u64_list(c->early[0], SW_COUNTER_SLOTS),
+        "early_bytes", u64_list(c->early[1], SW_COUNTER_SLOTS), "tail_pkts", u64_list(c->tail[0], SW_COUNTER_SLOTS),
+        "tail_bytes", u64_list(c->tail[1], SW_COUNTER_SLOTS), "drops_pkts", u64_list(c->drops[0], SW_N_REASONS),
+        "drops_bytes", u64_list(c->drops[1], SW_N_REASONS), "lpm_hits", u64_list(c->lpm_hits, 2 * c->n_lpm_entries),
+        "classify_hits", u64_list(c->cls_hits, 2 * c->n_cls_entries), "occupancy",
+        u32_list(c->occupancy, SW_QUEUE_SLOTS), "rr_next", u64_list(rr, MAX_GROUPS), "ports", ports, "max_enq_qdepth",
+        c->max_enq_qdepth, "delay_fine", u64_list(c->delay_fine, SW_DELAY_FINE), "delay_coarse",
+        u64_list(c->delay_coarse, SW_DELAY_COARSE), "delay_n", (unsigned long long)c->delay_n, "delay_max",
+        (unsigned long long)c->delay_max, "last_drop", PyLong_FromLong(c->last_drop), "non_dlcp", non_dlcp_dict(c),
         "ce_pkts", u64_list(c->ce[0], SW_QUEUE_SLOTS), "ce_bytes", u64_list(c->ce[1], SW_QUEUE_SLOTS));
     if (!d) return NULL;
     if (put_waits(d, "rx_lag", e->lag_bins, e->lag_n, e->lag_max) < 0
         || put_waits(d, "tx_late", e->late_bins, e->late_n, e->late_max) < 0
-        || put_waits(d, "rx_burst", e->burst_bins, e->burst_n, e->burst_max) < 0) { Py_DECREF(d); return NULL; }
+        || put_waits(d, "rx_burst", e->burst_bins, e->burst_n, e->burst_max) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
     return d;
 }
 
@@ -767,17 +857,29 @@ static int Engine_init(Engine *e, PyObject *args, PyObject *kw) {
     int batch = 64, data_port = DLCP_DATA_PORT;
     unsigned long long seed = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|iiK", kwlist, &batch, &data_port, &seed)) return -1;
-    if (batch < 1 || batch > 1024) { PyErr_SetString(PyExc_ValueError, "batch must be 1..1024"); return -1; }
-    if (e->rxbuf) { PyErr_SetString(PyExc_RuntimeError, "Engine is already initialised"); return -1; }
+    if (batch < 1 || batch > 1024) {
+        PyErr_SetString(PyExc_ValueError, "batch must be 1..1024");
+        return -1;
+    }
+    if (e->rxbuf) {
+        PyErr_SetString(PyExc_RuntimeError, "Engine is already initialised");
+        return -1;
+    }
     e->batch = batch;
-    if (sw_init(&e->core, data_port, seed) < 0) { PyErr_NoMemory(); return -1; }
+    if (sw_init(&e->core, data_port, seed) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     e->rxbuf = malloc((size_t)batch * SLOT);
     e->rxctl = calloc(batch, RXCTL);
     e->rxmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->txmsgs = calloc(batch, sizeof(struct mmsghdr));
     e->rxiov = calloc(batch, sizeof(struct iovec));
     e->txiov = calloc(2 * batch, sizeof(struct iovec));
-    if (!e->rxbuf || !e->rxctl || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) { PyErr_NoMemory(); return -1; }
+    if (!e->rxbuf || !e->rxctl || !e->rxmsgs || !e->txmsgs || !e->rxiov || !e->txiov) {
+        PyErr_NoMemory();
+        return -1;
+    }
     for (int i = 0; i < batch; i++) {
         e->rxiov[i].iov_base = e->rxbuf + (size_t)i * SLOT;
         e->rxiov[i].iov_len = SLOT;
@@ -802,7 +904,12 @@ static void Engine_dealloc(Engine *e) {
         if (pt->pcap) fclose(pt->pcap);
     }
     sw_free(&e->core);
-    free(e->rxbuf); free(e->rxctl); free(e->rxmsgs); free(e->txmsgs); free(e->rxiov); free(e->txiov);
+    free(e->rxbuf);
+    free(e->rxctl);
+    free(e->rxmsgs);
+    free(e->txmsgs);
+    free(e->rxiov);
+    free(e->txiov);
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
@@ -812,9 +919,11 @@ static PyMethodDef Engine_methods[] = {
     {"set_queueing", (PyCFunction)Engine_set_queueing, METH_VARARGS, "set a port's queue discipline"},
     {"add_port", (PyCFunction)Engine_add_port, METH_VARARGS, "attach a port socket and its queue config"},
     {"port_gone", (PyCFunction)Engine_port_gone, METH_VARARGS, "stop using a port whose interface vanished"},
-    {"run", (PyCFunction)Engine_run, METH_VARARGS, "forward until the time is up, a wake fd is readable or a port fails"},
+    {"run", (PyCFunction)Engine_run, METH_VARARGS,
+     "forward until the time is up, a wake fd is readable or a port fails"},
     {"flush", (PyCFunction)Engine_flush, METH_NOARGS, "flush pcap files"},
-    {"sample", (PyCFunction)Engine_sample, METH_NOARGS, "occupancy, its peak since the last sample, packet counts per port"},
+    {"sample", (PyCFunction)Engine_sample, METH_NOARGS,
+     "occupancy, its peak since the last sample, packet counts per port"},
     {"ingress", (PyCFunction)Engine_ingress, METH_VARARGS, "ingress on one frame (tests)"},
     {"egress", (PyCFunction)Engine_egress, METH_VARARGS, "egress on one frame (tests)"},
     {"counters", (PyCFunction)Engine_counters, METH_NOARGS, "counters, registers and port statistics"},
@@ -822,8 +931,7 @@ static PyMethodDef Engine_methods[] = {
 };
 
 static PyTypeObject EngineType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "emulation.builtin_switch._fastpath.Engine",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "emulation.builtin_switch._fastpath.Engine",
     .tp_basicsize = sizeof(Engine),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -834,12 +942,13 @@ static PyTypeObject EngineType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"qdisc_picks", qdisc_picks, METH_VARARGS, "the core's queue discipline on a sequence of enqueues and picks (tests)"},
+    {"qdisc_picks", qdisc_picks, METH_VARARGS,
+     "the core's queue discipline on a sequence of enqueues and picks (tests)"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", "The built-in switch's C engine.", -1,
-                                    module_methods, NULL, NULL, NULL, NULL};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fastpath", "The built-in switch's C engine.", -1, module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
     if (PyType_Ready(&EngineType) < 0) return NULL;

@@ -98,3 +98,17 @@ def test_bench_schedulers_takes_a_measured_profile_and_the_compute_scale():
     ).stdout
     assert "every compute time x 2.5 (--compute-scale)" in out
     assert json.loads(out.strip().splitlines()[-1])["compute_scale"] == 2.5
+
+
+def test_dssync_rows_are_priced_as_dssync_runs_parameter_averaging_after_the_backward():
+    # docs/comm.md and the DS-Sync collective: parameters are averaged after the local step, so
+    # nothing overlaps the backward and the gradient schedulers cannot run over it at all
+    from dlcp.comm.schedulers_bench import collective_rows
+
+    profile = load_profile("resnet50-usbyte")
+    rows = {r["collective"]: r for r in collective_rows(profile, ["torus:4x4"], 10.0, 30e-6)}
+    ds = rows["dssync group=4"]
+    assert ds["wfbp"] == round(profile.compute_s * 1e3 + ds["allreduce_ms"], 2)
+    assert ds["mgwfbp"] is None and ds["dear"] is None
+    ring = rows["ring"]  # a gradient all-reduce still overlaps the backward
+    assert ring["wfbp"] < profile.compute_s * 1e3 + ring["allreduce_ms"]

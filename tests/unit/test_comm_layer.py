@@ -117,6 +117,9 @@ def test_wire_id_ranges_and_errors():
         ("multitree", "mesh:3x3"),
         ("dssync", "leaf_spine:2x2x4"),
         ("tar", None),
+        ("dtree", "torus:4x4"),
+        ("ring2d", "torus:4x4"),
+        ("ring2d", "leaf_spine:2x2x4"),
     ],
 )
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
@@ -280,6 +283,19 @@ def test_transpose_allreduce_through_the_transport(cluster):
     check_sums(all_reduce_rounds(comms, 2))
     rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
     assert {row["step"] for row in rows} == {0, 1} and all(row["lost_pkts"] == 0 for row in rows)
+
+
+@pytest.mark.parametrize("collective", ["dtree", "ring2d"])
+@pytest.mark.parametrize("scheduler", ["wfbp", "dear"])
+def test_tree_and_2d_ring_on_a_3x3_torus_through_the_transport(cluster, collective, scheduler):
+    spec = parse_topology("torus:3x3")
+    ts = cluster(9)
+    comms = comms_for(ts, setup(scheduler, collective=collective), spec)
+    out = all_reduce_rounds(comms, 1)
+    check_sums(out)
+    T = comms[0].plan.schedule(0).steps_per_phase
+    rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
+    assert max(row["step"] for row in rows) == 2 * T - 1
 
 
 def test_dssync_groups_sum_in_their_group_and_shuffle(cluster):

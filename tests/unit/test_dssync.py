@@ -144,3 +144,32 @@ def test_iteration_cost_is_a_ring_inside_the_largest_group():
     spec = parse_topology("star:12")
     sched = round_schedule(spec, topology_groups(spec, 4), 0)
     assert alpha_beta_cost(sched, M, a, b, spec) == pytest.approx(iteration_cost(plan, 0, M, a, b))
+
+
+def test_on_an_8x8_torus_groups_of_4_are_grid_blocks_without_shared_links_and_cheaper_than_the_ring():
+    # the digit rule's second round (positions 4 apart: multi-hop, shared links) cost more than the
+    # whole ring; DS-Sync's groups are meant to be bottleneck-free
+    from dlcp.comm.plans.dssync import dssync_rounds
+    from dlcp.comm.plans.ring import ring_plan
+
+    spec = parse_topology("torus:8x8", fabric_mbps=10e3)
+    plan = dssync_rounds(64, 4, spec)
+    assert plan.pattern.rule == "grid blocks" and plan.period == 2
+    assert sorted(plan.groups(0)[0]) == [0, 1, 8, 9]  # a 2x2 block of the grid
+    M, a, b = 100e6, 30e-6, 8 / 10e9
+    ring = alpha_beta_cost(ring_plan(64, spec).schedule(0), M, a, b, spec)
+    for k in range(plan.period):
+        assert link_conflicts(plan.schedule(k), spec) == []
+        assert alpha_beta_cost(plan.schedule(k), M, a, b, spec) < ring
+    # 4 blocks per dimension: the shifted tilings mix towards the average without reaching it
+    assert not plan.pattern.exact and plan_json(64, 4, spec)["rounds_to_average"] is None
+    rng = np.random.default_rng(1)
+    vals = [rng.normal(size=5) for _ in range(64)]
+    assert spread(average_rounds(vals, plan.pattern, 20)) < 0.01 * spread(vals)
+
+
+def test_a_torus_whose_digit_rounds_share_no_link_keeps_the_exact_rule():
+    from dlcp.comm.plans.dssync import dssync_rounds
+
+    plan = dssync_rounds(16, 4, parse_topology("torus:4x4"))
+    assert plan.pattern.rule == "digits" and plan.pattern.exact and plan.period == 2

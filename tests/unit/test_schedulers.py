@@ -430,3 +430,48 @@ def test_tune_picks_the_best_grid_point():
             cost,
             {"partition_bytes": [4 << 20], "credit_bytes": [10]},
         )
+
+
+def test_bytescheduler_defaults_are_its_docs_allreduce_values_and_say_so():
+    # ByteScheduler's docs: partition 8,000,000 and credit 16,000,000 parameters for all-reduce;
+    # 1,000,000 / 4,000,000 (bytecore's defaults) are the parameter server's
+    p = load_profile("vgg16-usbyte")
+    s = make_scheduler("bytescheduler", p, None)
+    assert (s.partition_bytes, s.credit_bytes) == (32_000_000, 64_000_000)
+    d = s.describe()
+    assert d["architecture"] == "allreduce" and "scheduling.md" in d["defaults"]
+    ps = make_scheduler("bytescheduler", p, None, architecture="ps")
+    assert (ps.partition_bytes, ps.credit_bytes) == (4_000_000, 16_000_000)
+    mixed = make_scheduler("bytescheduler", p, None, partition_bytes=8_000_000)
+    assert (mixed.partition_bytes, mixed.credit_bytes) == (8_000_000, 64_000_000)
+    assert mixed.describe()["defaults"].startswith("credit_bytes:")
+
+
+def test_bytescheduler_with_allreduce_defaults_no_longer_loses_to_wfbp_on_vgg16_at_64_workers():
+    # the case: VGG-16, 64 workers, 100 Gbit/s; with the PS sizes 165 operations and
+    # about 3x WFBP's iteration, with the all-reduce sizes within a few percent of it
+    p = load_profile("vgg16-usbyte")
+    cost = CostModel.from_link(100e9, 30e-6, 64)
+    ops = {
+        a: len(simulate(p, make_scheduler("bytescheduler", p, cost, 64, architecture=a), cost).ops_of(1))
+        for a in ("allreduce", "ps")
+    }
+    it = {
+        a: simulate(p, make_scheduler("bytescheduler", p, cost, 64, architecture=a), cost).iteration_s
+        for a in ("allreduce", "ps")
+    }
+    wfbp = simulate(p, make_scheduler("wfbp", p, cost, 64), cost).iteration_s
+    assert ops["ps"] > 3 * ops["allreduce"]
+    assert it["ps"] > 1.5 * wfbp and it["allreduce"] < 1.1 * wfbp
+
+
+def test_a_merging_scheduler_that_collapses_to_one_group_says_so():
+    # DeAR's 64-GPU 10GbE fit: MG-WFBP's own rule merges ResNet-50 (H200 profile) into one group
+    p = load_profile("resnet50-fp32-b64-h200")
+    s = make_scheduler("mgwfbp", p, paper_fit("10GbE", 64), 64)
+    assert len(s.groups) == 1
+    assert any("one group" in n and "no overlap" in n for n in s.describe()["notes"])
+    plan = prediction_json("mgwfbp", p, 64, paper_fit("10GbE", 64))
+    assert plan["notes"] == s.describe()["notes"]
+    assert "notes" not in make_scheduler("wfbp", p, None).describe()
+    assert "notes" not in make_scheduler("mgwfbp", p, paper_fit("56GbIB", 8), 8).describe()

@@ -48,7 +48,7 @@ from pydantic import Field
 from dlcp.comm.plans.collective import CollectiveEntry, StepPlan, register_collective, spec_for, worker_hosts
 from dlcp.comm.plans.paths import PlanError, Router, locality_order, rank_hosts
 from dlcp.comm.plans.ring import ring_steps
-from dlcp.comm.plans.schedule import Schedule, Transfer
+from dlcp.comm.plans.schedule import Schedule, Transfer, link_conflicts
 from dlcp.comm.plans.topology_arg import topology_label
 from dlcp.network.topology import TopologySpec
 from dlcp.settings import BadValue, Settings
@@ -82,10 +82,13 @@ class DsSyncGroups:
     digit_sets: list[tuple[int, ...]]  # digits each round averages over
     iterations: list[list[list[int]]]  # round -> groups -> ranks (ring order inside the group)
     exact_equal_groups: bool  # every group of every round has `group` members
+    exact: bool = True  # one period reaches the exact global average (else it only mixes towards it)
+    rule: str = "digits"  # "digits" (the mixed-radix rule) or "grid blocks" (shifted tilings of a torus)
 
     @property
     def period(self) -> int:
-        """Rounds (iterations) to the exact global average; the pattern then repeats."""
+        """Rounds (iterations) after which the pattern repeats: with `exact`, the rounds to the
+        exact global average."""
         return len(self.iterations)
 
     def groups(self, iteration: int) -> list[list[int]]:
@@ -143,9 +146,85 @@ def _groups(radices, digit_set, order) -> list[list[int]]:
 
 
 def topology_groups(spec: TopologySpec, group: int, hosts: list[str] | None = None) -> DsSyncGroups:
-    """DS-Sync groups over the topology's workers, positions in locality order (edge switch first)."""
+    """DS-Sync groups chosen from the topology (positions in locality order: edge switch first).
+
+    Switched fabrics (leaf-spine, star, dumbbell): the digit rule over the locality order, so round
+    0 is rack-local and later rounds take one worker per rack. A torus: the digit rule too when
+    every one of its rounds is free of shared links (4x4 in groups of 4: rows, then columns);
+    otherwise its later rounds would be strided groups crossing shared multi-hop links (8x8 in
+    groups of 4), and the groups are grid blocks instead (`grid_tilings`): bottleneck-free in every
+    round, which is DS-Sync's point, at the price of exactness where a dimension has more than two
+    blocks."""
     hosts = list(hosts or rank_hosts(spec))
-    return dssync_groups(len(hosts), group, locality_order(spec, hosts))
+    digits = dssync_groups(len(hosts), group, locality_order(spec, hosts))
+    if spec.kind != "torus" or len(hosts) != len(spec.hosts) or _bottleneck_free(spec, digits, hosts):
+        return digits
+    blocks = grid_tilings(spec, group, hosts)
+    return blocks if blocks is not None and _bottleneck_free(spec, blocks, hosts) else digits
+
+
+def _bottleneck_free(spec: TopologySpec, plan: DsSyncGroups, hosts: list[str]) -> bool:
+    return all(not link_conflicts(round_schedule(spec, plan, k, hosts), spec) for k in range(plan.period))
+
+
+def block_shape(rows: int, cols: int, group: int) -> tuple[int, int] | None:
+    """The block (rows x cols of the grid) of `group` workers that tiles the grid: it divides both
+    dimensions, and a dimension cut into several blocks has blocks at least 2 long (else a shifted
+    tiling would never mix along it); the squarest such block, or None."""
+    shapes = [
+        (br, group // br)
+        for br in range(1, group + 1)
+        if group % br == 0
+        and rows % br == 0
+        and cols % (group // br) == 0
+        and (br >= 2 or rows == br)
+        and (group // br >= 2 or cols == group // br)
+    ]
+    return min(shapes, key=lambda b: (abs(b[0] - b[1]), b)) if shapes else None
+
+
+def _block_ring(r0: int, c0: int, br: int, bc: int, rows: int, cols: int) -> list[tuple[int, int]]:
+    """The cells of a block in ring order: a snake through its rows (each hop one link); the hop
+    back to the first cell runs against the snake's direction, so it shares no directed link."""
+    cells = []
+    for i in range(br):
+        cs = range(bc) if i % 2 == 0 else range(bc - 1, -1, -1)
+        cells += [((r0 + i) % rows, (c0 + j) % cols) for j in cs]
+    return cells
+
+
+def grid_tilings(spec: TopologySpec, group: int, hosts: list[str]) -> DsSyncGroups | None:
+    """Groups that are blocks of a torus grid [D]: round 0 tiles the grid with `block_shape`
+    blocks, round 1 with the same blocks shifted by half a block along every dimension cut into
+    several blocks, then again. Each group's ring moves one link per hop, and blocks of a round
+    are disjoint, so no link is shared. Exact after the two rounds iff every dimension has at
+    most two blocks of even length (8x8 in 2x2 blocks is not: it mixes towards the average,
+    like the paper's shuffling, instead of reaching it); `exact` says which, checked on numbers."""
+    rows, cols = spec.dims
+    shape = block_shape(rows, cols, group)
+    if shape is None:
+        return None
+    br, bc = shape
+    rank_at = {}
+    for r, h in enumerate(hosts):
+        k = int(spec.hosts[h].switch[1:]) - 1  # s(row*cols + col + 1), docs/collectives.md
+        rank_at[(k // cols, k % cols)] = r
+    shifts = [(0, 0), (br // 2 if rows > br else 0, bc // 2 if cols > bc else 0)]
+    iterations = []
+    for dr, dc in dict.fromkeys(shifts):
+        groups = [
+            [rank_at[cell] for cell in _block_ring(r0 + dr, c0 + dc, br, bc, rows, cols)]
+            for r0 in range(0, rows, br)
+            for c0 in range(0, cols, bc)
+        ]
+        iterations.append(sorted(groups, key=lambda g: g[0]))
+    plan = DsSyncGroups(len(hosts), group, tuple(range(len(hosts))), (), [], iterations, True, True, "grid blocks")
+    rng = np.random.default_rng(0)
+    values = [rng.normal(size=3) for _ in hosts]
+    out = average_rounds(values, plan)
+    plan.exact = bool(np.allclose(out, np.mean(values, axis=0)))
+    plan.exact_equal_groups = plan.exact
+    return plan
 
 
 def average_rounds(values: list[np.ndarray], plan: DsSyncGroups, rounds: int | None = None) -> list[np.ndarray]:
@@ -206,10 +285,12 @@ def plan_json(workers: int, group: int, spec: TopologySpec | None = None) -> dic
         "workers": workers,
         "group": group,
         **({"topology": topology_label(spec), "hosts": rank_hosts(spec)} if spec is not None else {}),
+        "rule": plan.rule,
         "radices": list(plan.radices),
         "digit_sets": [list(d) for d in plan.digit_sets],
         "exact_equal_groups": plan.exact_equal_groups,
-        "rounds_to_average": plan.period,
+        "rounds_to_average": plan.period if plan.exact else None,
+        "period": plan.period,
         "iterations": plan.iterations,
         "steps_per_phase": max(len(g) for it in plan.iterations for g in it) - 1,
     }
@@ -275,8 +356,13 @@ register_collective(
         describe=lambda o, workers, spec: plan_json(workers, o.group, spec),
         check=_check,
         summary=lambda d: [
-            f"dssync: {d['workers']} workers in groups of {d['group']}: exact average after "
-            f"{d['rounds_to_average']} iterations; {d['steps_per_phase']} steps per phase"
+            f"dssync: {d['workers']} workers in groups of {d['group']} ({d.get('rule', 'digits')}): "
+            + (
+                f"exact average after {d['rounds_to_average']} iterations"
+                if d["rounds_to_average"]
+                else f"a period of {d['period']} iterations mixes towards the average, never exactly"
+            )
+            + f"; {d['steps_per_phase']} steps per phase"
         ],
         averages_parameters=lambda o: o.average == "parameters",
         resyncs=False,  # replicas differ by design until a period completes

@@ -17,6 +17,18 @@ def check_groups(groups, n: int, who: str) -> list[list[int]]:
     return out
 
 
+def collapse_notes(name: str, tensors: int, groups) -> list[str]:
+    """What a plan should say when a merging scheduler put every tensor into one group: its one
+    all-reduce starts when the whole backward is over, so nothing overlaps the backward, and a
+    comparison against it is a comparison against no overlap at all."""
+    if tensors > 1 and len(groups) == 1:
+        return [
+            f"{name} merged all {tensors} tensors into one group: one all-reduce after the whole "
+            "backward, no overlap with it (a comparison against it is one against no overlap)"
+        ]
+    return []
+
+
 class GroupedAllReduce(Scheduler):
     """One all-reduce per group of whole tensors, issued when the whole group is ready."""
 
@@ -43,7 +55,8 @@ class GroupedAllReduce(Scheduler):
         return []
 
     def describe(self) -> dict:
-        return {"groups": [list(g) for g in self.groups]}
+        notes = collapse_notes(self.name, len(self.sizes), self.groups)
+        return {"groups": [list(g) for g in self.groups], **({"notes": notes} if notes else {})}
 
     def units(self):
         return [tuple(self.whole(t) for t in g) for g in self.groups]

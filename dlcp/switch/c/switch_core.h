@@ -31,16 +31,16 @@
 #define SW_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-#define SW_QUEUE_SLOTS REGISTER_OCCUPANCY_SIZE  /* port * N_QUEUES + qid */
-#define SW_COUNTER_SLOTS COUNTER_ADMITTED_SIZE  /* (port * N_QUEUES + qid) * N_COLORS + color */
-#define SW_N_REASONS COUNTER_DROPS_SIZE
-#define SW_NON_DLCP_SLOTS (SW_COUNTER_SLOTS * NON_DLCP_DSCP_CLASSES)  /* counter slot * classes + dscp >> 3 */
-#define SW_CLASSIFY_SLOTS (1 << CLASSIFY_KEY_BITS)  /* every (dlcp_valid, prio, drop_prec, dscp) */
-#define SW_TEL_OFF (DLCP_OFF + DLCP_HEADER_LEN)
-#define SW_UDP_CSUM_OFF (L4_OFF + 6)
-#define SW_VIEW (SW_TEL_OFF + DLCP_TELEMETRY_LEN)  /* the frame bytes the pipeline reads or writes */
-#define SW_DELAY_FINE 256                          /* queueing times: 1 us buckets below this, */
-#define SW_DELAY_COARSE (34 * 32)                  /* then 32 log-spaced ones per power of two */
+#define SW_QUEUE_SLOTS    REGISTER_OCCUPANCY_SIZE /* port * N_QUEUES + qid */
+#define SW_COUNTER_SLOTS  COUNTER_ADMITTED_SIZE   /* (port * N_QUEUES + qid) * N_COLORS + color */
+#define SW_N_REASONS      COUNTER_DROPS_SIZE
+#define SW_NON_DLCP_SLOTS (SW_COUNTER_SLOTS * NON_DLCP_DSCP_CLASSES) /* counter slot * classes + dscp >> 3 */
+#define SW_CLASSIFY_SLOTS (1 << CLASSIFY_KEY_BITS)                   /* every (dlcp_valid, prio, drop_prec, dscp) */
+#define SW_TEL_OFF        (DLCP_OFF + DLCP_HEADER_LEN)
+#define SW_UDP_CSUM_OFF   (L4_OFF + 6)
+#define SW_VIEW           (SW_TEL_OFF + DLCP_TELEMETRY_LEN) /* the frame bytes the pipeline reads or writes */
+#define SW_DELAY_FINE     256                               /* queueing times: 1 us buckets below this, */
+#define SW_DELAY_COARSE   (34 * 32)                         /* then 32 log-spaced ones per power of two */
 
 /* what this code assumes of the generated layout (it reads these fields as single bytes, the
  * telemetry block as whole words, rr_next as 16 bits) */
@@ -58,21 +58,33 @@ SW_STATIC_ASSERT(REGISTER_RR_NEXT_BITS == 16, "rr_next is uint16_t");
 SW_STATIC_ASSERT(NON_DLCP_DSCP_CLASSES == 8, "the DSCP class of a non-DLCP frame is its TOS byte >> 5");
 SW_STATIC_ASSERT(CLASSIFY_DSCP_SHIFT == 0 && CLASSIFY_DSCP_BITS == 6, "the DSCP is the low bits of the classify index");
 
-typedef struct { uint32_t prefix, mask; int entry, group, size; } SwLpm;  /* group -1: mark_no_route */
-typedef struct { int entry; uint8_t dmac[6]; int port; } SwNhop;         /* entry -1: no member */
-typedef struct { int n; SwNhop *members; } SwGroup;
+typedef struct {
+    uint32_t prefix, mask;
+    int entry, group, size;
+} SwLpm; /* group -1: mark_no_route */
+typedef struct {
+    int entry;
+    uint8_t dmac[6];
+    int port;
+} SwNhop; /* entry -1: no member */
+typedef struct {
+    int n;
+    SwNhop *members;
+} SwGroup;
 
 /* One port's queue discipline (dlcp/queueing): kind QDISC_STRICT or QDISC_WRR, and its state. */
 typedef struct {
     int kind;
-    uint32_t quantum[N_QUEUES];  /* wrr: bytes a visit adds to the queue's deficit */
-    uint32_t deficit[N_QUEUES];  /* wrr */
-    int cur;                     /* wrr: the queue being visited */
-    int fresh;                   /* wrr: its quantum not yet added on this visit */
+    uint32_t quantum[N_QUEUES]; /* wrr: bytes a visit adds to the queue's deficit */
+    uint32_t deficit[N_QUEUES]; /* wrr */
+    int cur;                    /* wrr: the queue being visited */
+    int fresh;                  /* wrr: its quantum not yet added on this visit */
 } SwQdisc;
 
 /* Where an admitted packet goes: egress port, queue, color, telemetry block offset (-1: none). */
-typedef struct { int port, qid, color, tel; } SwVerdict;
+typedef struct {
+    int port, qid, color, tel;
+} SwVerdict;
 
 typedef double (*SwRandom)(void *ctx); /* uniform in [0, 1) */
 

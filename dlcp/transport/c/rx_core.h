@@ -37,39 +37,38 @@
 #endif
 
 RX_STATIC_ASSERT(DLCP_VER_SIZE == 1 && DLCP_TYPE_SIZE == 1 && DLCP_PHASE_SIZE == 1 && DLCP_JOB_ID_SIZE == 1
-                     && DLCP_SRC_RANK_SIZE == 1 && DLCP_FLAGS_SIZE == 1 && DLCP_ITER_SIZE == 2
-                     && DLCP_MSG_ID_SIZE == 2 && DLCP_SEQ_SIZE == 4 && DLCP_N_PKTS_SIZE == 4
-                     && DLCP_OFFSET_SIZE == 4,
+                     && DLCP_SRC_RANK_SIZE == 1 && DLCP_FLAGS_SIZE == 1 && DLCP_ITER_SIZE == 2 && DLCP_MSG_ID_SIZE == 2
+                     && DLCP_SEQ_SIZE == 4 && DLCP_N_PKTS_SIZE == 4 && DLCP_OFFSET_SIZE == 4,
                  "rx_absorb reads the header fields with these widths");
 RX_STATIC_ASSERT(DLCP_TYPE_DATA < DLCP_TYPE_PROBE && DLCP_TYPE_RETX < DLCP_TYPE_PROBE
                      && DLCP_TYPE_PARAM < DLCP_TYPE_PROBE,
                  "types above PROBE are unknown (receiver.py)");
 
 /* what rx_absorb did with a datagram */
-#define RX_UP 0     /* not taken: the protocol core must see it */
-#define RX_TAKEN 1  /* taken */
+#define RX_UP     0 /* not taken: the protocol core must see it */
+#define RX_TAKEN  1 /* taken */
 #define RX_DECIDE 2 /* taken, and its sender's FEEDBACK may be due: the core decides (rx_core.decide_src) */
 
 #define RX_VALUE_BYTES 4 /* fp32 (dlcp/wire/layout.py value_bytes; checked by the mirror) */
 
 /* One row of rx_take: what the mirror adds to one message (_Rx) or one sender (_Source). Times are
  * the driver's `now` (seconds); -1: none among these packets. */
-#define RX_ROW_KIND 0     /* 0: message, 1: source */
-#define RX_ROW_ID 1       /* message: its slot (the mirror's id); source: its rank */
-#define RX_ROW_PKTS 2     /* packets counted (message: n_received; source: rcvd) */
-#define RX_ROW_A 3        /* message: RETX packets (retx); source: CE-marked (ce) */
-#define RX_ROW_B 4        /* message: original packets (n_orig); source: slot of its newest packet */
-#define RX_ROW_C 5        /* message: payload bytes (bytes_rcvd); source: seq of its newest packet */
-#define RX_ROW_ORIG_T 6   /* message: the newest original's time (orig_last_t); source: first arrival */
-#define RX_ROW_LAST_T 7   /* message: the newest packet's time (last_t); source: newest arrival */
+#define RX_ROW_KIND     0 /* 0: message, 1: source */
+#define RX_ROW_ID       1 /* message: its slot (the mirror's id); source: its rank */
+#define RX_ROW_PKTS     2 /* packets counted (message: n_received; source: rcvd) */
+#define RX_ROW_A        3 /* message: RETX packets (retx); source: CE-marked (ce) */
+#define RX_ROW_B        4 /* message: original packets (n_orig); source: slot of its newest packet */
+#define RX_ROW_C        5 /* message: payload bytes (bytes_rcvd); source: seq of its newest packet */
+#define RX_ROW_ORIG_T   6 /* message: the newest original's time (orig_last_t); source: first arrival */
+#define RX_ROW_LAST_T   7 /* message: the newest packet's time (last_t); source: newest arrival */
 #define RX_ROW_LAST_LEN 8 /* message: values in its last packet (last_len), -1: not among these */
-#define RX_ROW_FIRST_T 9  /* message: its first packet's time (first_t), -1: it had packets before */
-#define RX_ROW_LEN 10
+#define RX_ROW_FIRST_T  9 /* message: its first packet's time (first_t), -1: it had packets before */
+#define RX_ROW_LEN      10
 
 /* socket waits: the bins of dlcp/transport/core/waits.py (4 per doubling from 1 us, 30 doublings) */
 #define RX_WAIT_BINS_PER_OCTAVE 4
-#define RX_WAIT_BINS (30 * RX_WAIT_BINS_PER_OCTAVE)
-#define RX_WAIT_FLOOR_S 1e-6
+#define RX_WAIT_BINS            (30 * RX_WAIT_BINS_PER_OCTAVE)
+#define RX_WAIT_FLOOR_S         1e-6
 /* the wait area rx_take fills: [0] 1 when filled, [1] datagrams, [2] the longest wait (s),
  * [3] host-marked, then the bins */
 #define RX_WAIT_AREA (4 + RX_WAIT_BINS)
@@ -133,8 +132,8 @@ static inline uint32_t rx_be(const uint8_t *p, int size) {
 }
 
 /* rows, pending: the mirror's buffers (see above); returns 0, or -1 when out of memory */
-static inline int rx_init(RxCore *c, int enabled, uint32_t job_id, uint32_t vpp, double wall_offset,
-                          double host_mark_s, double *rows, uint64_t row_cap, uint8_t *pending) {
+static inline int rx_init(RxCore *c, int enabled, uint32_t job_id, uint32_t vpp, double wall_offset, double host_mark_s,
+                          double *rows, uint64_t row_cap, uint8_t *pending) {
     free(c->msgs);
     memset(c, 0, sizeof *c);
     c->enabled = enabled;

@@ -31,43 +31,37 @@
 #include <string>
 #include <vector>
 
-namespace ns3
-{
+namespace ns3 {
 
-class DlcpHostIo : public Object
-{
+class DlcpHostIo : public Object {
   public:
-    enum Kind
-    {
-        DATA = 0,        // a datagram: conn = 0, ecn = its ECN bits
-        CONTROL = 1,     // bytes read from control connection `conn`
-        CONNECTED = 2,   // outgoing connection `conn` is up
-        CLOSED = 3,      // connection `conn` closed or failed
-        ACCEPTED = 4,    // a peer opened connection `conn` to us
-        WRITABLE = 5,    // the data socket took every datagram handed down (after WouldBlock)
-        DECIDE = 6       // the receive path took a datagram after which sender `conn`'s FEEDBACK may be due
+    enum Kind {
+        DATA = 0,       // a datagram: conn = 0, ecn = its ECN bits
+        CONTROL = 1,    // bytes read from control connection `conn`
+        CONNECTED = 2,  // outgoing connection `conn` is up
+        CLOSED = 3,     // connection `conn` closed or failed
+        ACCEPTED = 4,   // a peer opened connection `conn` to us
+        WRITABLE = 5,   // the data socket took every datagram handed down (after WouldBlock)
+        DECIDE = 6      // the receive path took a datagram after which sender `conn`'s FEEDBACK may be due
     };
 
     // (host index, kind, connection id, bytes, ecn, peer IPv4)
-    using Dispatcher = std::function<void(uint32_t, int, uint64_t, const std::string&, int, uint32_t)>;
+    using Dispatcher = std::function<void(uint32_t, int, uint64_t, const std::string &, int, uint32_t)>;
 
-    static Dispatcher& Up()
-    {
+    static Dispatcher &Up() {
         static Dispatcher d;
         return d;
     }
 
     static void SetDispatcher(Dispatcher d) { Up() = std::move(d); }
 
-    static TypeId GetTypeId()
-    {
+    static TypeId GetTypeId() {
         static TypeId tid = TypeId("ns3::DlcpHostIo").SetParent<Object>().SetGroupName("Dlcp");
         return tid;
     }
 
-    void Setup(Ptr<Node> node, uint32_t index, uint16_t dataPort, uint16_t controlPort,
-               Ptr<NetDevice> nic, uint32_t sendBufPkts, double controlRtoMinS)
-    {
+    void Setup(Ptr<Node> node, uint32_t index, uint16_t dataPort, uint16_t controlPort, Ptr<NetDevice> nic,
+               uint32_t sendBufPkts, double controlRtoMinS) {
         m_controlRtoMin = Seconds(controlRtoMinS);
         m_node = node;
         m_index = index;
@@ -85,23 +79,19 @@ class DlcpHostIo : public Object
         ControlOptions(m_listen);  // accepted connections are forks of it: they inherit the RTO floor
         m_listen->Bind(InetSocketAddress(Ipv4Address::GetAny(), controlPort));
         m_listen->Listen();
-        m_listen->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+        m_listen->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address &>(),
                                     MakeCallback(&DlcpHostIo::OnAccept, this));
     }
 
     // --- data ------------------------------------------------------------------------------------
 
-    void SendData(uint32_t dstIp, const std::string& datagram, uint8_t tos)
-    {
+    void SendData(uint32_t dstIp, const std::string &datagram, uint8_t tos) {
         m_pending.push_back({dstIp, tos, datagram});
         // ns-3's TCP sends what SendFrame wrote from an event one time step later; data go one
         // time step later too, so the NIC takes frames and datagrams in the order they were
         // written, as Linux's send calls do (else a BITMAP written just before the next ring
         // step's data waited behind all of it in the NIC's FIFO)
-        if (!m_pumpEvent.IsPending())
-        {
-            m_pumpEvent = Simulator::Schedule(TimeStep(1), &DlcpHostIo::Pump, this);
-        }
+        if (!m_pumpEvent.IsPending()) { m_pumpEvent = Simulator::Schedule(TimeStep(1), &DlcpHostIo::Pump, this); }
     }
 
     uint64_t PendingData() const { return m_pending.size(); }
@@ -109,8 +99,7 @@ class DlcpHostIo : public Object
     // Whether the datagrams handed down so far fill more than the send buffer has room for: the
     // emulated sender would now be blocked in sendmmsg until the last of them is taken, and only
     // then ask its transport core for the next message. If so, a WRITABLE up-call says when.
-    bool WouldBlock()
-    {
+    bool WouldBlock() {
         uint64_t queued = m_qdisc->GetNPackets();
         uint64_t room = queued < m_sendBufPkts ? m_sendBufPkts - queued : 0;
         m_wantWritable = m_pending.size() > room;
@@ -122,12 +111,11 @@ class DlcpHostIo : public Object
     uint64_t DataReceived() const { return m_received; }
 
     // the data packets taken here instead of in Python (dlcp_rx.h)
-    DlcpRxPath& Rx() { return m_rx; }
+    DlcpRxPath &Rx() { return m_rx; }
 
     // --- control ---------------------------------------------------------------------------------
 
-    uint64_t Connect(uint32_t dstIp)
-    {
+    uint64_t Connect(uint32_t dstIp) {
         Ptr<Socket> s = Socket::CreateSocket(m_node, TcpSocketFactory::GetTypeId());
         ControlOptions(s);
         s->Bind();
@@ -138,13 +126,9 @@ class DlcpHostIo : public Object
         return id;
     }
 
-    void SendFrame(uint64_t conn, const std::string& bytes)
-    {
+    void SendFrame(uint64_t conn, const std::string &bytes) {
         auto it = m_conns.find(conn);
-        if (it == m_conns.end())
-        {
-            return;
-        }
+        if (it == m_conns.end()) { return; }
         it->second.out += bytes;
         Flush(it->second);
     }
@@ -152,31 +136,28 @@ class DlcpHostIo : public Object
     // bytes of connection `conn` not yet handed to TCP, TCP's free send buffer, whether it is up,
     // its IP TOS, its retransmission timeout floor and its delayed-ACK timeout in microseconds
     // (diagnostics)
-    std::vector<int64_t> ConnState(uint64_t conn) const
-    {
+    std::vector<int64_t> ConnState(uint64_t conn) const {
         auto it = m_conns.find(conn);
-        if (it == m_conns.end())
-        {
-            return {};
-        }
+        if (it == m_conns.end()) { return {}; }
         Ptr<TcpSocketBase> tcp = DynamicCast<TcpSocketBase>(it->second.sock);
-        return {int64_t(it->second.out.size()), int64_t(it->second.sock->GetTxAvailable()),
-                it->second.up ? 1 : 0, int64_t(it->second.sock->GetIpTos()),
-                tcp ? tcp->GetMinRto().GetMicroSeconds() : -1, DelAckUs(it->second.sock)};
+        return {int64_t(it->second.out.size()),
+                int64_t(it->second.sock->GetTxAvailable()),
+                it->second.up ? 1 : 0,
+                int64_t(it->second.sock->GetIpTos()),
+                tcp ? tcp->GetMinRto().GetMicroSeconds() : -1,
+                DelAckUs(it->second.sock)};
     }
 
   private:
     EventId m_pumpEvent;
 
-    struct Datagram
-    {
+    struct Datagram {
         uint32_t dst;
         uint8_t tos;
         std::string bytes;
     };
 
-    struct Conn
-    {
+    struct Conn {
         uint64_t id;
         Ptr<Socket> sock;
         uint32_t peer;
@@ -184,13 +165,10 @@ class DlcpHostIo : public Object
         std::string out;
     };
 
-    void Pump()
-    {
-        while (!m_pending.empty() && m_qdisc->GetNPackets() < m_sendBufPkts)
-        {
-            Datagram& d = m_pending.front();
-            Ptr<Packet> p = Create<Packet>(reinterpret_cast<const uint8_t*>(d.bytes.data()),
-                                           d.bytes.size());
+    void Pump() {
+        while (!m_pending.empty() && m_qdisc->GetNPackets() < m_sendBufPkts) {
+            Datagram &d = m_pending.front();
+            Ptr<Packet> p = Create<Packet>(reinterpret_cast<const uint8_t *>(d.bytes.data()), d.bytes.size());
             SocketIpTosTag tag;
             tag.SetTos(d.tos);
             p->AddPacketTag(tag);
@@ -198,41 +176,30 @@ class DlcpHostIo : public Object
             m_sent += 1;
             m_pending.pop_front();
         }
-        if (m_pending.empty() && m_wantWritable)
-        {
+        if (m_pending.empty() && m_wantWritable) {
             m_wantWritable = false;
             Up()(m_index, WRITABLE, 0, std::string(), 0, 0);
         }
     }
 
-    void OnNicDequeue(Ptr<const QueueDiscItem>)
-    {
-        if (!m_pending.empty())
-        {
-            Simulator::ScheduleNow(&DlcpHostIo::Pump, this);
-        }
+    void OnNicDequeue(Ptr<const QueueDiscItem>) {
+        if (!m_pending.empty()) { Simulator::ScheduleNow(&DlcpHostIo::Pump, this); }
     }
 
-    void OnData(Ptr<Socket> s)
-    {
+    void OnData(Ptr<Socket> s) {
         Address from;
         Ptr<Packet> p;
-        while ((p = s->RecvFrom(from)))
-        {
+        while ((p = s->RecvFrom(from))) {
             SocketIpTosTag tag;
             int ecn = p->RemovePacketTag(tag) ? (tag.GetTos() & 3) : 0;
-            std::string& buf = m_rxBuf;
+            std::string &buf = m_rxBuf;
             buf.resize(p->GetSize());
-            p->CopyData(reinterpret_cast<uint8_t*>(&buf[0]), buf.size());
+            p->CopyData(reinterpret_cast<uint8_t *>(&buf[0]), buf.size());
             m_received += 1;
-            int r = m_rx.Absorb(reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), ecn,
+            int r = m_rx.Absorb(reinterpret_cast<const uint8_t *>(buf.data()), buf.size(), ecn,
                                 Simulator::Now().GetSeconds());
-            if (r == RX_TAKEN)
-            {
-                continue;
-            }
-            if (r == RX_DECIDE)
-            {
+            if (r == RX_TAKEN) { continue; }
+            if (r == RX_DECIDE) {
                 Up()(m_index, DECIDE, uint64_t(m_rx.DecideSrc()), std::string(), 0, 0);
                 continue;
             }
@@ -241,15 +208,13 @@ class DlcpHostIo : public Object
         }
     }
 
-    uint64_t Register(Ptr<Socket> s, uint32_t peer)
-    {
+    uint64_t Register(Ptr<Socket> s, uint32_t peer) {
         uint64_t id = ++m_nextConn;
         m_conns[id] = Conn{id, s, peer};
         m_connOf[PeekPointer(s)] = id;
         s->SetRecvCallback(MakeCallback(&DlcpHostIo::OnControl, this));
         s->SetSendCallback(MakeCallback(&DlcpHostIo::OnSendSpace, this));
-        s->SetCloseCallbacks(MakeCallback(&DlcpHostIo::OnClosed, this),
-                             MakeCallback(&DlcpHostIo::OnClosed, this));
+        s->SetCloseCallbacks(MakeCallback(&DlcpHostIo::OnClosed, this), MakeCallback(&DlcpHostIo::OnClosed, this));
         return id;
     }
 
@@ -257,23 +222,20 @@ class DlcpHostIo : public Object
     // Linux computes it with TCP_RTO_MIN_US; see DlcpTcpLikeLinux for the 200 ms default)
     // Linux caps a socket's delayed ACK at its RTO floor (tcp_delack_max): the emulated control
     // sockets ACK within 10 ms, not the 40 ms of the other connections
-    void ControlOptions(Ptr<Socket> s)
-    {
+    void ControlOptions(Ptr<Socket> s) {
         s->SetIpTos(0xE0);
         s->SetAttribute("MinRto", TimeValue(m_controlRtoMin));
         s->SetAttribute("ClockGranularity", TimeValue(m_controlRtoMin));
         s->SetAttribute("DelAckTimeout", TimeValue(m_controlRtoMin));
     }
 
-    static int64_t DelAckUs(Ptr<Socket> s)
-    {
+    static int64_t DelAckUs(Ptr<Socket> s) {
         TimeValue t;
         s->GetAttribute("DelAckTimeout", t);
         return t.Get().GetMicroSeconds();
     }
 
-    void OnAccept(Ptr<Socket> s, const Address& from)
-    {
+    void OnAccept(Ptr<Socket> s, const Address &from) {
         s->SetIpTos(0xE0);  // ns-3's fork does not carry the listener's TOS: answers would go at priority 0
         uint32_t peer = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();
         uint64_t id = Register(s, peer);
@@ -281,10 +243,9 @@ class DlcpHostIo : public Object
         Up()(m_index, ACCEPTED, id, std::string(), 0, peer);
     }
 
-    void OnConnected(Ptr<Socket> s)
-    {
+    void OnConnected(Ptr<Socket> s) {
         uint64_t id = m_connOf[PeekPointer(s)];
-        Conn& c = m_conns[id];
+        Conn &c = m_conns[id];
         c.up = true;
         Flush(c);
         Up()(m_index, CONNECTED, id, std::string(), 0, c.peer);
@@ -292,13 +253,9 @@ class DlcpHostIo : public Object
 
     void OnConnectFailed(Ptr<Socket> s) { OnClosed(s); }
 
-    void OnClosed(Ptr<Socket> s)
-    {
+    void OnClosed(Ptr<Socket> s) {
         auto it = m_connOf.find(PeekPointer(s));
-        if (it == m_connOf.end())
-        {
-            return;
-        }
+        if (it == m_connOf.end()) { return; }
         uint64_t id = it->second;
         uint32_t peer = m_conns[id].peer;
         m_conns.erase(id);
@@ -306,50 +263,31 @@ class DlcpHostIo : public Object
         Up()(m_index, CLOSED, id, std::string(), 0, peer);
     }
 
-    void OnControl(Ptr<Socket> s)
-    {
+    void OnControl(Ptr<Socket> s) {
         uint64_t id = m_connOf[PeekPointer(s)];
         Ptr<Packet> p;
         std::string buf;
-        while ((p = s->Recv()))
-        {
+        while ((p = s->Recv())) {
             size_t at = buf.size();
             buf.resize(at + p->GetSize());
-            p->CopyData(reinterpret_cast<uint8_t*>(&buf[at]), p->GetSize());
+            p->CopyData(reinterpret_cast<uint8_t *>(&buf[at]), p->GetSize());
         }
-        if (!buf.empty())
-        {
-            Up()(m_index, CONTROL, id, buf, 0, m_conns[id].peer);
-        }
+        if (!buf.empty()) { Up()(m_index, CONTROL, id, buf, 0, m_conns[id].peer); }
     }
 
-    void OnSendSpace(Ptr<Socket> s, uint32_t)
-    {
+    void OnSendSpace(Ptr<Socket> s, uint32_t) {
         auto it = m_connOf.find(PeekPointer(s));
-        if (it != m_connOf.end())
-        {
-            Flush(m_conns[it->second]);
-        }
+        if (it != m_connOf.end()) { Flush(m_conns[it->second]); }
     }
 
-    void Flush(Conn& c)
-    {
-        if (!c.up || c.out.empty())
-        {
-            return;
-        }
+    void Flush(Conn &c) {
+        if (!c.up || c.out.empty()) { return; }
         uint32_t room = c.sock->GetTxAvailable();
         uint32_t n = std::min<size_t>(room, c.out.size());
-        if (!n)
-        {
-            return;
-        }
-        Ptr<Packet> p = Create<Packet>(reinterpret_cast<const uint8_t*>(c.out.data()), n);
+        if (!n) { return; }
+        Ptr<Packet> p = Create<Packet>(reinterpret_cast<const uint8_t *>(c.out.data()), n);
         int sent = c.sock->Send(p);
-        if (sent > 0)
-        {
-            c.out.erase(0, sent);
-        }
+        if (sent > 0) { c.out.erase(0, sent); }
     }
 
     Ptr<Node> m_node;
@@ -363,18 +301,16 @@ class DlcpHostIo : public Object
     Ptr<QueueDisc> m_qdisc;
     std::deque<Datagram> m_pending;
     bool m_wantWritable = false;  // the host's driver waits for WRITABLE (WouldBlock)
-    std::string m_rxBuf;  // the datagram being received
+    std::string m_rxBuf;          // the datagram being received
     DlcpRxPath m_rx;
     uint64_t m_sent = 0, m_received = 0, m_nextConn = 0;
     std::map<uint64_t, Conn> m_conns;
-    std::map<Socket*, uint64_t> m_connOf;
+    std::map<Socket *, uint64_t> m_connOf;
 };
 
 // Python timers by integer token through one dispatcher (see DlcpHostIo for why).
-struct DlcpTimers
-{
-    static std::function<void(uint64_t)>& Up()
-    {
+struct DlcpTimers {
+    static std::function<void(uint64_t)> &Up() {
         static std::function<void(uint64_t)> d;
         return d;
     }
@@ -387,12 +323,10 @@ struct DlcpTimers
     static double Now() { return Simulator::Now().GetSeconds(); }
 
     // at `t` seconds, rounded up to the simulator's nanosecond: never before the deadline
-    static EventId At(double t, uint64_t token)
-    {
+    static EventId At(double t, uint64_t token) {
         double delay = std::ceil((t - Simulator::Now().GetSeconds()) * 1e9);
-        return Simulator::Schedule(NanoSeconds(int64_t(delay > 0 ? delay : 0)), &DlcpTimers::Fire,
-                                   token);
+        return Simulator::Schedule(NanoSeconds(int64_t(delay > 0 ? delay : 0)), &DlcpTimers::Fire, token);
     }
 };
 
-} // namespace ns3
+}  // namespace ns3

@@ -29,11 +29,9 @@
 #include <string>
 #include <vector>
 
-namespace ns3
-{
+namespace ns3 {
 
-inline void DlcpTcpLikeLinux()
-{
+inline void DlcpTcpLikeLinux() {
     // ns-3: rto = max(MinRto, srtt + max(ClockGranularity, 4 rttvar)); Linux's tcp_rto_min sits
     // where ns-3 puts the clock granularity
     Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(MilliSeconds(200)));
@@ -45,17 +43,14 @@ inline void DlcpTcpLikeLinux()
     Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(false));
 }
 
-inline NetDeviceContainer DlcpLink(Ptr<Node> a, Ptr<Node> b, double rateA, double rateB,
-                                   uint32_t mtu)
-{
+inline NetDeviceContainer DlcpLink(Ptr<Node> a, Ptr<Node> b, double rateA, double rateB, uint32_t mtu) {
     PointToPointHelper p2p;
     p2p.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
     p2p.SetDeviceAttribute("Mtu", UintegerValue(mtu));
     p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("1p"));
     NetDeviceContainer devs = p2p.Install(a, b);
     double rates[2] = {rateA, rateB};
-    for (uint32_t i = 0; i < 2; ++i)
-    {
+    for (uint32_t i = 0; i < 2; ++i) {
         Ptr<PointToPointNetDevice> d = DynamicCast<PointToPointNetDevice>(devs.Get(i));
         d->SetDataRate(DataRate(uint64_t(rates[i])));
         d->SetInterframeGap(Seconds(12 * 8.0 / rates[i]));
@@ -65,8 +60,7 @@ inline NetDeviceContainer DlcpLink(Ptr<Node> a, Ptr<Node> b, double rateA, doubl
 
 // A switch-side device queue: the switch hands a packet down only when the device is idle, so
 // this never holds more than a packet that a 1 ns rounding difference let arrive early.
-inline void DlcpSwitchDeviceQueue(Ptr<NetDevice> dev, uint32_t packets)
-{
+inline void DlcpSwitchDeviceQueue(Ptr<NetDevice> dev, uint32_t packets) {
     Ptr<PointToPointNetDevice> d = DynamicCast<PointToPointNetDevice>(dev);
     d->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, packets));
 }
@@ -76,26 +70,20 @@ inline void DlcpSwitchDeviceQueue(Ptr<NetDevice> dev, uint32_t packets)
 // anything else, served by deficit round robin with a quantum of one full frame (HTB's quantum
 // there; its leaves have equal rates and may each borrow the whole link, so backlogged
 // destinations share it frame by frame).
-class DlcpDestFairQueueDisc : public QueueDisc
-{
+class DlcpDestFairQueueDisc : public QueueDisc {
   public:
-    static TypeId GetTypeId()
-    {
+    static TypeId GetTypeId() {
         static TypeId tid =
             TypeId("ns3::DlcpDestFairQueueDisc")
                 .SetParent<QueueDisc>()
                 .SetGroupName("Dlcp")
                 .AddConstructor<DlcpDestFairQueueDisc>()
                 .AddAttribute("Limit", "packets per destination's FIFO (host_queue_pkts)", UintegerValue(128),
-                              MakeUintegerAccessor(&DlcpDestFairQueueDisc::m_limit),
-                              MakeUintegerChecker<uint32_t>(1));
+                              MakeUintegerAccessor(&DlcpDestFairQueueDisc::m_limit), MakeUintegerChecker<uint32_t>(1));
         return tid;
     }
 
-    DlcpDestFairQueueDisc()
-        : QueueDisc(QueueDiscSizePolicy::NO_LIMITS)
-    {
-    }
+    DlcpDestFairQueueDisc() : QueueDisc(QueueDiscSizePolicy::NO_LIMITS) {}
 
     // the other hosts' addresses, each its own FIFO (before the queue disc is initialized)
     void AddDestination(uint32_t addr) { m_class.emplace(addr, m_class.size() + 1); }
@@ -103,27 +91,20 @@ class DlcpDestFairQueueDisc : public QueueDisc
   private:
     static constexpr uint32_t QUANTUM = 1514;  // one full Ethernet frame
 
-    bool DoEnqueue(Ptr<QueueDiscItem> item) override
-    {
+    bool DoEnqueue(Ptr<QueueDiscItem> item) override {
         uint32_t c = 0;  // anything no destination matches
         Ptr<Ipv4QueueDiscItem> ip = DynamicCast<Ipv4QueueDiscItem>(item);
-        if (ip)
-        {
+        if (ip) {
             auto it = m_class.find(ip->GetHeader().GetDestination().Get());
             c = it == m_class.end() ? 0 : it->second;
         }
         Ptr<InternalQueue> q = GetInternalQueue(c);
-        if (q->GetNPackets() >= m_limit)
-        {
+        if (q->GetNPackets() >= m_limit) {
             DropBeforeEnqueue(item, "destination's queue full");
             return false;
         }
-        if (!q->Enqueue(item))
-        {
-            return false;
-        }
-        if (!m_inRound[c])
-        {
+        if (!q->Enqueue(item)) { return false; }
+        if (!m_inRound[c]) {
             m_inRound[c] = true;
             m_deficit[c] = 0;
             m_round.push_back(c);
@@ -131,21 +112,17 @@ class DlcpDestFairQueueDisc : public QueueDisc
         return true;
     }
 
-    Ptr<QueueDiscItem> DoDequeue() override
-    {
-        while (!m_round.empty())
-        {
+    Ptr<QueueDiscItem> DoDequeue() override {
+        while (!m_round.empty()) {
             uint32_t c = m_round.front();
             Ptr<InternalQueue> q = GetInternalQueue(c);
-            if (!q->GetNPackets())
-            {
+            if (!q->GetNPackets()) {
                 m_round.pop_front();
                 m_inRound[c] = false;
                 continue;
             }
             uint32_t size = q->Peek()->GetSize();
-            if (m_deficit[c] < size)
-            {
+            if (m_deficit[c] < size) {
                 m_deficit[c] += QUANTUM;
                 m_round.pop_front();
                 m_round.push_back(c);
@@ -153,8 +130,7 @@ class DlcpDestFairQueueDisc : public QueueDisc
             }
             m_deficit[c] -= size;
             Ptr<QueueDiscItem> item = q->Dequeue();
-            if (!q->GetNPackets())
-            {
+            if (!q->GetNPackets()) {
                 m_round.pop_front();
                 m_inRound[c] = false;
             }
@@ -163,12 +139,9 @@ class DlcpDestFairQueueDisc : public QueueDisc
         return nullptr;
     }
 
-    bool CheckConfig() override
-    {
-        if (GetNInternalQueues() == 0)
-        {
-            for (size_t c = 0; c <= m_class.size(); ++c)
-            {
+    bool CheckConfig() override {
+        if (GetNInternalQueues() == 0) {
+            for (size_t c = 0; c <= m_class.size(); ++c) {
                 AddInternalQueue(CreateObjectWithAttributes<DropTailQueue<QueueDiscItem>>(
                     "MaxSize", QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, m_limit + 1))));
             }
@@ -190,91 +163,69 @@ class DlcpDestFairQueueDisc : public QueueDisc
 // A host's address and NIC queue: one FIFO of `queuePkts`, or with `fairTo` (the other hosts'
 // addresses) a DlcpDestFairQueueDisc.
 inline void DlcpHostNic(Ptr<Node> host, Ptr<NetDevice> dev, uint32_t addr, uint32_t queuePkts,
-                        const std::vector<uint32_t>& fairTo)
-{
+                        const std::vector<uint32_t> &fairTo) {
     Ptr<Ipv4> ipv4 = host->GetObject<Ipv4>();
     int32_t iface = ipv4->AddInterface(dev);
     ipv4->AddAddress(iface, Ipv4InterfaceAddress(Ipv4Address(addr), Ipv4Mask("255.255.255.0")));
     ipv4->SetMetric(iface, 1);
     ipv4->SetUp(iface);
     TrafficControlHelper tch;
-    if (fairTo.empty())
-    {
+    if (fairTo.empty()) {
         tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize",
                              QueueSizeValue(QueueSize(QueueSizeUnit::PACKETS, queuePkts)));
-    }
-    else
-    {
+    } else {
         DlcpDestFairQueueDisc::GetTypeId();  // registers the name (no static registration in code cppyy compiles)
         tch.SetRootQueueDisc("ns3::DlcpDestFairQueueDisc", "Limit", UintegerValue(queuePkts));
     }
     QueueDiscContainer qd = tch.Install(dev);
     Ptr<DlcpDestFairQueueDisc> fair = DynamicCast<DlcpDestFairQueueDisc>(qd.Get(0));
-    for (uint32_t other : fairTo)
-    {
-        fair->AddDestination(other);
-    }
+    for (uint32_t other : fairTo) { fair->AddDestination(other); }
 }
 
 // UDP at `rateBps` during on-periods (onS = 0: always on), `payload` bytes per datagram; with
 // `exponential` each on- and off-period is drawn with means onS and offS (ns-3's RNG, seeded by the run).
-inline Ptr<Application> DlcpUdpSource(Ptr<Node> src, uint32_t dst, uint16_t port, double rateBps,
-                                      uint32_t payload, double onS, double offS, bool exponential,
-                                      uint8_t tos, double start, double stop)
-{
+inline Ptr<Application> DlcpUdpSource(Ptr<Node> src, uint32_t dst, uint16_t port, double rateBps, uint32_t payload,
+                                      double onS, double offS, bool exponential, uint8_t tos, double start,
+                                      double stop) {
     OnOffHelper h("ns3::UdpSocketFactory", InetSocketAddress(Ipv4Address(dst), port));
     h.SetAttribute("DataRate", DataRateValue(DataRate(uint64_t(rateBps))));
     h.SetAttribute("PacketSize", UintegerValue(payload));
     h.SetAttribute("Tos", UintegerValue(tos));
-    if (onS > 0)
-    {
+    if (onS > 0) {
         std::ostringstream on, off;
-        if (exponential)
-        {
+        if (exponential) {
             on << "ns3::ExponentialRandomVariable[Mean=" << onS << "]";
             off << "ns3::ExponentialRandomVariable[Mean=" << offS << "]";
-        }
-        else
-        {
+        } else {
             on << "ns3::ConstantRandomVariable[Constant=" << onS << "]";
             off << "ns3::ConstantRandomVariable[Constant=" << offS << "]";
         }
         h.SetAttribute("OnTime", StringValue(on.str()));
         h.SetAttribute("OffTime", StringValue(off.str()));
-    }
-    else
-    {
+    } else {
         h.SetAttribute("OnTime", StringValue("ns3::ConstantRandomVariable[Constant=1e9]"));
         h.SetAttribute("OffTime", StringValue("ns3::ConstantRandomVariable[Constant=0]"));
     }
     ApplicationContainer apps = h.Install(src);
     apps.Start(Seconds(start));
-    if (stop > start)
-    {
-        apps.Stop(Seconds(stop));
-    }
+    if (stop > start) { apps.Stop(Seconds(stop)); }
     return apps.Get(0);
 }
 
 // One long TCP flow, as fast as TCP lets it.
-inline Ptr<Application> DlcpTcpSource(Ptr<Node> src, uint32_t dst, uint16_t port, uint8_t tos,
-                                      double start, double stop)
-{
+inline Ptr<Application> DlcpTcpSource(Ptr<Node> src, uint32_t dst, uint16_t port, uint8_t tos, double start,
+                                      double stop) {
     BulkSendHelper h("ns3::TcpSocketFactory", InetSocketAddress(Ipv4Address(dst), port));
     h.SetAttribute("MaxBytes", UintegerValue(0));
     h.SetAttribute("Tos", UintegerValue(tos));
     ApplicationContainer apps = h.Install(src);
     apps.Start(Seconds(start));
-    if (stop > start)
-    {
-        apps.Stop(Seconds(stop));
-    }
+    if (stop > start) { apps.Stop(Seconds(stop)); }
     return apps.Get(0);
 }
 
 // The receiving end: counts and discards (UDP) or drains (TCP).
-inline Ptr<PacketSink> DlcpSink(Ptr<Node> dst, uint16_t port, bool tcp)
-{
+inline Ptr<PacketSink> DlcpSink(Ptr<Node> dst, uint16_t port, bool tcp) {
     PacketSinkHelper h(tcp ? "ns3::TcpSocketFactory" : "ns3::UdpSocketFactory",
                        InetSocketAddress(Ipv4Address::GetAny(), port));
     ApplicationContainer apps = h.Install(dst);
@@ -284,27 +235,19 @@ inline Ptr<PacketSink> DlcpSink(Ptr<Node> dst, uint16_t port, bool tcp)
 
 // Packets an OnOff/BulkSend source put on its socket (the OnOff "Tx" trace, counted in C++), and
 // with keepTimes their times in seconds (tests: burst lengths and phases).
-struct DlcpTxCounter
-{
+struct DlcpTxCounter {
     uint64_t packets = 0;
     uint64_t bytes = 0;
     bool keepTimes = false;
     std::vector<double> times;
 
-    void Tx(Ptr<const Packet> p)
-    {
+    void Tx(Ptr<const Packet> p) {
         packets += 1;
         bytes += p->GetSize();
-        if (keepTimes)
-        {
-            times.push_back(Simulator::Now().GetSeconds());
-        }
+        if (keepTimes) { times.push_back(Simulator::Now().GetSeconds()); }
     }
 
-    void Attach(Ptr<Application> app)
-    {
-        app->TraceConnectWithoutContext("Tx", MakeCallback(&DlcpTxCounter::Tx, this));
-    }
+    void Attach(Ptr<Application> app) { app->TraceConnectWithoutContext("Tx", MakeCallback(&DlcpTxCounter::Tx, this)); }
 };
 
-} // namespace ns3
+}  // namespace ns3

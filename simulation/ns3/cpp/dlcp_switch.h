@@ -81,9 +81,9 @@ class DlcpItem : public QueueDiscItem {
     bool Mark() override { return false; }
 
     uint8_t qid;
-    int tel;           // telemetry block offset in the frame, -1 without one
-    uint32_t enqDepth; // packets ahead of it in its own queue when it was enqueued
-    uint8_t macs[12];  // dst, src after set_nhop (captured output only)
+    int tel;            // telemetry block offset in the frame, -1 without one
+    uint32_t enqDepth;  // packets ahead of it in its own queue when it was enqueued
+    uint8_t macs[12];   // dst, src after set_nhop (captured output only)
 };
 
 // One egress port's queues: 8 FIFOs, `Depth` packets each, served in the order the port's queue
@@ -92,13 +92,13 @@ class DlcpItem : public QueueDiscItem {
 class DlcpQueueDisc : public QueueDisc {
   public:
     static TypeId GetTypeId() {
-        static TypeId tid = TypeId("ns3::DlcpQueueDisc")
-                                .SetParent<QueueDisc>()
-                                .SetGroupName("Dlcp")
-                                .AddConstructor<DlcpQueueDisc>()
-                                .AddAttribute("Depth", "packets per priority queue (queue_depth_pkts)",
-                                              UintegerValue(128), MakeUintegerAccessor(&DlcpQueueDisc::m_depth),
-                                              MakeUintegerChecker<uint32_t>(1));
+        static TypeId tid =
+            TypeId("ns3::DlcpQueueDisc")
+                .SetParent<QueueDisc>()
+                .SetGroupName("Dlcp")
+                .AddConstructor<DlcpQueueDisc>()
+                .AddAttribute("Depth", "packets per priority queue (queue_depth_pkts)", UintegerValue(128),
+                              MakeUintegerAccessor(&DlcpQueueDisc::m_depth), MakeUintegerChecker<uint32_t>(1));
         return tid;
     }
     DlcpQueueDisc() : QueueDisc(QueueDiscSizePolicy::NO_LIMITS) {}
@@ -129,7 +129,7 @@ class DlcpQueueDisc : public QueueDisc {
         return q < 0 ? nullptr : GetInternalQueue(q)->Dequeue();
     }
     Ptr<const QueueDiscItem> DoPeek() override {
-        SwQdisc copy = *m_qdisc; // a peek leaves the discipline's state alone
+        SwQdisc copy = *m_qdisc;  // a peek leaves the discipline's state alone
         int q = Pick(&copy);
         return q < 0 ? nullptr : GetInternalQueue(q)->Peek();
     }
@@ -145,7 +145,7 @@ class DlcpQueueDisc : public QueueDisc {
     void InitializeParams() override {}
 
     uint32_t m_depth = 128;
-    SwQdisc *m_qdisc = nullptr; // the port's discipline in the switch's core
+    SwQdisc *m_qdisc = nullptr;  // the port's discipline in the switch's core
 };
 
 // spray_random's member choice from the switch's own ns-3 random stream (reproducible runs)
@@ -242,7 +242,7 @@ class DlcpSwitch : public Object {
     void InjectFrame(int port, const std::string &frame) {
         const uint8_t *b = reinterpret_cast<const uint8_t *>(frame.data());
         uint32_t n = frame.size();
-        if (n < (uint32_t)ETH_LEN) { // too short for Ethernet: the parser fails before anything else
+        if (n < (uint32_t)ETH_LEN) {  // too short for Ethernet: the parser fails before anything else
             CountRx(port, n);
             uint8_t f[ETH_LEN] = {0};
             std::memcpy(f, b, n);
@@ -275,7 +275,9 @@ class DlcpSwitch : public Object {
     std::vector<uint64_t> ClassifyHits() const {
         return std::vector<uint64_t>(m_core->cls_hits, m_core->cls_hits + 2 * m_core->n_cls_entries);
     }
-    std::vector<uint64_t> RrNext() const { return std::vector<uint64_t>(m_core->rr_next, m_core->rr_next + MAX_GROUPS); }
+    std::vector<uint64_t> RrNext() const {
+        return std::vector<uint64_t>(m_core->rr_next, m_core->rr_next + MAX_GROUPS);
+    }
     std::vector<uint64_t> Occupancy() const {
         return std::vector<uint64_t>(m_core->occupancy, m_core->occupancy + SW_QUEUE_SLOTS);
     }
@@ -284,7 +286,8 @@ class DlcpSwitch : public Object {
         std::vector<uint64_t> out;
         for (int i = 0; i < SW_NON_DLCP_SLOTS; ++i) {
             if (m_core->non_dlcp[0][i] | m_core->non_dlcp[1][i] | m_core->non_dlcp[2][i]) {
-                out.insert(out.end(), {uint64_t(i), m_core->non_dlcp[0][i], m_core->non_dlcp[1][i], m_core->non_dlcp[2][i]});
+                out.insert(out.end(),
+                           {uint64_t(i), m_core->non_dlcp[0][i], m_core->non_dlcp[1][i], m_core->non_dlcp[2][i]});
             }
         }
         return out;
@@ -299,7 +302,7 @@ class DlcpSwitch : public Object {
     std::vector<uint64_t> DelayFine() const {
         return std::vector<uint64_t>(m_core->delay_fine, m_core->delay_fine + SW_DELAY_FINE);
     }
-    std::vector<uint64_t> DelayCoarse() const { // key, count, key, count ...
+    std::vector<uint64_t> DelayCoarse() const {  // key, count, key, count ...
         std::vector<uint64_t> out;
         for (int k = 0; k < SW_DELAY_COARSE; ++k) {
             if (m_core->delay_coarse[k]) out.insert(out.end(), {uint64_t(k), m_core->delay_coarse[k]});
@@ -351,17 +354,17 @@ class DlcpSwitch : public Object {
         SwVerdict v;
         if (!sw_ingress(m_core, f, n, &v)) return;
         auto it = m_ports.find(v.port);
-        if (it == m_ports.end()) { // a next hop on a port without a queue (the runtime reader refuses it)
+        if (it == m_ports.end()) {  // a next hop on a port without a queue (the runtime reader refuses it)
             sw_release(m_core, v.port, v.qid);
             return;
         }
-        Rewrite(l3, f, 20); // the IPv4 header: TOS, TTL, checksum
+        Rewrite(l3, f, 20);  // the IPv4 header: TOS, TTL, checksum
         Port &p = it->second;
         Ptr<DlcpItem> item = Create<DlcpItem>(l3, v.qid, v.tel, p.qd->Length(v.qid), f);
         item->SetTimeStamp(Simulator::Now());
         if (!p.qd->Enqueue(item)) {
             p.overflow += 1;
-            sw_release(m_core, v.port, v.qid); // the physical queue refused it: give the slot back
+            sw_release(m_core, v.port, v.qid);  // the physical queue refused it: give the slot back
             return;
         }
         if (!p.busy) TxNext(v.port);
@@ -404,7 +407,7 @@ class DlcpSwitch : public Object {
         } else if (p.ratePps > 0) {
             slot = 1.0 / p.ratePps;
         }
-        if (p.dev && p.devBps > 0) { // never faster than the device serialises (IP + 2 bytes of PPP)
+        if (p.dev && p.devBps > 0) {  // never faster than the device serialises (IP + 2 bytes of PPP)
             slot = std::max(slot, (l3n + 2) * 8.0 / p.devBps);
         }
         Simulator::Schedule(Seconds(slot), &DlcpSwitch::TxNext, this, port);
@@ -453,4 +456,4 @@ inline void ScheduleInject(Ptr<DlcpSwitch> sw, double t, int port, const std::st
     Simulator::Schedule(Seconds(t), &DlcpSwitch::InjectFrame, sw, port, frame);
 }
 
-} // namespace ns3
+}  // namespace ns3
