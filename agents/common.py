@@ -43,6 +43,7 @@ class Agent:
     done: int = 0
     iteration_rows: list = field(default_factory=list)
     resync_rows: list = field(default_factory=list)
+    budget_rows: list = field(default_factory=list)  # a budget schedule's changes (records/hN-budget.csv)
     extra_totals: dict = field(default_factory=dict)  # more agent totals (e.g. compute keep-up)
     start_unix: float = field(default_factory=time.time)
     start_mono: float = field(default_factory=time.monotonic)
@@ -87,6 +88,7 @@ class Agent:
             message_rows=None if t is None else list(t.message_rows),
             iteration_rows=self.iteration_rows if self.role == "worker" else None,
             resync_rows=self.resync_rows,
+            budget_rows=self.budget_rows,
             packet_chunks=list(t.packet_chunks) if t is not None and self.cfg.records.per_packet else None,
         )
 

@@ -16,6 +16,7 @@ import time
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
 from dlcp.comm.ps import PSServer
 from dlcp.iteration import actions as A
+from dlcp.iteration.budget_schedule import BudgetScheduleSettings, phase_budget
 from dlcp.iteration.server_core import ServerCore
 from dlcp.records import now_us
 from dlcp.workloads.lookup import make_server_workload
@@ -45,6 +46,9 @@ class ThreadedServer:
         elif isinstance(a, A.Scatter):
             self.server.scatter(a.iteration, a.params)
             return core.scattered(now_us(), a.iteration)
+        elif isinstance(a, A.ScheduleBudget):
+            self.agent.transport.set_budget(a.budget)
+            self.agent.budget_rows.append(a.row)
         elif isinstance(a, A.Progress):
             self.agent.done = a.done
             self.agent.progress()
@@ -59,11 +63,12 @@ def run(agent: Agent) -> None:
     transport = open_transport(agent)
     transport.connect()  # every worker listening: pulls will find their sockets bound
     layouts = workload.layouts()
-    server = PSServer(transport, cfg.comm_config(), layouts, workload.n_layers)
+    server = PSServer(transport, cfg.comm_config(), layouts, workload.n_layers, fill=cfg.dlcp.fill)
     # aggregation at CFS held the interpreter lock while preempted, and the receive thread waited
     # for it (p99 socket waits of 2.4-3.4 ms with only the transport's threads real-time)
     realtime_work_thread()
-    core = ServerCore(agent.iterations, tuple(lay.msg_id for lay in layouts))
+    schedule = phase_budget(cfg.dlcp.project(BudgetScheduleSettings), cfg.host, cfg.rank)
+    core = ServerCore(agent.iterations, tuple(lay.msg_id for lay in layouts), schedule=schedule)
     ThreadedServer(agent, workload, server, core).run()
 
 

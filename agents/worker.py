@@ -71,6 +71,9 @@ class ThreadedWorker:
             coll.begin(a.iteration)
         elif isinstance(a, A.BackwardDone):
             coll.backward_done(a.iteration)
+        elif isinstance(a, A.ScheduleBudget):
+            self.agent.transport.set_budget(a.budget)
+            self.agent.budget_rows.append(a.row)
         elif isinstance(a, A.RecordIteration):
             self.agent.iteration_rows.append(a.row)
         elif isinstance(a, A.RecordResync):

@@ -69,6 +69,8 @@ PACKET_COLUMNS = (
     "retx",
 )
 RESYNC_COLUMNS = ("host", "rank", "iter", "drift_l2", "drift_max", "param_l2")
+# a budget schedule's changes (dlcp/iteration/budget_schedule.py: DBLP's phases); iter -1: the start
+BUDGET_COLUMNS = ("host", "rank", "iter", "grad_norm", "change", "critical", "budget")
 
 
 def now_us() -> int:
@@ -152,11 +154,12 @@ def write_agent_records(
     iteration_rows: list[dict] | None = None,
     resync_rows: Sequence[dict] = (),
     packet_chunks: list[dict] | None = None,
+    budget_rows: Sequence[dict] = (),
 ) -> None:
     """An agent's records in `rec` (docs/runs.md, "Records"), the one writer of both backends:
     hN-messages.csv (None: the agent had no transport), hN-packets.csv (None: not recorded),
-    hN-iterations.csv (a worker's; None: not a worker), hN-resync.csv (when there are rows) and
-    hN-agent.json."""
+    hN-iterations.csv (a worker's; None: not a worker), hN-resync.csv and hN-budget.csv (when there
+    are rows) and hN-agent.json."""
     rec = Path(rec)
     if message_rows is not None:
         write_rows(rec / f"{host}-messages.csv", MESSAGE_COLUMNS, message_rows)
@@ -166,4 +169,6 @@ def write_agent_records(
         write_rows(rec / f"{host}-iterations.csv", ITERATION_COLUMNS, iteration_rows)
     if resync_rows:
         write_rows(rec / f"{host}-resync.csv", RESYNC_COLUMNS, list(resync_rows))
+    if budget_rows:
+        write_rows(rec / f"{host}-budget.csv", BUDGET_COLUMNS, list(budget_rows))
     write_json(rec / f"{host}-agent.json", totals)

@@ -87,8 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--policies",
         metavar="P1,P2",
-        help="run one variant per tagging policy, back to back on the same topology and seed "
-        "(= --vary dlcp.policy=P1,P2)",
+        help="run one variant per tagging policy or system, back to back on the same topology and seed "
+        "(= --vary dlcp.policy=P1,P2 when all are tagging policies, else --vary system=P1,P2; systems: "
+        "docs/bounded-loss.md)",
     )
     r.add_argument(
         "--vary",

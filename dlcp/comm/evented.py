@@ -26,7 +26,7 @@ from dlcp.comm.communicator import Communicator, OrderChannel
 from dlcp.comm.costmodel import CostModel
 from dlcp.comm.order import LEADER, announcement_info, announcement_packets, read_announcement
 from dlcp.comm.plans.collective import StepPlan
-from dlcp.comm.ps import PullMessages, push_message, sum_pushes
+from dlcp.comm.ps import PullMessages, bubble_memory, push_message, sum_pushes
 from dlcp.comm.resync import resync_messages
 from dlcp.comm.settings import CommConfig, CommSetup
 from dlcp.comm.stepped import AG, RS, RankSteps, StepRules, _State
@@ -378,8 +378,10 @@ class EventPSServer:
         on_gathered: Callable[[int], None],
         on_scattered: Callable[[int], None],
         sizes_only: bool = False,
+        fill: str = "rescale",
     ):
         self.send, self.cfg, self.world, self.sizes_only = send, cfg, cfg.world, sizes_only
+        self.bubbles = bubble_memory(fill)  # the `bubble` fill rule's per-worker memory
         self.layouts = {lay.msg_id: lay for lay in layouts}
         self.ids = WireIds(max(self.layouts, default=0) + 1, what="parameter server")
         self.pulls = PullMessages(cfg, self.ids, self.layouts, n_layers, vpp)
@@ -404,7 +406,7 @@ class EventPSServer:
         pushes = self._full.pop(iteration & 0xFFFF)
         if self.sizes_only:
             return dict.fromkeys(self.layouts)
-        return sum_pushes(self.layouts, self.world, pushes)
+        return sum_pushes(self.layouts, self.world, pushes, self.bubbles)
 
     def scatter(self, iteration: int, params: dict | None) -> None:
         """Every message's parameters to every worker (the same packets for all); None: sizes only."""

@@ -30,6 +30,8 @@ from dlcp.wire.chunking import MessageId
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.header import PHASE_PULL, PHASE_PUSH, TYPE_DATA, TYPE_PARAM
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
+from dlcp.workloads.fills import FILLS
+from dlcp.workloads.fills.bubble import BubbleMemory
 
 
 def send_handle(send, what: str) -> Handle:
@@ -71,20 +73,31 @@ def push_message(
     return batch, SendInfo(rec_msg_id=lay.msg_id, layer_first=lf, layer_last=ll)
 
 
-def sum_pushes(layouts: dict[int, MessageLayout], world: int, pushes: dict) -> dict[int, Aggregate]:
+def sum_pushes(
+    layouts: dict[int, MessageLayout], world: int, pushes: dict, bubbles: BubbleMemory | None = None
+) -> dict[int, Aggregate]:
     """Every message's pushes summed over the workers: `pushes[(rank, msg_id)]` is the RecvResult
     (lost values are zeros; `count[v]` is the number of pushes that delivered value v). Ranks in a
-    fixed order: sums are reproducible bit for bit."""
+    fixed order: sums are reproducible bit for bit. `bubbles`: fill each push's holes from that
+    worker's last push first (the `bubble` fill rule; those values count as delivered)."""
     out = {}
     for msg_id, lay in layouts.items():
         total = np.zeros(lay.n_values, np.float32)
         count = np.zeros(lay.n_values, np.uint16)
         for rank in range(world):
             r = pushes[(rank, msg_id)]
-            total += r.values
-            count += ~r.loss_mask()
+            values, delivered = r.values, ~r.loss_mask()
+            if bubbles is not None:
+                values, delivered = bubbles.fill(rank, msg_id, values, ~delivered)
+            total += values
+            count += delivered
         out[msg_id] = Aggregate(msg_id, total, count, world)
     return out
+
+
+def bubble_memory(fill: str) -> BubbleMemory | None:
+    """The PS's per-worker memory when fill rule `fill` fills per source (`bubble`), else None."""
+    return BubbleMemory() if FILLS.get(fill).per_source else None
 
 
 class PullMessages:
@@ -144,11 +157,13 @@ class PSClient(_Collective):
 
 
 class PSServer(_Collective):
-    """PS side: aggregate pushes, send parameters."""
+    """PS side: aggregate pushes, send parameters. `fill`: the run's fill rule (`bubble` fills each
+    push from its worker's last one before the sum)."""
 
-    def __init__(self, transport, cfg: CommConfig, layouts, n_layers: int):
+    def __init__(self, transport, cfg: CommConfig, layouts, n_layers: int, fill: str = "rescale"):
         super().__init__(transport, cfg, layouts, n_layers)
         self.pulls = PullMessages(cfg, self.ids, self.layouts, n_layers, self.vpp)
+        self.bubbles = bubble_memory(fill)
 
     def gather(self, iteration: int) -> dict[int, Aggregate]:
         pushes = {
@@ -156,7 +171,7 @@ class PSServer(_Collective):
             for msg_id in self.layouts
             for rank in range(self.cfg.world)
         }
-        return sum_pushes(self.layouts, self.cfg.world, pushes)
+        return sum_pushes(self.layouts, self.cfg.world, pushes, self.bubbles)
 
     def scatter(self, iteration: int, params: dict[int, np.ndarray]) -> None:
         """Send every message's parameters to every worker; returns when all are done."""

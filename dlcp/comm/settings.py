@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from dlcp.comm.budget_settings import BudgetScheduleSettings
 from dlcp.comm.plans.collective import COLLECTIVES, CollectiveEntry
 from dlcp.comm.schedulers.base import SCHEDULERS, SchedulerEntry
-from dlcp.settings import SectionedSettings, Settings, registry_name
+from dlcp.settings import SectionedSettings, registry_name
 from dlcp.transport.api import WireByte
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.wire.tagging import TaggingConfig
@@ -34,8 +35,9 @@ else:  # a registered name, looked up when a config is validated
     CollectiveName = registry_name(COLLECTIVES)
 
 
-class CommSettings(Settings):
-    """What an experiment sets about the collectives (keys of its `dlcp` section)."""
+class CommSettings(BudgetScheduleSettings):
+    """What an experiment sets about the collectives (keys of its `dlcp` section), a budget
+    schedule's included (dlcp/comm/budget_settings.py)."""
 
     section: ClassVar[str] = "dlcp"
     ring_budget: RingBudget = Field(

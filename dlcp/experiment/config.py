@@ -35,6 +35,7 @@ import dlcp.backends as backends
 from dlcp.comm.settings import CommSettings, CommSetup, Mode
 from dlcp.experiment.dilation import ScaleSettings
 from dlcp.experiment.job_policy import JOB_POLICIES, QUEUES, SHIFT
+from dlcp.experiment.systems import SYSTEMS
 from dlcp.network.switch_runtime import SwitchSettings
 from dlcp.queueing.settings import QueueingSettings
 from dlcp.settings import (
@@ -42,6 +43,7 @@ from dlcp.settings import (
     ConfigError,
     Fraction,
     Port,
+    RegistryValues,
     SectionedSettings,
     Settings,
     config_error,
@@ -51,7 +53,7 @@ from dlcp.settings import (
 )
 from dlcp.transport.api import CONTROL_PORT, TransportSettings
 from dlcp.wire.header import DATA_PORT, JUMBO_MTU, STANDARD_MTU
-from dlcp.wire.tagging import FULL_BAND, TaggingConfig
+from dlcp.wire.tagging import FULL_BAND, POLICIES, TaggingConfig
 from dlcp.workloads.settings import TORCH_MODELS, Fill, TrainingSettings
 
 __all__ = [
@@ -68,6 +70,13 @@ __all__ = [
     "values_markdown",
     "variants",
 ]
+
+
+def _system_or_none(v: str) -> str:
+    return v if v == "" else SYSTEMS.check(v)
+
+
+SystemName = Annotated[str, AfterValidator(_system_or_none), RegistryValues(SYSTEMS)]
 
 
 def _experiment_name(v: str) -> str:
@@ -332,6 +341,11 @@ class Experiment(Settings):
             for b in backends.names()
         ),
     )
+    system: SystemName = Field(
+        "",
+        description="a named system (docs/bounded-loss.md): its settings are written over the file's, --set "
+        "still wins; empty = none",
+    )
     seed: int = Field(1, ge=0, description="seeds data order, model init, losses; variants share it")
     timeout_s: float = Field(300.0, ge=1, description="wall-clock limit of one run")
     topology: Topology = Field(
@@ -408,6 +422,15 @@ class Experiment(Settings):
                 "workload.workers",
                 f"{w.workers} workers{' + 1 PS' if w.mode == 'ps' else ''} need "
                 f"{needed} hosts, topology.{self.topology.kind} has {hosts}",
+            )
+        if self.system and w.mode not in SYSTEMS[self.system].modes:
+            runs = " or ".join(repr(m) for m in SYSTEMS[self.system].modes)
+            raise BadValue("system", f"{self.system!r} runs in workload.mode {runs}, not {w.mode!r}")
+        if w.hadamard and d.fill == "stale":
+            raise BadValue(
+                "workload.hadamard",
+                "the transform needs a fill rule without the previous average (dlcp.fill = 'stale' keeps it "
+                "untransformed): use zero, rescale or local",
             )
         if w.mode == "allreduce" and w.workers < 2:
             raise BadValue("workload.workers", "ring all-reduce needs at least 2 workers")
@@ -664,11 +687,38 @@ def parse_value(text: str):
         return text
 
 
+def apply_system(raw: dict, name, keep=()) -> None:
+    """Set `system = name` and write its settings (dlcp/experiment/systems/) over the raw config,
+    except the dotted keys in `keep` (those --set gave: they win)."""
+    if not isinstance(name, str) or (name and name not in SYSTEMS):
+        raise ConfigError(f"system: {SYSTEMS.unknown(name)}")
+    raw["system"] = name
+    if name:
+        for key, value in SYSTEMS[name].settings.items():
+            if key not in keep:
+                set_key(raw, key, value)
+
+
+def set_key(raw: dict, key: str, value) -> None:
+    """Set the dotted `key` (tables created on the way) to a parsed value."""
+    parts = key.split(".")
+    node = raw
+    for i, p in enumerate(parts[:-1]):
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{'.'.join(parts[: i + 1])}: is a value, not a table")
+    node[parts[-1]] = value
+
+
 def apply_override(raw: dict, assignment: str) -> None:
-    """Apply `a.b=value` (or `background.0.rate_mbps=5`) to the raw config in place."""
+    """Apply `a.b=value` (or `background.0.rate_mbps=5`) to the raw config in place; `system=name`
+    applies that system's settings (apply_system)."""
     if "=" not in assignment:
         raise ConfigError(f"--set {assignment}: expected key=value")
     key, text = assignment.split("=", 1)
+    if key.strip() == "system":
+        apply_system(raw, parse_value(text))
+        return
     parts = key.strip().split(".")
     if not all(parts):
         raise ConfigError(f"--set {assignment}: empty key part")
@@ -704,14 +754,22 @@ def parse_vary(text: str) -> tuple[str, list]:
     return key, items
 
 
+def policies_vary(names: list[str]) -> str:
+    """What `--policies a,b` varies: the tagging policy when every name is one (as it always did),
+    else the system (dlcp/experiment/systems/: every tagging policy is a system that sets only it)."""
+    key = "dlcp.policy" if all(n in POLICIES for n in names) else "system"
+    return f"{key}={','.join(names)}"
+
+
 def _variant_name(values: list[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(values))
 
 
-def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
+def variants(raw: dict, varies: list[str], sets: Sequence[str] = ()) -> list[tuple[str, dict]]:
     """(name, validated config) per combination of the `--vary key=v1,v2` values (cartesian product,
     first key slowest); the name is the combination's values joined by '-'. No varies: one variant
-    named "run"."""
+    named "run". A varied `system` is applied first, and leaves the keys of the `--set` assignments
+    `sets` as --set gave them."""
     import copy
     import itertools
 
@@ -726,11 +784,17 @@ def variants(raw: dict, varies: list[str]) -> list[tuple[str, dict]]:
                 f"--vary {key}={','.join(values)}: one value compares nothing{also}; give two or more, or "
                 f"run it alone with --set {key}={values[0]}"
             )
+    keep = {a.split("=", 1)[0].strip() for a in sets if "=" in a}
+    if "system" in keep and "system" in keys:
+        raise ConfigError("--vary system: --set system names one already; give the systems to --vary only")
     out, names = [], set()
     for combo in itertools.product(*(values for _, values in parsed)):
         cfg = copy.deepcopy(raw)
-        for key, value in zip(keys, combo):
-            apply_override(cfg, f"{key}={value}")
+        for key, value in sorted(zip(keys, combo), key=lambda kv: kv[0] != "system"):  # the system first
+            if key == "system":
+                apply_system(cfg, parse_value(value), keep)
+            else:
+                apply_override(cfg, f"{key}={value}")
         name = _variant_name(list(combo)) if combo else "run"
         if name in names:
             raise ConfigError(f"--vary: two variants would both be named {name!r}")
@@ -804,6 +868,8 @@ def load_raw(path: str | Path, overrides: Sequence[str] = ()) -> dict:
         ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    if raw.get("system"):  # a system named in the file: its settings over the file's own
+        apply_system(raw, raw["system"])
     for o in overrides:
         apply_override(raw, o)
     return raw

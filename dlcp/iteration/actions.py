@@ -13,7 +13,8 @@ Three kinds:
   `work_done(now, cpu_s, result)`), and `Compute` (the driver runs the iteration's forward and
   backward its own way and feeds `gradient_ready` per message, then `compute_done`);
 - the run's: `RecordIteration`, `RecordResync` (rows for the one record writer, dlcp/records.py),
-  `Progress`, `NextIteration` (call `start` at `at_us`), `Finished`, `Failed`.
+  `ScheduleBudget` (a budget schedule's new budget for the transport, and its row), `Progress`,
+  `NextIteration` (call `start` at `at_us`), `Finished`, `Failed`.
 """
 
 from __future__ import annotations
@@ -209,6 +210,16 @@ class RecordIteration:
 class RecordResync:
     """One row of records/hN-resync.csv (dlcp.records.RESYNC_COLUMNS)."""
 
+    row: dict
+
+
+@dataclass(slots=True)
+class ScheduleBudget:
+    """A budget schedule (dlcp/iteration/budget_schedule.py) changed the loss budget: the driver
+    applies `budget` to its transport (`set_budget`: messages it sends, and a cap on what it
+    receives) and keeps `row` for records/hN-budget.csv."""
+
+    budget: float
     row: dict
 
 

@@ -2,9 +2,11 @@
 
 Per iteration, as `ServerCore` orders it:
 
-    start(now)                        -> BeginComm(0), AwaitPushes(0)
+    start(now)                        -> BeginComm(0), AwaitPushes(0)   (after ScheduleBudget with
+                                                            a budget schedule: its first budget)
     gathered(now, it, aggregates)     -> Update             every worker's push of every message,
-                                                            summed (None per message: sizes only)
+                                                            summed (None per message: sizes only);
+                                                            ScheduleBudget first at a new phase
     work_done(...)                    -> ReadParameters
     work_done(now, cpu_s, params)     -> Scatter(it, params), BeginComm(it + 1), AwaitPushes(it + 1)
     scattered(now, it)                -> Progress, Finished after the last iteration
@@ -18,26 +20,41 @@ nothing is updated or read, the scatter carries packets of the right sizes.
 
 from __future__ import annotations
 
-from dlcp.iteration.actions import AwaitPushes, BeginComm, Finished, Progress, ReadParameters, Scatter, Update
+from dlcp.iteration.actions import (
+    AwaitPushes,
+    BeginComm,
+    Finished,
+    Progress,
+    ReadParameters,
+    Scatter,
+    ScheduleBudget,
+    Update,
+)
+from dlcp.iteration.budget_schedule import PhaseBudget
 
 IDLE, GATHERING, UPDATING, READING, DRAINING, DONE = "idle", "gathering", "updating", "reading", "draining", "done"
 
 
 class ServerCore:
-    """The PS's iterations (see the module docstring). `msg_ids`: the workload's messages."""
+    """The PS's iterations (see the module docstring). `msg_ids`: the workload's messages;
+    `schedule`: a budget schedule the PS runs on the aggregates (None: a fixed budget)."""
 
-    def __init__(self, iterations: int, msg_ids: tuple[int, ...], sizes_only: bool = False):
+    def __init__(
+        self, iterations: int, msg_ids: tuple[int, ...], sizes_only: bool = False, schedule: PhaseBudget | None = None
+    ):
         if iterations < 1 or not msg_ids:
             raise ValueError(f"a parameter server needs iterations ({iterations}) and messages ({len(msg_ids)})")
         self.iterations, self.msg_ids, self.sizes_only = iterations, tuple(msg_ids), sizes_only
         self.gathering = 0  # the iteration whose pushes come next
         self.done = 0  # iterations whose scatter finished
         self.phase = IDLE
+        self.schedule = None if sizes_only else schedule
 
     def start(self, now: int) -> list:
         self._expect("start", IDLE)
         self.phase = GATHERING
-        return [BeginComm(0), AwaitPushes(0)]
+        first = [ScheduleBudget(*self.schedule.start())] if self.schedule is not None else []
+        return [*first, BeginComm(0), AwaitPushes(0)]
 
     def gathered(self, now: int, iteration: int, aggregates: dict) -> list:
         """Every push of `iteration` is in (complete or forced), summed per message."""
@@ -47,7 +64,8 @@ class ServerCore:
         if self.sizes_only:
             return self._scatter(None)
         self.phase = UPDATING
-        return [Update(iteration, aggregates)]
+        changed = self.schedule.observe(iteration, aggregates) if self.schedule is not None else None
+        return ([ScheduleBudget(*changed)] if changed else []) + [Update(iteration, aggregates)]
 
     def work_done(self, now: int, cpu_s: float = 0.0, result=None) -> list:
         """The workload call returned (`result`: the parameters after ReadParameters)."""

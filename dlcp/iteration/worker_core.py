@@ -11,7 +11,8 @@ wall clock in the agents, simulated time on ns-3):
                                  | LocalStep, ReadParameters, SubmitParameters, AwaitComm (DS-Sync
                                    parameter averaging: local SGD step, then the group's average)
     comm_done(now, result)      -> ApplyParameters (PS: the pulled chunks; DS-Sync: the group's
-                                   mean) | ApplyGradients (all-reduce)
+                                   mean) | ApplyGradients (all-reduce; after ScheduleBudget when a
+                                   budget schedule detects a new phase)
     (every `resync_every` iterations of ring or MultiTree all-reduce: ReadParameters, Resync,
      `resynced(now, rank 0's parameters)`, ApplyParameters (ranks other than 0), RecordResync)
     work_done(...)              -> Evaluate                        the iteration ends here
@@ -55,9 +56,11 @@ from dlcp.iteration.actions import (
     RecordIteration,
     RecordResync,
     Resync,
+    ScheduleBudget,
     Submit,
     SubmitParameters,
 )
+from dlcp.iteration.budget_schedule import BudgetScheduleSettings, PhaseBudget, phase_budget
 from dlcp.workloads.contract import Aggregate, GradMessage, ParamChunk
 
 
@@ -66,7 +69,8 @@ class WorkerSpec:
     """What a worker's iterations depend on. `msg_ids`: the workload's messages (its layouts'
     order); `average_parameters`: DS-Sync's local step and parameter averaging instead of a gradient
     all-reduce; `resync_every`: re-sync to rank 0 after every so many iterations (0 = never);
-    `sizes_only`: messages carry no values (workload.payload = "sizes")."""
+    `sizes_only`: messages carry no values (workload.payload = "sizes"); `budget`: a budget
+    schedule this rank runs on its aggregates (all-reduce; None: a fixed budget)."""
 
     host: str
     rank: int
@@ -77,6 +81,7 @@ class WorkerSpec:
     average_parameters: bool = False
     resync_every: int = 0
     sizes_only: bool = False
+    budget: BudgetScheduleSettings | None = None
 
     def __post_init__(self):
         if self.mode not in ("ps", "allreduce"):
@@ -106,6 +111,11 @@ def worker_spec(acfg, workload, sizes_only: bool = False) -> WorkerSpec:
         average_parameters=average,
         resync_every=acfg.dlcp.resync_every if resync else 0,
         sizes_only=sizes_only,
+        budget=(
+            acfg.dlcp.project(BudgetScheduleSettings)
+            if allreduce and not average and not sizes_only and acfg.dlcp.budget_schedule != "fixed"
+            else None
+        ),
     )
 
 
@@ -151,6 +161,9 @@ class WorkerCore:
         self.phase = IDLE
         self._work: str | None = None
         self._new_iteration(0)
+        self.schedule: PhaseBudget | None = (
+            None if spec.budget is None else phase_budget(spec.budget, spec.host, spec.rank)
+        )
 
     def _new_iteration(self, now: int) -> None:
         self.start_us = now
@@ -174,7 +187,8 @@ class WorkerCore:
         self.iteration += 1
         self._new_iteration(now)
         self.phase = COMPUTING
-        return [BeginComm(self.iteration), Compute(self.iteration)]
+        first = [ScheduleBudget(*self.schedule.start())] if self.schedule is not None and self.iteration == 0 else []
+        return [*first, BeginComm(self.iteration), Compute(self.iteration)]
 
     def gradient_ready(self, now: int, message: GradMessage, compute_s: float = 0.0) -> list:
         """Backward produced `message` (after `compute_s` more seconds of compute)."""
@@ -288,7 +302,8 @@ class WorkerCore:
             self.lost = self._short if spec.sizes_only else lost_in_chunks(means)
             return self._working(APPLY, ApplyParameters(it, means))
         self.lost = self._short if spec.sizes_only else short_in_aggregates(result)
-        return self._working(APPLY, ApplyGradients(it, result))
+        changed = self.schedule.observe(it, result) if self.schedule is not None else None
+        return ([ScheduleBudget(*changed)] if changed else []) + self._working(APPLY, ApplyGradients(it, result))
 
     def _after_apply(self, now: int) -> list:
         every = self.spec.resync_every

@@ -63,6 +63,16 @@ ITERATION_COLUMNS = {
     "test_loss": "num",
     "test_accuracy": "num",
 }
+# a budget schedule's changes (dlcp/records.py BUDGET_COLUMNS): only runs with a schedule have them
+BUDGET_COLUMNS = {
+    "host": "str",
+    "rank": "num",
+    "iter": "num",
+    "grad_norm": "num",
+    "change": "num",
+    "critical": "num",
+    "budget": "num",
+}
 # Columns without which a kind of record is useless for the report (others are optional extras).
 MESSAGE_REQUIRED = ("side", "mct_us")
 ITERATION_REQUIRED = ("iter", "iteration_us")
@@ -93,6 +103,7 @@ class RunData:
     topology: dict | None = None
     messages: Table = field(default_factory=Table)
     iterations: Table = field(default_factory=Table)
+    budget: Table = field(default_factory=Table)  # records/hN-budget.csv: a budget schedule's changes, if any
     agents: dict[str, dict] = field(default_factory=dict)  # host -> records/hN-agent.json
     background: dict[str, dict] = field(default_factory=dict)  # hN-background<i> -> its records/*.json
     counters: list[dict] = field(default_factory=list)  # counters/sN.json, sorted by switch
@@ -169,6 +180,7 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
     run.topology = _read_json(path / "topology.json", run.problems, "topology", quiet_if_missing=True)
     run.messages = _read_records(path, "messages", MESSAGE_COLUMNS, MESSAGE_REQUIRED, run.problems)
     run.iterations = _read_records(path, "iterations", ITERATION_COLUMNS, ITERATION_REQUIRED, run.problems)
+    run.budget = _read_optional_records(path, "budget", BUDGET_COLUMNS, run.problems)
     run.agents = _read_agent_totals(path, run.problems)
     run.background = _read_background_totals(path, run.problems)
     run.counters = _read_counters(path, run.problems)
@@ -266,6 +278,13 @@ def _read_records(
         problems.append(f"records/*-{kind}.csv: no files")
         return _empty_table(schema)
     parts = [read_csv_table(f, schema, required, problems, _rel(run_path, f)) for f in files]
+    return concat_tables([p for p in parts if p is not None], schema)
+
+
+def _read_optional_records(run_path: pathlib.Path, kind: str, schema: dict[str, str], problems: list[str]) -> Table:
+    """Records only some runs have (no files: an empty table, and nothing to report missing)."""
+    files = sorted((run_path / "records").glob(f"*-{kind}.csv"))
+    parts = [read_csv_table(f, schema, (), problems, _rel(run_path, f)) for f in files]
     return concat_tables([p for p in parts if p is not None], schema)
 
 

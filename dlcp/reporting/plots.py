@@ -150,6 +150,29 @@ def training(curves: dict[str, TrainingCurves]):
     return fig
 
 
+def training_by_variant(curves: dict[str, list[TrainingCurves]], target: float | None):
+    """Test accuracy against time (the system's), one panel per variant, one line per run; the
+    time-to-accuracy target as a dashed line."""
+    curves = {k: [c for c in cs if np.isfinite(c.test_accuracy).any()] for k, cs in curves.items()}
+    curves = {k: cs for k, cs in curves.items() if cs}
+    if not curves:
+        return None
+    cols = min(4, len(curves))
+    rows = -(-len(curves) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), sharex=True, sharey=True, squeeze=False)
+    for ax in axes.flat[len(curves) :]:
+        ax.set_visible(False)
+    for i, (ax, (name, cs)) in enumerate(zip(axes.flat, curves.items())):
+        for c in cs:
+            ax.plot(c.eval_wall_s, c.test_accuracy, "-", lw=1.1, alpha=0.75, color=COLORS[i % len(COLORS)])
+        if target is not None:
+            ax.axhline(target, ls="--", lw=0.9, color="black", alpha=0.6)
+        _style(ax, f"{name} ({len(cs)} runs)", "time since the first iteration (s)", "test accuracy")
+    axes[0, 0].set_ylim(0, 1.0)
+    fig.tight_layout()
+    return fig
+
+
 def drops_by_precedence(by_drop_prec: dict[str, dict]):
     """Early and tail drops per drop precedence (0 = protected), with the drop fraction on top."""
     if not by_drop_prec:

@@ -31,7 +31,13 @@ from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.side_by_side import side_by_side_sections
 from dlcp.reporting.stats import MIN_SAMPLES_RULE, PERCENTILE_METHOD_TEXT, enough_for, min_samples
 from dlcp.reporting.steady import undilated
-from dlcp.reporting.summarise import steady_iteration_series, steady_sender_rows, summarise
+from dlcp.reporting.summarise import (
+    TrainingCurves,
+    steady_iteration_series,
+    steady_sender_rows,
+    summarise,
+    training_curves,
+)
 from dlcp.tables import format_table
 
 REP_DIR = re.compile(r"rep(\d+)$")
@@ -69,6 +75,8 @@ class RunSample:
     kept_up: bool
     flags: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    curves: TrainingCurves | None = None  # test accuracy over time (the variant's training plot)
+    target: float | None = None  # its time-to-accuracy target
     series: str = ""  # the results directory (series) the run belongs to
     backend: str | None = None
     deterministic: bool = False  # a seed fixes the run exactly (meta.json)
@@ -108,7 +116,11 @@ def run_sample(rep: int, path: pathlib.Path, run: RunData, series: str = "") -> 
             "tail_drop_pkts": sw["tail_drop_pkts"],
             "final_accuracy": s["training"]["final_accuracy"],
             "training_wall_s": s["training"]["wall_time_s"],
+            "tta_s": s["training"]["time_to_accuracy_s"],
+            "tta_iterations": s["training"]["iterations_to_accuracy"],
         },
+        curves=training_curves(run),
+        target=s["training"]["target_accuracy"],
         kept_up=s["keep_up"]["ok"],
         flags=s["keep_up"]["flags"],
         problems=s["problems"],
@@ -178,6 +190,17 @@ def _mean(key: str) -> Callable[[list[RunSample]], float | None]:
     return stat
 
 
+def _reached(key: str) -> Callable[[list[RunSample]], float | None]:
+    """Mean per run of a time to accuracy, only when every run reached the target (a run that did
+    not has no time; averaging the others would favour the variant that failed more often)."""
+
+    def stat(runs):
+        vals = [r.scalars[key] for r in runs]
+        return float(np.mean(vals)) if vals and all(v is not None for v in vals) else None
+
+    return stat
+
+
 def _pct(key: str, label: str, source: str, q: float, unit_label: str) -> PooledMetric:
     return PooledMetric(key, f"{label} (ms)" if unit_label else label, "time", "lower", _pooled(source, q), source, q)
 
@@ -197,6 +220,16 @@ METRICS = (
     _pct("rank_iteration_p90", "iteration p90, pooled over ranks", "rank_iteration", 90, "ms"),
     _pct("rank_comm_p50", "communication (all-reduce) p50, pooled over ranks", "rank_comm", 50, "ms"),
     PooledMetric("training_wall_s", "training wall time per run (s)", "time", "lower", _mean("training_wall_s")),
+    PooledMetric(
+        "tta_s",
+        "time to target accuracy (s, mean per run; every run must reach it)",
+        "time",
+        "lower",
+        _reached("tta_s"),
+    ),
+    PooledMetric(
+        "tta_iterations", "iterations to target accuracy (mean per run)", "count", "lower", _reached("tta_iterations")
+    ),
     PooledMetric("final_accuracy", "final test accuracy (mean per run)", "count", "higher", _mean("final_accuracy")),
     PooledMetric("lost_fraction", "lost packet fraction", "count", "lower", _fraction("lost_pkts", "pkts")),
     PooledMetric("retx_fraction", "retransmitted fraction", "count", "lower", _fraction("retx_pkts", "pkts")),
@@ -212,6 +245,7 @@ TERMINAL_METRICS = (
     "iteration_p50",
     "iteration_p90",
     "iteration_p99",
+    "tta_s",
     "final_accuracy",
     "lost_fraction",
     "retx_fraction",
@@ -219,13 +253,14 @@ TERMINAL_METRICS = (
     "early_drop_pkts",
     "tail_drop_pkts",
 )
-HEADLINE_METRICS = ("mct_p99", "mct_p999", "iteration_p50", "iteration_p99", "final_accuracy")
+HEADLINE_METRICS = ("mct_p99", "mct_p999", "iteration_p50", "iteration_p99", "tta_s", "final_accuracy")
 # where the variants' messages differ (another collective or scheduler): no per-message headline
 UNLIKE_HEADLINE_METRICS = (
     "rank_iteration_p50",
     "rank_iteration_p90",
     "rank_comm_p50",
     "iteration_p50",
+    "tta_s",
     "final_accuracy",
 )
 UNLIKE_TERMINAL_METRICS = ("rank_iteration_p50", "rank_iteration_p90", "rank_comm_p50") + tuple(
@@ -479,6 +514,16 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
         "CDF of MCT, every run of a variant pooled (after warm-up)",
     )
     doc.image(Image("plots/compare_mct_cdf.png", "pooled MCT CDFs", plots.png_bytes(cdf)) if cdf is not None else None)
+    curves = plots.training_by_variant(
+        {n: [r.curves for r in samples[n] if r.curves is not None] for n in names}, samples[names[0]][0].target
+    )
+    doc.image(
+        Image(
+            "plots/compare_training.png", "test accuracy over time, every run of each variant", plots.png_bytes(curves)
+        )
+        if curves is not None
+        else None
+    )
     doc.h(f"The first pair side by side ({data['pair_labels'][0]})")
     doc.p(
         "Each variant's run of the first pair: its switch drops, iteration times and queue timeline. Every run "

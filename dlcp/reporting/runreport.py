@@ -202,6 +202,7 @@ def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
     _loss_section(doc, s["loss"])
     _switch_section(doc, s["switch"], run)
     _training_section(doc, run, s["training"])
+    _budget_section(doc, s["budget_schedule"])
     _keepup_section(doc, s["keep_up"])
     _agents_section(doc, s["agents"])
     doc.h("Run")
@@ -637,6 +638,28 @@ def _switch_section(doc: Doc, sw: dict, run: RunData) -> None:
         )
 
 
+def _budget_section(doc: Doc, bs: dict) -> None:
+    """The budget schedule's changes (records/hN-budget.csv), one host's: all run the same rule."""
+    if not bs["hosts"]:
+        return
+    doc.h("Budget schedule")
+    host, rows = next(iter(bs["hosts"].items()))
+    doc.p(
+        f"The loss budget a schedule set (dlcp.budget_schedule; DBLP's phases), as {host} ran it; every host's "
+        f"changes are in records/*-budget.csv. Iteration -1 is the start. Critical detections: "
+        f"{fmt(bs['critical_share'])} of all."
+    )
+    doc.table(
+        ["after iteration", "critical", "budget from then on", "gradient norm", "relative change"],
+        [[r["iter"], "yes" if r["critical"] else "no", r["budget"], r["grad_norm"], r["change"]] for r in rows],
+    )
+
+
+def tta_clock(clock: str | None) -> str:
+    """Which time a time-to-accuracy is in, in words."""
+    return {"simulated": "simulated time", "wall": "wall clock / dilation"}.get(clock or "", "time unknown")
+
+
 def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
     doc.h("Training")
     if tr.get("payload") == "sizes":
@@ -654,6 +677,11 @@ def _training_section(doc: Doc, run: RunData, tr: dict) -> None:
             ["final training loss", tr["final_train_loss"]],
             ["evaluations", tr["evaluations"]],
             ["wall time of the iterations (s)", tr["wall_time_s"]],
+            [
+                f"time to {fmt(tr.get('target_accuracy'))} test accuracy (s, {tta_clock(tr.get('clock'))})",
+                "not reached" if tr.get("time_to_accuracy_s") is None else tr["time_to_accuracy_s"],
+            ],
+            ["iterations to that accuracy", tr.get("iterations_to_accuracy")],
         ],
     )
     doc.figure(lambda: _plot(plots.training({run.name: training_curves(run)}), "training", "loss and accuracy"))

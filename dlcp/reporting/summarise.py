@@ -303,9 +303,31 @@ def _last_finite(x: np.ndarray):
     return float(f[-1]) if f.size else None
 
 
-def training_section(c: TrainingCurves) -> dict:
+def time_to_accuracy(c: TrainingCurves, target: float | None) -> tuple[float | None, int | None]:
+    """(seconds since the first iteration started, iterations done) at the first evaluation whose
+    worker-mean test accuracy reaches `target`; (None, None) when none does (or no target)."""
+    if target is None:
+        return None, None
+    hit = np.flatnonzero(np.isfinite(c.test_accuracy) & (c.test_accuracy >= target))
+    if not hit.size:
+        return None, None
+    i = int(hit[0])
+    t = float(c.eval_wall_s[i])
+    return (t if np.isfinite(t) else None), int(c.eval_iters[i]) + 1
+
+
+def target_accuracy(run: RunData) -> float | None:
+    """The run's time-to-accuracy target (config.toml `workload.target_accuracy`; None before the key)."""
+    value = ((run.config or {}).get("workload") or {}).get("target_accuracy")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def training_section(c: TrainingCurves, target: float | None = None, clock: str | None = None) -> dict:
+    """Final and best accuracy, losses, and the time to `target` accuracy (in the system's time: wall
+    clock / dilation on the emulated backends, simulated on ns-3: `clock`)."""
     acc = c.test_accuracy[np.isfinite(c.test_accuracy)]
     wall = c.wall_s[np.isfinite(c.wall_s)]
+    tta, tta_iters = time_to_accuracy(c, target)
     return {
         "iterations": int(c.iters.size),
         "evaluations": int(c.eval_iters.size),
@@ -314,12 +336,31 @@ def training_section(c: TrainingCurves) -> dict:
         "final_test_loss": _last_finite(c.test_loss),
         "final_train_loss": _last_finite(c.train_loss),
         "wall_time_s": float(wall.max()) if wall.size else None,
+        "target_accuracy": target,
+        "time_to_accuracy_s": tta,
+        "iterations_to_accuracy": tta_iters,
+        "clock": clock,
         "curve": {
             "iter": c.eval_iters.tolist(),
             "wall_s": c.eval_wall_s.tolist(),
             "test_accuracy": c.test_accuracy.tolist(),
             "test_loss": c.test_loss.tolist(),
         },
+    }
+
+
+def budget_schedule_section(run: RunData) -> dict:
+    """A budget schedule's changes (records/hN-budget.csv; DBLP's phases), per host in order: iteration
+    (-1: the start), critical or not, the budget from then on, the gradient norm and its change."""
+    t = run.budget
+    out: dict[str, list] = {}
+    for i in np.argsort(t.col("iter"), kind="stable") if len(t) else []:
+        out.setdefault(str(t.col("host")[i]), []).append(
+            {k: t.col(k)[i] for k in ("iter", "critical", "budget", "grad_norm", "change")}
+        )
+    return {
+        "hosts": out,
+        "critical_share": float(np.mean(t.col("critical"))) if len(t) else None,
     }
 
 
@@ -375,8 +416,12 @@ def summarise(run: RunData) -> dict:
         "loss": loss_section(loss_rows, run, loss_which),
         "switch": {**switch_section(run.counters), "traffic": traffic_section(run.counters, run.config)},
         "agents": agents_section(run.agents),
-        "training": {**training_section(curves), "payload": payload_of(run)},
+        "training": {
+            **training_section(curves, target_accuracy(run), run.facts.clock),
+            "payload": payload_of(run),
+        },
         "lower_bound": {**lower_bound(run, senders, comm), "comm_source": comm_source},
+        "budget_schedule": budget_schedule_section(run),
     }
     summary["headline"] = headline(summary)
     return summary
@@ -423,6 +468,7 @@ def headline(s: dict) -> dict:
         "iteration_p50_ms": s["iteration"]["iteration_ms"]["p50"],
         "iteration_p99_ms": s["iteration"]["iteration_ms"]["p99"],
         "final_accuracy": s["training"]["final_accuracy"],
+        "time_to_accuracy_s": s["training"]["time_to_accuracy_s"],
         "lost_fraction": s["loss"]["lost_fraction"],
         "forced": s["loss"]["forced"],
         "protected_lost": s["loss"]["protected_lost"],

@@ -153,6 +153,7 @@ def start_meta(
         "name": cfg["name"],
         "variant": variant,
         "policy": configmod.policy_of(cfg),
+        "system": cfg.get("system", ""),
         "backend": backend.name,
         "clock": caps.clock,
         "deterministic": caps.deterministic,

@@ -104,10 +104,14 @@ def plan(request: SeriesRequest) -> Series:
     naming.check_name(request.name)
     raw = configmod.load_raw(request.config, request.overrides)
     base = configmod.validate(raw)
-    varies = ([f"dlcp.policy={','.join(request.policies)}"] if request.policies else []) + list(request.vary)
+    varies = ([configmod.policies_vary(request.policies)] if request.policies else []) + list(request.vary)
     if request.named and varies:
         raise configmod.ConfigError("variants: named variants or --vary / --policies, not both")
-    variants = configmod.named_variants(raw, request.named) if request.named else configmod.variants(raw, varies)
+    variants = (
+        configmod.named_variants(raw, request.named)
+        if request.named
+        else configmod.variants(raw, varies, request.overrides)
+    )
     names = naming.variant_names(
         [n for n, _ in variants] if varies or request.named else None,
         configmod.policy_of(base),

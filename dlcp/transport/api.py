@@ -10,7 +10,8 @@ from typing import Annotated, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import Field
 
-from dlcp.settings import Fraction, IntKey, Settings
+from dlcp.settings import Fraction, IntKey
+from dlcp.transport.bounded_settings import BoundedTransportSettings
 from dlcp.wire import control_frames as C
 from dlcp.wire.header import (
     DATA_PORT,
@@ -37,8 +38,9 @@ class TransportError(RuntimeError):
     """A transport failure the caller must see (peer unreachable, timeout)."""
 
 
-class TransportSettings(Settings):
-    """What an experiment sets about the transport (keys of its `dlcp` section)."""
+class TransportSettings(BoundedTransportSettings):
+    """What an experiment sets about the transport (keys of its `dlcp` section); the newer systems'
+    close rules and incast bound are their own settings (dlcp/transport/bounded_settings.py)."""
 
     section: ClassVar[str] = "dlcp"
     transport: TransportKind = Field("dlcp", description="gradient transport; tcp = plain TCP baseline")
@@ -93,11 +95,12 @@ class TransportConfig(TransportSettings):
     # set it (agents/common.py), tests and tools leave it
     thread_rt_priority: int = Field(0, ge=0, le=99)
 
-    def budget_for(self, layer_first: int, layer_last: int) -> float:
-        """The loss budget of a message covering layers layer_first..layer_last."""
+    def budget_for(self, layer_first: int, layer_last: int, base: float | None = None) -> float:
+        """The loss budget of a message covering layers layer_first..layer_last (`base`: the budget
+        a schedule set in place of loss_budget, dlcp/iteration/budget_schedule.py)."""
         if self.reliable:
             return 0.0
-        b = self.loss_budget
+        b = self.loss_budget if base is None else base
         for lid, v in self.layer_budgets.items():
             if layer_first <= lid <= layer_last:
                 b = min(b, v)

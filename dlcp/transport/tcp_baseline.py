@@ -124,6 +124,9 @@ class TcpTransport:
             self._cond, self._done, key, timeout, lambda: self._closing, lambda: "not the whole message"
         )
 
+    def set_budget(self, budget: float | None) -> None:
+        """Nothing to do: TCP delivers every byte, a budget has nothing to allow."""
+
     def advance(self, iteration: int) -> None:
         cur = iteration & 0xFFFF
         with self._lock:

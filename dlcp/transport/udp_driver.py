@@ -249,6 +249,13 @@ class UdpTransport:
             self._rx, self._rx_done, key, timeout, lambda: self._closing, lambda: self.receiver.progress(key)
         )
 
+    def set_budget(self, budget: float | None) -> None:
+        """A budget schedule's budget: for messages sent from now on, and a cap on those received."""
+        with self._tx:
+            self.sender.set_budget(budget)
+        with self._rx:
+            self.receiver.set_budget_cap(budget)
+
     def advance(self, iteration: int) -> None:
         """The caller moved on to `iteration`: older messages become stale (ReceiverCore.advance)."""
         with self._rx:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from dlcp.settings import BadValue, Settings, check_argument, registry_name
+from dlcp.settings import BadValue, Fraction, Settings, check_argument, registry_name
 from dlcp.wire.header import FIELD_BITS
 from dlcp.workloads.fills import FILLS
 
@@ -69,6 +69,16 @@ class TrainingSettings(Settings):
         "one it was measured on (profile compute)",
     )
     warmup_iterations: int = Field(5, ge=0, description="first iterations left out of iteration and MCT statistics")
+    target_accuracy: Fraction = Field(
+        0.9,
+        description="reports: time to accuracy is the time of the first evaluation whose test accuracy (worker "
+        "mean) reaches this",
+    )
+    hadamard: bool = Field(
+        False,
+        description="OptiReduce's randomised Hadamard transform: gradients sent transformed, the filled average "
+        "transformed back, so a lost packet spreads over its block (dlcp/workloads/hadamard.py)",
+    )
 
     @model_validator(mode="after")
     def _synthetic_lr(self):

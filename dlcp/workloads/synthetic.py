@@ -32,12 +32,21 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from dlcp.workloads import fills
+from dlcp.workloads import fills, hadamard
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk, message_layouts
 from dlcp.workloads.profiled import layer_sizes, make_profile_compute, workload_profile
 from dlcp.workloads.settings import WorkloadConfig, check_fill
 
 NOISE_SIGMA = 1.0
+
+
+def decoded(config: WorkloadConfig, mean: np.ndarray, iteration: int, msg_id: int) -> np.ndarray:
+    """The filled mean in the parameters' domain: transformed back with `workload.hadamard` (a copy)."""
+    if not config.hadamard:
+        return mean
+    out = np.array(mean, dtype=np.float32)
+    hadamard.decode(out, config.seed, iteration, msg_id)
+    return out
 
 
 def fill_mean(
@@ -119,6 +128,7 @@ class SyntheticWorkload:
             if per_msg_s:
                 time.sleep(per_msg_s)  # backward time of this bucket's layers
             values = g[self.problem.slices[layout.msg_id]].copy()  # stays valid while it travels
+            self._encode(values, iteration, layout.msg_id)
             self._own[layout.msg_id] = values
             yield GradMessage(layout, values, self.n_layers)
 
@@ -140,6 +150,7 @@ class SyntheticWorkload:
             residual = self.w[sl] - p.w_star[sl] - noise[sl]
             loss_sum += float(np.dot(p.h[sl] * residual, residual))
             values = p.h[sl] * residual
+            self._encode(values, iteration, layout.msg_id)
             self._own[layout.msg_id] = values
             timer.gradient_ready(layout.layer_first, done_at=timer.clock.now())
             yield GradMessage(layout, values, self.n_layers)
@@ -150,12 +161,18 @@ class SyntheticWorkload:
         """How well the machine kept up with the profile (None with real compute)."""
         return None if self.timer is None else {"mode": "profile", **self.timer.stats.as_dict()}
 
+    def _encode(self, values: np.ndarray, iteration: int, msg_id: int) -> None:
+        if self.config.hadamard:
+            hadamard.encode(values, self.config.seed, iteration, msg_id)
+
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
         for msg_id, agg in aggregates.items():
             mean = fill_mean(agg, self.fill, self._previous.get(msg_id), self._own.get(msg_id))
             self.lost_values += int((agg.count < agg.world).sum())
             self._previous[msg_id] = mean
-            self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * mean
+            self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * decoded(
+                self.config, mean, iteration, msg_id
+            )
         if self.gate is not None:
             self.gate.release_all(iteration + 1)
 
@@ -196,7 +213,9 @@ class SyntheticServerWorkload:
             mean = fill_mean(agg, self.fill, self._previous.get(msg_id), None)
             self.lost_values += int((agg.count < agg.world).sum())
             self._previous[msg_id] = mean
-            self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * mean
+            self.w[self.problem.slices[msg_id]] -= np.float32(self.config.lr) * decoded(
+                self.config, mean, iteration, msg_id
+            )
 
     def parameters(self, msg_id: int) -> np.ndarray:
         """A view of the live parameters: valid until the next `update`."""

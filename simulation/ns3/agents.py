@@ -31,6 +31,7 @@ import numpy as np
 from dlcp import records as R
 from dlcp.comm.evented import EventCommunicator, EventPSClient, EventPSServer
 from dlcp.iteration import actions as A
+from dlcp.iteration.budget_schedule import BudgetScheduleSettings, phase_budget
 from dlcp.iteration.server_core import ServerCore
 from dlcp.iteration.worker_core import WorkerCore, worker_spec
 from dlcp.transport.api import TransportError
@@ -110,6 +111,7 @@ class _Agent:
         self.layouts = workload.layouts()
         self.n_layers = workload.n_layers
         self.done = 0
+        self.budget_rows: list[dict] = []  # a budget schedule's changes (records/hN-budget.csv)
         self._queue: collections.deque = collections.deque()  # host completions while the agent is busy
         self._busy = False
 
@@ -134,6 +136,10 @@ class _Agent:
     def _drive(self, actions) -> None:
         A.drive(actions, self.perform)
 
+    def schedule_budget(self, a: A.ScheduleBudget) -> None:
+        self.host.endpoint.set_budget(a.budget)
+        self.budget_rows.append(a.row)
+
     def work(self, a: A.WorkloadCall) -> list:
         """A workload call takes no simulated time (its compute is in `SimRun`'s times)."""
         return self.core.work_done(self.run.us(), 0.0, a.run(self.workload))
@@ -151,7 +157,13 @@ class _Agent:
         ep = self.host.endpoint
         totals.update(ep.stats())
         R.write_agent_records(
-            rec, self.acfg.host, totals, ep.sender.rows + ep.receiver.rows, iteration_rows, resync_rows
+            rec,
+            self.acfg.host,
+            totals,
+            ep.sender.rows + ep.receiver.rows,
+            iteration_rows,
+            resync_rows,
+            budget_rows=self.budget_rows,
         )
 
 
@@ -227,6 +239,8 @@ class SimWorker(_Agent):
             coll.begin(a.iteration)
         elif isinstance(a, A.BackwardDone):
             coll.backward_done(a.iteration)
+        elif isinstance(a, A.ScheduleBudget):
+            self.schedule_budget(a)
         elif isinstance(a, A.RecordIteration):
             self.iteration_rows.append(a.row)
         elif isinstance(a, A.RecordResync):
@@ -309,8 +323,12 @@ class SimPS(_Agent):
             on_gathered=self._gathered,
             on_scattered=self._scattered,
             sizes_only=run.sizes_only,
+            fill=acfg.dlcp.fill,
         )
-        self.core = ServerCore(run.iterations, tuple(lay.msg_id for lay in self.layouts), run.sizes_only)
+        schedule = phase_budget(acfg.dlcp.project(BudgetScheduleSettings), acfg.host, acfg.rank)
+        self.core = ServerCore(
+            run.iterations, tuple(lay.msg_id for lay in self.layouts), run.sizes_only, schedule=schedule
+        )
         run.servers_open += 1
         self._drive(self.core.start(0))
 
@@ -322,6 +340,8 @@ class SimPS(_Agent):
             return self.work(a)
         if isinstance(a, A.Scatter):
             self.server.scatter(a.iteration, a.params)
+        elif isinstance(a, A.ScheduleBudget):
+            self.schedule_budget(a)
         elif isinstance(a, A.Progress):
             self.done = a.done
         elif isinstance(a, A.Finished):

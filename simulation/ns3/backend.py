@@ -9,12 +9,24 @@ the runs forked from it (dlcp/runs/forked.py) start from there instead of paying
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from dlcp.runs.contract import RunContext, RunCutShort, RunFailed
 from dlcp.runs.progress import Progress
 from simulation.ns3 import loader
 from simulation.ns3.simulated_run import CPP_UNITS, simulate
+
+
+def single_threaded_torch() -> None:
+    """Torch's intra-op parallelism off in a forked run. The series' process may have run torch
+    (the pre-run check loads a torch model's dataset), which starts libgomp's thread pool; a forked
+    child inherits the pool's state but not its threads, so its first parallel torch operation waits
+    forever for them. With one thread torch never enters an OpenMP region. Simulated time does not
+    depend on how fast torch computes, so no figure changes."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 class Ns3Session:
@@ -24,6 +36,7 @@ class Ns3Session:
         self.tools = tools
 
     def run(self, run: RunContext) -> None:
+        single_threaded_torch()
         run.progress.phase("simulating")
         section = simulate(run.run_cfg, run.run_dir, run.spec, run.runtimes)
         run.progress.done()

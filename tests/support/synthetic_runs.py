@@ -22,7 +22,7 @@ import pathlib
 import numpy as np
 
 from dlcp.reporting.bounds import FRAME_OVERHEAD_BYTES
-from dlcp.reporting.load import ITERATION_COLUMNS, MESSAGE_COLUMNS
+from dlcp.reporting.load import BUDGET_COLUMNS, ITERATION_COLUMNS, MESSAGE_COLUMNS
 from dlcp.wire.tagging import N_DATA_CLASSES
 
 T0_US = 1_700_000_000_000_000  # 2023-11-14T22:13:20Z
@@ -55,6 +55,8 @@ def write_synthetic_run(
     host_mbps: float = 50.0,
     name: str | None = None,
     background: tuple[int, int] | None = BACKGROUND,
+    target_accuracy: float | None = None,
+    budget_rows: list[dict] | None = None,
 ) -> pathlib.Path:
     """Write a complete synthetic run directory at `path` and return it.
 
@@ -67,6 +69,8 @@ def write_synthetic_run(
     (queue 0 under fifo); the counter dump's `non_dlcp` rows and the queue samples
     (counters/s1-samples.jsonl) say which packets they were, as the built-in switch does.
     None: gradient traffic only, no `non_dlcp` rows and no samples.
+    target_accuracy: config.toml's workload.target_accuracy (None: a run older than the key).
+    budget_rows: a budget schedule's records of the first worker (records/h1-budget.csv).
     """
     path = pathlib.Path(path)
     rng = np.random.default_rng(seed)
@@ -210,7 +214,10 @@ def write_synthetic_run(
         end=t,
         workers=workers,
         non_dlcp=non_dlcp,
+        target_accuracy=target_accuracy,
     )
+    if budget_rows:
+        _write_csv(path / "records" / f"{hosts[0]}-budget.csv", BUDGET_COLUMNS, budget_rows)
     if background is not None:
         _write_samples(path / "counters" / "s1-samples.jsonl", queues, non_dlcp, T0_US / 1e6, t / 1e6)
     return path
@@ -339,6 +346,7 @@ def _write_dir(
     end,
     workers,
     non_dlcp,
+    target_accuracy=None,
 ) -> None:
     for d in ("records", "counters", "agents", "progress", "logs", "runtime"):
         (path / d).mkdir(parents=True, exist_ok=True)
@@ -406,7 +414,9 @@ def _write_dir(
     )
     (path / "config.toml").write_text(
         f'[experiment]\nname = "synthetic"\nmode = "ps"\n\n[topology]\nkind = "star"\nworkers = {workers}\n\n'
-        f'[links]\nhost_mbps = {host_mbps}\n\n[workload]\nmodel = "cnn"\niterations = {iterations}\n\n'
+        f'[links]\nhost_mbps = {host_mbps}\n\n[workload]\nmodel = "cnn"\niterations = {iterations}\n'
+        + ("" if target_accuracy is None else f"target_accuracy = {target_accuracy}\n")
+        + "\n"
         f'[dlcp]\npolicy = "{policy}"\nloss_budget = 0.01\n'
         + ('\n[[background]]\nkind = "udp_onoff"\ndst = "ps"\nrate_mbps = 40\n' if non_dlcp is not None else "")
     )

@@ -22,14 +22,23 @@ from dlcp.transport.virtual import VirtualNetwork
 from dlcp.workloads.contract import GradMessage
 
 
-def run_events(world: int, p: CommSetup, iterations: int, spec=None, sizes_only=False, skew_s=1e-3, reverse_odd=False):
+def run_events(
+    world: int,
+    p: CommSetup,
+    iterations: int,
+    spec=None,
+    sizes_only=False,
+    skew_s=1e-3,
+    reverse_odd=False,
+    transport: dict | None = None,
+):
     """Every rank's EventCommunicator on one virtual network: submits in backward order (rank r's
     message k at time k (1 + r) `skew_s`; reversed on odd ranks with `reverse_odd`, which only a
     scheduler that decides its order at run time survives), the next iteration once a rank
-    collected the last. Returns ({rank: {it: aggregates}}, {rank: [ops as started]},
-    the hosts)."""
+    collected the last. `transport`: more TransportConfig settings of every rank. Returns
+    ({rank: {it: aggregates}}, {rank: [ops as started]}, the hosts)."""
     net = VirtualNetwork(seed=1)
-    hosts = [net.add_host(TransportConfig(rank=r, values_per_pkt=VPP)) for r in range(world)]
+    hosts = [net.add_host(TransportConfig(rank=r, values_per_pkt=VPP, **(transport or {}))) for r in range(world)]
     out = {r: {} for r in range(world)}
     started = {r: [] for r in range(world)}
     done: list[tuple[int, int]] = []
@@ -113,6 +122,18 @@ def test_multitree_on_a_torus_sums_exactly(scheduler):
     assert all(started[r] == started[0] for r in started)
     if scheduler == "dear":
         assert {prim for _, _, prim in started[0]} == {"reduce_scatter", "all_gather"}
+
+
+@pytest.mark.parametrize("scheduler", ["wfbp", "dear"])
+@pytest.mark.parametrize("transport", [{}, {"incast": 1}, {"incast_adaptive": True}], ids=["all", "one", "adaptive"])
+def test_transpose_allreduce_sums_exactly_with_and_without_an_incast_bound(scheduler, transport):
+    out, started, hosts = run_events(5, setup(scheduler, collective="tar"), 2, transport=transport)
+    check_sums(out)
+    assert all(started[r] == started[0] for r in started)
+    steps = {row["step"] for h in hosts for row in h.rows if row["phase"] in ("reduce_scatter", "all_gather")}
+    assert steps == {0, 1}  # one step per phase
+    if transport.get("incast"):
+        assert all(h.stats()["incast_k"] == 1 for h in hosts)
 
 
 @pytest.mark.parametrize("scheduler", ["wfbp", "dear"])

@@ -116,6 +116,7 @@ def test_wire_id_ranges_and_errors():
         ("multitree", "torus:4x4"),
         ("multitree", "mesh:3x3"),
         ("dssync", "leaf_spine:2x2x4"),
+        ("tar", None),
         ("dtree", "torus:4x4"),
         ("ring2d", "torus:4x4"),
         ("ring2d", "leaf_spine:2x2x4"),
@@ -274,6 +275,14 @@ def test_multitree_on_a_3x3_torus_through_the_transport(cluster, scheduler):
     check_sums(out)
     rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
     assert max(row["step"] for row in rows) == 2 * T - 1
+
+
+def test_transpose_allreduce_through_the_transport(cluster):
+    ts = cluster(4)
+    comms = comms_for(ts, setup("wfbp", collective="tar"))
+    check_sums(all_reduce_rounds(comms, 2))
+    rows = [row for t in ts for row in t.message_rows if row["side"] == "sender" and row["phase"] != "p2p"]
+    assert {row["step"] for row in rows} == {0, 1} and all(row["lost_pkts"] == 0 for row in rows)
 
 
 @pytest.mark.parametrize("collective", ["dtree", "ring2d"])

@@ -243,8 +243,8 @@ def test_discovery_imports_the_package_on_first_lookup_only():
 
 def test_the_built_in_entries():
     assert SCHEDULERS.choices() == ("bytescheduler", "dear", "mgwfbp", "oasr", "usbyte", "wfbp")
-    assert COLLECTIVES.choices() == ("dssync", "dtree", "multitree", "ring", "ring2d")
-    assert FILLS.choices() == ("local", "rescale", "stale", "zero")
+    assert COLLECTIVES.choices() == ("dssync", "dtree", "multitree", "ring", "ring2d", "tar")
+    assert FILLS.choices() == ("bubble", "local", "rescale", "stale", "zero")
     assert all(SCHEDULERS[n].cls.name == n for n in SCHEDULERS)  # the decorator names the class
 
 

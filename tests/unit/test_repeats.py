@@ -523,6 +523,24 @@ def test_dilation_slows_rates_and_stretches_times(tmp_path):
         configmod.validate({**system, "workload": {"model": "cnn"}})
 
 
+def test_time_to_accuracy_gets_a_ratio_when_every_run_reaches_the_target(tmp_path):
+    root = tmp_path / "tta"
+    fifo = write_group(root, "fifo", 5, target_accuracy=0.8)
+    slow = write_group(root, "slow", 5, time_scale=2, target_accuracy=0.8)
+    never = write_group(root, "never", 5, target_accuracy=0.8, final_accuracy=0.5)
+    compare_runs([fifo, slow, never])
+    data = json.loads((root / "compare.json").read_text())
+    by = {v["name"]: v for v in data["variants"]}
+    tta = by["fifo"]["values"]["tta_s"]
+    assert tta["value"] is not None and all(x is not None for x in tta["per_run"])
+    r = by["slow"]["ratios"]["tta_s"]
+    assert r["point"] == pytest.approx(2.0, rel=0.05) and r["verdict"] == "slower"
+    assert by["never"]["values"]["tta_s"]["value"] is None  # no run reached 0.8: no time, no ratio
+    assert by["never"]["ratios"]["final_accuracy"]["verdict"] == "lower"
+    md = (root / "compare.md").read_text()
+    assert "time to target accuracy" in md and (root / "plots" / "compare_training.png").stat().st_size > 0
+
+
 def test_a_table_of_three_variants_names_each_ones_interval_and_verdict():
     ratio = {"point": 0.5, "ci95": [0.4, 0.6], "verdict": "faster", "pairs": 5}
     value = {"value": 1.0, "n": None, "too_few": None}

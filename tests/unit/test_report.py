@@ -570,3 +570,27 @@ def test_without_iteration_records_the_bound_uses_message_spans(tmp_path):
     assert lb["iteration"]["iterations"] == MID["iterations"]
     assert lb["iteration"]["comm_p50_ms"] == pytest.approx(np.percentile(spans, 50) / 1e3)
     assert lb["iteration"]["comm_p50_ms"] >= lb["iteration"]["ideal_comm_ms"] > 0
+
+
+def test_time_to_accuracy_and_a_budget_schedule_in_the_report(tmp_path):
+    from synthetic_runs import write_synthetic_run
+
+    from dlcp.reporting import report_run
+
+    budget = [
+        {"host": "h1", "rank": 0, "iter": -1, "grad_norm": "", "change": "", "critical": 1, "budget": 0.008},
+        {"host": "h1", "rank": 0, "iter": 9, "grad_norm": 2.0, "change": "", "critical": 1, "budget": 0.008},
+        {"host": "h1", "rank": 0, "iter": 19, "grad_norm": 1.8, "change": 0.1, "critical": 0, "budget": 0.408},
+    ]
+    run = write_synthetic_run(tmp_path / "r", target_accuracy=0.5, budget_rows=budget, iterations=20)
+    s = report_run(run, figures=False)
+    tr = s["training"]
+    assert tr["target_accuracy"] == 0.5 and tr["clock"] == "wall"
+    first = next(i for i, a in zip(tr["curve"]["iter"], tr["curve"]["test_accuracy"]) if a >= 0.5)
+    assert tr["iterations_to_accuracy"] == first + 1
+    assert tr["time_to_accuracy_s"] == pytest.approx(tr["curve"]["wall_s"][tr["curve"]["iter"].index(first)])
+    assert s["headline"]["time_to_accuracy_s"] == tr["time_to_accuracy_s"]
+    hosts = s["budget_schedule"]["hosts"]
+    assert [r["budget"] for r in hosts["h1"]] == [0.008, 0.008, 0.408]
+    md = (run / "report.md").read_text()
+    assert "time to 0.5 test accuracy" in md and "Budget schedule" in md

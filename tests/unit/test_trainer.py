@@ -312,3 +312,31 @@ def test_apply_gradients_rejects_missing_or_misshaped_aggregates(digits):
     with pytest.raises(ValueError, match="aggregate of message 0 has 3 values"):
         w.apply_gradients(0, bad)
     w.apply_gradients(0, aggs)  # the good one steps
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "ps"])
+def test_hadamard_transform_trains_like_single_process_without_loss(digits, mode):
+    """Gradients sent transformed and averages transformed back (workload.hadamard): without loss
+    the same parameters as one process, up to the transform's rounding."""
+    cfg = WorkloadConfig(model="cnn", batch_size=16, lr=0.05, seed=3, hadamard=True)
+    workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits) for r in range(WORLD)]
+    if mode == "ps":
+        server = TorchServerWorkload(cfg, "rescale", data=digits)
+        ps = InMemoryPS(WORLD, server.layouts(), server.n_layers)
+        train_ps(workloads, [ps.client(r) for r in range(WORLD)], server, ps.server(), 6, abort=ps.abort)
+        got = [server.parameter_vector()]
+    else:
+        endpoints, abort = memory_allreduce(workloads)
+        train_allreduce(workloads, endpoints, 6, abort=abort)
+        got = [w.parameter_vector() for w in workloads]
+    ref = reference_parameters(cfg.replace(hadamard=False), digits, WORLD, 6)
+    for v in got:
+        assert (v - ref).abs().max().item() < 1e-4
+
+
+def test_hadamard_transform_trains_under_chunk_loss(digits):
+    cfg = WorkloadConfig(model="mlp", batch_size=32, lr=0.1, seed=1, eval_every=0, iterations=30, hadamard=True)
+    workloads = [TorchWorkload(cfg, r, WORLD, "rescale", data=digits) for r in range(WORLD)]
+    endpoints, abort = memory_allreduce(workloads, PacketLoss(rate=0.2, seed=4))
+    train_allreduce(workloads, endpoints, cfg.iterations, abort=abort)
+    assert workloads[0].evaluate(cfg.iterations - 1)["test_accuracy"] > 0.5

@@ -69,6 +69,11 @@ class Endpoint:
         else:
             self.sender.on_frame(msg, now)
 
+    def set_budget(self, budget: float | None) -> None:
+        """A budget schedule's budget: for messages sent from now on, and a cap on those received."""
+        self.sender.set_budget(budget)
+        self.receiver.set_budget_cap(budget)
+
     def poll_transmit(self, now: float):
         return self.sender.poll_transmit(now)
 

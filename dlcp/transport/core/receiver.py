@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from dlcp.transport.api import RecvResult, TransportConfig, key_text
+from dlcp.transport.core.close import make_close_rule
 from dlcp.transport.core.drops import DropCounts
 from dlcp.transport.core.outputs import FrameSend, RecvDone
 from dlcp.transport.core.waits import WaitHistogram
@@ -201,6 +202,9 @@ class ReceiverCore:
         self.totals: collections.Counter[str] = collections.Counter()
         self.drops = DropCounts()
         self.socket_wait = WaitHistogram()  # data datagrams' wait in the socket buffer (wall clock)
+        # receiver-initiated closes (dlcp.close, core/close.py): None = the PROBE's answer ends a message
+        self._close = make_close_rule(cfg, self._quiet_of, wall_offset_s)
+        self.budget_cap: float | None = None  # set_budget_cap: a cap on every sender's budget (DBLP's phases)
 
     def add_peer(self, rank: int) -> None:
         self.peers.add(rank)
@@ -362,6 +366,8 @@ class ReceiverCore:
             return None
         st = _Rx(key, n_pkts, self.vpp, self.cfg.per_packet, self._wall_us(now))
         self._rx[key] = st
+        if self._close is not None:
+            self._close.opened(st, now)
         return st
 
     # --- PROBE, DESCRIBE, FORCE_STOP -----------------------------------------------------------
@@ -492,6 +498,8 @@ class ReceiverCore:
 
     def _allowed_loss(self, st: _Rx, budget_ppm: int) -> int:
         n = st.n_pkts
+        if self.budget_cap is not None:  # the receiver's cap (a budget schedule) lowers any sender's budget
+            budget_ppm = min(budget_ppm, round(self.budget_cap * C.PPM))
         allowed = (budget_ppm * n) // C.PPM
         acc = self._iter_loss.get((st.key[0], st.key[1]), (0, 0))
         cap = int(np.floor(self.cfg.iter_budget * (acc[0] + n) + 1e-9)) - acc[1]
@@ -545,7 +553,9 @@ class ReceiverCore:
         )
         self._send(key[0], st.channel, st.answer)
 
-    def _finish(self, st: _Rx, forced: bool, now: float) -> None:
+    def _finish(self, st: _Rx, forced: bool, now: float, closed: bool = False) -> None:
+        """End `st`: STOP to its sender. `closed`: the receiver's close rule ended it, not a PROBE's
+        answer (its STOP echoes no attempt, so the sender takes no round-trip sample from it)."""
         desc = st.desc
         assert desc is not None  # finished only once the DESCRIBE is in
         recvd = np.frombuffer(st.received, dtype=np.uint8).astype(bool)
@@ -566,8 +576,8 @@ class ReceiverCore:
                 lost_pkts=lost,
                 protected_lost=prot_lost,
                 forced=forced,
-                attempt=C.NO_ATTEMPT if forced else st.probe_attempt,
-                held_us=0 if forced else self._held_us(st, now),
+                attempt=C.NO_ATTEMPT if forced or closed else st.probe_attempt,
+                held_us=0 if forced or closed else self._held_us(st, now),
             )
         )
         self._send(key[0], st.channel, stop)
@@ -577,6 +587,10 @@ class ReceiverCore:
         acc[1] += lost
         if forced:
             self.totals["forced_rcvd"] += 1
+        if closed:
+            self.totals["closed"] += 1
+        if self._close is not None:
+            self._close.finished(st, st.retx + lost, closed, now)
         self.totals["msgs_rcvd"] += 1
         if not st.late and key[0] in self._quiet_s:  # no premature answer: ease back to the floor
             self._quiet_s[key[0]] = max(self._quiet_floor, 0.9 * self._quiet_s[key[0]])
@@ -653,6 +667,10 @@ class ReceiverCore:
                 t = min(t, self._quiet_until(st))
         for src in self._fb_due:
             t = min(t, self._sources[src].due)
+        if self._close is not None:
+            for st in self._rx.values():
+                if st.desc is not None:
+                    t = min(t, self._close.next_time(st))
         return t
 
     def on_timer(self, now: float) -> None:
@@ -666,6 +684,9 @@ class ReceiverCore:
             s = self._sources[src]
             if now >= s.due:
                 self._feedback(src, s)
+        if self._close is not None:
+            for st in [st for st in self._rx.values() if st.desc is not None and self._close.due(st, now)]:
+                self._finish(st, False, now, closed=True)
 
     def advance(self, iteration: int) -> None:
         """The caller moved on to `iteration`: messages more than STALE_WINDOW iterations older
@@ -695,8 +716,14 @@ class ReceiverCore:
         """How many outputs `take_outputs` would return now."""
         return len(self._out)
 
+    def set_budget_cap(self, budget: float | None) -> None:
+        """Cap every sender's message budget at `budget` from now on (None: no cap)."""
+        self.budget_cap = budget
+
     def stats(self) -> dict:
+        extra = {} if self._close is None else {"closed_by_receiver": self.totals["closed"], **self._close.stats()}
         return {
+            **extra,
             "packets_received": self.totals["pkts_rcvd"],
             "bytes_received": self.totals["bytes_rcvd"],
             "duplicates": self.totals["dups"],
@@ -717,6 +744,10 @@ class ReceiverCore:
     def _send(self, peer: int, channel, frame: bytes) -> None:
         self._out.append(FrameSend(peer, channel, frame))
         self.totals["ctrl_sent"] += 1
+
+    def _quiet_of(self, src: int) -> float:
+        """The quiet time of source `src` (seconds): how long its data may pause before it counts as stalled."""
+        return self._quiet_s.get(src, self._quiet_floor)
 
     def _held_us(self, st: _Rx, now: float) -> int:
         """How long the receiver has held the PROBE it is answering (echoed to the sender)."""

@@ -35,6 +35,7 @@ import numpy as np
 from dlcp.transport.api import SendInfo, SendResult, TransportConfig, TransportError, key_text
 from dlcp.transport.core.congestion import HORIZON_FLOOR_S, DctcpWindow, Unlimited
 from dlcp.transport.core.drops import DropCounts
+from dlcp.transport.core.incast import make_incast
 from dlcp.transport.core.outputs import DataSend, FrameSend, ProbeSend, Round, SendDone
 from dlcp.transport.core.receiver import FEEDBACK_DELAY_S
 from dlcp.transport.record_rows import message_row, packet_chunk
@@ -143,6 +144,13 @@ class SenderCore:
         self.packet_chunks: list[dict] = []
         self.totals: collections.Counter[str] = collections.Counter()
         self.drops = DropCounts()
+        self.budget_override: float | None = None  # set_budget: a schedule's budget in place of loss_budget
+        # dlcp.incast: which destinations may transmit now (None: all of them; core/incast.py)
+        self._incast = make_incast(cfg)
+
+    def set_budget(self, budget: float | None) -> None:
+        """Messages sent from now on take `budget` in place of loss_budget (None: loss_budget again)."""
+        self.budget_override = budget
 
     # --- inputs --------------------------------------------------------------------------------
 
@@ -155,7 +163,7 @@ class SenderCore:
         if key in self._msgs:
             raise TransportError(f"message {key_text(key)} is already in flight")
         budget = (
-            self.cfg.budget_for(info.layer_first, info.layer_last) * info.budget_share
+            self.cfg.budget_for(info.layer_first, info.layer_last, self.budget_override) * info.budget_share
             if info.budget is None
             else (0.0 if self.cfg.reliable else info.budget)
         )
@@ -275,6 +283,9 @@ class SenderCore:
             if not q:
                 self._ready.popleft()
                 continue
+            if self._incast is not None and not self._incast.admits(dst, self._ready, q[0].retx):
+                self._ready.rotate(-1)  # an incast bound holds this destination back
+                continue
             room = self._window(dst).room(now)
             if room <= 0:
                 self._ready.rotate(-1)
@@ -346,6 +357,7 @@ class SenderCore:
             "srtt_ms": {str(k): round(v[0] * 1e3, 3) for k, v in self._rtt.items()},
             "cc": {str(k): w.stats() for k, w in self._windows.items() if w.stats()},
             "control_sent": self.totals["ctrl_sent"],
+            **(self._incast.stats() if self._incast is not None else {}),
         }
 
     # --- rounds --------------------------------------------------------------------------------
@@ -489,6 +501,8 @@ class SenderCore:
         done_us = self._wall_us(now)
         start_us = done_us if st.start_us is None else st.start_us
         res = SendResult(lost, prot_lost, st.retx_pkts, st.rounds, forced, start_us, done_us, error)
+        if self._incast is not None:
+            self._incast.finished(lost == 0 and st.retx_pkts == 0 and not forced)
         if forced:
             self.totals["forced_sent"] += 1
             log.warning(

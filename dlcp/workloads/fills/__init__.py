@@ -8,7 +8,8 @@ once, over the array operations both numpy and torch have (`ArrayOps`), so the t
 the same formula. A rule may replace a missing contribution by a `base` value: the previous
 iteration's averaged gradient of the message (`previous`) or this worker's own gradient (`own`);
 where that value does not exist (before the first iteration, at the PS) the rule's `fallback`
-applies instead.
+applies instead. A rule with `per_source` also fills each source's holes before the sum, where an
+aggregator holds the sources apart (the PS: `bubble`, dlcp/workloads/fills/bubble.py).
 
 Without loss (count = W everywhere) every rule returns exactly total / W, bit for bit.
 """
@@ -43,6 +44,7 @@ class FillRule(Entry):
     average: Callable[[Any, Any, Any, Any, ArrayOps], Any]
     base: Literal["previous", "own"] | None = None
     fallback: str | None = None  # the rule used when `base` is missing
+    per_source: bool = False  # the PS fills each push's holes from that worker's last push first
 
 
 FILLS: Registry[FillRule] = Registry("fill rule", discover="dlcp.workloads.fills")

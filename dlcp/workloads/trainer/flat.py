@@ -80,10 +80,14 @@ class FlatModel:
         """All parameters in model order (a copy), to compare models."""
         return torch.cat([p.detach().reshape(-1) for p in self.model.parameters()])
 
-    def install_gradients(self, iteration: int, aggregates: dict[int, Aggregate], fill: str, use_own: bool) -> int:
+    def install_gradients(
+        self, iteration: int, aggregates: dict[int, Aggregate], fill: str, use_own: bool, decode=None
+    ) -> int:
         """Fill every message's aggregate into its `avg` buffer and point the parameters' .grad
-        at it. `use_own`: `send` holds this process's gradient (for the local fill). Returns the
-        number of values that missed at least one contribution."""
+        at it. `use_own`: `send` holds this process's gradient (for the local fill). `decode(values,
+        iteration, msg_id)`: transforms a filled average back in place (the Hadamard transform,
+        dlcp/workloads/hadamard.py). Returns the number of values that missed at least one
+        contribution."""
         missing = [m.layout.msg_id for m in self.messages if m.layout.msg_id not in aggregates]
         if missing:
             raise ValueError(f"iteration {iteration}: no aggregate for message(s) {missing}")
@@ -96,6 +100,8 @@ class FlatModel:
                     f"{np.size(agg.total)} values, its layout {m.layout.n_values}"
                 )
             fill_average(agg, fill, previous=m.avg, own=m.send if use_own else None, out=m.avg)
+            if decode is not None:
+                decode(m.avg.numpy(), iteration, m.layout.msg_id)
             lost += int(np.count_nonzero(np.asarray(agg.count) < agg.world))
             for p, sl in m.slices:
                 p.grad = m.avg[sl].view_as(p)

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dlcp.workloads import hadamard
 from dlcp.workloads.compute_model import ParameterGate, ProfileCompute
 from dlcp.workloads.contract import Aggregate, GradMessage, MessageLayout, ParamChunk
 from dlcp.workloads.profiled import is_fitted, make_profile_compute, profile_for_tensors, workload_profile
@@ -41,6 +42,13 @@ from dlcp.workloads.trainer.data import BatchSchedule, load_dataset
 from dlcp.workloads.trainer.flat import FlatModel
 from dlcp.workloads.trainer.models import build_model, parameter_layers
 from dlcp.workloads.trainer.sgd import SGD
+
+
+def _decoder(config: WorkloadConfig):
+    """The inverse Hadamard transform of `config`'s filled averages (None without the transform)."""
+    if not config.hadamard:
+        return None
+    return lambda values, iteration, msg_id: hadamard.decode(values, config.seed, iteration, msg_id)
 
 
 def _optimizer(model, config: WorkloadConfig) -> SGD:
@@ -216,6 +224,8 @@ class TorchWorkload:
                 readiness.wait(index)
                 if timer is not None:
                     timer.gradient_ready(m.layout.layer_first, done_at=readiness.ready_at[index])
+                if self.config.hadamard:  # sent transformed (the local fill's own gradient too)
+                    hadamard.encode(m.send_np, self.config.seed, iteration, m.layout.msg_id)
                 yield GradMessage(m.layout, m.send_np, self.n_layers)
             if timer is not None:
                 timer.end()
@@ -225,7 +235,9 @@ class TorchWorkload:
             self._readiness = None
 
     def apply_gradients(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
-        self.lost_values += self.flat.install_gradients(iteration, aggregates, self.fill, use_own=True)
+        self.lost_values += self.flat.install_gradients(
+            iteration, aggregates, self.fill, use_own=True, decode=_decoder(self.config)
+        )
         self._optimizer.step()
         if self.gate is not None:
             self.gate.release_all(iteration + 1)
@@ -266,7 +278,9 @@ class TorchServerWorkload:
         return self.flat.layouts()
 
     def update(self, iteration: int, aggregates: dict[int, Aggregate]) -> None:
-        self.lost_values = self.flat.install_gradients(iteration, aggregates, self.fill, use_own=False)
+        self.lost_values = self.flat.install_gradients(
+            iteration, aggregates, self.fill, use_own=False, decode=_decoder(self.config)
+        )
         self.optimizer.step()
 
     def parameters(self, msg_id: int) -> np.ndarray:
