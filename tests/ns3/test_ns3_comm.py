@@ -3,8 +3,10 @@ layer's EventCommunicator): a timing-dependent scheduler (ByteScheduler: rank 0 
 simulated messages) and DeAR (reduce-scatter and all-gather apart), each over the ring and
 MultiTree, and DS-Sync's parameter averaging, on 4 simulated workers. Every rank runs the same
 operations in the same order, every aggregate is the sum of the group's submitted gradients
-wherever all of them arrived, and the re-sync to rank 0 records no drift. One child process loads ns-3 once; the four scheduler x collective
-runs are forked from it (`dlcp run --vary`), DS-Sync runs in it last.
+wherever all of them arrived, and the re-sync to rank 0 records no drift. One child process loads
+ns-3 once and runs the four scheduler x collective runs in it, one series of one run each (a series
+of several ns-3 runs goes to a Dask cluster's worker processes, which the child's instrumentation
+does not reach), then DS-Sync.
 
 Also, without ns-3: profile compute makes gradients ready at the per-layer backward times."""
 
@@ -38,9 +40,9 @@ resync_every = 1
 )
 
 # Child: traces every started operation and checks every collected aggregate against the sum
-# of the submitted values of the rank's group, one line per event in <trace>/<pid>.txt.
+# of the submitted values of the rank's group, one line per event in <trace>/<run>.txt.
 SCRIPT = r"""
-import os, sys
+import sys
 from pathlib import Path
 import numpy as np
 from dlcp.comm.communicator import Communicator
@@ -50,8 +52,10 @@ from dlcp.runs.series_runner import SeriesRequest
 cfg_path, out, trace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 submitted = {}  # (iteration, msg_id, rank) -> values (float64)
 
+label = ["start"]  # the run under way: each run's events go to <trace>/<its label>.txt
+
 def log(line):
-    with open(trace / f"{os.getpid()}.txt", "a") as f:
+    with open(trace / f"{label[0]}.txt", "a") as f:
         f.write(line + "\n")
 
 def on_start(rank, it, slot, primitive):
@@ -77,9 +81,13 @@ def collect(self, it):
 
 Communicator.on_start = staticmethod(on_start)
 Communicator.submit, Communicator.collect = submit, collect
-run_series(SeriesRequest(cfg_path, out_root=out, with_report=False,
-                         vary=["comm.scheduler=bytescheduler,dear", "comm.collective=ring,multitree"]))
+for scheduler in ("bytescheduler", "dear"):
+    for collective in ("ring", "multitree"):
+        label[0] = f"{scheduler}-{collective}"
+        run_series(SeriesRequest(cfg_path, [f"comm.scheduler={scheduler}", f"comm.collective={collective}"],
+                                 out_root=out, with_report=False))
 log("series done")
+label[0] = "dssync"
 run_series(SeriesRequest(cfg_path, ["comm.collective=dssync", "comm.dssync.group=2", "workload.iterations=3"],
                          out_root=out, with_report=False))
 log("dssync done")
@@ -110,8 +118,8 @@ def test_schedulers_and_collectives_on_ns3(tmp_path):
         lines = f.read_text().splitlines()
         ends += [line for line in lines if line.endswith(" done")]
         runs[f.name] = [line.split() for line in lines if line.startswith(("op", "agg"))]
-    assert ends == ["series done", "dssync done"]
-    assert len(runs) == 5  # 4 forked runs, then DS-Sync in the parent
+    assert sorted(ends) == ["dssync done", "series done"]
+    assert len(runs) == 5  # the four scheduler x collective runs, then DS-Sync
     saw = set()
     for name, rows in runs.items():
         ops = {}
