@@ -293,7 +293,7 @@ def test_bad_configuration_is_named(digits):
         WorkloadConfig(batch_size=0)
     with pytest.raises(ValueError, match="workload.batch_size: a global batch of 4000"):
         TorchWorkload(WorkloadConfig(batch_size=1000), rank=0, world=4, data=digits)
-    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of local, rescale, stale, zero"):
+    with pytest.raises(ValueError, match="dlcp.fill: 'mean' is not one of bubble, local, rescale, stale, zero"):
         TorchWorkload(WorkloadConfig(), fill="mean", data=digits)
     with pytest.raises(ValueError, match=r"workload.optimizer: unknown key \(known: model, dataset"):
         WorkloadConfig(optimizer="adam")
