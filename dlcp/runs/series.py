@@ -67,6 +67,7 @@ def run_series(request: SeriesRequest) -> Path:
         from dlcp.reporting import compare_runs
 
         compare_runs([results / v for v in series.variants], results, echo=True)
+        privilege.hand_over_to_sudo_user(results, created)  # the comparison, written after the runs' hand-over
     return results
 
 
