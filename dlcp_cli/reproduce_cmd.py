@@ -7,12 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlcp.runs import signals
-from dlcp.runs.cluster import ClusterError
-from dlcp.runs.contract import RunFailed
-from dlcp.runs.machine_lock import MachineBusy
-from dlcp.runs.series_runner import NeedsRoot
-from dlcp.settings import ConfigError
+from dlcp_cli.run_cmd import SERIES_ERRORS, series_exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,15 +69,6 @@ def main(argv: list[str]) -> int:
             series=args.series,
             command="dlcp reproduce " + " ".join(argv),
         )
-    except ConfigError as e:
-        print(f"dlcp reproduce: {e}", file=sys.stderr)
-        return 2
-    except (NeedsRoot, MachineBusy, ClusterError) as e:
-        print(f"dlcp reproduce: {e}", file=sys.stderr)
-        return 1
-    except RunFailed as e:
-        print(f"dlcp reproduce: failed: {e}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, signals.Terminated) as e:  # the series runner said where it stopped
-        return signals.exit_code(e)
+    except SERIES_ERRORS as e:
+        return series_exit_code("dlcp reproduce", e)
     return 0

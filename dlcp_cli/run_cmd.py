@@ -36,20 +36,24 @@ def request_of(args: argparse.Namespace) -> SeriesRequest:
     )
 
 
+# what running a series raises (dlcp.runs.series.run_series), for a command that runs one
+SERIES_ERRORS = (ConfigError, NeedsRoot, MachineBusy, ClusterError, RunFailed, KeyboardInterrupt, signals.Terminated)
+
+
+def series_exit_code(prog: str, e: BaseException) -> int:
+    """A series' failure as `prog` reports it: one line on stderr (none after a stop: the series
+    runner said where it stopped) and the exit status: 2 for a bad configuration, 1 otherwise."""
+    if isinstance(e, (KeyboardInterrupt, signals.Terminated)):
+        return signals.exit_code(e)
+    print(f"{prog}: failed: {e}" if isinstance(e, RunFailed) else f"{prog}: {e}", file=sys.stderr)
+    return 2 if isinstance(e, ConfigError) else 1
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         results = run_series(request_of(args))
-    except ConfigError as e:
-        print(f"dlcp run: {e}", file=sys.stderr)
-        return 2
-    except (NeedsRoot, MachineBusy, ClusterError) as e:
-        print(f"dlcp run: {e}", file=sys.stderr)
-        return 1
-    except RunFailed as e:
-        print(f"dlcp run: failed: {e}", file=sys.stderr)
-        return 1
-    except (KeyboardInterrupt, signals.Terminated) as e:
-        return signals.exit_code(e)
+    except SERIES_ERRORS as e:
+        return series_exit_code("dlcp run", e)
     print(f"dlcp run: results in {results}")
     for report in reports_in(results):
         print(f"  {report}")
