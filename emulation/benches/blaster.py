@@ -1,6 +1,7 @@
 """`python -m emulation.benches.blaster`: send one frame over and over from an interface (sendmmsg of
 copies, nothing rebuilt in between), as fast as the kernel takes it or paced at `--rate-pps`, for
-benchmarks that need a sender faster than the thing they measure. Prints the frames sent on exit."""
+benchmarks that need a sender faster than the thing they measure. Prints `sending` when its start-up
+is over (a caller times its measurement from there) and the frames sent on exit."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.realtime:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(5))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print("sending", flush=True)
     sent = blast(args.intf, bytes.fromhex(args.frame_hex), args.seconds, rate_pps=args.rate_pps)
     print(f"sent {sent}")
     return 0

@@ -223,7 +223,14 @@ class Bench:
             cmd += ["--rate-pps", str(rate_kpps * 1e3)]
         if self.args.sender_cpu is not None:
             cmd += ["--cpu", str(self.args.sender_cpu), "--realtime"]
-        return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sender = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # its Python start-up takes 0.2 s to over a second (a cold cache, no byte code): the warm-up
+        # counts from its first frame, else a measured interval can close before anything was sent
+        if sender.stdout is None or sender.stdout.readline().strip() != "sending":
+            sender.kill()
+            _, err = sender.communicate()
+            raise RuntimeError(f"the sender did not start: {' '.join(cmd)}: {err.strip()[-500:]}")
+        return sender
 
     def measure(
         self,
