@@ -17,3 +17,38 @@ def make_mlp():
 
 def module_only():
     return nn.Linear(3, 4)
+
+
+class _Shortcut(nn.Module):
+    """Owns no parameter and never calls its child: it uses the child's weight directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.proj.weight, self.proj.bias)
+
+
+class _Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)  # its out_proj is never called
+        self.shortcut = _Shortcut()
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = self.embed(x)
+        h = self.attn(h, h, h, need_weights=False)[0]
+        return self.head(self.shortcut(h).mean(dim=1))
+
+
+def make_attention():
+    """A model with layers whose modules are never called (as in torchvision's vit_b_16)."""
+    torch.manual_seed(0)
+
+    def make_inputs(batch_size, device):
+        return (torch.randn(batch_size, 4, 8, device=device),)
+
+    return _Attention(), make_inputs

@@ -321,7 +321,7 @@ def test_dlcp_profile_measures_a_model_in_the_profile_format(tmp_path):
         text=True,
         cwd=tmp_path,
     )
-    assert bad.returncode == 2 and "dlcp profile: profile: repeats" in bad.stderr
+    assert bad.returncode == 2 and "dlcp profile: repeats" in bad.stderr
 
 
 def test_the_planners_get_the_profiles_times_per_message_dilated(tmp_path):

@@ -109,6 +109,17 @@ def test_user_factory_profiles_on_the_cpu(tmp_path):
     assert bad.returncode == 2 and "without inputs" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_layers_whose_modules_are_never_called_are_timed_with_their_caller(tmp_path):
+    # nn.MultiheadAttention uses out_proj's weight without calling out_proj, as torchvision's
+    # vit_b_16 does twelve times; _Shortcut, owning nothing, uses its child's the same way
+    p, out = _profile(tmp_path, "user_models:make_attention", "--batch-size", "4", "--repeats", "3", "--warmup", "1")
+    prof, _ = _check_written(p, out, 10)
+    fwd = dict(zip(prof.names, prof.forward_s))
+    # out_proj's forward is part of the attention call, split with in_proj by size (256 : 768)
+    assert fwd["attn.out_proj.weight"] == pytest.approx(fwd["attn.in_proj_weight"] / 3, rel=1e-6)
+    assert fwd["shortcut.proj.weight"] > 0 and all(b > 0 for b in prof.backward_s[::2])
+
+
 def test_bf16_autocast_profiles_on_the_cpu(tmp_path):
     p, out = _profile(tmp_path, "user_models:make_mlp", "--precision", "bf16", "--repeats", "3", "--warmup", "1")
     prof, m = _check_written(p, out, 6)

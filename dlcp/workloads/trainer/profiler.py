@@ -122,19 +122,53 @@ def step_layer_times(
     return fwd, bwd
 
 
+def timed_layers(
+    model: nn.Module, layers: list[list[nn.Parameter]], forward: Callable[[], Any]
+) -> tuple[list[list[nn.Parameter]], dict[int, int]]:
+    """(the layers as timed, the layer whose forward each timed module's first call starts, by
+    module id). A layer starts at the first call of a module owning its parameters. A layer none of
+    whose modules is called in `forward` (nn.MultiheadAttention's out_proj: its parent uses the
+    weight directly) joins the layer of its nearest called ancestor, or starts at that ancestor's
+    call when the ancestor owns no parameters: its forward work is inside that call."""
+    called: set[int] = set()
+    handles = [m.register_forward_pre_hook(lambda m, _args: called.add(id(m))) for m in model.modules()]
+    try:
+        forward()
+    finally:
+        for h in handles:
+            h.remove()
+    by_name = dict(model.named_modules())
+    owners: dict[int, list[str]] = {}  # parameter id -> names of the modules owning it directly
+    for name, m in by_name.items():
+        for p in m.parameters(recurse=False):
+            owners.setdefault(id(p), []).append(name)
+    start_of: list[str] = []
+    for group in layers:
+        names = [n for p in group for n in owners[id(p)]]
+        start = next((n for n in names if id(by_name[n]) in called), None)
+        walk = names[0]
+        while start is None and walk:
+            walk = walk.rpartition(".")[0]
+            if id(by_name[walk]) in called:
+                start = walk
+        if start is None:
+            raise ValueError(f"no module on the way to {names[0]!r} is called in the forward pass")
+        start_of.append(start)
+    merged: dict[str, list[nn.Parameter]] = {}
+    for start, group in zip(start_of, layers):
+        merged.setdefault(start, []).extend(group)
+    return list(merged.values()), {id(by_name[start]): i for i, start in enumerate(merged)}
+
+
 class _Hooks:
     """Forward pre-hooks and post-accumulate-grad hooks that mark a step's layers."""
 
-    def __init__(self, model: nn.Module, layers: list[list[nn.Parameter]], timer: StepTimer):
+    def __init__(
+        self, model: nn.Module, layers: list[list[nn.Parameter]], layer_of_module: dict[int, int], timer: StepTimer
+    ):
         self.timer = timer
         self.layer_of_param = {id(p): i for i, group in enumerate(layers) for p in group}
         self.size = [len(group) for group in layers]
-        layer_of_module: dict[int, int] = {}
-        for m in model.modules():
-            for p in m.parameters(recurse=False):
-                layer = self.layer_of_param.get(id(p))
-                if layer is not None:
-                    layer_of_module.setdefault(id(m), layer)
         self.layer_of_module = layer_of_module
         self.handles = [m.register_forward_pre_hook(self._pre) for m in model.modules() if id(m) in layer_of_module] + [
             p.register_post_accumulate_grad_hook(self._grad) for group in layers for p in group
@@ -248,14 +282,14 @@ def measure_profile(
     """The profile JSON (a dict) of `model_name` (dlcp/workloads/trainer/zoo.py) at `batch_size`
     per worker on `device`."""
     if (repeats is not None and repeats < 1) or warmup < 0 or batch_size < 1 or threads < 1:
-        raise ValueError("profile: repeats, batch size and threads must be >= 1, warm-up >= 0")
+        raise ValueError("repeats, batch size and threads must be >= 1, warm-up >= 0")
     if precision not in PRECISIONS:
-        raise ValueError(f"profile: --precision {precision!r}: one of {', '.join(PRECISIONS)}")
+        raise ValueError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("profile: --device cuda: this torch sees no CUDA device")
+        raise ValueError("--device cuda: this torch sees no CUDA device")
     if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"profile: --device {device!r}: cpu or cuda")
+        raise ValueError(f"--device {device!r}: cpu or cuda")
     if dev.type == "cpu":
         torch.set_num_threads(threads)
     else:
@@ -263,11 +297,16 @@ def measure_profile(
     pm = resolve_model(model_name, dataset=dataset, seq_len=seq_len, hf_config=hf_config, seed=seed)
     model = pm.module.to(dev)
     model.train()
-    layers = parameter_layers(model)
     timer = make_timer(dev)
     autocast: Callable[[], AbstractContextManager[Any]] = (
         (lambda: torch.autocast(device_type=dev.type, dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
     )
+
+    def trial_forward() -> None:
+        with autocast():
+            pm.forward(pm.make_inputs(batch_size, dev))
+
+    layers, layer_of_module = timed_layers(model, parameter_layers(model), trial_forward)
     plain_s: list[float] = []
     hooked_s: list[float] = []
     per_fwd: list[list[float]] = []
@@ -284,7 +323,7 @@ def measure_profile(
                 timer.synchronize()
                 plain_step = timer.seconds(marks["start"], marks["end"])
                 continue
-            hooks = _Hooks(model, layers, timer)
+            hooks = _Hooks(model, layers, layer_of_module, timer)
             try:
                 hooked_marks = _run_step(pm, batch, timer, autocast)
                 timer.synchronize()
