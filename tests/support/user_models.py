@@ -52,3 +52,26 @@ def make_attention():
         return (torch.randn(batch_size, 4, 8, device=device),)
 
     return _Attention(), make_inputs
+
+
+class _Tied(nn.Module):
+    """An embedding whose weight the output head shares (as GPT-2's lm_head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(4000, 64)
+        self.mid = nn.Linear(64, 64)
+        self.head = nn.Linear(64, 4000, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tokens):
+        return torch.nn.functional.cross_entropy(self.head(self.mid(self.emb(tokens))).flatten(0, 1), tokens.flatten())
+
+
+def make_tied():
+    torch.manual_seed(0)
+
+    def make_inputs(batch_size, device):
+        return (torch.randint(0, 4000, (batch_size, 64), device=device),)
+
+    return _Tied(), make_inputs

@@ -25,6 +25,9 @@ def test_layer_times_follow_call_order_and_readiness():
     fwd, bwd = step_layer_times(marks, [(1, 1.0), (0, 4.0), (2, 6.0)], [(2, 12.0), (0, 15.0), (1, 20.0)], 3, CpuTimer())
     assert fwd == [2.0, 4.0, 4.0]  # layer 1 from the step's start to layer 0's call, ...; layer 2 to the loss
     assert bwd == [3.0, 5.0, 1.5]  # layer 2 from the start of backward, then each from the previous ready
+    # layer 0 called again (a tied weight's second owner): it sums both calls
+    again = [(1, 1.0), (0, 4.0), (2, 6.0), (0, 8.0)]
+    assert step_layer_times(marks, again, [(2, 12.0), (0, 15.0), (1, 20.0)], 3, CpuTimer())[0] == [4.0, 4.0, 2.0]
     with pytest.raises(RuntimeError, match="1 layer\\(s\\) not called in forward"):
         step_layer_times(marks, [(0, 1.0), (1, 2.0)], [(2, 12.0), (0, 15.0), (1, 20.0)], 3, CpuTimer())
 
@@ -118,6 +121,15 @@ def test_layers_whose_modules_are_never_called_are_timed_with_their_caller(tmp_p
     # out_proj's forward is part of the attention call, split with in_proj by size (256 : 768)
     assert fwd["attn.out_proj.weight"] == pytest.approx(fwd["attn.in_proj_weight"] / 3, rel=1e-6)
     assert fwd["shortcut.proj.weight"] > 0 and all(b > 0 for b in prof.backward_s[::2])
+
+
+def test_a_tied_weight_is_timed_at_both_of_its_owners_calls(tmp_path):
+    # the head's call (a 64 x 4000 product and the loss over 4000 classes) is the tied weight's, not
+    # the layer called before it (a 64 x 64 product)
+    p, out = _profile(tmp_path, "user_models:make_tied", "--batch-size", "8", "--repeats", "5", "--warmup", "1")
+    prof, _ = _check_written(p, out, 3)
+    fwd = dict(zip(prof.names, prof.forward_s))
+    assert fwd["emb.weight"] > 3 * (fwd["mid.weight"] + fwd["mid.bias"])
 
 
 def test_bf16_autocast_profiles_on_the_cpu(tmp_path):

@@ -5,10 +5,12 @@ One step = forward, loss, backward on one worker's batch (no optimizer step: PS-
 never step, and the profile is forward + backward). A *layer* is a module owning parameters (our
 models group a conv and its norm: `parameter_layers`). Per layer:
 
-- forward: from the first forward pre-hook of the layer's modules to the next layer's (in the
-  order the layers are called; the first layer from the step's start, the last to the end of the
-  loss), so parameter-free operations after a layer (activations, pooling, residual adds) count
-  with it and the layers add up to the whole forward;
+- forward: each forward pre-hook of the layer's modules to the next call of any layer's (the
+  first from the step's start, the last to the end of the loss), so parameter-free operations
+  after a layer (activations, pooling, residual adds) count with it and the layers add up to the
+  whole forward. A layer called twice (a tied weight's second owner, as GPT-2's lm_head) sums its
+  calls; a layer whose modules are never called (nn.MultiheadAttention's out_proj) is timed with
+  its nearest called ancestor (`timed_layers`);
 - backward: a layer is ready when its last gradient is accumulated (post-accumulate-grad hooks);
   its backward runs from the previous layer's ready moment (the first: from the start of
   backward) to its own.
@@ -101,20 +103,23 @@ def make_timer(device: torch.device) -> StepTimer:
 
 
 def step_layer_times(
-    marks: dict[str, Any], starts: Sequence[tuple[int, Any]], ready: Sequence[tuple[int, Any]], n_layers: int, timer
+    marks: dict[str, Any], calls: Sequence[tuple[int, Any]], ready: Sequence[tuple[int, Any]], n_layers: int, timer
 ) -> tuple[list[float], list[float]]:
     """(forward seconds per layer, backward seconds per layer) of one hooked step from its marks:
-    `starts` the layers' first forward calls in call order, `ready` the layers' last gradients in
-    the order they came, `marks` the step's `start`, `loss_end` and `backward_start`."""
-    if len(starts) != n_layers or len(ready) != n_layers:
+    `calls` the layers' forward calls in call order (a call runs to the next call, the last to the
+    end of the loss; a layer called more than once, as a tied weight's, sums its calls), `ready` the
+    layers' last gradients in the order they came, `marks` the step's `start`, `loss_end` and
+    `backward_start`."""
+    not_called = n_layers - len({layer for layer, _ in calls})
+    if not_called or len(ready) != n_layers:
         raise RuntimeError(
-            f"profile: {n_layers - len(starts)} layer(s) not called in forward and "
+            f"profile: {not_called} layer(s) not called in forward and "
             f"{n_layers - len(ready)} without a gradient in backward (unused parameters?)"
         )
     fwd, bwd = [0.0] * n_layers, [0.0] * n_layers
-    bounds = [marks["start"]] + [m for _, m in starts[1:]] + [marks["loss_end"]]
-    for k, (layer, _) in enumerate(starts):
-        fwd[layer] = max(0.0, timer.seconds(bounds[k], bounds[k + 1]))
+    bounds = [marks["start"]] + [m for _, m in calls[1:]] + [marks["loss_end"]]
+    for k, (layer, _) in enumerate(calls):
+        fwd[layer] += max(0.0, timer.seconds(bounds[k], bounds[k + 1]))
     prev = marks["backward_start"]
     for layer, m in ready:
         bwd[layer] = max(0.0, timer.seconds(prev, m))
@@ -125,11 +130,12 @@ def step_layer_times(
 def timed_layers(
     model: nn.Module, layers: list[list[nn.Parameter]], forward: Callable[[], Any]
 ) -> tuple[list[list[nn.Parameter]], dict[int, int]]:
-    """(the layers as timed, the layer whose forward each timed module's first call starts, by
-    module id). A layer starts at the first call of a module owning its parameters. A layer none of
-    whose modules is called in `forward` (nn.MultiheadAttention's out_proj: its parent uses the
-    weight directly) joins the layer of its nearest called ancestor, or starts at that ancestor's
-    call when the ancestor owns no parameters: its forward work is inside that call."""
+    """(the layers as timed, the layer each timed module's calls are timed to, by module id). Every
+    called module owning a layer's parameters times that layer (a tied weight's second owner, as
+    GPT-2's lm_head, too). A layer none of whose modules is called in `forward` (nn.MultiheadAttention's
+    out_proj: its parent uses the weight directly) joins the layer of its nearest called ancestor,
+    or is timed by that ancestor's calls when the ancestor owns no parameters: its forward work is
+    inside those calls."""
     called: set[int] = set()
     handles = [m.register_forward_pre_hook(lambda m, _args: called.add(id(m))) for m in model.modules()]
     try:
@@ -142,22 +148,29 @@ def timed_layers(
     for name, m in by_name.items():
         for p in m.parameters(recurse=False):
             owners.setdefault(id(p), []).append(name)
-    start_of: list[str] = []
+    timed: list[list[nn.Parameter]] = []
+    layer_of: dict[str, int] = {}  # a called module's name -> the layer its calls time
+    uncalled: list[tuple[list[nn.Parameter], str]] = []
     for group in layers:
-        names = [n for p in group for n in owners[id(p)]]
-        start = next((n for n in names if id(by_name[n]) in called), None)
-        walk = names[0]
-        while start is None and walk:
-            walk = walk.rpartition(".")[0]
-            if id(by_name[walk]) in called:
-                start = walk
-        if start is None:
-            raise ValueError(f"no module on the way to {names[0]!r} is called in the forward pass")
-        start_of.append(start)
-    merged: dict[str, list[nn.Parameter]] = {}
-    for start, group in zip(start_of, layers):
-        merged.setdefault(start, []).extend(group)
-    return list(merged.values()), {id(by_name[start]): i for i, start in enumerate(merged)}
+        names = list(dict.fromkeys(n for p in group for n in owners[id(p)]))
+        if not any(id(by_name[n]) in called for n in names):
+            uncalled.append((group, names[0]))
+            continue
+        for n in names:
+            if id(by_name[n]) in called:
+                layer_of.setdefault(n, len(timed))
+        timed.append(list(group))
+    for group, name in uncalled:
+        while name and id(by_name[name]) not in called:
+            name = name.rpartition(".")[0]
+        if id(by_name[name]) not in called:
+            raise ValueError(f"no module on the way to {name!r}'s parameters is called in the forward pass")
+        if name in layer_of:
+            timed[layer_of[name]].extend(group)
+        else:
+            layer_of[name] = len(timed)
+            timed.append(list(group))
+    return timed, {id(by_name[n]): layer for n, layer in layer_of.items()}
 
 
 class _Hooks:
@@ -176,16 +189,12 @@ class _Hooks:
         self.reset()
 
     def reset(self) -> None:
-        self.started: set[int] = set()
-        self.starts: list[tuple[int, Any]] = []
+        self.calls: list[tuple[int, Any]] = []
         self.pending = list(self.size)
         self.ready: list[tuple[int, Any]] = []
 
     def _pre(self, module, args) -> None:
-        layer = self.layer_of_module[id(module)]
-        if layer not in self.started:
-            self.started.add(layer)
-            self.starts.append((layer, self.timer.mark()))
+        self.calls.append((self.layer_of_module[id(module)], self.timer.mark()))
 
     def _grad(self, p) -> None:
         layer = self.layer_of_param[id(p)]
@@ -330,7 +339,7 @@ def measure_profile(
             finally:
                 hooks.remove()
         marks = hooked_marks
-        fwd, bwd = step_layer_times(marks, hooks.starts, hooks.ready, len(layers), timer)
+        fwd, bwd = step_layer_times(marks, hooks.calls, hooks.ready, len(layers), timer)
         if r == warmup:
             wall0 = time.perf_counter()  # the budget counts measured pairs only
         if r > warmup:
@@ -365,8 +374,8 @@ def measure_profile(
         f"{threads_words}: {pm.description}, batch {batch_size} per worker, {precision}"
         f"{' (autocast)' if precision == 'bf16' else ''}, random weights. One step = forward + loss + "
         f"backward, no optimizer step; {'CUDA events' if dev.type == 'cuda' else 'perf_counter'} in "
-        "forward pre-hooks of each parameter-owning module (forward: to the next layer's; the last: "
-        "to the end of the loss) and in post-accumulate-grad hooks (backward: a layer is ready when "
+        "forward pre-hooks of each parameter-owning module (forward: each call to the next layer's "
+        "call, the last to the end of the loss; a module never called is timed with its caller) and in post-accumulate-grad hooks (backward: a layer is ready when "
         "its last gradient is; from the previous ready moment). Per layer the median of "
         f"{repeats} steps after {warmup} warm-up steps, scaled so that the layers add up to the median "
         "step's forward + backward (split between the two as the medians of their sums), spread over "
