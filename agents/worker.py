@@ -23,7 +23,7 @@ from dlcp.comm.ps import PSClient
 from dlcp.comm.transport_communicator import TransportCommunicator
 from dlcp.iteration import actions as A
 from dlcp.iteration.worker_core import WorkerCore, worker_spec
-from dlcp.records import now_us
+from dlcp.records import now_us, workload_totals
 from dlcp.transport.api import TransportError
 from dlcp.wire.control_frames import PS_RANK
 from dlcp.workloads.lookup import make_workload
@@ -158,6 +158,7 @@ def run(agent: Agent) -> None:
     try:
         ThreadedWorker(agent, workload, coll, WorkerCore(spec)).run()
     finally:
+        agent.extra_totals.update(workload_totals(workload))
         stats = getattr(workload, "compute_stats", lambda: None)()
         if stats is not None:  # how well the machine kept up with the profile (records/hN-agent.json)
             agent.extra_totals["compute"] = stats

@@ -146,6 +146,13 @@ def agent_totals(host: str, role: str, rank: int, status: str, error: str | None
     }
 
 
+def workload_totals(workload) -> dict:
+    """What a worker's hN-agent.json says of its workload on every backend: how its compute profile
+    fits its tensors ("exact", or another model's laid over them by "parameter fraction")."""
+    fit = getattr(workload, "profile_fit", None)
+    return {"profile_fit": fit} if fit else {}
+
+
 def write_agent_records(
     rec: Path,
     host: str,

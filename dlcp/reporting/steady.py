@@ -103,11 +103,8 @@ def scale_info(run: RunData) -> dict:
         "times": "measured / dilation (the system's time)" if f.dilation != 1 else "measured",
         "compute_scale": workload.get("compute_scale", 1.0),
         "profile": workload.get("profile", "") if workload.get("compute") == "profile" else "",
-        # another model's profile fitted onto this model's tensors (the agents' compute records say)
-        "profile_fitted": any(
-            isinstance(a.get("compute"), dict) and a["compute"].get("profile_fit") == "parameter fraction"
-            for a in run.agents.values()
-        ),
+        # another model's profile fitted onto this model's tensors (the workers' records say)
+        "profile_fitted": any(a.get("profile_fit") == "parameter fraction" for a in run.agents.values()),
         "warmup_iterations": f.warmup_iterations,
         "warmup_from": f.warmup_from,
     }

@@ -156,6 +156,7 @@ class _Agent:
         )
         ep = self.host.endpoint
         totals.update(ep.stats())
+        totals.update(R.workload_totals(self.workload))
         R.write_agent_records(
             rec,
             self.acfg.host,

@@ -82,3 +82,25 @@ def test_chakra_export_of_an_ns3_run(runs):
     assert len(paths) == WORKERS
     back = profile_from_et(paths[1])
     assert back.sizes == tuple(SIZES) and back.backward_s == pytest.approx([0.004] * 4)
+
+
+def test_another_models_profile_is_named_in_an_ns3_report(tmp_path):
+    # a torch mlp timed by the digits CNN's profile: laid over its tensors by parameter fraction
+    cfg = tmp_path / "fitted.toml"
+    cfg.write_text(
+        leaf_spine4("fitted", 100)
+        + """
+model = "mlp"
+dataset = "digits"
+compute = "profile"
+profile = "cnn-digits-b32"
+iterations = 2
+warmup_iterations = 0
+eval_every = 0
+"""
+    )
+    run = run_experiment(cfg, tmp_path / "fitted")
+    workers = [json.loads(p.read_text()) for p in sorted((run / "records").glob("*-agent.json"))]
+    assert {w.get("profile_fit") for w in workers} == {"parameter fraction"}
+    report = (run / "report.md").read_text()
+    assert "compute from profile cnn-digits-b32 (another model's" in report

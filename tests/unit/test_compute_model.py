@@ -246,10 +246,10 @@ def test_torch_model_times_itself_with_a_matching_profile(tmp_path):
     assert w.compute_stats()["deadlines"] == 8
     w.evaluate(0)  # evaluation runs the model without touching the compute model
     assert w.timer.iteration is None
-    assert w.compute_stats()["profile_fit"] == "exact"
+    assert w.profile_fit == "exact"
     # another model's profile times this model by parameter fraction: the same total compute
     other = TorchWorkload(cfg.model_copy(update={"model": "cnn"}), 0, 1)
-    assert other.compute_stats()["profile_fit"] == "parameter fraction"
+    assert other.profile_fit == "parameter fraction"
     assert sum(other.timer.forward_s) == pytest.approx(sum(w.timer.forward_s))
     assert sum(other.timer.backward_s) == pytest.approx(sum(w.timer.backward_s))
 

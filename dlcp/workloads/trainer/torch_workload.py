@@ -172,7 +172,7 @@ class TorchWorkload:
         """How well the machine kept up with the profile (None with real compute)."""
         if self.timer is None:
             return None
-        return {"mode": "profile", "profile_fit": self.profile_fit, **self.timer.stats.as_dict()}
+        return {"mode": "profile", **self.timer.stats.as_dict()}
 
     def layouts(self) -> list[MessageLayout]:
         return self.flat.layouts()
