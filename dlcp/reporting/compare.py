@@ -9,6 +9,7 @@ import pathlib
 from dataclasses import dataclass
 
 from dlcp.reporting import plots
+from dlcp.reporting.keepup_check import FINDINGS_HEADER, findings_rows, runs_keepup_line
 from dlcp.reporting.load import NotARunDirectory, ReportInputError, RunData, default_out_dir, load_run
 from dlcp.reporting.ranks import message_differences, rank_section
 from dlcp.reporting.ranks import verdict_lines as rank_verdict_lines
@@ -146,7 +147,7 @@ def compare_data(runs: list[RunData], summaries: list[dict]) -> dict:
                 },
                 "too_few": too_few,
                 "kept_up": s["keep_up"]["ok"],
-                "keep_up_flags": s["keep_up"]["flags"],
+                "keep_up_findings": s["keep_up"]["findings"],
                 "problems": s["problems"],
             }
         )
@@ -255,6 +256,11 @@ def _short(v) -> str:
     return fmt(v, digits=4)
 
 
+def keepup_line(r: dict) -> str:
+    """One line for a run (compare.json row) that did not keep up."""
+    return runs_keepup_line(f"run {r['name']}", [(r["name"], r["keep_up_findings"])], 1)
+
+
 def build_doc(data: dict, runs: list[RunData]) -> Doc:
     names = [r["name"] for r in data["runs"]]
     doc = Doc(f"DLCP comparison: {' vs '.join(names)} (baseline {data['baseline']})")
@@ -266,7 +272,7 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
         if r["protected_lost"]:
             doc.warn(f"run {r['name']}: {r['protected_lost']} protected packet(s) lost (must be 0).")
         if not r["kept_up"]:
-            doc.warn(f"run {r['name']}: the emulation did not keep up: " + "; ".join(r["keep_up_flags"]))
+            doc.warn(keepup_line(r) + " (the table under 'Did the emulation keep up?')")
         if r["problems"]:
             doc.warn(
                 f"run {r['name']}: {len(r['problems'])} data problem(s): "
@@ -337,6 +343,11 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
             for n, r in zip(names, data["runs"])
         ],
     )
+    rows = [[r["name"], *row] for r in data["runs"] for row in findings_rows(r["keep_up_findings"])]
+    if rows:
+        doc.h("Did the emulation keep up?")
+        doc.p("Each figure past its limit (dlcp/reporting/keepup_check.py; each run's report says it in words).")
+        doc.table(["run", *FINDINGS_HEADER], rows)
     doc.p(
         f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
         "count and the count it needs (n=144<1,000)."
@@ -397,7 +408,7 @@ def compare_runs(
             if r["protected_lost"]:
                 print(f"WARNING: run {r['name']}: {r['protected_lost']} protected packet(s) lost")
             if not r["kept_up"]:
-                print(f"WARNING: run {r['name']}: the emulation did not keep up: " + "; ".join(r["keep_up_flags"]))
+                print(f"WARNING: {keepup_line(r)} (see compare.md)")
             if r["problems"]:
                 print(f"note: run {r['name']}: {len(r['problems'])} data problem(s), see compare.md")
     return written["html"]

@@ -44,6 +44,8 @@ The signs, each with its threshold (figures in wall-clock time, about the emulat
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 
 from dlcp.reporting.load import RunData, Table
@@ -55,6 +57,53 @@ RX_WAIT_SHARE_MAX = 0.1
 RX_WAIT_FRAMES_MAX = 1.0
 FULL_FRAME_BYTES = 1514  # a 1500-byte IP packet in its Ethernet frame
 BACKGROUND_MISSED_MAX = 0.02
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One figure past its limit, as the tables and the one-line warnings show it: where (a host,
+    a switch, a background flow), what was measured, the figure and the limit as a person reads
+    them, how many times the limit the figure is (`over`; None where any amount is too much:
+    kernel drops), and the sentence that says it with its context (summary.json `flags`)."""
+
+    where: str
+    what: str
+    figure: str
+    limit: str
+    over: float | None
+    sentence: str
+
+
+def past_limit(f: dict) -> float:
+    """How far `f` is past its limit, for ranking (one past a limit of zero ranks first)."""
+    return float("inf") if f["over"] is None else f["over"]
+
+
+def finding_line(f: dict) -> str:
+    """A finding in a few words: `h1: socket wait p99 5.79 ms, 27.1% of the median MCT (limit 10%)`."""
+    return f"{f['where']}: {f['what']} {f['figure']} (limit {f['limit']})"
+
+
+FINDINGS_HEADER = ["where", "what", "figure", "limit"]
+
+
+def findings_rows(findings: list[dict]) -> list[list[str]]:
+    """Table rows (FINDINGS_HEADER) of `findings`, the furthest past its limit first."""
+    return [[f["where"], f["what"], f["figure"], f["limit"]] for f in sorted(findings, key=past_limit, reverse=True)]
+
+
+def runs_keepup_line(name: str, bad: list[tuple[str, list[dict]]], n_runs: int) -> str:
+    """One line for the runs of `name` that did not keep up; `bad` holds (run label, its findings)."""
+    tagged = [(label, f) for label, fs in bad for f in fs]
+    line = f"{name}: {len(bad)} of {n_runs} run(s) did not keep up" if n_runs > 1 else f"{name} did not keep up"
+    if not tagged:
+        return line
+    label, w = max(tagged, key=lambda lf: past_limit(lf[1]))
+    return line + f"; the worst: {label + ', ' if n_runs > 1 else ''}{finding_line(w)}; {len(tagged)} finding(s) in all"
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
 
 
 def iteration_wall_ms(run: RunData, host: str) -> float | None:
@@ -69,38 +118,52 @@ def iteration_wall_ms(run: RunData, host: str) -> float | None:
 
 def compute_keepup(run: RunData) -> dict:
     per_host = {h: dict(a["compute"]) for h, a in run.agents.items() if isinstance(a.get("compute"), dict)}
-    flags = []
+    found: list[Finding] = []
     for host, c in sorted(per_host.items()):
         wall = iteration_wall_ms(run, host)
         share = c.get("overrun_ms", 0) / wall if wall else None
         c["overrun_share_of_iterations"] = share
         if share is not None and share > COMPUTE_OVERRUN_MAX:
-            flags.append(
-                f"compute on {host} fell behind its profile: the worst lateness per iteration summed to "
-                f"{100 * share:.3g}% of its iteration time (limit {100 * COMPUTE_OVERRUN_MAX:g}%) and "
-                f"{100 * (c.get('overrun_share') or 0):.3g}% of the profile's compute time; "
-                f"{c.get('missed', 0)} of {c.get('deadlines', 0)} deadlines missed by more than "
-                f"{c.get('tolerance_ms', 1):g} ms, the worst by {c.get('late_max_ms', 0):.3g} ms"
+            found.append(
+                Finding(
+                    host,
+                    "compute overrun",
+                    f"{pct(share)} of its iteration time",
+                    pct(COMPUTE_OVERRUN_MAX),
+                    share / COMPUTE_OVERRUN_MAX,
+                    f"compute on {host} fell behind its profile: the worst lateness per iteration summed to "
+                    f"{pct(share)} of its iteration time (limit {pct(COMPUTE_OVERRUN_MAX)}) and "
+                    f"{pct(c.get('overrun_share') or 0)} of the profile's compute time; "
+                    f"{c.get('missed', 0)} of {c.get('deadlines', 0)} deadlines missed by more than "
+                    f"{c.get('tolerance_ms', 1):g} ms, the worst by {c.get('late_max_ms', 0):.3g} ms",
+                )
             )
-    return {"per_host": per_host, "flags": flags}
+    return {"per_host": per_host, "findings": found}
 
 
 def switch_cpu_keepup(meta: dict | None) -> dict:
     cpu = (meta or {}).get("switch_cpu")
     cpu = cpu if isinstance(cpu, dict) else {}
-    flags = []
+    found: list[Finding] = []
     for sw, c in sorted(cpu.items()):
         peak = c.get("busy_peak") if isinstance(c, dict) else None
         if isinstance(peak, (int, float)) and peak >= SWITCH_BUSY_MAX:
-            flags.append(
-                f"switch {sw} used {100 * peak:.3g}% of a CPU in its busiest {c.get('window_s', 5):g} s "
-                f"(limit {100 * SWITCH_BUSY_MAX:g}%): it was at its limit"
+            found.append(
+                Finding(
+                    sw,
+                    "switch CPU, busiest window",
+                    f"{pct(peak)} of a CPU",
+                    pct(SWITCH_BUSY_MAX),
+                    peak / SWITCH_BUSY_MAX,
+                    f"switch {sw} used {pct(peak)} of a CPU in its busiest {c.get('window_s', 5):g} s "
+                    f"(limit {pct(SWITCH_BUSY_MAX)}): it was at its limit",
+                )
             )
-    return {"per_switch": cpu, "flags": flags}
+    return {"per_switch": cpu, "findings": found}
 
 
 def kernel_drop_keepup(counters: list[dict]) -> dict:
-    per_switch, flags = {}, []
+    per_switch, found = {}, []
     for dump in counters:
         ports = {
             p.get("port"): p.get("rx_kernel_drops", 0)
@@ -110,17 +173,25 @@ def kernel_drop_keepup(counters: list[dict]) -> dict:
         total = sum(ports.values())
         per_switch[dump.get("switch", "?")] = total
         if total:
-            worst = ", ".join(f"port {p}: {n:,}" for p, n in sorted(ports.items(), key=lambda kv: -kv[1]) if n)
-            flags.append(
-                f"switch {dump.get('switch', '?')}: {total:,} frame(s) dropped by the kernel before the "
-                f"switch read them ({worst}); those losses are in no emulated queue"
+            ports_text = ", ".join(f"port {p}: {n:,}" for p, n in sorted(ports.items(), key=lambda kv: -kv[1]) if n)
+            name = dump.get("switch", "?")
+            found.append(
+                Finding(
+                    name,
+                    "kernel drops",
+                    f"{total:,} frame(s)",
+                    "0",
+                    None,
+                    f"switch {name}: {total:,} frame(s) dropped by the kernel before the "
+                    f"switch read them ({ports_text}); those losses are in no emulated queue",
+                )
             )
-    return {"per_switch": per_switch, "flags": flags}
+    return {"per_switch": per_switch, "findings": found}
 
 
 SWITCH_WAITS = (
-    ("read_lag", "waited {p99:.3g} ms or more in the kernel before it read them"),
-    ("send_late", "started {p99:.3g} ms or more after their slot on the link began"),
+    ("read_lag", "read lag p99", "waited {p99:.3g} ms or more in the kernel before it read them"),
+    ("send_late", "send lateness p99", "started {p99:.3g} ms or more after their slot on the link began"),
 )
 
 
@@ -128,11 +199,11 @@ def switch_timing_keepup(counters: list[dict], mct_ms: float | None) -> dict:
     """Per switch its read lag and send lateness (the dump's `read_lag`, `send_late`, each with its
     p99's share of the median MCT) and its hosts' bursts (`host_burst`, shown, not judged); flags
     past RX_WAIT_SHARE_MAX. Dumps without them (ns-3, bmv2, older runs) are left out."""
-    per_switch, flags = {}, []
+    per_switch, found = {}, []
     for dump in counters:
         name = dump.get("switch", "?")
         row = {}
-        for key, what in SWITCH_WAITS:
+        for key, label, what in SWITCH_WAITS:
             w = dump.get(key)
             if not isinstance(w, dict) or not w.get("count"):
                 continue
@@ -140,16 +211,23 @@ def switch_timing_keepup(counters: list[dict], mct_ms: float | None) -> dict:
             share = p99 / mct_ms if isinstance(p99, (int, float)) and mct_ms else None
             row[key] = {**w, "p99_share_of_mct_p50": share}
             if share is not None and share > RX_WAIT_SHARE_MAX:
-                flags.append(
-                    f"switch {name} fell behind: 1 % of the frames {what.format(p99=p99)} (the longest "
-                    f"{w.get('max_ms', 0):.3g} ms), {100 * share:.3g}% of the median message completion "
-                    f"time ({mct_ms:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock)"
+                found.append(
+                    Finding(
+                        name,
+                        label,
+                        f"{p99:.3g} ms, {pct(share)} of the median MCT",
+                        pct(RX_WAIT_SHARE_MAX),
+                        share / RX_WAIT_SHARE_MAX,
+                        f"switch {name} fell behind: 1 % of the frames {what.format(p99=p99)} (the longest "
+                        f"{w.get('max_ms', 0):.3g} ms), {pct(share)} of the median message completion "
+                        f"time ({mct_ms:.3g} ms, limit {pct(RX_WAIT_SHARE_MAX)}; wall clock)",
+                    )
                 )
         if row:
             if isinstance(dump.get("host_burst"), dict):
                 row["host_burst"] = dump["host_burst"]
             per_switch[name] = row
-    return {"per_switch": per_switch, "flags": flags}
+    return {"per_switch": per_switch, "findings": found}
 
 
 def median_mct_wall_ms(senders: Table, time_scale: float) -> float | None:
@@ -189,7 +267,7 @@ def receive_keepup(run: RunData, senders: Table) -> dict:
     }
     mct = median_mct_wall_ms(senders, run.time_scale)
     frame = frame_wall_ms(run)
-    flags = []
+    found: list[Finding] = []
     for host, w in sorted(per_host.items()):
         p99 = w.get("p99_ms")
         share = p99 / mct if isinstance(p99, (int, float)) and mct else None
@@ -209,18 +287,32 @@ def receive_keepup(run: RunData, senders: Table) -> dict:
             )
         )
         if share is not None and share > RX_WAIT_SHARE_MAX:
-            flags.append(
-                f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
-                f"in the socket buffer, {100 * share:.3g}% of the median message completion time "
-                f"({mct:.3g} ms, limit {100 * RX_WAIT_SHARE_MAX:g}%; wall clock){why}"
+            found.append(
+                Finding(
+                    host,
+                    "socket wait p99",
+                    f"{p99:.3g} ms, {pct(share)} of the median MCT",
+                    pct(RX_WAIT_SHARE_MAX),
+                    share / RX_WAIT_SHARE_MAX,
+                    f"the receive path of {host} fell behind: 1 % of its datagrams waited {p99:.3g} ms or more "
+                    f"in the socket buffer, {pct(share)} of the median message completion time "
+                    f"({mct:.3g} ms, limit {pct(RX_WAIT_SHARE_MAX)}; wall clock){why}",
+                )
             )
         elif frames is not None and frames > RX_WAIT_FRAMES_MAX:
-            flags.append(
-                f"the receive path of {host} reacted slower than its link delivers: 1 % of its datagrams "
-                f"waited {p99:.3g} ms or more in the socket buffer, {frames:.3g} times a full frame's "
-                f"{frame:.3g} ms on its link (limit {RX_WAIT_FRAMES_MAX:g}; wall clock){why}"
+            found.append(
+                Finding(
+                    host,
+                    "socket wait p99",
+                    f"{p99:.3g} ms, {frames:.3g} frame times",
+                    f"{RX_WAIT_FRAMES_MAX:g} frame time",
+                    frames / RX_WAIT_FRAMES_MAX,
+                    f"the receive path of {host} reacted slower than its link delivers: 1 % of its datagrams "
+                    f"waited {p99:.3g} ms or more in the socket buffer, {frames:.3g} times a full frame's "
+                    f"{frame:.3g} ms on its link (limit {RX_WAIT_FRAMES_MAX:g}; wall clock){why}",
+                )
             )
-    return {"per_host": per_host, "flags": flags}
+    return {"per_host": per_host, "findings": found}
 
 
 def measured_iteration_starts_us(run: RunData) -> np.ndarray:
@@ -236,7 +328,7 @@ def measured_iteration_starts_us(run: RunData) -> np.ndarray:
 
 def background_keepup(run: RunData) -> dict:
     starts = measured_iteration_starts_us(run)
-    per_flow, flags = {}, []
+    per_flow, found = {}, []
     for name, b in sorted(run.background.items()):
         released = b.get("released_unix")
         if not isinstance(released, (int, float)) or not starts.size:  # sinks, ns-3, older runs
@@ -256,15 +348,22 @@ def background_keepup(run: RunData) -> dict:
                 if started is None
                 else f"started {(started - due) * 1e3:.4g} ms later than due (wall clock)"
             )
-            flags.append(
-                f"background sender {name} {when}: {missed} of the {starts.size} measured iterations "
-                f"began without it (limit {100 * BACKGROUND_MISSED_MAX:g}%)"
+            found.append(
+                Finding(
+                    name,
+                    "background start",
+                    f"{missed} of {starts.size} measured iterations began without it",
+                    pct(BACKGROUND_MISSED_MAX),
+                    missed / starts.size / BACKGROUND_MISSED_MAX,
+                    f"background sender {name} {when}: {missed} of the {starts.size} measured iterations "
+                    f"began without it (limit {pct(BACKGROUND_MISSED_MAX)})",
+                )
             )
-    return {"per_flow": per_flow, "flags": flags}
+    return {"per_flow": per_flow, "findings": found}
 
 
 def keepup_section(run: RunData, senders: Table) -> dict:
-    """summary.json `keep_up`: ok, the flags (one line each) and the figures behind them.
+    """summary.json `keep_up`: ok, the findings (`flags`: their sentences) and the figures behind them.
     `senders`: the steady sender rows (after the warm-up) whose MCTs the summary reports."""
     compute = compute_keepup(run)
     cpu = switch_cpu_keepup(run.meta)
@@ -272,7 +371,7 @@ def keepup_section(run: RunData, senders: Table) -> dict:
     reads = switch_timing_keepup(run.counters, median_mct_wall_ms(senders, run.time_scale))
     rx = receive_keepup(run, senders)
     bg = background_keepup(run)
-    flags = compute["flags"] + cpu["flags"] + drops["flags"] + reads["flags"] + rx["flags"] + bg["flags"]
+    findings: list[Finding] = [f for part in (compute, cpu, drops, reads, rx, bg) for f in part["findings"]]
     measured = [
         what
         for what, present in (
@@ -286,8 +385,9 @@ def keepup_section(run: RunData, senders: Table) -> dict:
         if present
     ]
     return {
-        "ok": not flags,
-        "flags": flags,
+        "ok": not findings,
+        "flags": [f.sentence for f in findings],
+        "findings": [asdict(f) for f in findings],
         "measured": measured,
         "thresholds": {
             "compute_overrun_share_of_iterations": COMPUTE_OVERRUN_MAX,

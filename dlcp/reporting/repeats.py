@@ -24,6 +24,7 @@ import numpy as np
 from dlcp.reporting import plots
 from dlcp.reporting.bootstrap import CONFIDENCE, MIN_PAIRS, RESAMPLES, geometric_mean_ratio, paired_ratio, verdict
 from dlcp.reporting.jobs import completions, job_run, jobs_of
+from dlcp.reporting.keepup_check import FINDINGS_HEADER, findings_rows, runs_keepup_line
 from dlcp.reporting.load import ReportInputError, RunData, is_run_dir, load_run
 from dlcp.reporting.ranks import message_differences, rank_blocks
 from dlcp.reporting.render import Doc, Image, fmt
@@ -73,7 +74,7 @@ class RunSample:
     arrays: dict[str, np.ndarray]  # "mct", "iteration", "comm"
     scalars: dict[str, float | None]
     kept_up: bool
-    flags: list[str] = field(default_factory=list)
+    findings: list[dict] = field(default_factory=list)  # keep-up findings (keepup_check.Finding)
     problems: list[str] = field(default_factory=list)
     curves: TrainingCurves | None = None  # test accuracy over time (the variant's training plot)
     target: float | None = None  # its time-to-accuracy target
@@ -122,7 +123,7 @@ def run_sample(rep: int, path: pathlib.Path, run: RunData, series: str = "") -> 
         curves=training_curves(run),
         target=s["training"]["target_accuracy"],
         kept_up=s["keep_up"]["ok"],
-        flags=s["keep_up"]["flags"],
+        findings=s["keep_up"]["findings"],
         problems=s["problems"],
         series=series,
         backend=(run.meta or {}).get("backend", (run.config or {}).get("backend")),
@@ -353,7 +354,7 @@ def compare_data(
                     "seed": r.seed,
                     "dir": str(r.path),
                     "kept_up": r.kept_up,
-                    "keep_up_flags": r.flags,
+                    "keep_up_findings": r.findings,
                     "protected_lost": r.scalars["protected_lost"],
                     "problems": r.problems,
                 }
@@ -453,6 +454,28 @@ def verdict_lines(data: dict, keys: tuple[str, ...] = HEADLINE_METRICS) -> list[
     return out
 
 
+def keepup_line(name: str, bad: list[dict], n_runs: int) -> str:
+    """One line for a variant's runs (compare.json rows) that did not keep up."""
+    return runs_keepup_line(name, [(r["pair"], r["keep_up_findings"]) for r in bad], n_runs)
+
+
+def keepup_table(doc: Doc, data: dict) -> None:
+    """Every keep-up finding of every run, per variant and pair, the furthest past its limit first."""
+    rows = [
+        [v["name"], r["pair"], *row]
+        for v in data["variants"]
+        for r in v["runs"]
+        for row in findings_rows(r["keep_up_findings"])
+    ]
+    if rows:
+        doc.h("Did the emulation keep up?")
+        doc.p(
+            "Each figure past its limit (dlcp/reporting/keepup_check.py; each run's report says it in words). "
+            "A run that did not keep up measured the machine too."
+        )
+        doc.table(["variant", "pair", *FINDINGS_HEADER], rows)
+
+
 def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
     names = [v["name"] for v in data["variants"]]
     doc = Doc(f"DLCP comparison over {data['n_pairs']} pairs: {' vs '.join(names)} (baseline {data['baseline']})")
@@ -460,10 +483,7 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
     for v in data["variants"]:
         bad = [r for r in v["runs"] if not r["kept_up"]]
         if bad:
-            doc.warn(
-                f"{v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up: "
-                + " | ".join(f"{r['pair']}: " + "; ".join(r["keep_up_flags"]) for r in bad)
-            )
+            doc.warn(keepup_line(v["name"], bad, len(v["runs"])) + " (the table under 'Did the emulation keep up?')")
         lost = [r for r in v["runs"] if r["protected_lost"]]
         if lost:
             doc.warn(
@@ -539,6 +559,7 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
             for r in v["runs"]
         ],
     )
+    keepup_table(doc, data)
     if data["notes"]:
         doc.bullets(data["notes"])
     doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}; n=350<1,000 marks a refused one.")
@@ -691,8 +712,5 @@ def write_comparison(
         for v in data["variants"]:
             bad = [r for r in v["runs"] if not r["kept_up"]]
             if bad:
-                print(
-                    f"WARNING: {v['name']}: {len(bad)} of {len(v['runs'])} run(s) did not keep up (see compare.md): "
-                    + "; ".join(bad[0]["keep_up_flags"])
-                )
+                print(f"WARNING: {keepup_line(v['name'], bad, len(v['runs']))} (see compare.md)")
     return written["html"]

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from dlcp.reporting import jobs as jobs_mod
 from dlcp.reporting import plots
+from dlcp.reporting.keepup_check import FINDINGS_HEADER, finding_line, findings_rows, past_limit
 from dlcp.reporting.load import UNFINISHED, RunData, load_run
 from dlcp.reporting.plots import TRAFFIC_LABELS
 from dlcp.reporting.render import Doc, Image, fmt, to_html, to_markdown
@@ -150,7 +151,13 @@ def compute_line(sc: dict) -> str:
 def keepup_warning(k: dict) -> str | None:
     if k["ok"]:
         return None
-    return "The emulation did not keep up, so these figures partly measure the machine: " + "; ".join(k["flags"]) + "."
+    findings = k.get("findings") or []
+    w = max(findings, key=past_limit, default=None)
+    return (
+        "The emulation did not keep up, so these figures partly measure the machine"
+        + (f": the worst of {len(findings)} finding(s), {finding_line(w)}" if w else "")
+        + " (the table under 'Did the emulation keep up?')."
+    )
 
 
 def build_doc(run: RunData, s: dict, figures: bool = True) -> Doc:
@@ -223,6 +230,9 @@ def _keepup_section(doc: Doc, k: dict) -> None:
         ("Yes: " if k["ok"] else "No: ") + f"measured {', '.join(k['measured'])} (dlcp/reporting/keepup_check.py; "
         "wall-clock figures of the emulation machine)."
     )
+    if k.get("findings"):
+        doc.table(FINDINGS_HEADER, findings_rows(k["findings"]))
+        doc.p("In words:")
     doc.bullets(k["flags"])
     if k["compute"]:
         doc.p(

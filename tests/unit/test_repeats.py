@@ -351,7 +351,16 @@ def test_a_run_that_did_not_keep_up_is_flagged_with_the_figure(tmp_path):
     from dlcp.reporting import report_run
 
     report_run(run)
-    assert "The emulation did not keep up" in (run / "report.md").read_text()
+    report = (run / "report.md").read_text()
+    # one line at the top names the worst (kernel drops: any is too many); the table has them all
+    assert (
+        "did not keep up, so these figures partly measure the machine: the worst of 3 finding(s), s1: kernel " in report
+    )
+    assert "drops 1,234 frame(s) (limit 0)" in report
+    assert "| s1 | switch CPU, busiest window | 97% of a CPU | 90% |" in report
+    assert "| h1 | compute overrun | 7% of its iteration time | 5% |" in report
+    f = k["findings"]
+    assert [x["over"] for x in f] == [pytest.approx(0.07 / 0.05), pytest.approx(0.97 / 0.9), None]
 
 
 def test_a_host_whose_receive_path_fell_behind_is_flagged_against_the_median_mct(tmp_path):
@@ -556,3 +565,19 @@ def test_a_table_of_three_variants_names_each_ones_interval_and_verdict():
     assert len(set(header)) == len(header)  # the terminal prints a row as a dict by header
     row = dict(zip(header, rows[0]))
     assert (row["verdict (b)"], row["verdict (c)"]) == ("faster", "no change")
+
+
+def test_runs_that_did_not_keep_up_get_one_line_naming_the_worst_finding():
+    from dlcp.reporting.keepup_check import findings_rows, runs_keepup_line
+
+    def finding(where, over):
+        return {"where": where, "what": "socket wait p99", "figure": f"{over:g}x", "limit": "10%", "over": over}
+
+    bad = [("rep1", [finding("h1", 2.0), finding("h2", 3.5)]), ("rep4", [finding("h3", 1.2)])]
+    line = runs_keepup_line("dlcp", bad, 8)
+    assert (
+        line
+        == "dlcp: 2 of 8 run(s) did not keep up; the worst: rep1, h2: socket wait p99 3.5x (limit 10%); 3 finding(s) in all"
+    )
+    assert "\n" not in line
+    assert [r[0] for r in findings_rows(bad[0][1] + bad[1][1])] == ["h2", "h1", "h3"]
