@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dlcp_cli import cluster_options
 from dlcp_cli.run_cmd import SERIES_ERRORS, series_exit_code
 
 
@@ -37,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--series", action="append", metavar="NAME", help="with --full: only these series of the claims (repeatable)"
     )
+    cluster_options.add_to(
+        ap,
+        "with --full: runs at once on this machine (the local cluster's worker processes; default: the "
+        "cores); with --cluster slurm, at most N worker jobs",
+    )
     ap.add_argument("--out", metavar="DIR", help="output directory (default: results/<UTC time>-reproduce)")
     ap.add_argument("--claims-dir", metavar="DIR", help="where the claims are (default: experiments/papers)")
     ap.add_argument("--list", action="store_true", help="list the claims and exit")
@@ -48,8 +54,9 @@ def main(argv: list[str]) -> int:
     from dlcp.reproduce.claims import claims_root, load_claims
     from dlcp.reproduce.report import reproduce
 
-    if (args.reduced or args.repeat or args.series) and not args.full:
-        print("dlcp reproduce: --reduced, --repeat and --series go with --full", file=sys.stderr)
+    where = (args.cluster, args.jobs, args.shared_results, args.cluster_config)
+    if (args.reduced or args.repeat or args.series or any(where)) and not args.full:
+        print("dlcp reproduce: --reduced, --repeat, --series and the cluster options go with --full", file=sys.stderr)
         return 2
     if args.repeat is not None and args.repeat < 1:
         print(f"dlcp reproduce: --repeat {args.repeat}: need a number of pairs >= 1", file=sys.stderr)
@@ -67,6 +74,7 @@ def main(argv: list[str]) -> int:
             reduced=args.reduced,
             repeat=args.repeat,
             series=args.series,
+            cluster=cluster_options.options_of(args),
             command="dlcp reproduce " + " ".join(argv),
         )
     except SERIES_ERRORS as e:

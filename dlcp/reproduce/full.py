@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlcp.reproduce.claims import Claim, Full, Series
+from dlcp.runs.cluster import ClusterOptions
 from dlcp.runs.series import run_series
 from dlcp.runs.series_runner import SeriesRequest
 from dlcp.settings import ConfigError
@@ -36,15 +37,22 @@ class FullRow:
 
 
 def series_request(
-    folder: Path, full: Full, s: Series, out_root: Path, reduced: bool, repeat: int | None
+    folder: Path,
+    full: Full,
+    s: Series,
+    out_root: Path,
+    reduced: bool,
+    repeat: int | None,
+    cluster: ClusterOptions | None = None,
 ) -> SeriesRequest:
-    """The `dlcp run` a series is (what --cluster will hand to the cluster engine as it is)."""
+    """The `dlcp run` a series is, its runs on `cluster` (a local one by default)."""
     return SeriesRequest(
         config=str(folder / s.experiment),
         overrides=[*s.set, *(full.reduced if reduced else [])],
         repeat=repeat or (full.reduced_repeat if reduced else full.repeat),
         out_root=str(out_root),
         named=[(name, list(o)) for name, o in s.variants.items()],
+        cluster=cluster or ClusterOptions(),
     )
 
 
@@ -105,6 +113,7 @@ def run_full(
     reduced: bool = False,
     repeat: int | None = None,
     only: list[str] | None = None,
+    cluster: ClusterOptions | None = None,
 ) -> list[FullRow]:
     """Every series of the claim (or those named in `only`), one after the other; their rows."""
     assert claim.full is not None
@@ -113,7 +122,7 @@ def run_full(
         if only and s.name not in only:
             continue
         started = time.monotonic()
-        results = run_series(series_request(folder, claim.full, s, out_root, reduced, repeat))
+        results = run_series(series_request(folder, claim.full, s, out_root, reduced, repeat, cluster))
         wall = time.monotonic() - started
         data = json.loads((results / "compare.json").read_text())
         rows += rows_of(data, claim, s, results, wall)

@@ -19,6 +19,7 @@ from dlcp.reproduce.claims import Claim, Figure, claims_root, figure_for, load_c
 from dlcp.reproduce.fast import Row, fast_rows
 from dlcp.reproduce.full import FullRow, check_series, run_full
 from dlcp.reproduce.verdict import judge
+from dlcp.runs.cluster import ClusterOptions
 from dlcp.runs.naming import results_dir
 from dlcp.tables import format_table
 
@@ -170,6 +171,7 @@ def reproduce(
     reduced: bool = False,
     repeat: int | None = None,
     series: list[str] | None = None,
+    cluster: ClusterOptions | None = None,
     command: str = "dlcp reproduce",
     echo: bool = True,
 ) -> Path:
@@ -195,7 +197,7 @@ def reproduce(
                     }
                 )
             else:
-                rows = run_full(claim, folder / claim.id, out, reduced, repeat, series)
+                rows = run_full(claim, folder / claim.id, out, reduced, repeat, series, cluster)
                 entries += [full_entry(claim, r) for r in rows]
         if echo:
             print(f"dlcp reproduce: {claim.id} ({time.monotonic() - t0:.1f} s)", flush=True)

@@ -78,13 +78,14 @@ def test_full_runs_the_claims_series_on_ns3(tmp_path):
     out = tmp_path / "out"
     p = subprocess.run(
         [sys.executable, "-m", "dlcp_cli", "reproduce", "tiny", "--full", "--claims-dir", str(tmp_path / "papers")]
-        + ["--out", str(out)],
+        + ["--out", str(out), "--jobs", "2"],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=Path(__file__).resolve().parents[2],
     )
     assert p.returncode == 0, p.stderr[-2000:]
+    assert "4 runs on a local cluster of 2 worker processes" in p.stderr  # --jobs reached the series
     data = json.loads((out / "reproduce.json").read_text())
     full = [r for r in data["results"] if r["mode"] == "full"]
     assert len(full) == 1 and full[0]["comparison"] == "DeAR vs WFBP [tiny]"
