@@ -16,8 +16,8 @@ iteration k minus when the last finished k - 1, less that iteration's longest co
 (for the largest simulations) the one operation is timed from the start and includes them (a few
 round trips). A row gives the median over operations and seeds, with the minimum and maximum.
 
-**What runs.** One point = one collective (`COLLECTIVES`, a registry: the tree and 2-D ring are
-entries to add), one worker count, one message size (one tensor of that size, sizes only on
+**What runs.** One point = one collective (`collectives_to_bench()`: every collective of the
+registry, `comm.collective`, and the PS), one worker count, one message size (one tensor of that size, sizes only on
 ns-3: no values carried, memory flat), one variant (`VARIANTS`: `lossless` = every packet
 recovered (`dlcp.reliable`) over FIFO switches (policy `fifo`); each tagging policy with its loss
 budgets), one fabric (`Fabric`: by default a leaf-spine of up to 16 hosts per leaf under 2
@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dlcp import backends
-from dlcp.comm.busbw import COLLECTIVES, NCCL_TESTS, BenchCollective, fit_alpha_beta
+from dlcp.comm.busbw import NCCL_TESTS, BenchCollective, collectives_to_bench, fit_alpha_beta
 
 MB = 1_000_000
 VALUE_BYTES = 4  # fp32
@@ -333,7 +333,7 @@ def rows_of(points: list[Point], fabric: Fabric) -> list[dict]:
         times = [t for p in ps for t in p.times_s]
         t = statistics.median(times)
         algbw = size / t * 8 / 1e9
-        busbw = algbw * COLLECTIVES[coll].bus_factor(n)
+        busbw = algbw * collectives_to_bench()[coll].bus_factor(n)
         worst = {key: max(p.counts[key] for p in ps) for key in ps[0].counts}
         rows.append(
             {
@@ -405,7 +405,7 @@ def parser() -> argparse.ArgumentParser:
         default=default_backend(),
         help=f"default {default_backend()} (sizes only); the emulated backends need root",
     )
-    ap.add_argument("--collectives", default="ring,multitree,ps", help=f"of {', '.join(COLLECTIVES)}")
+    ap.add_argument("--collectives", default="ring,multitree,ps", help=f"of {', '.join(collectives_to_bench())}")
     ap.add_argument("--workers", help="worker counts (simulated: 16,64,128; emulated: 4)")
     ap.add_argument("--sizes-mb", help="message sizes in MB (simulated: 1,16,64,256; emulated: 0.25,1)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
@@ -462,7 +462,7 @@ def settings_of(args) -> dict:
     )
     return {
         "backend": args.backend,
-        "collectives": _names(args.collectives, COLLECTIVES, "collectives"),
+        "collectives": _names(args.collectives, collectives_to_bench(), "collectives"),
         "workers": _numbers(args.workers or workers, int, "workers"),
         "sizes": [round(mb * MB) for mb in _numbers(args.sizes_mb or sizes, float, "sizes-mb")],
         "variants": _names(args.variants, VARIANTS, "variants"),
@@ -479,7 +479,7 @@ def run_bench(st: dict, workdir: Path) -> list[Point]:
             for seed in st["seeds"]:
                 points += run_series(
                     st["backend"],
-                    COLLECTIVES[name],
+                    collectives_to_bench()[name],
                     n,
                     st["sizes"],
                     st["variants"],

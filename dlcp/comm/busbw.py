@@ -7,12 +7,13 @@ comparable with one link's rate whatever the number of ranks n: for an all-reduc
 (each rank sends, and receives, 2(n - 1)/n S: a ring's bytes, the least any all-reduce algorithm
 moves per rank). For a parameter server (every worker pushes S to one server and pulls S back)
 the server's link carries n S each way, so its factor is n [D: the same reasoning; nccl-tests has
-no PS]. `COLLECTIVES` is the registry the bench runs: a collective is an entry (the experiment keys
-that select it, its factor, the hosts it needs beyond the workers).
+no PS]. `collectives_to_bench()` is what the bench runs: every collective of the registry
+(`comm.collective`, dlcp/comm/plans/, each with its entry's bus factor) and the parameter server.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 NCCL_TESTS = "nccl-tests doc/PERFORMANCE.md (github.com/NVIDIA/nccl-tests)"
-
-
-def allreduce_factor(n: int) -> float:
-    """nccl-tests' bus-bandwidth factor of an all-reduce over n ranks."""
-    return 2 * (n - 1) / n
 
 
 def ps_factor(n: int) -> float:
@@ -40,21 +36,25 @@ class BenchCollective:
     name: str
     mode: str  # workload.mode
     sets: dict = field(default_factory=dict)  # dotted experiment keys -> values
-    bus_factor: Callable[[int], float] = allreduce_factor
+    bus_factor: Callable[[int], float] = ps_factor
     extra_hosts: int = 0
     about: str = ""
 
 
-COLLECTIVES: dict[str, BenchCollective] = {
-    c.name: c
-    for c in (
-        BenchCollective("ring", "allreduce", {"comm.collective": "ring"}, about="ring all-reduce"),
-        BenchCollective(
-            "multitree", "allreduce", {"comm.collective": "multitree"}, about="MultiTree all-reduce (kary 2)"
-        ),
-        BenchCollective("ps", "ps", {}, ps_factor, extra_hosts=1, about="push + pull through one parameter server"),
-    )
-}
+PS = BenchCollective("ps", "ps", {}, ps_factor, extra_hosts=1, about="push + pull through one parameter server")
+
+
+def collectives_to_bench() -> dict[str, BenchCollective]:
+    """Every registered collective, with its default options' bus factor, then the PS."""
+    from dlcp.comm.plans.collective import COLLECTIVES
+
+    out = {}
+    for name in COLLECTIVES.names():
+        e = COLLECTIVES[name]
+        options = e.options() if e.options is not None else None
+        factor = functools.partial(e.bus_factor, options)
+        out[name] = BenchCollective(name, "allreduce", {"comm.collective": name}, factor, about=e.description)
+    return {**out, PS.name: PS}
 
 
 def fit_alpha_beta(samples: list[tuple[int, float]]) -> dict:

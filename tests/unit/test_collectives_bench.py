@@ -13,10 +13,15 @@ from dlcp_cli import collectives_bench as B
 
 
 def test_bus_factors_are_nccl_tests_and_the_ps_link():
-    ring = B.COLLECTIVES["ring"]
+    from dlcp.comm.plans.collective import COLLECTIVES
+
+    # every registered collective is benched: none is listed by hand
+    assert set(B.collectives_to_bench()) == {*COLLECTIVES.names(), "ps"}
+    assert B.collectives_to_bench()["dssync"].bus_factor(16) == 1.0  # an all-reduce in groups of 2
+    ring = B.collectives_to_bench()["ring"]
     assert ring.bus_factor(2) == 1.0 and ring.bus_factor(16) == pytest.approx(30 / 16)
-    assert B.COLLECTIVES["multitree"].bus_factor(128) == pytest.approx(254 / 128)
-    assert B.COLLECTIVES["ps"].bus_factor(16) == 16 and B.COLLECTIVES["ps"].extra_hosts == 1
+    assert B.collectives_to_bench()["multitree"].bus_factor(128) == pytest.approx(254 / 128)
+    assert B.collectives_to_bench()["ps"].bus_factor(16) == 16 and B.collectives_to_bench()["ps"].extra_hosts == 1
 
 
 def _iterations(run, rows):
@@ -83,13 +88,13 @@ def test_the_fabric_is_a_valid_experiment_with_one_flow_of_the_ring_per_link(tmp
     topo, rate = fab.topology(128)
     assert topo == {"kind": "leaf_spine", "spines": 2, "leaves": 8, "hosts_per_leaf": 16} and rate == 10_000
     assert fab.topology(17)[0]["leaves"] == 2 and fab.topology(17)[0]["hosts_per_leaf"] == 9
-    cfg = B.base_config("ns3", B.COLLECTIVES["ps"], 16, B.Fabric(host_mbps=100_000), 2, 1)
+    cfg = B.base_config("ns3", B.collectives_to_bench()["ps"], 16, B.Fabric(host_mbps=100_000), 2, 1)
     cfg["workload"].update(compute="profile", payload="sizes", profile=str(B.profile_file(tmp_path, 64 * B.MB)))
     done = configmod.validate(cfg)
     assert done["workload"]["mode"] == "ps" and done["links"]["fabric_mbps"] == 100_000
     assert done["comm"]["ring"]["order"] == "locality" and done["dlcp"]["load_balancing"] == "spray_random"
     assert json.loads((tmp_path / f"message-{64 * B.MB}B.json").read_text())["sizes"] == [16_000_000]
-    emulated = B.base_config("builtin", B.COLLECTIVES["ring"], 4, B.Fabric(kind="star", host_mbps=50), 3, 1)
+    emulated = B.base_config("builtin", B.collectives_to_bench()["ring"], 4, B.Fabric(kind="star", host_mbps=50), 3, 1)
     emulated["workload"]["layers"] = [1000]
     assert configmod.validate(emulated)["topology"] == {"kind": "star", "hosts": 4}
 

@@ -86,6 +86,13 @@ def _never(options: Any) -> bool:
     return False
 
 
+def allreduce_bus_factor(options: Any, workers: int) -> float:
+    """nccl-tests' bus-bandwidth factor of an all-reduce over `workers` ranks, 2(n - 1)/n: what
+    each rank sends (and receives) over the message size in a ring, the least any all-reduce moves
+    (dlcp/comm/busbw.py)."""
+    return 2 * (workers - 1) / workers
+
+
 def steps_line(described: dict) -> list[str]:
     """The summary `dlcp schedule` prints above a collective's JSON: where, and steps per phase."""
     return [
@@ -115,6 +122,9 @@ class CollectiveEntry(Entry):
     """Whether ranks average parameters after a local step instead of all-reducing gradients."""
     resyncs: bool = True
     """Whether rank 0's periodic re-sync applies (`dlcp.resync_every`): replicas are meant to agree."""
+    bus_factor: Callable[[Any, int], float] = allreduce_bus_factor
+    """bus_factor(options, workers): nccl-tests' bus-bandwidth factor of one operation, which makes
+    its algorithm bandwidth comparable with a link's rate (`dlcp bench collectives`)."""
 
 
 COLLECTIVES: Registry[CollectiveEntry] = Registry("collective", discover="dlcp.comm.plans")

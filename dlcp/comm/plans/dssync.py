@@ -365,6 +365,7 @@ register_collective(
             + f"; {d['steps_per_phase']} steps per phase"
         ],
         averages_parameters=lambda o: o.average == "parameters",
+        bus_factor=lambda o, workers: 2 * (o.group - 1) / o.group,  # an all-reduce within each group
         resyncs=False,  # replicas differ by design until a period completes
     )
 )
