@@ -19,27 +19,14 @@ from pathlib import Path
 import psutil
 import pytest
 from dask_processes import DaskProcesses, still_running
+from ns3_scripts import tiny_ps
 
 from simulation.ns3.hosts import core_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.skipif(core_missing() is not None, reason=str(core_missing())), pytest.mark.slow]
 
-PS = """
-name = "tiny-ps"
-backend = "ns3"
-timeout_s = 20
-[topology]
-hosts = 4
-[links]
-host_mbps = 50
-[workload]
-mode = "ps"
-workers = 2
-model = "synthetic"
-iterations = 4
-compute_ms = 5
-"""
+PS = tiny_ps(iterations=4)
 SERIES = ("--policies", "fifo,dlcp", "--repeat", "2")
 RUNS = ["dlcp/rep1", "dlcp/rep2", "fifo/rep1", "fifo/rep2"]
 

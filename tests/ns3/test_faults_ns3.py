@@ -18,28 +18,14 @@ from pathlib import Path
 import psutil
 import pytest
 from cli_runs import run_experiment
-from ns3_scripts import leaf_spine4
+from ns3_scripts import leaf_spine4, tiny_ps
 
 from simulation.ns3.hosts import core_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(core_missing() is not None, reason=str(core_missing()))
 
-PS = """
-name = "tiny-ps"
-backend = "ns3"
-timeout_s = 20
-[topology]
-hosts = 4
-[links]
-host_mbps = 50
-[workload]
-mode = "ps"
-workers = 2
-model = "synthetic"
-iterations = 3
-compute_ms = 5
-"""
+PS = tiny_ps(iterations=3)
 
 LONG_RING = (
     leaf_spine4("long-ring", 50).replace("timeout_s = 20", "timeout_s = 10000")

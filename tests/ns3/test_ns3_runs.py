@@ -17,7 +17,7 @@ import psutil
 import pytest
 from agent_runs import read_csv
 from cli_runs import run_experiment
-from ns3_scripts import leaf_spine4
+from ns3_scripts import leaf_spine4, tiny_ps
 
 from dlcp import records as R
 from simulation.ns3.hosts import core_missing
@@ -25,21 +25,7 @@ from simulation.ns3.hosts import core_missing
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(core_missing() is not None, reason=str(core_missing()))
 
-PS = """
-name = "tiny-ps"
-backend = "ns3"
-timeout_s = 20
-[topology]
-hosts = 4
-[links]
-host_mbps = 50
-[workload]
-mode = "ps"
-workers = 2
-model = "synthetic"
-iterations = 4
-compute_ms = 5
-"""
+PS = tiny_ps(iterations=4)
 
 RING = (
     leaf_spine4("tiny-ring", 50)

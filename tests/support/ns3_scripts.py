@@ -13,6 +13,26 @@ net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
 """
 
 
+def tiny_ps(iterations: int) -> str:
+    """The smallest ns-3 experiment the run and series tests use: a PS of 2 workers on a star of 4
+    hosts at 50 Mbit/s, the synthetic model with 5 ms of compute."""
+    return f"""
+name = "tiny-ps"
+backend = "ns3"
+timeout_s = 20
+[topology]
+hosts = 4
+[links]
+host_mbps = 50
+[workload]
+mode = "ps"
+workers = 2
+model = "synthetic"
+iterations = {iterations}
+compute_ms = 5
+"""
+
+
 def leaf_spine4(name: str, mbps: float) -> str:
     """The head of the small ns-3 experiments' TOML: a 4-worker all-reduce on a leaf-spine of 2
     spines and 2 leaves of 2 hosts, every link at `mbps`; it ends inside [workload], and the tests
