@@ -96,7 +96,15 @@ def claim(backend, path: Path | None = None) -> Iterator[MachineLock | None]:
     if backend.capabilities.parallel_runs:
         yield None
         return
-    lock = acquire(backend.name, path or LOCK_PATH)
+    with held(backend.name, path) as lock:
+        yield lock
+
+
+@contextlib.contextmanager
+def held(what: str, path: Path | None = None) -> Iterator[MachineLock]:
+    """The machine for `what` (a backend's series, or a benchmark that builds namespaces and
+    measures the machine: `dlcp bench switch`), or MachineBusy naming whoever has it."""
+    lock = acquire(what, path or LOCK_PATH)
     try:
         yield lock
     finally:

@@ -22,6 +22,7 @@ from dlcp.bench_output import emit
 from dlcp.network.switch_runtime import DATA_FRAME_BYTES, Port, Route, SwitchConfig, SwitchTopo, runtime_for
 from dlcp.wire.header import MAX_PAYLOAD_BYTES, DlcpHeader, dscp_of
 from emulation import netns
+from emulation.benches import machine_to_itself
 from emulation.bmv2 import build as p4build
 from emulation.bmv2 import simple_switch as bmv2switch
 
@@ -131,7 +132,11 @@ def bench_bmv2(argv: list[str]) -> int:
         (Route("10.0.0.1/32", (1,)), Route("10.0.0.2/32", (2,))),
     )
     runtime = runtime_for(topo, SwitchConfig(policy="dlcp", load_balancing="spray_random"))
-    with netns.Lab("pb") as lab, tempfile.TemporaryDirectory(prefix="dlcp-bench-bmv2-") as run_dir:
+    with (
+        machine_to_itself("dlcp bench bmv2"),
+        netns.Lab("pb") as lab,
+        tempfile.TemporaryDirectory(prefix="dlcp-bench-bmv2-") as run_dir,
+    ):
         for a, b in pairs:
             lab.veth(a, None, b, None, offloads=True)
         rate = args.offered_kpps * 1e3 if args.offered_kpps else None

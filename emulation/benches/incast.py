@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from dlcp.exit_status import exit_text
+from emulation.benches import machine_to_itself
 
 REPO = str(Path(__file__).resolve().parents[2])
 RECV_RANK = 0
@@ -389,7 +390,8 @@ def main(argv: list[str]) -> int:
         from dlcp.network.pipeline_names import DEFAULT_ECN_K
 
         args.ecn_k = DEFAULT_ECN_K
-    rows = measure(sender_counts, ccs, args.repeats, lambda n, cc: run_once(n, cc, args))
+    with machine_to_itself("dlcp bench incast"):
+        rows = measure(sender_counts, ccs, args.repeats, lambda n, cc: run_once(n, cc, args))
     table = table_rows(rows)
     emit(
         f"incast: N senders push {args.size_kb} kB each per round to one receiver through a {args.link_mbps:g} "

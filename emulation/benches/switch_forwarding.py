@@ -43,6 +43,7 @@ import psutil
 from dlcp.bench_output import emit
 from dlcp.network import pipeline_names as P
 from dlcp.wire.header import DATA_PORT, DlcpHeader, tos_of
+from emulation.benches import machine_to_itself
 from emulation.netns import Lab, link_counters, sh
 from emulation.procs import stop_child
 
@@ -491,7 +492,11 @@ def bench_switch(argv: list[str]) -> int:
     load = os.getloadavg()
     if args.switch_cpu is not None:  # the switch and the sender run real-time: the bench must still get the CPU
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(BENCH_RT_PRIORITY))
-    with tempfile.TemporaryDirectory(prefix="dlcp-bench-switch-") as tmp, Lab("rs") as lab:
+    with (
+        machine_to_itself("dlcp bench switch"),
+        tempfile.TemporaryDirectory(prefix="dlcp-bench-switch-") as tmp,
+        Lab("rs") as lab,
+    ):
         b = Bench(lab, args, Path(tmp))
         try:
             ref_rows, found = b.builtin_switch()

@@ -273,9 +273,10 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
     else:
+        from emulation.benches import machine_to_itself
         from emulation.netns import RateLink
 
-        with RateLink("tpb", args.link_mbps) as net:
+        with machine_to_itself("dlcp bench transport"), RateLink("tpb", args.link_mbps) as net:
             pre = (net.b.prefix(), net.a.prefix())
             kw = {"recv_ip": net.b.ip, "send_ip": net.a.ip, "port": 9910, "prefixes": pre}
             variants = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -21,3 +22,23 @@ def test_bench_switch_json_last_line():
     # both forwarded for real
     assert result["ref_kpps"] > 1 and result["bridge_kpps"] > 1, f"{p.stdout}\n{p.stderr}"
     assert "linux bridge" in p.stdout and "built-in switch" in p.stdout  # the readable table came first
+
+
+def test_bench_switch_refuses_a_machine_a_run_holds(tmp_path):
+    # a bench measures the machine: it takes the run lock as a Mininet series does, and says who has it
+    from dlcp.runs import machine_lock
+
+    lock = tmp_path / "run.lock"
+    with machine_lock.held("a test's series", lock):
+        p = subprocess.run(
+            [sys.executable, "-m", "dlcp_cli", "bench", "switch", "--seconds", "0.5", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "DLCP_RUN_LOCK": str(lock)},
+        )
+    assert p.returncode == 1 and p.stdout == "", p.stderr
+    assert (
+        p.stderr.startswith("dlcp bench switch: another run has this machine (pid ") and "a test's series" in p.stderr
+    )
+    assert len(p.stderr.strip().splitlines()) == 1
