@@ -326,6 +326,7 @@ def rows_of(points: list[Point], fabric: Fabric) -> list[dict]:
     for p in points:
         groups.setdefault((p.collective, p.workers, p.size_bytes, p.variant), []).append(p)
     order = {name: i for i, name in enumerate(VARIANTS)}
+    collectives = collectives_to_bench()
     rows = []
     for (coll, n, size, variant), ps in sorted(
         groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], order.get(kv[0][3], 99))
@@ -333,7 +334,7 @@ def rows_of(points: list[Point], fabric: Fabric) -> list[dict]:
         times = [t for p in ps for t in p.times_s]
         t = statistics.median(times)
         algbw = size / t * 8 / 1e9
-        busbw = algbw * collectives_to_bench()[coll].bus_factor(n)
+        busbw = algbw * collectives[coll].bus_factor(n)
         worst = {key: max(p.counts[key] for p in ps) for key in ps[0].counts}
         rows.append(
             {
@@ -473,13 +474,14 @@ def settings_of(args) -> dict:
 
 
 def run_bench(st: dict, workdir: Path) -> list[Point]:
+    collectives = collectives_to_bench()
     points = []
     for name in st["collectives"]:
         for n in st["workers"]:
             for seed in st["seeds"]:
                 points += run_series(
                     st["backend"],
-                    collectives_to_bench()[name],
+                    collectives[name],
                     n,
                     st["sizes"],
                     st["variants"],
