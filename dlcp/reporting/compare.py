@@ -9,12 +9,12 @@ import pathlib
 from dataclasses import dataclass
 
 from dlcp.reporting import plots
-from dlcp.reporting.keepup_check import FINDINGS_HEADER, findings_rows, runs_keepup_line
+from dlcp.reporting.keepup_check import runs_keepup_line
 from dlcp.reporting.load import NotARunDirectory, ReportInputError, RunData, default_out_dir, load_run
 from dlcp.reporting.ranks import message_differences, rank_section
 from dlcp.reporting.ranks import verdict_lines as rank_verdict_lines
 from dlcp.reporting.render import Doc, fmt
-from dlcp.reporting.repeats import compare_repeats, is_repeat_group
+from dlcp.reporting.repeats import compare_repeats, is_repeat_group, keepup_table
 from dlcp.reporting.runreport import write_outputs
 from dlcp.reporting.series import compare_series, is_series
 from dlcp.reporting.side_by_side import image_of, side_by_side_sections
@@ -343,11 +343,7 @@ def build_doc(data: dict, runs: list[RunData]) -> Doc:
             for n, r in zip(names, data["runs"])
         ],
     )
-    rows = [[r["name"], *row] for r in data["runs"] for row in findings_rows(r["keep_up_findings"])]
-    if rows:
-        doc.h("Did the emulation keep up?")
-        doc.p("Each figure past its limit (dlcp/reporting/keepup_check.py; each run's report says it in words).")
-        doc.table(["run", *FINDINGS_HEADER], rows)
+    keepup_table(doc, ["run"], [([r["name"]], r["keep_up_findings"]) for r in data["runs"]])
     doc.p(
         f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}. A refused percentile shows its sample "
         "count and the count it needs (n=144<1,000)."

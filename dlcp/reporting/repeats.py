@@ -459,21 +459,17 @@ def keepup_line(name: str, bad: list[dict], n_runs: int) -> str:
     return runs_keepup_line(name, [(r["pair"], r["keep_up_findings"]) for r in bad], n_runs)
 
 
-def keepup_table(doc: Doc, data: dict) -> None:
-    """Every keep-up finding of every run, per variant and pair, the furthest past its limit first."""
-    rows = [
-        [v["name"], r["pair"], *row]
-        for v in data["variants"]
-        for r in v["runs"]
-        for row in findings_rows(r["keep_up_findings"])
-    ]
+def keepup_table(doc: Doc, labels: list[str], runs: list[tuple[list[str], list[dict]]]) -> None:
+    """A comparison's section of every keep-up finding of its runs; `runs` holds (the run's cells
+    under `labels`, its findings), each run's furthest past its limit first."""
+    rows = [[*cells, *row] for cells, findings in runs for row in findings_rows(findings)]
     if rows:
         doc.h("Did the emulation keep up?")
         doc.p(
             "Each figure past its limit (dlcp/reporting/keepup_check.py; each run's report says it in words). "
             "A run that did not keep up measured the machine too."
         )
-        doc.table(["variant", "pair", *FINDINGS_HEADER], rows)
+        doc.table([*labels, *FINDINGS_HEADER], rows)
 
 
 def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
@@ -559,7 +555,11 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
             for r in v["runs"]
         ],
     )
-    keepup_table(doc, data)
+    keepup_table(
+        doc,
+        ["variant", "pair"],
+        [([v["name"], r["pair"]], r["keep_up_findings"]) for v in data["variants"] for r in v["runs"]],
+    )
     if data["notes"]:
         doc.bullets(data["notes"])
     doc.p(f"Percentiles: {PERCENTILE_METHOD_TEXT}; {MIN_SAMPLES_RULE}; n=350<1,000 marks a refused one.")
