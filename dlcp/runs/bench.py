@@ -28,10 +28,14 @@ from dlcp.runs.resume import read_meta
 from dlcp.runs.series import execute
 from dlcp.runs.series_runner import SeriesRequest, plan
 
-EXPERIMENT = """
-name = "bench-sweep"
+
+def small_ps_experiment(name: str, iterations: int, timeout_s: int) -> str:
+    """The TOML of a small ns-3 experiment: a PS of 2 workers on a star of 4 hosts at 50 Mbit/s,
+    the synthetic model with 5 ms of compute (the bench's series; the tests' smallest run)."""
+    return f"""
+name = "{name}"
 backend = "ns3"
-timeout_s = 600
+timeout_s = {timeout_s}
 [topology]
 hosts = 4
 [links]
@@ -98,7 +102,7 @@ def bench_sweep(argv: list[str]) -> int:
     config = args.experiment
     if config is None:
         config = str(root / "bench-sweep.toml")
-        Path(config).write_text(EXPERIMENT.format(iterations=args.iterations))
+        Path(config).write_text(small_ps_experiment("bench-sweep", args.iterations, timeout_s=600))
     counts = [1, args.workers] if args.workers > 1 else [1]
     samples: dict[int, list[dict]] = {k: [] for k in counts}
     for r in range(args.repeats):

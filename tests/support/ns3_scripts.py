@@ -1,6 +1,8 @@
 """Pieces shared by the ns-3 tests' scripts (each script runs in a child process: ns-3 has one
 simulator per process)."""
 
+from dlcp.runs.bench import small_ps_experiment
+
 # a 3-host star at 50 Mbit/s with the dlcp policy, its switch built; the script imports C (config),
 # T (topology), loader and build_network
 STAR3_NETWORK = r"""
@@ -14,23 +16,8 @@ net = build_network(spec, spec.runtimes(cfg), cfg["links"], d["data_port"])
 
 
 def tiny_ps(iterations: int) -> str:
-    """The smallest ns-3 experiment the run and series tests use: a PS of 2 workers on a star of 4
-    hosts at 50 Mbit/s, the synthetic model with 5 ms of compute."""
-    return f"""
-name = "tiny-ps"
-backend = "ns3"
-timeout_s = 20
-[topology]
-hosts = 4
-[links]
-host_mbps = 50
-[workload]
-mode = "ps"
-workers = 2
-model = "synthetic"
-iterations = {iterations}
-compute_ms = 5
-"""
+    """The smallest ns-3 experiment the run and series tests use (`small_ps_experiment`)."""
+    return small_ps_experiment("tiny-ps", iterations, timeout_s=20)
 
 
 def leaf_spine4(name: str, mbps: float) -> str:
