@@ -29,13 +29,13 @@ import json
 import os
 import random
 import selectors
-import signal
 import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agents.common import stop_on_first_signal
 from dlcp.experiment.agent_config import BackgroundAgentConfig, BackgroundFlow, Sink, load_agent_config
 from dlcp.experiment.background_release import wait_for_release
 from dlcp.settings import ConfigError
@@ -43,10 +43,6 @@ from dlcp.settings import ConfigError
 
 class Stop(Exception):
     """SIGTERM/SIGINT: finish cleanly and write totals."""
-
-
-def _on_signal(signum, frame):
-    raise Stop()
 
 
 def load_config(path: str) -> BackgroundAgentConfig:
@@ -168,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     bg, host = cfg.background, cfg.host
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop_on_first_signal(Stop)
     totals = {"host": host, "kind": bg.kind, "pkts": 0, "bytes": 0, "send_errors": 0, "start_unix": time.time()}
     try:
         if bg.kind == "sink":

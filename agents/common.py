@@ -93,8 +93,32 @@ class Agent:
         )
 
 
-def _on_signal(signum, frame):
-    raise Terminated(f"stopped by signal {signal.Signals(signum).name}")
+def stop_on_first_signal(stop: type[Exception]) -> None:
+    """SIGTERM and SIGINT raise `stop` in the main thread, the first of them only: later ones are
+    ignored, so a second signal (the runner's SIGTERM just after the parent-death one, a repeated
+    Ctrl-C) cannot cut short the cleanup that writes the agent's records. A stuck agent still ends:
+    the runner's SIGKILL after its grace period."""
+
+    def on_signal(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise stop(f"stopped by signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def close_transport(agent: Agent) -> str | None:
+    """Close the agent's transport; what went wrong, if anything (traceback in the log), so that a
+    failing close still leaves the records behind."""
+    if agent.transport is None:
+        return None
+    try:
+        agent.transport.close()
+    except Exception as e:  # the records come first; the log has the traceback
+        logging.getLogger("agent").exception("closing the transport failed")
+        return f"cannot close the transport: {e!r}"
+    return None
 
 
 def run_agent(role: str, body, argv: list[str] | None = None) -> int:
@@ -111,8 +135,7 @@ def run_agent(role: str, body, argv: list[str] | None = None) -> int:
     agent = Agent(role, cfg, iterations=cfg.workload.iterations)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"{role} {agent.host}: %(message)s")
     sys.setswitchinterval(0.001)  # the receive thread answers PROBEs promptly while numpy computes
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop_on_first_signal(Terminated)
     status, error, code = "error", None, EXIT_ERROR
     try:
         agent.progress()
@@ -129,8 +152,10 @@ def run_agent(role: str, body, argv: list[str] | None = None) -> int:
         error = f"internal error: {e!r}"
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if agent.transport is not None:
-            agent.transport.close()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        closing = close_transport(agent)
+        if closing:
+            error, code = (error + "; " if error else "") + closing, code or EXIT_ERROR
         try:
             agent.write_records(status, error)
             agent.progress(status, error)

@@ -156,6 +156,16 @@ def ended_after(run: Path, t_unix: float) -> float:
     return datetime.fromisoformat(json.loads((run / "meta.json").read_text())["end_utc"]).timestamp() - t_unix
 
 
+def agent_totals(run: Path, host: str, err: str) -> dict:
+    """records/<host>-agent.json; when it is missing, the failure shows the run's stderr and the
+    agents' logs (how each agent ended), not only the missing path."""
+    path = run / "records" / f"{host}-agent.json"
+    if not path.exists():
+        logs = "\n".join(f"{log.name}:\n{procs.log_tail(log)}" for log in sorted((run / "logs").glob("h*.log")))
+        raise AssertionError(f"no {path.name}; the run said:\n{err[-3000:]}\nthe agents' logs:\n{logs}")
+    return json.loads(path.read_text())
+
+
 def assert_partial_report(run: Path, err: str, error: str) -> None:
     meta = json.loads((run / "meta.json").read_text())
     assert meta["status"] == "error" and meta["error"] == error, meta
@@ -183,7 +193,7 @@ def test_a_killed_switch_ends_the_run_within_seconds_naming_it(tmp_path):
     assert f"partial run: {run} (" in err and "counters of s2; none from s1)" in err, err[-3000:]
     assert (run / "counters" / "s2.json").exists() and not (run / "counters" / "s1.json").exists()
     for h in ("h1", "h2"):  # the workers were stopped (SIGTERM) and wrote what they had
-        totals = json.loads((run / "records" / f"{h}-agent.json").read_text())
+        totals = agent_totals(run, h, err)
         assert totals["iterations_done"] >= WARMUP + 2 and totals["error"] == "stopped by signal SIGTERM"
     assert_partial_report(run, err, why)
     assert_clean()
@@ -204,7 +214,7 @@ def test_a_killed_fork_server_is_named_and_its_agents_keep_their_records(tmp_pat
         "(SIGTERM) and wrote their records"
     ), err[-3000:]
     for h, role in (("h1", "worker"), ("h2", "worker"), ("h3", "ps")):
-        totals = json.loads((run / "records" / f"{h}-agent.json").read_text())
+        totals = agent_totals(run, h, err)
         assert totals["role"] == role and totals["error"] == "stopped by signal SIGTERM", totals
         assert (run / "records" / f"{h}-messages.csv").stat().st_size > 0
     assert len((run / "records" / "h1-iterations.csv").read_text().splitlines()) >= 1 + WARMUP + 2
