@@ -16,13 +16,13 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import dlcp.backends as backends
+from dlcp.runs import signals
 from dlcp.settings import ConfigError
 
 EMULATION = "emulation"  # the worker resource of a machine that holds one emulated run at a time
@@ -118,27 +118,27 @@ def connect(options: ClusterOptions, backend: backends.Backend, runs: int) -> It
 
 @contextlib.contextmanager
 def local_cluster(n: int) -> Iterator[object]:
-    """`n` single-threaded worker processes on this machine. They ignore SIGINT (a terminal's
-    Ctrl-C reaches the whole process group; the series stops its runs itself) and have no memory
-    limit (a run's process is not theirs to kill)."""
+    """`n` single-threaded worker processes on this machine. They ignore SIGINT and SIGTERM (a
+    terminal's Ctrl-C or a `kill` of the process group reaches them too; the series stops its runs
+    itself, and the cluster's close stops them) and have no memory limit (a run's process is not
+    theirs to kill)."""
     from distributed import LocalCluster
 
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the workers, which Python leaves as is
+    cluster = None
     try:
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=0,
-            dashboard_address=":0",  # its HTTP endpoints on any free port (8787 may be taken)
-            silence_logs=logging.ERROR,
-        )
-    finally:
-        signal.signal(signal.SIGINT, old)
-    try:
+        with signals.ignored_by_children():  # a stop meanwhile is raised as it ends: the cluster is closed
+            cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                memory_limit=0,
+                dashboard_address=":0",  # its HTTP endpoints on any free port (8787 may be taken)
+                silence_logs=logging.ERROR,
+            )
         yield cluster
     finally:
-        cluster.close()
+        if cluster is not None:
+            cluster.close()
 
 
 @contextlib.contextmanager

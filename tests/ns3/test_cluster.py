@@ -168,3 +168,39 @@ def test_ctrl_c_then_resume_runs_only_what_is_missing(tmp_path, here):
     assert_every_run_once(results)
     assert records(results) == records(here)
     assert (results / "compare.json").exists()
+
+
+def test_sigterm_to_the_process_group_stops_the_runs_without_losing_the_local_workers(tmp_path):
+    """`kill -TERM -PGID` (a batch system's or a supervisor's stop) reaches the local Dask workers
+    too: they ignore it, so the running runs are stopped by the series (terminated, partial report)
+    instead of dying with their worker and starting again elsewhere."""
+    cfg = tmp_path / "ps.toml"
+    cfg.write_text(tiny_ps(iterations=400))  # long enough to be mid-run when the signal comes
+    out = tmp_path / "out"
+    p = dlcp_run(cfg, *SERIES, "--out", str(out), start_new_session=True)
+    lines: list[str] = []
+    try:
+        assert p.stderr is not None
+        for line in p.stderr:
+            lines.append(line)
+            if re.search(r"runs: 0 done, 2 running", line):
+                wait_for(lambda: len(list(out.rglob(".staging/*/meta.json"))) == 2)  # both runs have begun
+                procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
+                os.killpg(p.pid, signal.SIGTERM)
+                break
+        lines += p.stderr.readlines()
+        p.wait(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = "".join(lines)
+    assert p.returncode == 143, err[-3000:]
+    assert not still_running(procs)
+    assert "started again" not in err and "CommClosedError" not in err and "retried" not in err, err[-3000:]
+    stopped = re.findall(r"^(\w+ rep 1, seed 1)\s+terminated\s+\d\s+1\s", err, re.M)
+    assert sorted(stopped) == ["dlcp rep 1, seed 1", "fifo rep 1, seed 1"], err[-3000:]
+    assert len(re.findall(r"^\w+ rep 2, seed 2\s+not started", err, re.M)) == 2, err[-3000:]
+    (results,) = out.iterdir()
+    for policy in ("dlcp", "fifo"):
+        meta = json.loads((results / policy / "rep1" / "meta.json").read_text())
+        assert meta["status"] == "terminated" and (results / policy / "rep1" / "report.html").exists()
