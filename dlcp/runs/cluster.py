@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dlcp.backends as backends
-from dlcp.runs import signals
+from dlcp.runs import local_worker
 from dlcp.settings import ConfigError
 
 EMULATION = "emulation"  # the worker resource of a machine that holds one emulated run at a time
@@ -124,21 +124,19 @@ def local_cluster(n: int) -> Iterator[object]:
     theirs to kill)."""
     from distributed import LocalCluster
 
-    cluster = None
+    cluster = LocalCluster(
+        n_workers=n,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=0,
+        dashboard_address=":0",  # its HTTP endpoints on any free port (8787 may be taken)
+        silence_logs=logging.ERROR,
+        preload=[local_worker.__name__],  # each worker, once up, ignores SIGINT and SIGTERM
+    )
     try:
-        with signals.ignored_by_children():  # a stop meanwhile is raised as it ends: the cluster is closed
-            cluster = LocalCluster(
-                n_workers=n,
-                threads_per_worker=1,
-                processes=True,
-                memory_limit=0,
-                dashboard_address=":0",  # its HTTP endpoints on any free port (8787 may be taken)
-                silence_logs=logging.ERROR,
-            )
         yield cluster
     finally:
-        if cluster is not None:
-            cluster.close()
+        cluster.close()
 
 
 @contextlib.contextmanager

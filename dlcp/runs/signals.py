@@ -4,7 +4,7 @@ of the runner and the backend runs (processes stopped, meta.json written), and t
 Ctrl-C raises KeyboardInterrupt (status "interrupted", exit 130), SIGTERM raises Terminated
 (status "terminated", exit 143). While a run cleans up, `deferred()` ignores both, so a second
 Ctrl-C cannot cut the clean-up short; `held()` keeps a stop that lands in a step that must finish
-whole and raises it after; `ignored_by_children()` starts processes that ignore both.
+whole and raises it after.
 """
 
 from __future__ import annotations
@@ -95,23 +95,6 @@ def held():
         stop = stop_for(128 + got[0])
         _pending.append(type(stop))
         raise stop
-
-
-@contextlib.contextmanager
-def ignored_by_children():
-    """Processes started inside (exec'd: handlers reset, "ignore" kept) ignore SIGINT and SIGTERM
-    for good: a series' local Dask workers, which a signal to the whole process group (a terminal's
-    Ctrl-C, `kill -TERM -PGID`, a batch system's stop) would kill mid-run, losing their runs to
-    Dask's retries; the series stops its runs itself. A stop that lands meanwhile is not dropped:
-    both signals are blocked in this thread while ignored (Linux queues a blocked signal even under
-    "ignore"), and it reaches the handler put back at the end."""
-    stops = {signal.SIGINT, signal.SIGTERM}
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    try:
-        with deferred():
-            yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 def is_stop(exc: BaseException) -> bool:
