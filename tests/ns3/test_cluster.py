@@ -204,3 +204,20 @@ def test_sigterm_to_the_process_group_stops_the_runs_without_losing_the_local_wo
     for policy in ("dlcp", "fifo"):
         meta = json.loads((results / policy / "rep1" / "meta.json").read_text())
         assert meta["status"] == "terminated" and (results / policy / "rep1" / "report.html").exists()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_while_the_local_cluster_starts_stops_the_series(tmp_path, sig, code):
+    """A stop that lands while the local workers start (their processes are there) is not dropped:
+    the series ends with its exit code and runs nothing to the end."""
+    out = tmp_path / "out"
+    p = dlcp_run(config(tmp_path), *SERIES, "--out", str(out), start_new_session=True)
+    try:
+        wait_for(lambda: len(psutil.Process(p.pid).children()) >= 2 or p.poll() is not None, 120)
+        os.kill(p.pid, sig)
+        _, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == code, err[-3000:]
+    assert not re.search(r"^\w+ rep \d, seed \d\s+ok\s", err, re.M), err[-3000:]
