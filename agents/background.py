@@ -37,7 +37,7 @@ from pathlib import Path
 
 from agents.common import stop_on_first_signal
 from dlcp.experiment.agent_config import BackgroundAgentConfig, BackgroundFlow, Sink, load_agent_config
-from dlcp.experiment.background_release import wait_for_release
+from dlcp.experiment.releases import BACKGROUND_GO, wait_for_release
 from dlcp.settings import ConfigError
 
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             sink(bg, totals)
         else:
             totals.update(start_unix=None, start_s=bg.start_s)
-            totals["released_unix"] = wait_for_release(cfg.run_dir)
+            totals["released_unix"] = wait_for_release(cfg.run_dir, BACKGROUND_GO)
             time.sleep(bg.start_s)
             stop_s = bg.stop_s
             stop_at = time.monotonic() + (stop_s - bg.start_s) if stop_s else None

@@ -10,7 +10,9 @@ dlcp/comm/communicator.py); then parameters are pulled (PS) or aggregates awaite
 with `average = "parameters"` takes a local SGD step with the worker's own gradient and then
 averages parameters inside its group of the iteration. Every `dlcp.resync_every` iterations of
 ring or MultiTree all-reduce, rank 0's parameters replace the others' and the drift is recorded
-(records/hN-resync.csv). Records and progress: docs/runs.md.
+(records/hN-resync.csv). With several jobs ([[jobs]]) a worker, once connected, waits for the
+runner's release of every job and then its job's start_s (dlcp/experiment/releases.py). Records
+and progress: docs/runs.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from agents.common import Agent, exit_fast, open_transport, realtime_work_thread, run_agent
 from dlcp.comm.ps import PSClient
 from dlcp.comm.transport_communicator import TransportCommunicator
+from dlcp.experiment.releases import JOBS_GO, wait_for_release
 from dlcp.iteration import actions as A
 from dlcp.iteration.worker_core import WorkerCore, worker_spec
 from dlcp.records import now_us, workload_totals
@@ -155,6 +158,8 @@ def run(agent: Agent) -> None:
         log.warning("re-sync skipped: the workload has no parameters(msg_id)")
     if planning_layer_times(workload) is not None:  # profile compute sleeps until deadlines; real compute stays CFS
         realtime_work_thread()
+    if cfg.jobs:
+        wait_for_the_jobs_start(agent)
     try:
         ThreadedWorker(agent, workload, coll, WorkerCore(spec)).run()
     finally:
@@ -164,6 +169,17 @@ def run(agent: Agent) -> None:
             agent.extra_totals["compute"] = stats
         if isinstance(coll, TransportCommunicator):
             coll.close()
+
+
+def wait_for_the_jobs_start(agent: Agent) -> None:
+    """Several jobs: say this worker is connected (progress state "connected"), wait for the
+    runner's release of every job, then this job's start_s more (its arrival and time-shift,
+    dilated): the jobs' first iterations keep their offsets from one origin."""
+    agent.progress("connected")
+    go = wait_for_release(str(agent.run_dir), JOBS_GO)
+    delay = go + agent.cfg.start_s - time.time()
+    if delay > 0:
+        time.sleep(delay)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,7 +134,7 @@ register(
             switch_engines=("c", "python"),
             queue_must_exceed_qmax=False,
             queue_disciplines=True,
-            several_jobs=False,
+            several_jobs=True,
         ),
         implementation="emulation.mininet_backend:BUILTIN",
     )

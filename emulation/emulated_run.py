@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dlcp.exit_status import exit_text
 from dlcp.experiment.agent_config import AgentConfig, agent_configs, write_agent_config
-from dlcp.experiment.background_release import release_background
+from dlcp.experiment.releases import BACKGROUND_GO, JOBS_GO, release
 from dlcp.network.topology import TopologySpec
 from dlcp.runs import signals
 from dlcp.runs.contract import RunCutShort, RunFailed
@@ -65,6 +65,7 @@ class EmulatedRun:
         self.net = None
         self.shell_pids: list[int] = []
         self.background_held = False  # background senders up, waiting for release_background
+        self.jobs_held = False  # several jobs: workers connected or connecting, waiting for release_jobs
         self.agents: list[tuple[str, str, AgentProcess, Path]] = []  # host, role, process, log
 
     def start_network(self) -> None:
@@ -111,14 +112,21 @@ class EmulatedRun:
         for host, role, acfg in sorted(configs, key=lambda c: 0 if c[1].startswith("sink") else order.get(c[1], 4)):
             self.start_agent(host, role, acfg)
         self.background_held = any(role == "background" for _, role, _ in configs)
+        self.jobs_held = bool(self.cfg.get("jobs"))
 
     def release_background(self) -> None:
         """Background traffic starts once every worker finished its first iteration: by then every
         control connection is up, so a SYN lost in a full queue (a 1 s kernel timeout) cannot
         masquerade as a slow first iteration. `start_s` counts from here. The senders' processes
         are already up and waiting, so this costs them no start-up time."""
-        release_background(self.run_dir, time.time())
+        release(self.run_dir, BACKGROUND_GO, time.time())
         self.background_held = False
+
+    def release_jobs(self) -> None:
+        """Several jobs: every worker is connected, so they all start from one origin, each job its
+        start_s (arrival + shift, dilated) after it (agents/worker.py, dlcp/experiment/releases.py)."""
+        release(self.run_dir, JOBS_GO, time.time())
+        self.jobs_held = False
 
     def workload_agents(self):
         return [a for a in self.agents if a[1] in ("worker", "ps")]
@@ -155,7 +163,10 @@ class EmulatedRun:
             why = self.dead_process()
             if why:
                 raise RunCutShort(why)
-            done = {h: read_progress(self.run_dir, h).get("iter", 0) for h, r, _, _ in self.agents if r == "worker"}
+            states = {h: read_progress(self.run_dir, h) for h, r, _, _ in self.agents if r == "worker"}
+            done = {h: st.get("iter", 0) for h, st in states.items()}
+            if self.jobs_held and all(st.get("state") == "connected" for st in states.values()):
+                self.release_jobs()
             if self.background_held and min(done.values()) >= 1:
                 self.release_background()
             if sum(done.values()) == 0:
@@ -170,8 +181,8 @@ class EmulatedRun:
                     f"the run exceeded timeout_s = {limit:g} s "
                     f"(progress: {sum(done.values())}/{iters * len(done)} iterations)"
                 )
-            # while the background waits, look often: its release should not lag the first iteration
-            time.sleep(RELEASE_POLL_S if self.background_held else PROGRESS_PERIOD_S)
+            # while agents wait for a release, look often: it should not lag what it waits for
+            time.sleep(RELEASE_POLL_S if self.background_held or self.jobs_held else PROGRESS_PERIOD_S)
 
     def stop_agents(self) -> None:
         # a background agent may still be setting up (a run shorter than that): SIGTERM would kill

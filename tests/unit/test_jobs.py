@@ -73,7 +73,7 @@ def test_a_single_job_file_resolves_as_before():
             lambda r: r["jobs"][0].update(dlcp={"queues": [2, 3]}),
             r"^jobs\[0\]\.dlcp\.queues: \[2, 3\]: .*gives this job",
         ),
-        (lambda r: r.update(backend="builtin"), r"^jobs: several jobs on one fabric run on backend = 'ns3'"),
+        (lambda r: r.update(backend="bmv2"), r"^jobs: several jobs on one fabric run on backend = 'builtin' or 'ns3'"),
         (lambda r: r.pop("jobs"), r"^cluster\.job_policy: 'priority' is a policy between jobs: it needs \[\[jobs\]\]"),
         (
             lambda r: r["cluster"].update(job_policy="timeshift", timeshift={"shifts_s": [0.1]}),
