@@ -38,13 +38,24 @@ def iterations_done(run_dir: Path) -> str:
     return f"{min(done)} of {total if total is not None else '?'} iterations"
 
 
+NAMED_WORKERS_MAX = 8  # beyond this, a progress line gives the range over the workers, not each
+
+
+def worker_counts(done: dict[str, int]) -> str:
+    """Iterations per worker: each named ("h1:3 h2:4") for a few workers, the range for many (a
+    128-worker simulation's line stays one line)."""
+    if len(done) <= NAMED_WORKERS_MAX:
+        return " ".join(f"{h}:{n}" for h, n in done.items())
+    low, high = min(done.values()), max(done.values())
+    return f"{len(done)} workers at {low}" + (f"-{high}" if high != low else "")
+
+
 def progress_line(done: dict[str, int], iters: int, elapsed: float, width: int = 30) -> str:
     """The plain-text progress line (logs, CI): bar, iterations overall and per worker, time."""
     total = iters * max(len(done), 1)
     frac = sum(done.values()) / total if total else 1.0
     bar = "#" * int(frac * width) + "." * (width - int(frac * width))
-    per = " ".join(f"{h}:{n}" for h, n in done.items())
-    return f"[{bar}] {sum(done.values())}/{total} iterations  {per}  {elapsed:5.1f}s"
+    return f"[{bar}] {sum(done.values())}/{total} iterations  {worker_counts(done)}  {elapsed:5.1f}s"
 
 
 class Progress:
@@ -96,7 +107,7 @@ class Progress:
                 description="training",
                 total=total,
                 completed=sum(done.values()),
-                detail=" ".join(f"{h}:{n}" for h, n in done.items()),
+                detail=worker_counts(done),
             )
             return
         now = time.monotonic()

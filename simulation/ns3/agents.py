@@ -51,6 +51,7 @@ class SimRun:
         self.servers_open = 0  # parameter servers still scattering their last parameters
         self.first_iteration_done = None  # callback(t) once every worker finished iteration 0
         self.on_finished = None  # callback once every worker finished its last iteration
+        self.on_iteration = None  # callback each time a worker finished an iteration (progress)
         self._first_done = 0
         self.errors: list[str] = []
 
@@ -84,6 +85,8 @@ class SimRun:
         return round(self.clock.now() * 1e6)
 
     def worker_finished_iteration(self, it: int) -> None:
+        if self.on_iteration:
+            self.on_iteration()
         if it == 0:
             self._first_done += 1
             if self._first_done == self.workers and self.first_iteration_done:

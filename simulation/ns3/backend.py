@@ -38,7 +38,7 @@ class Ns3Session:
     def run(self, run: RunContext) -> None:
         single_threaded_torch()
         run.progress.phase("simulating")
-        section = simulate(run.run_cfg, run.run_dir, run.spec, run.runtimes)
+        section = simulate(run.run_cfg, run.run_dir, run.spec, run.runtimes, run.progress)
         run.progress.done()
         run.meta["simulation"] = section
         if "error" in section:  # an agent failed or the simulated time ran out: what it recorded is written

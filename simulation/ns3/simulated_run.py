@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dlcp import records as R
 from dlcp.experiment.agent_config import agent_configs
+from dlcp.runs.progress import Progress
 from dlcp.runs.run_dir import write_json
 from simulation.ns3 import loader
 
@@ -56,8 +57,9 @@ def simulated_layer_times(cfg: dict, workload, dilation: float) -> tuple[list[fl
     return list(profile.forward_s), list(profile.backward_s)
 
 
-def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
-    """Build, run and record one simulation; returns the `simulation` section of meta.json."""
+def simulate(cfg: dict, run_dir: Path, spec, runtimes, progress: Progress | None = None) -> dict:
+    """Build, run and record one simulation; returns the `simulation` section of meta.json.
+    `progress` hears of every iteration a worker finishes (a long simulation shows how far it is)."""
     from dlcp.experiment.config import Experiment
     from simulation.ns3 import hosts as H
     from simulation.ns3.agents import SimRun
@@ -99,6 +101,15 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes) -> dict:
     for run in runs:
         run.first_iteration_done = first_iteration_done
         run.on_finished = finished
+    if progress is not None:
+        shown_from = time.monotonic()
+        most = max(r.iterations for r in runs)
+
+        def show_progress() -> None:
+            progress.iterations({w.host.name: w.done for w in workers}, most, shown_from)
+
+        for run in runs:
+            run.on_iteration = show_progress
     for w, start_s in starts:
         if start_s:
             stack.clock.at(start_s, w.start)

@@ -7,6 +7,7 @@ repeat with the same seed. Skipped without the sim extra or without the transpor
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from cli_runs import run_experiment
 from ns3_scripts import leaf_spine4, tiny_ps
 
 from dlcp import records as R
+from dlcp.runs.tasks import WORKER_LOG
 from simulation.ns3.hosts import core_missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,6 +223,11 @@ def test_repeat_runs_interleaved_pairs_with_a_new_seed_per_pair(ps_pairs):
             assert f"seed = {rep}\n" in (results / policy / f"rep{rep}" / "config.toml").read_text()
     compare = json.loads((results / "compare.json").read_text())
     assert compare["pairs"] == [1, 2] and compare["seeds"] == [1, 2]
+    # each simulation says how far it is, in its worker's log (its first iteration at least: lines
+    # come every 5 s)
+    for run in results.glob("*/rep*"):
+        log = (run / WORKER_LOG).read_text()
+        assert re.search(r"^\[[#.]{30}\] \d+/8 iterations  h1:\d+ h2:\d+ ", log, re.M), log[-2000:]
 
 
 def test_a_killed_series_stops_its_running_runs_and_records_them(tmp_path):

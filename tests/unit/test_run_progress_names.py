@@ -9,7 +9,7 @@ import pytest
 
 from dlcp.experiment.config import ConfigError
 from dlcp.runs.naming import check_name, set_label, variant_names
-from dlcp.runs.progress import Progress
+from dlcp.runs.progress import Progress, worker_counts
 
 
 def test_runs_varied_with_set_are_named_after_the_keys():
@@ -51,6 +51,15 @@ def test_progress_shows_phases_then_iterations_off_a_terminal():
         "dlcp run: waiting for the first iteration",
     ]
     assert "5/20 iterations  h1:3 h2:2" in lines[2] and len(lines) == 3
+
+
+def test_a_progress_line_of_many_workers_gives_their_range():
+    out = io.StringIO()
+    p = Progress(out)
+    p.iterations({f"h{i}": 3 + (i == 7) for i in range(1, 129)}, 10, started=p.t0)
+    (line,) = out.getvalue().splitlines()
+    assert "385/1280 iterations  128 workers at 3-4 " in line and "h1:" not in line
+    assert worker_counts({f"h{i}": 2 for i in range(1, 10)}) == "9 workers at 2"
 
 
 def test_progress_on_a_terminal_draws_the_phase_with_rich():
