@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from dlcp.experiment.config import tomllib
+
 
 def read_progress(run_dir: Path, host: str) -> dict:
     """The last state `progress/<host>` holds, {} while there is none."""
@@ -34,8 +36,19 @@ def iterations_done(run_dir: Path) -> str:
             done.append(int(state["iter"]))
             total = state.get("iters", total)
     if not done:
-        return "no iteration finished"
+        return simulated_iterations_done(run_dir) or "no iteration finished"
     return f"{min(done)} of {total if total is not None else '?'} iterations"
+
+
+def simulated_iterations_done(run_dir: Path) -> str | None:
+    """A simulated run has no agents' progress files: meta.json's `simulation` says how far the
+    slowest worker got (of config.toml's iterations); None without it."""
+    try:
+        done = json.loads((run_dir / "meta.json").read_text())["simulation"]["iterations_done"]
+        total = tomllib.loads((run_dir / "config.toml").read_text())["workload"]["iterations"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None if not done else f"{done} of {total} iterations"
 
 
 NAMED_WORKERS_MAX = 8  # beyond this, a progress line gives the range over the workers, not each

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from dlcp.runs import signals
 from dlcp.runs.contract import RunContext, RunCutShort, RunFailed
 from dlcp.runs.progress import Progress
 from simulation.ns3 import loader
@@ -40,7 +41,10 @@ class Ns3Session:
         run.progress.phase("simulating")
         section = simulate(run.run_cfg, run.run_dir, run.spec, run.runtimes, run.progress)
         run.progress.done()
+        stopped_by = section.pop("stopped_by", None)
         run.meta["simulation"] = section
+        if stopped_by:  # Ctrl-C or SIGTERM ended the simulation; its records are written
+            raise signals.stop_for(128 + stopped_by)
         if "error" in section:  # an agent failed or the simulated time ran out: what it recorded is written
             raise RunCutShort(section["error"])
 

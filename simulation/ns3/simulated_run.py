@@ -13,7 +13,9 @@ wall and CPU seconds, peak memory) is this module's. The contract's side is simu
 
 from __future__ import annotations
 
+import contextlib
 import resource
+import signal
 import time
 from pathlib import Path
 
@@ -119,7 +121,8 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes, progress: Progress | None
     ns.Simulator.Stop(ns.Seconds(limit))  # a simulated-time limit; the last worker to finish stops sooner
     ev0 = ns.Simulator.GetEventCount()
     t0, c0 = time.time(), time.process_time()
-    ns.Simulator.Run()
+    with simulation_stopped_by_signals(ns) as stopped_by:
+        ns.Simulator.Run()
     wall, cpu = time.time() - t0, time.process_time() - c0
     sim_s = ns.Simulator.Now().GetSeconds()
     events = int(ns.Simulator.GetEventCount() - ev0)
@@ -141,7 +144,9 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes, progress: Progress | None
         "datagrams_taken_in_c": taken,  # of those, by the receive core (dlcp_rx.h) without Python
     }
     errors = [e for r in runs for e in r.errors]
-    if errors:
+    if stopped_by:
+        section["stopped_by"] = stopped_by[0]
+    elif errors:
         section["error"] = errors[0]
     elif not done:
         behind = [(min(w.done for w in ws), r.iterations) for r, ws in _workers_of(runs, workers)]
@@ -152,6 +157,27 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes, progress: Progress | None
             + (" (per job)" if len(runs) > 1 else "")
         )
     return section
+
+
+@contextlib.contextmanager
+def simulation_stopped_by_signals(ns):
+    """Inside, SIGINT and SIGTERM end the simulation after the event it is in (the handler runs in
+    a Python up-call from the simulator, where stopping it is an event's own act), so the records of
+    what was simulated up to there are written; yields the signals taken. The caller raises the
+    stop once they are (ns3/backend.py), as an emulated run stops after its agents wrote theirs."""
+    taken: list[int] = []
+
+    def stop(signum, frame) -> None:
+        if not taken:
+            ns.Simulator.Stop()
+        taken.append(signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield taken
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _workers_of(runs, workers):

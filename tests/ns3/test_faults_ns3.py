@@ -1,6 +1,7 @@
 """Fault injection on ns-3, where it applies (the emulated backends' cases are in
 tests/root/test_faults_emulated.py): the process of a run killed mid-simulation on its worker is
-named, with meta.json's end written for it; a --run-dir that holds a run is refused and
+named, with meta.json's end written for it; one stopped by Ctrl-C or SIGTERM writes what it
+simulated; a --run-dir that holds a run is refused and
 kept; two ns-3 series at once (the same --out and --name, started together) are not refused (runs
 share nothing there) and each gets a results directory of its own."""
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from agent_runs import read_csv
 from cli_runs import run_experiment
 from ns3_scripts import leaf_spine4, tiny_ps
 
@@ -94,6 +96,42 @@ def test_a_killed_simulation_is_named_and_its_series_says_so(tmp_path):
     assert f"partial run: {results / '100000'} (no iteration finished; no switch counters)" in err, err[-3000:]
     assert json.loads((results / "2" / "meta.json").read_text())["status"] == "ok"  # the rest of the series ran
     assert f"1 of 2 runs did not finish (see above); rerun them with --resume {results}" in err, err[-3000:]
+
+
+@pytest.mark.parametrize(
+    "sig, code, status", [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
+)
+def test_a_stopped_simulation_writes_what_it_simulated(tmp_path, sig, code, status):
+    """Ctrl-C or SIGTERM mid-simulation ends the simulation after the event it is in: every host's
+    records up to there are written, meta.json says how far it got, and the partial report is
+    written, as for an emulated run whose agents were stopped."""
+    cfg = tmp_path / "long.toml"
+    cfg.write_text(LONG_RING)
+    run = tmp_path / "run"
+    p = dlcp_run(str(cfg), "--run-dir", str(run))
+    lines: list[str] = []
+    try:
+        assert p.stderr is not None
+        for line in p.stderr:  # the simulation's progress: past its first iteration
+            lines.append(line)
+            if line.startswith("[") and " iterations " in line:
+                break
+        time.sleep(1)
+        p.send_signal(sig)
+        _, rest = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    err = "".join(lines) + rest
+    assert p.returncode == code, err[-3000:]
+    meta = json.loads((run / "meta.json").read_text())
+    done = meta["simulation"]["iterations_done"]
+    assert meta["status"] == status and done >= 1 and "error" not in meta["simulation"], meta
+    for h in ("h1", "h2", "h3", "h4"):
+        assert len(read_csv(run / "records" / f"{h}-iterations.csv")) >= done
+        assert json.loads((run / "records" / f"{h}-agent.json").read_text())["iterations_done"] >= done
+    assert f"partial run: {run} ({done} of 100000 iterations)" in err, err[-3000:]
+    assert (run / "report.html").exists() and "PARTIAL" in (run / "report.md").read_text().splitlines()[0]
 
 
 def test_a_run_dir_that_holds_a_run_is_refused_and_kept(tmp_path):
