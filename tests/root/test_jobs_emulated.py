@@ -110,8 +110,9 @@ def test_a_shifted_job_starts_its_first_iteration_its_shift_after_the_other(cfg,
     )
     jobs = _jobs(run)
     assert jobs["a"]["shift_s"] == 0 and jobs["b"]["shift_s"] == 0.3
-    assert jobs["a"]["first_iteration_s"] == pytest.approx(0, abs=1e-6)
-    # wall clock: the release is one instant for both jobs; what is left is a worker's wake-up
-    assert 0.3 <= jobs["b"]["first_iteration_s"] < 0.35, jobs["b"]
+    # wall clock: the release is one instant for both jobs; what is left is the workers' wake-ups
+    first_a, first_b = jobs["a"]["first_iteration_s"], jobs["b"]["first_iteration_s"]
+    assert 0 <= first_a < 0.02 and 0.3 <= first_b < 0.35, jobs
+    assert first_b - first_a == pytest.approx(0.3, abs=0.03)
     assert all(j["complete"] for j in jobs.values())
     assert_clean()
