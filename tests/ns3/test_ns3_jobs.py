@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_runs import read_csv
 from cli_runs import run_experiment
+from job_runs import jobs_of, sent_prios, two_jobs, worker_hosts
 
 from simulation.ns3.hosts import core_missing
 
@@ -34,22 +34,7 @@ hosts_per_leaf = 4
 [links]
 host_mbps = 1000
 fabric_mbps = 1000
-[workload]
-mode = "allreduce"
-model = "synthetic"
-iterations = 4
-warmup_iterations = 1
-compute_ms = 2
-[[jobs]]
-name = "a"
-priority = 1
-[jobs.workload]
-workers = 4
-[[jobs]]
-name = "b"
-[jobs.workload]
-workers = 4
-"""
+""" + two_jobs(workers=4, iterations=4, compute_ms=2)
 
 
 @pytest.fixture(scope="module")
@@ -82,51 +67,33 @@ def series(tmp_path_factory) -> Path:
     return results
 
 
-def _jobs(run: Path) -> dict:
-    return {j["name"]: j for j in json.loads((run / "summary.json").read_text())["jobs"]["jobs"]}
-
-
-def _hosts_of(run: Path) -> dict[int, set[str]]:
-    out: dict[int, set[str]] = {}
-    for h in json.loads((run / "topology.json").read_text())["hosts"]:
-        if h["role"] == "worker":
-            out.setdefault(h["job"], set()).add(h["name"])
-    return out
-
-
-def _sent_prios(run: Path, hosts: set[str]) -> set[int]:
-    return {
-        int(r["prio"]) for h in hosts for r in read_csv(run / "records" / f"{h}-messages.csv") if r["side"] == "sender"
-    }
-
-
 def test_every_job_runs_on_its_own_hosts(series: Path):
     run = series / "priority" / "rep1"
-    hosts = _hosts_of(run)
+    hosts = worker_hosts(run)
     assert sorted(hosts) == [1, 2] and len(hosts[1]) == len(hosts[2]) == 4 and not hosts[1] & hosts[2]
     for names in hosts.values():
         ranks = sorted(json.loads((run / "records" / f"{h}-agent.json").read_text())["rank"] for h in names)
         assert ranks == [0, 1, 2, 3]  # each job's ranks are its own
     for h in hosts[1] | hosts[2]:  # no datagram reached a host of the other job (its receiver drops those)
         assert json.loads((run / "records" / f"{h}-agent.json").read_text())["drops"] == {}
-    jobs = _jobs(run)
+    jobs = jobs_of(run)
     assert all(j["complete"] and j["iterations_done"] == 4 for j in jobs.values())
     assert jobs["a"]["loss"]["forced"] == jobs["b"]["loss"]["forced"] == 0
 
 
 def test_priority_puts_the_favoured_job_in_the_upper_band_of_the_queues(series: Path):
     prio, fifo = series / "priority" / "rep1", series / "fifo" / "rep1"
-    hosts = _hosts_of(prio)
-    assert _sent_prios(prio, hosts[1]) <= {4, 5, 6} and _sent_prios(prio, hosts[2]) <= {1, 2, 3}
-    assert len(_sent_prios(fifo, hosts[1])) > 3  # without it, the same job spreads over the six data queues
-    assert [_jobs(prio)[n]["queues"] for n in ("a", "b")] == [[4, 6], [1, 3]]
+    hosts = worker_hosts(prio)
+    assert sent_prios(prio, hosts[1]) <= {4, 5, 6} and sent_prios(prio, hosts[2]) <= {1, 2, 3}
+    assert len(sent_prios(fifo, hosts[1])) > 3  # without it, the same job spreads over the six data queues
+    assert [jobs_of(prio)[n]["queues"] for n in ("a", "b")] == [[4, 6], [1, 3]]
 
 
 def test_the_favoured_job_finishes_sooner(series: Path):
     # over the two repeats, as the comparison pools them: three timed iterations per run are too few
     # for every single pair to show it (the second pair's iteration means are within 0.5 %)
     def mean(policy: str, value) -> float:
-        return sum(value(_jobs(series / policy / rep)["a"]) for rep in ("rep1", "rep2")) / 2
+        return sum(value(jobs_of(series / policy / rep)["a"]) for rep in ("rep1", "rep2")) / 2
 
     jct, iteration = (lambda j: j["jct_s"]), (lambda j: j["iteration"]["iteration_ms"]["mean"])
     assert mean("priority", jct) < 0.8 * mean("fifo", jct)
@@ -156,7 +123,7 @@ def test_a_shifted_job_starts_its_first_iteration_after_its_shift(tmp_path: Path
         "cluster.timeshift.shifts_s=[0, 0.02]",
         "workload.iterations=2",
     )
-    jobs = _jobs(run)
+    jobs = jobs_of(run)
     assert jobs["a"]["shift_s"] == 0 and jobs["b"]["shift_s"] == 0.02
     assert jobs["a"]["first_iteration_s"] == pytest.approx(0, abs=1e-6)
     assert 0.02 <= jobs["b"]["first_iteration_s"] < 0.021

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_runs import read_csv
 from cli_runs import run_experiment
 from emulated_runs import assert_clean, clean_machine  # noqa: F401 (clean_machine: autouse)
+from job_runs import jobs_of, sent_prios, two_jobs, worker_hosts
 
 from dlcp.wire.header import DATA_PORT, unpack_from
 
@@ -25,22 +25,7 @@ kind = "star"
 hosts = 4
 [links]
 host_mbps = 50
-[workload]
-mode = "allreduce"
-model = "synthetic"
-iterations = 6
-warmup_iterations = 1
-compute_ms = 5
-[[jobs]]
-name = "a"
-priority = 1
-[jobs.workload]
-workers = 2
-[[jobs]]
-name = "b"
-[jobs.workload]
-workers = 2
-"""
+""" + two_jobs(workers=2, iterations=6, compute_ms=5)
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +33,6 @@ def cfg(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("jobs") / "two.toml"
     path.write_text(TWO_JOBS)
     return path
-
-
-def _jobs(run: Path) -> dict:
-    return {j["name"]: j for j in json.loads((run / "summary.json").read_text())["jobs"]["jobs"]}
-
-
-def _hosts_of(run: Path) -> dict[int, set[str]]:
-    out: dict[int, set[str]] = {}
-    for h in json.loads((run / "topology.json").read_text())["hosts"]:
-        if h["role"] == "worker":
-            out.setdefault(h["job"], set()).add(h["name"])
-    return out
 
 
 def _job_ids_on_the_wire(pcap: Path, data_port: int) -> set[int]:
@@ -75,21 +48,12 @@ def test_priority_runs_each_job_on_its_own_hosts_in_its_own_band(cfg, tmp_path):
     run = run_experiment(
         cfg, tmp_path / "run", "cluster.job_policy=priority", 'output.pcap_ports=["s1-eth1", "s1-eth3"]'
     )
-    hosts = _hosts_of(run)
+    hosts = worker_hosts(run)
     assert hosts == {1: {"h1", "h2"}, 2: {"h3", "h4"}}
     for names in hosts.values():
         assert sorted(json.loads((run / "records" / f"{h}-agent.json").read_text())["rank"] for h in names) == [0, 1]
-    prios = {
-        job: {
-            int(r["prio"])
-            for h in names
-            for r in read_csv(run / "records" / f"{h}-messages.csv")
-            if r["side"] == "sender"
-        }
-        for job, names in hosts.items()
-    }
-    assert prios[1] <= {4, 5, 6} and prios[2] <= {1, 2, 3}
-    jobs = _jobs(run)
+    assert sent_prios(run, hosts[1]) <= {4, 5, 6} and sent_prios(run, hosts[2]) <= {1, 2, 3}
+    jobs = jobs_of(run)
     assert all(j["complete"] and j["iterations_done"] == 6 for j in jobs.values())
     pcaps = sorted((run / "pcap").glob("*"))
     assert len(pcaps) == 2, pcaps
@@ -108,7 +72,7 @@ def test_a_shifted_job_starts_its_first_iteration_its_shift_after_the_other(cfg,
         "cluster.timeshift.shifts_s=[0, 0.3]",
         "workload.iterations=3",
     )
-    jobs = _jobs(run)
+    jobs = jobs_of(run)
     assert jobs["a"]["shift_s"] == 0 and jobs["b"]["shift_s"] == 0.3
     # wall clock: the release is one instant for both jobs; what is left is the workers' wake-ups
     first_a, first_b = jobs["a"]["first_iteration_s"], jobs["b"]["first_iteration_s"]
