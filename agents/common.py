@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dlcp import records as R
 from dlcp.experiment.agent_config import WorkloadAgentConfig, load_agent_config
+from dlcp.runs.signals import handle_stops
 from dlcp.settings import ConfigError
 from dlcp.transport.api import TransportError
 from dlcp.transport.factory import make_transport
@@ -100,12 +101,10 @@ def stop_on_first_signal(stop: type[Exception]) -> None:
     the runner's SIGKILL after its grace period."""
 
     def on_signal(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        handle_stops(signal.SIG_IGN)
         raise stop(f"stopped by signal {signal.Signals(signum).name}")
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    handle_stops(on_signal)
 
 
 def close_transport(agent: Agent) -> str | None:
@@ -151,8 +150,7 @@ def run_agent(role: str, body, argv: list[str] | None = None) -> int:
         logging.getLogger("agent").exception("unexpected error")
         error = f"internal error: {e!r}"
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        handle_stops(signal.SIG_IGN)
         closing = close_transport(agent)
         if closing:
             error, code = (error + "; " if error else "") + closing, code or EXIT_ERROR

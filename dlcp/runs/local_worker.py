@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import signal
 
+from dlcp.runs import signals
+
 
 def dask_setup(worker) -> None:
     """Dask's preload hook, on the worker process's main thread."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signals.handle_stops(signal.SIG_IGN)

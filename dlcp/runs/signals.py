@@ -67,30 +67,55 @@ def handled() -> None:
     _pending.clear()
 
 
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def handle_stops(handler) -> dict:
+    """SIGINT and SIGTERM go to `handler` (a function, or signal.SIG_IGN) from now on; the
+    handlers they had, for `restore`."""
+    return {sig: signal.signal(sig, handler) for sig in STOPS}
+
+
+def restore(handlers: dict) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
 def deferred():
     """SIGINT and SIGTERM ignored inside (a clean-up that must finish), the handlers back after."""
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    old_term = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    old = handle_stops(signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
+        restore(old)
+
+
+@contextlib.contextmanager
+def noted(on_first=None):
+    """SIGINT and SIGTERM only noted inside: yields the list of those that arrive, in order, and
+    calls `on_first()` as the first does (e.g. to ask what runs inside to end soon); the handlers
+    back after. What to do about them is the caller's."""
+    got: list[int] = []
+
+    def note(signum, frame) -> None:
+        if not got and on_first is not None:
+            on_first()
+        got.append(signum)
+
+    old = handle_stops(note)
+    try:
+        yield got
+    finally:
+        restore(old)
 
 
 @contextlib.contextmanager
 def held():
     """SIGINT and SIGTERM held off inside (a step that must finish whole, e.g. a finished run put in
     its place) and raised when it is over: unlike `deferred`, the stop is kept, not dropped."""
-    got: list[int] = []
-    old_int = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
-    old_term = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
-    try:
+    with noted() as got:
         yield
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-        signal.signal(signal.SIGTERM, old_term)
     if got:
         stop = stop_for(128 + got[0])
         _pending.append(type(stop))

@@ -13,14 +13,13 @@ wall and CPU seconds, peak memory) is this module's. The contract's side is simu
 
 from __future__ import annotations
 
-import contextlib
 import resource
-import signal
 import time
 from pathlib import Path
 
 from dlcp import records as R
 from dlcp.experiment.agent_config import agent_configs
+from dlcp.runs import signals
 from dlcp.runs.progress import Progress
 from dlcp.runs.run_dir import write_json
 from simulation.ns3 import loader
@@ -121,7 +120,10 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes, progress: Progress | None
     ns.Simulator.Stop(ns.Seconds(limit))  # a simulated-time limit; the last worker to finish stops sooner
     ev0 = ns.Simulator.GetEventCount()
     t0, c0 = time.time(), time.process_time()
-    with simulation_stopped_by_signals(ns) as stopped_by:
+    # Ctrl-C or SIGTERM ends the simulation after the event it is in (the handler runs in a Python
+    # up-call from the simulator), so the records of what was simulated are written; the backend
+    # raises the stop after that (ns3/backend.py), as an emulated run stops once its agents wrote theirs
+    with signals.noted(on_first=ns.Simulator.Stop) as stopped_by:
         ns.Simulator.Run()
     wall, cpu = time.time() - t0, time.process_time() - c0
     sim_s = ns.Simulator.Now().GetSeconds()
@@ -157,27 +159,6 @@ def simulate(cfg: dict, run_dir: Path, spec, runtimes, progress: Progress | None
             + (" (per job)" if len(runs) > 1 else "")
         )
     return section
-
-
-@contextlib.contextmanager
-def simulation_stopped_by_signals(ns):
-    """Inside, SIGINT and SIGTERM end the simulation after the event it is in (the handler runs in
-    a Python up-call from the simulator, where stopping it is an event's own act), so the records of
-    what was simulated up to there are written; yields the signals taken. The caller raises the
-    stop once they are (ns3/backend.py), as an emulated run stops after its agents wrote theirs."""
-    taken: list[int] = []
-
-    def stop(signum, frame) -> None:
-        if not taken:
-            ns.Simulator.Stop()
-        taken.append(signum)
-
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield taken
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
 
 
 def _workers_of(runs, workers):
