@@ -568,14 +568,19 @@ def build_doc(data: dict, samples: dict[str, list[RunSample]]) -> Doc:
 
 # --- several jobs ([[jobs]]): per job, and the cluster's ------------------------------------------------
 
-JOB_HEADLINE = ("iteration_p50", "iteration_p99", "mct_p99", "jct_s")
+# A job's iteration is its slowest worker's; a run of a few iterations has too few of those for a
+# percentile, so the iteration pooled over the job's ranks stands beside it (ranks.py).
+JOB_HEADLINE = ("iteration_p50", "rank_iteration_p50", "iteration_p99", "mct_p99", "jct_s")
 JOB_TABLE = (
     "iteration_mean",
     "iteration_p50",
     "iteration_p90",
     "iteration_p99",
+    "rank_iteration_p50",
+    "rank_iteration_p90",
     "comm_p50",
     "comm_p99",
+    "rank_comm_p50",
     "mct_p50",
     "mct_p99",
     "jct_s",
@@ -653,7 +658,7 @@ def print_jobs(data: dict) -> None:
     """The terminal's part of a comparison of several jobs: per job its table and verdicts, then
     the cluster's."""
 
-    keys = ("iteration_p50", "iteration_p99", "mct_p99", "jct_s")
+    keys = ("iteration_p50", "rank_iteration_p50", "iteration_p99", "mct_p99", "jct_s")
     for job, d in data["jobs"].items():
         print(f"job {job}:")
         header, rows = table_rows(d, keys)

@@ -110,7 +110,16 @@ def test_the_reports_have_a_section_per_job(series: Path):
     jct = compare["jobs"]["a"]["variants"][1]["ratios"]["jct_s"]
     assert jct["point"] < 0.8
     assert {m["key"] for m in compare["cluster"]["metrics"]} == {"mean_jct_s", "tail_jct_s", "makespan_s"}
-    assert "## Job a" in (series / "compare.md").read_text()
+    md = (series / "compare.md").read_text()
+    assert "## Job a" in md
+    # a job's iteration pooled over its ranks: 3 timed iterations x 4 ranks x 2 runs, where its
+    # slowest-worker iterations (6) are too few for a p50
+    pooled = compare["jobs"]["a"]["variants"][1]["ratios"]["rank_iteration_p50"]
+    assert compare["jobs"]["a"]["variants"][1]["ratios"]["iteration_p50"]["point"] is None
+    assert pooled["point"] < 0.95
+    job_a = md.split("## Job a")[1].split("## Job b")[0]
+    assert "priority vs fifo, iteration p50, pooled over ranks (ms)" in job_a
+    assert "| iteration p50, pooled over ranks (ms) |" in job_a
 
 
 def test_a_shifted_job_starts_its_first_iteration_after_its_shift(tmp_path: Path):
