@@ -102,8 +102,13 @@ def meta_unknowns(facts: RunFacts) -> str:
     return "; ".join(parts)
 
 
-def disagreement(meta: dict | None, config: dict | None) -> str | None:
-    """A line when meta.json and config.toml record different dilations (meta.json's is used)."""
+def disagreement(meta: dict | None, config: dict | None, facts: RunFacts) -> str | None:
+    """A line when meta.json and config.toml record different dilations (meta.json's is used).
+    None for a run in simulated time: `[scale] dilation` slows an emulation down, and a simulator
+    (ns-3 records dilation 1) has nothing to slow, so an experiment file run on both disagrees with
+    nothing."""
+    if facts.simulated:
+        return None
     recorded = _number((meta or {}).get("dilation"))
     scale = (config or {}).get("scale")
     configured = _number(scale.get("dilation")) if isinstance(scale, dict) else None

@@ -174,7 +174,7 @@ def load_run(path: str | pathlib.Path, name: str | None = None) -> RunData:
         run.problems.append(f"meta.json: {meta_state} ({meta_unknowns(run.facts)})")
     if config_state:
         run.problems.append(f"config.toml: {config_state} ({config_unknowns(run.facts)})")
-    differ = disagreement(run.meta, run.config)
+    differ = disagreement(run.meta, run.config, run.facts)
     if differ:
         run.problems.append(differ)
     run.topology = _read_json(path / "topology.json", run.problems, "topology", quiet_if_missing=True)

@@ -127,6 +127,15 @@ def test_meta_and_config_that_disagree_are_flagged(copy):
     assert any(p.startswith("meta.json records time dilation 10, config.toml [scale] dilation 2") for p in problems)
 
 
+def test_a_simulated_run_of_a_dilated_experiment_file_is_not_flagged(copy):
+    # ns-3 runs in simulated time and records dilation 1; the file's [scale] is the emulation's
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "dilation": 1, "clock": "simulated"}))
+    s, problems = problems_of(copy)
+    assert not any("records time dilation" in p for p in problems), problems
+    assert s["scale"]["dilation"] == 1
+
+
 def test_compare_of_a_run_and_its_copy_with_an_empty_config_is_one(intact, copy, tmp_path):
     from dlcp.reporting import compare_runs
 
