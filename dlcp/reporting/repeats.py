@@ -658,10 +658,9 @@ def print_jobs(data: dict) -> None:
     """The terminal's part of a comparison of several jobs: per job its table and verdicts, then
     the cluster's."""
 
-    keys = ("iteration_p50", "rank_iteration_p50", "iteration_p99", "mct_p99", "jct_s")
     for job, d in data["jobs"].items():
         print(f"job {job}:")
-        header, rows = table_rows(d, keys)
+        header, rows = table_rows(d, JOB_HEADLINE)
         print(format_table([dict(zip(header, r)) for r in rows]))
         for line in verdict_lines(d, JOB_HEADLINE):
             print(f"  {line}")
