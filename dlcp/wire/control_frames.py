@@ -27,7 +27,7 @@ followed by, per type:
                 requested: 1 bit per packet (packet 0 = top bit of byte 0), ceil(n/8) bytes
     STOP        u8 rounds, u8 flags (bit0 FORCED: the answer to FORCE_STOP), u8 attempt,
                 u8 reserved, u32 held_us, u32 lost_pkts, u32 protected_lost
-    FORCE_STOP  u8 round, u8 reserved
+    FORCE_STOP  u8 round, u8 flags (bit0 FINAL: end with what arrived, protected packets too)
     FEEDBACK    u32 rcvd_pkts, u32 ce_pkts, u32 last_seq
 
 DESCRIBE is sent once per message, before its data: what the receiver needs to judge the message
@@ -38,7 +38,9 @@ answers a PROBE on the message's control connection with STOP (done, within budg
 packets it asks for again), echoing the `attempt` of the PROBE it answers and how long it held that
 PROBE before answering (`held_us`: waiting for the DESCRIBE or for a quiet time), so the sender's
 PROBE timeout measures network round trips only, without Karn's ambiguity (NO_ATTEMPT in a STOP
-that answers FORCE_STOP). FORCE_STOP ends a message that ran out of rounds or time. `rec_msg_id`
+that answers FORCE_STOP). FORCE_STOP lifts the budget of a message that ran out of rounds or time:
+the receiver answers STOP, or a BITMAP (attempt NO_ATTEMPT) of the protected packets still missing;
+a FINAL one ends the message whatever is missing. `rec_msg_id`
 and `step` are what the receiver's records show (a ring step is its own wire message but belongs to
 a gradient message). `budget_ppm` is the message's loss budget in parts per million (0: every packet
 must arrive).
@@ -64,13 +66,15 @@ import numpy as np
 
 from dlcp.wire.header import PHASE_NAMES, MalformedPacket
 
-CONTROL_VERSION = 3  # 2: PROBE moved in band, its description became DESCRIBE; 3: FEEDBACK
+# 2: PROBE moved in band, its description became DESCRIBE; 3: FEEDBACK; 4: FORCE_STOP keeps the
+# protected packets (FINAL gives them up)
+CONTROL_VERSION = 4
 DESCRIBE, BITMAP, STOP, FORCE_STOP, FEEDBACK = 1, 2, 3, 4, 5
 TYPE_NAMES = {DESCRIBE: "DESCRIBE", BITMAP: "BITMAP", STOP: "STOP", FORCE_STOP: "FORCE_STOP", FEEDBACK: "FEEDBACK"}
 DESCRIBE_FLAG_COUNTS = 0x01
 DESCRIBE_FLAG_FEEDBACK = 0x02  # the sender runs congestion control: send it FEEDBACK
 
-NO_ATTEMPT = 255  # attempt field of a STOP that answers FORCE_STOP, not a PROBE
+NO_ATTEMPT = 255  # attempt field of a STOP or BITMAP that answers FORCE_STOP, not a PROBE
 PS_RANK = 255  # the parameter server's rank on the wire (records show -1)
 MAX_MSG_PKTS = 1 << 21  # 2M packets = 2.9 GB of fp32: anything larger is a corrupt length
 PPM = 1_000_000
@@ -119,6 +123,8 @@ class Control:
     lost_pkts: int = 0
     protected_lost: int = 0
     forced: bool = False
+    # FORCE_STOP
+    final: bool = False  # end the message now, protected packets missing or not
     # DESCRIBE
     feedback: bool = False  # the sender wants FEEDBACK frames
     # FEEDBACK (cumulative, mod 2**32)
@@ -195,7 +201,7 @@ def encode(m: Control) -> bytes:
             m.round, 1 if m.forced else 0, m.attempt, 0, min(m.held_us, 0xFFFFFFFF), m.lost_pkts, m.protected_lost
         )
     elif m.type == FORCE_STOP:
-        body = _common(m) + FORCE_FIXED.pack(m.round, 0)
+        body = _common(m) + FORCE_FIXED.pack(m.round, 1 if m.final else 0)
     elif m.type == FEEDBACK:
         body = _common(m) + FEEDBACK_FIXED.pack(m.rcvd_pkts & 0xFFFFFFFF, m.ce_pkts & 0xFFFFFFFF, m.last_seq)
     else:
@@ -284,7 +290,8 @@ def decode(body) -> Control:
             raise MalformedPacket("control.last_seq", f"seq {m.last_seq} of {n} packets")
     else:
         _expect_len(body, off + FORCE_FIXED.size, FORCE_STOP)
-        m.round = FORCE_FIXED.unpack_from(body, off)[0]
+        m.round, flags = FORCE_FIXED.unpack_from(body, off)
+        m.final = bool(flags & 1)
     return m
 
 

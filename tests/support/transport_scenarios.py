@@ -17,6 +17,7 @@ import numpy as np
 from lossy_proxy import LossyProxy
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig
+from dlcp.transport.core.sender import MAX_FORCED_ROUNDS
 from dlcp.transport.udp_driver import UdpTransport
 from dlcp.transport.virtual import Faults, SwitchModel, VirtualNetwork
 from dlcp.wire import header as H
@@ -214,12 +215,29 @@ def protected_retried_up_to_r_max(make):
     assert not s.forced and s.rounds == 4 and s.retx_pkts == 3 and r.received[p0]
 
 
-def forced_after_r_max(make):
+def forced_message_still_recovers_its_protected_packets(make):
+    # budget 0: after r_max rounds FORCE_STOP gives up the unprotected packet that is always lost,
+    # and the protected one, lost in all 3 rounds before, comes back in the rounds after
+    g, batch, tags = message()
+    p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
+    u0 = int(np.flatnonzero(tags.drop_prec > 0)[0])
+    p = make(
+        faults={"drop": lambda k: not k.probe and (k.seq == u0 or (k.seq == p0 and k.transmission < 3))},
+        send_cfg={"r_max": 2, "loss_budget": 0.0},
+    )
+    s, r = p.exchange(batch)
+    assert s.forced and r.forced and s.rounds == 4 and s.retx_pkts == 5  # 2 x (p0, u0), then p0
+    assert s.protected_lost == r.protected_lost == 0 and s.lost_pkts == r.lost_pkts == 1 and r.received[p0]
+    assert p.sender_stats()["forced_sent"] == 1 and p.receiver_stats()["forced_received"] == 1
+    check_values(g, r)
+
+
+def forced_gives_up_a_protected_packet_only_at_its_final_round(make):
     g, batch, tags = message()
     p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
     p = make(faults={"drop": lambda k: not k.probe and k.seq == p0}, send_cfg={"r_max": 2})
     s, r = p.exchange(batch)
-    assert s.forced and r.forced and s.rounds == 3 and s.retx_pkts == 2
+    assert s.forced and r.forced and s.rounds == 3 + MAX_FORCED_ROUNDS and s.retx_pkts == 2 + MAX_FORCED_ROUNDS
     assert s.protected_lost == r.protected_lost == 1 and s.lost_pkts == 1
     assert p.sender_stats()["forced_sent"] == 1 and p.receiver_stats()["forced_received"] == 1
     check_values(g, r)
@@ -401,7 +419,8 @@ SCENARIOS = [
     budget_exact_lowest_drop_precedence_recovered,
     protected_always_recovered,
     protected_retried_up_to_r_max,
-    forced_after_r_max,
+    forced_message_still_recovers_its_protected_packets,
+    forced_gives_up_a_protected_packet_only_at_its_final_round,
     deadline_forces_completion,
     loss_duplication_and_reordering,
     lost_probe_is_sent_again_in_the_same_round,

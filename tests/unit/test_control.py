@@ -112,7 +112,9 @@ def test_stop_and_force_roundtrip():
         12,
     )
     d = C.decode(C.encode(C.Control(**common(type=C.FORCE_STOP), round=4))[4:])
-    assert (d.type, d.round) == (C.FORCE_STOP, 4)
+    assert (d.type, d.round, d.final) == (C.FORCE_STOP, 4, False)
+    d = C.decode(C.encode(C.Control(**common(type=C.FORCE_STOP), round=5, final=True))[4:])
+    assert (d.type, d.round, d.final) == (C.FORCE_STOP, 5, True)
 
 
 def describe_body(**kw):

@@ -12,6 +12,7 @@ import pytest
 from lossy_proxy import LossyProxy
 
 from dlcp.transport.api import Peer, SendInfo, TransportConfig, TransportError
+from dlcp.transport.core.sender import MAX_FORCED_ROUNDS
 from dlcp.transport.udp_driver import UdpTransport
 from dlcp.wire import control_frames as C
 from dlcp.wire import header as H
@@ -129,11 +130,12 @@ def test_protected_loss_retried_up_to_r_max(make_pair):
 
 
 def test_forced_after_r_max_is_reported(make_pair, caplog):
+    # a protected packet that never arrives: forced after r_max, given up after the forced rounds
     g, batch, tags = message()
     p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
     a, b, _ = make_pair(proxy={"drop": lambda p: p.seq == p0}, send_cfg={"r_max": 2})
     s, r = exchange(a, b, batch)
-    assert s.forced and r.forced and s.rounds == 3 and s.retx_pkts == 2
+    assert s.forced and r.forced and s.rounds == 3 + MAX_FORCED_ROUNDS and s.retx_pkts == 2 + MAX_FORCED_ROUNDS
     assert s.protected_lost == r.protected_lost == 1 and s.lost_pkts == 1
     assert a.message_rows[-1]["forced"] == 1 and b.message_rows[-1]["forced"] == 1
     assert a.stats()["forced_sent"] == 1 and b.stats()["forced_received"] == 1
@@ -151,12 +153,12 @@ def test_deadline_forces_completion(make_pair):
     assert 0.15 <= time.monotonic() - t0 < 2.0
 
 
-def test_r_max_zero_forces_after_the_first_round_without_retransmission(make_pair):
+def test_r_max_zero_forces_after_the_first_round_and_still_recovers_protected(make_pair):
     g, batch, tags = message(n_pkts=100)
     p0 = int(np.flatnonzero(tags.drop_prec == 0)[0])
     a, b, _ = make_pair(proxy={"drop": lambda p: p.seq == p0 and p.transmission == 0}, send_cfg={"r_max": 0})
     s, r = exchange(a, b, batch)
-    assert (s.rounds, s.retx_pkts, s.forced, s.protected_lost) == (1, 0, True, 1) and r.forced
+    assert (s.rounds, s.retx_pkts, s.forced, s.protected_lost) == (2, 1, True, 0) and r.forced and r.received[p0]
 
 
 @pytest.mark.parametrize("seed", [1, 2])

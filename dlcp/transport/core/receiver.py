@@ -29,6 +29,10 @@ since the PROBE) because per-packet spraying can still deliver data of a slower 
 quiet time starts at `probe_quiet_ms` and adapts per source: it doubles whenever a packet asked for
 in a BITMAP turns up as an original (the BITMAP was premature) and eases back after clean messages.
 A PROBE of a round already answered gets the same answer again (the answer may have been lost).
+FORCE_STOP (the sender's deadline or round limit) lifts the budget, not the protection: the answer
+is STOP (forced) when no protected packet is missing, else a BITMAP asking for the protected ones
+only (attempt NO_ATTEMPT), and the rounds go on until they are in; a FINAL FORCE_STOP ends the
+message whatever is missing.
 
 Malformed or unexpected packets and control messages are counted by cause (`drops`), logged once
 per cause, and ignored.
@@ -89,6 +93,7 @@ class _Rx:
         "dups",
         "first_byte_us",
         "first_t",
+        "forced",
         "key",
         "last_len",
         "last_t",
@@ -138,6 +143,7 @@ class _Rx:
         self.premature = False  # a requested packet already turned up as an original
         self.late = 0  # BITMAPs found premature
         self.rounds = 0
+        self.forced = False  # FORCE_STOP came: the budget no longer bounds the loss, only protected packets count
         self.recv_us = np.full(n_pkts, -1, dtype=np.int64) if per_packet else None
 
 
@@ -451,7 +457,12 @@ class ReceiverCore:
             return
         st.rounds = max(st.rounds, msg.round)
         st.channel = channel
-        self._finish(st, True, now)
+        st.forced = True
+        if msg.final:
+            self._finish(st, True, now)
+            return
+        st.probe_round, st.probe_attempt, st.probe_t = msg.round, C.NO_ATTEMPT, now
+        self._answer(st, now)  # STOP, or a BITMAP of the protected packets still missing
 
     def _control_key(self, msg: C.Control):
         """The message key of a control message addressed to this endpoint, or None (counted)."""
@@ -515,9 +526,9 @@ class ReceiverCore:
         n_missing = int(missing.sum())
         prot = missing & (desc.drop_prec == 0)
         n_prot = int(prot.sum())
-        allowed = self._allowed_loss(st, desc.budget_ppm)
+        allowed = n_missing if st.forced else self._allowed_loss(st, desc.budget_ppm)
         if n_prot == 0 and n_missing <= allowed:
-            self._finish(st, False, now)
+            self._finish(st, st.forced, now)
             return
         # ask for every missing protected packet and the fewest unprotected ones (lowest drop
         # precedence first) that bring the loss within `allowed`

@@ -14,6 +14,11 @@ monotonic clock: the UDP driver passes time.monotonic(), the virtual network its
 - `on_frame(msg, now)`: BITMAP, STOP or FEEDBACK from a receiver;
 - `on_timer(now)` once `next_timer()` has come: PROBE timeouts (re-probes), deadlines (FORCE_STOP),
   losses the windows declare;
+
+FORCE_STOP gives up the budget, not the protected packets: the receiver answers it with STOP or
+with a BITMAP of the protected packets still missing, and the rounds go on (each answer renews the
+deadline) until STOP. After `MAX_FORCED_ROUNDS` of them a FINAL FORCE_STOP gives up what is still
+missing; a deadline with no answer ends the message on this side alone.
 - `peer_unreachable(dst, why, now)`, `fail_all(why, now)`: the driver could not reach a receiver.
 
 Control frames (DESCRIBE, FORCE_STOP) and finished messages (`SendDone`) collect in the outbox,
@@ -56,6 +61,7 @@ from dlcp.wire.header import (
 
 log = logging.getLogger("dlcp.transport.sender")
 
+MAX_FORCED_ROUNDS = 32  # retransmission rounds of protected packets after FORCE_STOP before giving up
 MAX_ATTEMPTS = 250  # re-probes of one round (the attempt travels in one byte; the deadline ends it first)
 PACE_SLACK_S = 0.005  # pacing catches up on delays shorter than this (sleep overshoot, scheduling)
 PACE_QUANTUM_S = 0.002  # pacing hands out this much time's worth of frames per slice (<= send_batch)
@@ -72,6 +78,9 @@ class _Msg:
         "described",
         "dp",
         "dst",
+        "final",
+        "forced",
+        "forced_round",
         "info",
         "key",
         "missing",
@@ -106,7 +115,8 @@ class _Msg:
         self.retx_pkts = 0
         self.start_us: int | None = None  # wall-clock microseconds of the DESCRIBE (the message's first packet)
         self.deadline: float | None = None  # set at the first PROBE
-        self.state = "queued"  # queued -> sending -> probing -> (retx -> probing)* -> forcing -> done
+        # queued -> sending -> probing -> (retx -> probing)* -> [forcing -> (retx -> probing)*] -> done
+        self.state = "queued"
         self.missing = self.n_pkts  # as last reported by the receiver
         self.prot_missing = int((self.dp == 0).sum())
         self.pkt_send_us: np.ndarray | None = None  # per-packet records only
@@ -121,6 +131,9 @@ class _Msg:
         self.probe_due = math.inf  # when the current round is probed again
         self.probes = 0  # PROBE packets sent, re-probes included
         self.described = False
+        self.forced = False  # FORCE_STOP sent: only protected packets are still recovered
+        self.forced_round = 0  # the round at the first FORCE_STOP
+        self.final = False  # the FINAL FORCE_STOP sent: whatever is missing stays missing
         self.sent_at: np.ndarray | None = None  # per packet: when it last left (round-trip samples from FEEDBACK)
 
 
@@ -203,7 +216,10 @@ class SenderCore:
         if msg.type != C.BITMAP:
             self.count_drop("control.unexpected", f"{C.TYPE_NAMES[msg.type]} sent to a sender")
             return
-        if msg.round < st.rounds or (msg.round == st.rounds and st.state != "probing"):
+        forced_answer = (
+            st.state == "forcing" and not st.final and msg.round == st.rounds and msg.attempt == C.NO_ATTEMPT
+        )
+        if not forced_answer and (msg.round < st.rounds or (msg.round == st.rounds and st.state != "probing")):
             self.totals["dup_answers"] += 1  # the same answer again (to a re-probe): already acted on
             return
         if msg.round != st.rounds:
@@ -212,7 +228,17 @@ class SenderCore:
         st.missing, st.prot_missing = msg.missing, msg.protected_missing
         assert msg.requested is not None  # every BITMAP carries its map (decode and the receiver set it)
         requested = np.flatnonzero(msg.requested)
-        if st.rounds > self.cfg.r_max or not len(requested):
+        if st.forced and (st.rounds >= st.forced_round + MAX_FORCED_ROUNDS or not len(requested)):
+            log.warning(
+                "rank %s: message %s still misses %d protected packets %d rounds after FORCE_STOP: FINAL",
+                self.cfg.rank,
+                key_text(key),
+                msg.protected_missing,
+                st.rounds - st.forced_round,
+            )
+            self._force(st, now, final=True)
+            return
+        if not st.forced and (st.rounds > self.cfg.r_max or not len(requested)):
             log.warning(
                 "rank %s: message %s still misses %d packets (%d protected) after %d rounds: FORCE_STOP",
                 self.cfg.rank,
@@ -223,6 +249,8 @@ class SenderCore:
             )
             self._force(st, now)
             return
+        if forced_answer:
+            st.deadline = now + self.cfg.deadline_ms / 1e3  # the receiver answers: it gets another deadline
         st.state = "retx"
         # protected first, then by priority (highest first), then by seq
         order = requested[np.lexsort((requested, -st.prio[requested].astype(np.int16), st.dp[requested] != 0))]
@@ -475,8 +503,14 @@ class SenderCore:
             self._pace_next += (HEADER_LEN + PROBE_LEN + 28 + 14) * 8 / (self.cfg.pacing_mbps * 1e6)
         return ProbeSend(st.dst, st.key, data, tos_of(st.round_prio, 0))
 
-    def _force(self, st: _Msg, now: float) -> None:
+    def _force(self, st: _Msg, now: float, final: bool = False) -> None:
+        """FORCE_STOP: the receiver gives up the unprotected packets still missing and asks for the
+        protected ones (a BITMAP answering no attempt), or ends the message (STOP). FINAL: it ends
+        the message whatever is missing."""
         st.state = "forcing"
+        if not st.forced:
+            st.forced, st.forced_round = True, st.rounds
+        st.final = final
         st.deadline = now + self.cfg.deadline_ms / 1e3  # for the receiver's acknowledgement
         self._frame(
             st.dst,
@@ -490,6 +524,7 @@ class SenderCore:
                 st.key[3],
                 st.n_pkts,
                 round=st.rounds,
+                final=final,
             ),
         )
 
