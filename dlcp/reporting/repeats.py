@@ -219,6 +219,7 @@ METRICS = (
     _pct("comm_p99", "communication p99", "comm", 99, "ms"),
     _pct("rank_iteration_p50", "iteration p50, pooled over ranks", "rank_iteration", 50, "ms"),
     _pct("rank_iteration_p90", "iteration p90, pooled over ranks", "rank_iteration", 90, "ms"),
+    _pct("rank_iteration_p99", "iteration p99, pooled over ranks", "rank_iteration", 99, "ms"),
     _pct("rank_comm_p50", "communication (all-reduce) p50, pooled over ranks", "rank_comm", 50, "ms"),
     PooledMetric("training_wall_s", "training wall time per run (s)", "time", "lower", _mean("training_wall_s")),
     PooledMetric(
@@ -246,6 +247,7 @@ TERMINAL_METRICS = (
     "iteration_p50",
     "iteration_p90",
     "iteration_p99",
+    "rank_iteration_p99",
     "tta_s",
     "final_accuracy",
     "lost_fraction",
@@ -254,11 +256,20 @@ TERMINAL_METRICS = (
     "early_drop_pkts",
     "tail_drop_pkts",
 )
-HEADLINE_METRICS = ("mct_p99", "mct_p999", "iteration_p50", "iteration_p99", "tta_s", "final_accuracy")
+HEADLINE_METRICS = (
+    "mct_p99",
+    "mct_p999",
+    "iteration_p50",
+    "iteration_p99",
+    "rank_iteration_p99",
+    "tta_s",
+    "final_accuracy",
+)
 # where the variants' messages differ (another collective or scheduler): no per-message headline
 UNLIKE_HEADLINE_METRICS = (
     "rank_iteration_p50",
     "rank_iteration_p90",
+    "rank_iteration_p99",
     "rank_comm_p50",
     "iteration_p50",
     "tta_s",
@@ -578,6 +589,7 @@ JOB_TABLE = (
     "iteration_p99",
     "rank_iteration_p50",
     "rank_iteration_p90",
+    "rank_iteration_p99",
     "comm_p50",
     "comm_p99",
     "rank_comm_p50",

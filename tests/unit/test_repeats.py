@@ -154,6 +154,9 @@ def test_compare_of_repeat_groups_gives_ratios_with_intervals(groups, capsys):
     # 225 iterations: no p99 even pooled, and the comparison says so instead of a ratio
     it99 = data["ratios"]["iteration_p99"]
     assert it99["point"] is None and it99["verdict"] == "too few samples (n=225 < 1,000)"
+    # pooled over the 3 ranks, 675 iterations: still too few for the p99 beside it
+    rk99 = data["ratios"]["rank_iteration_p99"]
+    assert rk99["point"] is None and rk99["verdict"] == "too few samples (n=675 < 1,000)"
     out = capsys.readouterr().out
     assert "95% CI" in out and "dlcp vs fifo, MCT p99 (ms): slower, 2× (95% CI 2–2, 5 pairs)" in out
     md = (root / "compare.md").read_text()
