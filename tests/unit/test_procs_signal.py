@@ -54,8 +54,8 @@ class Stop(Exception):
     pass
 
 stop_on_first_signal(Stop)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside the try: the test's signal may come before the next line
     time.sleep(30)
 except Stop as e:
     print(e, flush=True)
