@@ -107,3 +107,24 @@ def test_the_bounded_loss_experiment_plans_the_variants_its_header_documents(set
     for r in runs:
         assert r.cfg["system"] == r.variant
         assert r.cfg["workload"]["target_accuracy"] == 0.75  # time to accuracy is measured
+
+
+def test_the_bounded_loss_experiment_plans_dblps_setting_its_header_documents():
+    sets = [
+        "system=dblp",
+        "workload.iterations=100",
+        "background.0.dscp=40",
+        "background.1.dscp=40",
+        "dlcp.deadline_ms=2000",
+    ]
+    runs = plan(SeriesRequest(BOUNDED_LOSS, sets, vary=["dlcp.phase_high=0.008,0.408"])).runs
+    assert [r.variant for r in runs] == ["0.008", "0.408"]
+    for r, high in zip(runs, (0.008, 0.408), strict=True):
+        d = r.cfg["dlcp"]
+        assert (d["budget_schedule"], d["phase_low"], d["phase_high"], d["loss_budget"]) == (
+            "phase",
+            0.008,
+            high,
+            0.408,
+        )
+        assert [b["dscp"] for b in r.cfg["background"]] == [40, 40]  # the gradients' priority-5 queue
