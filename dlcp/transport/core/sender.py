@@ -14,12 +14,13 @@ monotonic clock: the UDP driver passes time.monotonic(), the virtual network its
 - `on_frame(msg, now)`: BITMAP, STOP or FEEDBACK from a receiver;
 - `on_timer(now)` once `next_timer()` has come: PROBE timeouts (re-probes), deadlines (FORCE_STOP),
   losses the windows declare;
+- `peer_unreachable(dst, why, now)`, `fail_all(why, now)`: the driver could not reach a receiver.
 
 FORCE_STOP gives up the budget, not the protected packets: the receiver answers it with STOP or
-with a BITMAP of the protected packets still missing, and the rounds go on (each answer renews the
-deadline) until STOP. After `MAX_FORCED_ROUNDS` of them a FINAL FORCE_STOP gives up what is still
-missing; a deadline with no answer ends the message on this side alone.
-- `peer_unreachable(dst, why, now)`, `fail_all(why, now)`: the driver could not reach a receiver.
+with a BITMAP of the protected packets still missing, and the rounds go on until STOP. A deadline
+passing in them sends FORCE_STOP again, and each answer to a FORCE_STOP renews the deadline. After
+`MAX_FORCED_ROUNDS` rounds a FINAL FORCE_STOP gives up what is still missing; a FORCE_STOP with no
+answer by the deadline ends the message on this side alone.
 
 Control frames (DESCRIBE, FORCE_STOP) and finished messages (`SendDone`) collect in the outbox,
 `take_outputs()`; record rows in `rows` / `packet_chunks`.
