@@ -106,6 +106,9 @@ class RxMirror:
                     s = rx._sources[src]
                     if s.rcvd == s.reported:  # the first of these is the oldest packet not reported yet
                         s.first_t = r[6]
+                        s.span += int(r[8]) - int(r[9])  # the bytes after it
+                    else:
+                        s.span += int(r[8])
                     s.last_t = r[7]
                     s.rcvd += pkts
                     s.ce += int(r[3])

@@ -163,7 +163,8 @@ def _state(side) -> dict:
     return {
         "msgs": msgs,
         "sources": {
-            s: (v.rcvd, v.ce, v.reported, v.key, v.n_pkts, v.seq, v.due, v.want) for s, v in rx._sources.items()
+            s: (v.rcvd, v.ce, v.reported, v.key, v.n_pkts, v.seq, v.due, v.want, v.first_t, v.last_t, v.span, v.gap)
+            for s, v in rx._sources.items()
         },
         "totals": dict(rx.totals),
         "drops": dict(rx.drops),

@@ -17,7 +17,8 @@ from dlcp.transport.core.sender import SenderCore
 from dlcp.transport.virtual import Faults, SwitchModel, VirtualNetwork
 from dlcp.wire import control_frames as C
 from dlcp.wire import header as H
-from dlcp.wire.tagging import Tags
+from dlcp.wire.chunking import MessageId, packetize
+from dlcp.wire.tagging import Tags, tag_message
 
 # --- the window ---------------------------------------------------------------------------------------
 
@@ -199,6 +200,41 @@ def test_feedback_waits_for_the_senders_last_batch_not_half_a_millisecond():
         rx2.on_datagram(memoryview(d), H.ECN_ECT0, i * 1e-6)
         sent += [C.decode(o.data[4:]).rcvd_pkts for o in rx2.take_outputs()]
     assert sent == [4, 8, 12]
+
+
+def test_a_short_last_packet_does_not_cut_the_next_messages_feedback_batches_to_one_packet():
+    # a message's short last packet arrives a fraction of a frame time after the packet before it;
+    # the FEEDBACK wait is timed per full datagram from the bytes that arrived, so the batch the
+    # short packet ends does not make every later FEEDBACK wait less than a frame (one FEEDBACK per
+    # packet for the rest of the next message: 16 workers' ring on ns-3, 10 Gbit/s, 16 MB)
+    rx = ReceiverCore(TransportConfig(rank=1, values_per_pkt=VPP), peers=[0])  # feedback_every 16
+    rx.on_describe(_describe(40), "chan", 0.0)  # message 7 (the next one) asks for FEEDBACK
+    g = np.zeros(17 * VPP + 5, np.float32)  # 18 packets, the last with 5 values
+    a = packetize(g, MessageId(1, 0, 0, 8, H.PHASE_PUSH), tag_message(g, [0], [0], 1, values_per_pkt=VPP), VPP)
+    _g, b, _ = message(40)
+    frame = 1.2e-6  # a full datagram's time on the receiver's link
+    t, arrivals = 0.0, []
+    full = len(next(_datagrams(a)))
+    for d in _datagrams(a):
+        t += frame * len(d) / full  # a packet's arrival: its bytes after the one before
+        arrivals.append((t, d))
+    t += 50e-6  # the next message comes after a pause: the first one's last FEEDBACK goes on its timer
+    for i, d in enumerate(_datagrams(b)):
+        t += 1.5 * frame if i == 1 else frame  # (its second packet a little late, as a first window's)
+        arrivals.append((t, d))
+    reported, batches = 0, []
+    for t, d in arrivals:
+        while rx.next_timer() <= t:
+            rx.on_timer(rx.next_timer())
+        rx.on_datagram(memoryview(d), H.ECN_ECT0, t)
+        for o in rx.take_outputs():
+            batches.append(C.decode(o.data[4:]).rcvd_pkts - reported)
+            reported += batches[-1]
+    rx.on_timer(rx.next_timer())
+    batches += [C.decode(o.data[4:]).rcvd_pkts - reported for o in rx.take_outputs()]
+    assert batches[:2] == [16, 2]  # the first message: by count, then its last two on the timer
+    # the next message's batches grow from its first packets' spacing (before: 40 batches of 1)
+    assert batches[2:] == [4, 7, 9, 11, 9]
 
 
 def test_the_cores_fixed_times_scale_with_the_dilation():

@@ -2,9 +2,9 @@
  *
  * For most data packets of a message the protocol core's receiver (dlcp/transport/core/receiver.py,
  * ReceiverCore.on_datagram) only checks the header, counts the packet for its sender's FEEDBACK
- * (packets, CE marks, the newest packet, when they arrived), copies the payload into the message's
- * buffer, marks the chunk received and updates the message's counters and times: nothing it
- * decides changes. This core does exactly that in C, in the Python receiver's own buffers, for the
+ * (packets, their bytes, CE marks, the newest packet, when they arrived), copies the payload into
+ * the message's buffer, marks the chunk received and updates the message's counters and times:
+ * nothing it decides changes. This core does exactly that in C, in the Python receiver's own buffers, for the
  * messages the receiver has opened here (rx_open: its driver's mirror, dlcp/transport/rx_mirror.py,
  * opens a message once no packet of it can complete a PROBE's round or a BITMAP's request), and
  * hands everything else back: a datagram it does not take goes up to the core whole (a PROBE, a
@@ -64,6 +64,8 @@ RX_STATIC_ASSERT(DLCP_TYPE_DATA < DLCP_TYPE_PROBE && DLCP_TYPE_RETX < DLCP_TYPE_
 #define RX_ROW_LAST_LEN 8 /* message: values in its last packet (last_len), -1: not among these */
 #define RX_ROW_FIRST_T  9 /* message: its first packet's time (first_t), -1: it had packets before */
 #define RX_ROW_LEN      10
+/* A source row has the datagram bytes counted in RX_ROW_LAST_LEN and the first counted datagram's
+ * bytes in RX_ROW_FIRST_T: the mirror's FEEDBACK wait counts the bytes that came after the first. */
 
 /* socket waits: the bins of dlcp/transport/core/waits.py (4 per doubling from 1 us, 30 doublings) */
 #define RX_WAIT_BINS_PER_OCTAVE 4
@@ -91,8 +93,11 @@ typedef struct {
     int decide;     /* when the budget runs out on a packet taken here, stop with RX_DECIDE */
     int dirty;
     uint64_t pkts, ce, last_slot;
+    uint64_t bytes; /* datagram bytes counted */
     uint32_t last_seq;
-    double first_t, last_t; /* arrival times (now - queued) of the first and newest packet counted */
+    uint32_t first_len; /* the first counted datagram's bytes */
+    double first_t;     /* arrival (now - queued) of the first packet counted */
+    double last_t;      /* arrival of the newest packet counted */
 } RxSrc;
 
 typedef struct {
@@ -291,8 +296,12 @@ static inline int rx_absorb(RxCore *c, const uint8_t *d, size_t n, int ecn, doub
     }
     int decide = 0;
     if (s->budget > 0 && --s->budget == 0) decide = s->decide;
-    if (!s->pkts) s->first_t = now - queued;
+    if (!s->pkts) {
+        s->first_t = now - queued;
+        s->first_len = (uint32_t)n;
+    }
     s->pkts++;
+    s->bytes += n;
     s->ce += ecn == ECN_CE;
     s->last_slot = m->slot;
     s->last_seq = (uint32_t)seq;
@@ -373,8 +382,9 @@ static inline uint64_t rx_take(RxCore *c) {
         r[RX_ROW_C] = (double)s->last_seq;
         r[RX_ROW_ORIG_T] = s->first_t;
         r[RX_ROW_LAST_T] = s->last_t;
-        r[RX_ROW_LAST_LEN] = r[RX_ROW_FIRST_T] = 0;
-        s->pkts = s->ce = 0;
+        r[RX_ROW_LAST_LEN] = (double)s->bytes;
+        r[RX_ROW_FIRST_T] = (double)s->first_len;
+        s->pkts = s->ce = s->bytes = 0;
         s->dirty = 0;
         rows++;
     }

@@ -149,7 +149,7 @@ class _Rx:
 
 class _Source:
     """What this receiver reports to one sender (FEEDBACK): cumulative counts of its data packets,
-    and how its packets arrive (`first_t`, `last_t`, `batch`, `gap`: when a FEEDBACK is due)."""
+    and how its packets arrive (`first_t`, `last_t`, `span`, `batch`, `gap`: when a FEEDBACK is due)."""
 
     __slots__ = (
         "batch",
@@ -164,6 +164,7 @@ class _Source:
         "rcvd",
         "reported",
         "seq",
+        "span",
         "want",
     )
 
@@ -179,8 +180,9 @@ class _Source:
         self.due = math.inf  # when a FEEDBACK holding packets back must go
         self.first_t = 0.0  # arrival of the oldest packet not reported yet
         self.last_t = 0.0  # arrival of the newest packet
+        self.span = 0  # datagram bytes that arrived after the oldest unreported packet, up to the newest
         self.batch = 0  # packets the last FEEDBACK reported (0: none yet)
-        self.gap = 0.0  # seconds between its packets in that batch (0: not measured yet)
+        self.gap = 0.0  # seconds per full datagram in that batch (0: not measured yet)
 
 
 class ReceiverCore:
@@ -190,6 +192,7 @@ class ReceiverCore:
     def __init__(self, cfg: TransportConfig, peers, wall_offset_s: float = 0.0):
         self.cfg = cfg
         self.vpp = cfg.values_per_pkt
+        self._full_len = HEADER_LEN + self.vpp * VALUE_BYTES  # a full data datagram's bytes
         self.peers = set(peers)
         self.wall_offset_s = wall_offset_s
         self._rx: dict = {}
@@ -263,7 +266,7 @@ class ReceiverCore:
         if queued_s > self._host_mark_s and ecn != ECN_CE:
             ecn = ECN_CE
             self.totals["host_marked"] += 1
-        self._count(src, key, npk, seq, ecn, now, now - queued_s)
+        self._count(src, key, npk, seq, ecn, now, now - queued_s, n)
         st = self._rx.get(key)
         if st is None:
             st = self._new_rx(key, npk, now)
@@ -301,9 +304,9 @@ class ReceiverCore:
         if st.probe_round and st.desc is not None and self._round_complete(st):
             self._answer(st, now)
 
-    def _count(self, src: int, key, npk: int, seq: int, ecn: int, now: float, arrived: float) -> None:
-        """Count a data packet of `src` that arrived at `arrived` for its FEEDBACK (every packet
-        that left the network)."""
+    def _count(self, src: int, key, npk: int, seq: int, ecn: int, now: float, arrived: float, n: int) -> None:
+        """Count a data packet of `src` (a datagram of `n` bytes) that arrived at `arrived` for its
+        FEEDBACK (every packet that left the network)."""
         s = self._sources.get(src)
         if s is None:
             s = self._sources[src] = _Source()
@@ -313,6 +316,8 @@ class ReceiverCore:
         s.key, s.n_pkts, s.seq = key, npk, seq
         if s.rcvd - s.reported == 1:
             s.first_t = arrived
+        else:
+            s.span += n
         s.last_t = arrived
         self._feedback_rule(src, s, now)
 
@@ -332,8 +337,9 @@ class ReceiverCore:
             self._fb_due.add(src)
 
     def _feedback_delay(self, s: _Source) -> float:
-        """How long a FEEDBACK waits for more of its sender's packets: as long as the sender's last
-        batch took to arrive and FEEDBACK_MARGIN_PKTS gaps more, at most FEEDBACK_DELAY_S. A sender
+        """How long a FEEDBACK waits for more of its sender's packets: its last batch's packets and
+        FEEDBACK_MARGIN_PKTS more, each at the time a full datagram took in that batch, at most
+        FEEDBACK_DELAY_S. A sender
         whose congestion window holds fewer than `feedback_every` packets sends its window and waits
         for this FEEDBACK: waiting FEEDBACK_DELAY_S (500 us: 400 full frames at 10 Gbit/s) would
         stall it that long every round trip; waiting for its batch costs a few packet times, and a
@@ -346,11 +352,15 @@ class ReceiverCore:
 
     def _feedback(self, src: int, s: _Source) -> None:
         batch = s.rcvd - s.reported
-        if batch > 1:
-            s.gap = (s.last_t - s.first_t) / (batch - 1)
+        if s.span:
+            # per full datagram, from the bytes that arrived, not per packet: a message's short last
+            # packet arrives a fraction of a frame time after the one before, and a gap taken from
+            # it would cut every later batch at one packet (each FEEDBACK waiting less than a frame)
+            s.gap = (s.last_t - s.first_t) * self._full_len / s.span
         if batch:
             s.batch = batch
         s.reported = s.rcvd
+        s.span = 0
         s.due = math.inf
         self._fb_due.discard(src)
         self._out.append(
