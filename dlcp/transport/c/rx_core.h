@@ -4,16 +4,17 @@
  * ReceiverCore.on_datagram) only checks the header, counts the packet for its sender's FEEDBACK
  * (packets, their bytes, CE marks, the newest packet, when they arrived), copies the payload into
  * the message's buffer, marks the chunk received and updates the message's counters and times:
- * nothing it decides changes. This core does exactly that in C, in the Python receiver's own buffers, for the
- * messages the receiver has opened here (rx_open: its driver's mirror, dlcp/transport/rx_mirror.py,
- * opens a message once no packet of it can complete a PROBE's round or a BITMAP's request), and
- * hands everything else back: a datagram it does not take goes up to the core whole (a PROBE, a
- * duplicate, one of an unknown message, anything malformed, which the core counts and drops), and
- * when a sender's FEEDBACK may be due after a packet it took (rx_budget), it stops and says so
- * (RX_DECIDE): the core then decides (FEEDBACK now, or the FEEDBACK delay starts). Counters and
- * times wait here as deltas until the mirror takes them (rx_take), which it does before the core
- * does anything else. The socket waits of the packets it takes go into waits.py's bins here too,
- * and a packet that waited longer than the host-mark time counts as CE-marked, as in on_datagram.
+ * nothing it decides changes. This core does exactly that in C, in the Python receiver's own
+ * buffers, for the messages the receiver has opened here (rx_open: its driver's mirror,
+ * dlcp/transport/rx_mirror.py, opens a message once no packet of it can complete a PROBE's round or
+ * a BITMAP's request), and hands everything else back: a datagram it does not take goes up to the
+ * core whole (a PROBE, a duplicate, one of an unknown message, anything malformed, which the core
+ * counts and drops), and when a sender's FEEDBACK may be due after a packet it took (rx_budget), it
+ * stops and says so (RX_DECIDE): the core then decides (FEEDBACK now, or the FEEDBACK delay
+ * starts). Counters and times wait here as deltas until the mirror takes them (rx_take), which it
+ * does before the core does anything else. The socket waits of the packets it takes go into
+ * waits.py's bins here too, and a packet that waited longer than the host-mark time counts as
+ * CE-marked, as in on_datagram.
  *
  * Compiled into the UDP driver's extension (dlcp/transport/_rxpath.c, as C, with recvmmsg) and into
  * the ns-3 hosts (simulation/ns3/cpp/dlcp_rx.h, as C++ by cppyy), so it is written in the common

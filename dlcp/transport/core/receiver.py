@@ -339,11 +339,11 @@ class ReceiverCore:
     def _feedback_delay(self, s: _Source) -> float:
         """How long a FEEDBACK waits for more of its sender's packets: its last batch's packets and
         FEEDBACK_MARGIN_PKTS more, each at the time a full datagram took in that batch, at most
-        FEEDBACK_DELAY_S. A sender
-        whose congestion window holds fewer than `feedback_every` packets sends its window and waits
-        for this FEEDBACK: waiting FEEDBACK_DELAY_S (500 us: 400 full frames at 10 Gbit/s) would
-        stall it that long every round trip; waiting for its batch costs a few packet times, and a
-        sender that sends more than its last batch only gets a FEEDBACK a little early."""
+        FEEDBACK_DELAY_S. A sender whose congestion window holds fewer than `feedback_every` packets
+        sends its window and waits for this FEEDBACK: waiting FEEDBACK_DELAY_S (500 us: 400 full
+        frames at 10 Gbit/s) would stall it that long every round trip; waiting for its batch costs
+        a few packet times, and a sender that sends more than its last batch only gets a FEEDBACK a
+        little early."""
         cap = FEEDBACK_DELAY_S * self.cfg.time_scale
         if not s.gap:
             return cap
