@@ -49,22 +49,26 @@ def run_jobs(
     token = uuid.uuid4().hex
     board = Board(token, labels, set(range(len(labels))) - {j.index for j in jobs})
     client.subscribe_topic(TOPIC, board.on_event)  # type: ignore[attr-defined]
-    futures = {}
-    for i, cj in enumerate(jobs):
-        print(
-            f"dlcp run: {name} [{cj.job.run.label}] ({i + 1}/{len(jobs)}) on {backend.name} -> {cj.job.run_dir}",
-            file=sys.stderr,
-        )
-        task = RunTask(token, cj.index, cj.job, str(results), engine.shared)
-        f = client.submit(  # type: ignore[attr-defined]
-            run_task, task, key=f"dlcp-run-{token[:12]}-{i}", pure=False, resources=resources(backend)
-        )
-        futures[f] = cj
-    print(f"dlcp run: {len(jobs)} run{'s' if len(jobs) > 1 else ''} on {engine.where}", file=sys.stderr)
+    futures: dict = {}
     outcomes: dict[int, RunOutcome] = {}  # by position in the series
-    pending = set(futures)
+    pending: set = set()
     try:
+        for i, cj in enumerate(jobs):
+            signals.raise_pending()
+            print(
+                f"dlcp run: {name} [{cj.job.run.label}] ({i + 1}/{len(jobs)}) on {backend.name} -> {cj.job.run_dir}",
+                file=sys.stderr,
+            )
+            task = RunTask(token, cj.index, cj.job, str(results), engine.shared)
+            with signals.held():  # a submitted run is in `pending`, for stop() to cancel or stop
+                f = client.submit(  # type: ignore[attr-defined]
+                    run_task, task, key=f"dlcp-run-{token[:12]}-{i}", pure=False, resources=resources(backend)
+                )
+                futures[f] = cj
+                pending.add(f)
+        print(f"dlcp run: {len(jobs)} run{'s' if len(jobs) > 1 else ''} on {engine.where}", file=sys.stderr)
         while pending:
+            signals.raise_pending()
             try:
                 done, pending = wait(pending, timeout=TICK_S, return_when="FIRST_COMPLETED")
             except TimeoutError:

@@ -49,6 +49,7 @@ def run_series(request: SeriesRequest) -> Path:
         stop = None
         try:
             outcomes = execute(series, runner, runs_to_do(series))
+            signals.raise_pending()  # a stop swallowed after the last run's own checks
         except (KeyboardInterrupt, signals.Terminated) as e:
             stop = e
             if request.command and len(series.runs) > 1 and run_dir.holds_runs(results):

@@ -379,6 +379,7 @@ def run_all(
         import dlcp.reporting  # noqa: F401 - the reports' modules (matplotlib, scipy), loaded once for every child
     statuses = []
     for i, run in enumerate(runs):
+        signals.raise_pending()
         job = job_of(series, run)
         print(
             f"dlcp run: {series.base['name']} [{run.label}] ({i + 1}/{len(runs)}) on "

@@ -10,6 +10,7 @@ whole and raises it after.
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 
 
@@ -18,20 +19,36 @@ class Terminated(BaseException):
 
 
 # The exception a signal handler raises is lost when the signal lands while Python runs a callback
-# that cannot raise (an at-fork handler while a backend starts a process: "Exception ignored in
-# _releaseLock"); the handlers also note it here, and a backend's wait loop raises it again
-# (`raise_pending`).
+# that cannot raise (a garbage collector callback such as Dask's GC diagnosis, a `__del__`, an
+# at-fork handler while a backend starts a process: "Exception ignored in ..."). The handlers note
+# every stop here; inside the callbacks they can tell apart they only note it, and the series' loops
+# and a backend's wait loop raise it (`raise_pending`).
 _pending: list[type[BaseException]] = []
 
 
+def _swallowed_at(frame) -> bool:
+    """Whether an exception raised at `frame` would be swallowed: it runs inside a gc callback or a
+    `__del__`."""
+    callbacks = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in callbacks or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _stop(exc: type[BaseException], frame) -> None:
+    _pending.append(exc)
+    if not _swallowed_at(frame):
+        raise exc()
+
+
 def _raise_terminated(signum, frame):
-    _pending.append(Terminated)
-    raise Terminated()
+    _stop(Terminated, frame)
 
 
 def _raise_interrupted(signum, frame):
-    _pending.append(KeyboardInterrupt)
-    raise KeyboardInterrupt()
+    _stop(KeyboardInterrupt, frame)
 
 
 def install() -> None:

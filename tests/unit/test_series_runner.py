@@ -191,3 +191,42 @@ def test_series_runner_cli_refuses_a_bad_config_before_writing(tmp_path):
     )
     assert p.returncode == 2 and p.stderr.strip() == "dlcp run: backend: 'ref' is now called 'builtin'"
     assert not (tmp_path / "r").exists()
+
+
+# A stop that lands while the garbage collector runs a callback (Dask's scheduler installs one):
+# an exception raised there is swallowed ("Exception ignored in ..."), and the series went on.
+IN_GC_CALLBACK = textwrap.dedent(
+    """
+    import gc, os, signal
+    from dlcp.runs import signals
+
+    def callback(phase, info):
+        if phase == "start":
+            os.kill(os.getpid(), signal.SIG)
+            sum(range(1000))  # bytecode for the handler to run at, inside the callback
+
+    signals.install()
+    gc.callbacks.append(callback)
+    gc.collect()
+    gc.callbacks.remove(callback)
+    print("collected")
+    try:
+        signals.raise_pending()
+    except (KeyboardInterrupt, signals.Terminated) as e:
+        print("raised", type(e).__name__)
+    """
+)
+
+
+@pytest.mark.parametrize("sig, name", [("SIGTERM", "Terminated"), ("SIGINT", "KeyboardInterrupt")])
+def test_a_stop_inside_a_gc_callback_is_kept_for_the_series_loop(sig, name):
+    r = subprocess.run(
+        [sys.executable, "-c", IN_GC_CALLBACK.replace("signal.SIG)", f"signal.{sig})")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["collected", f"raised {name}"]
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
