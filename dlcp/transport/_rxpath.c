@@ -6,7 +6,10 @@
  * waited in the socket buffer). `next()` then hands the batch to the core in order and returns at
  * the first thing the protocol core must see: a datagram the core did not take (the driver passes
  * it to ReceiverCore.on_datagram), or a sender whose FEEDBACK may be due (the mirror asks the core
- * to decide), or None at the end of the batch. The methods the mirror (dlcp/transport/rx_mirror.py)
+ * to decide), or None at the end of the batch. `serve(...)` is the receive thread's wait: it sleeps
+ * in the driver's epoll set and absorbs the datagrams that come in C, so a datagram the core need
+ * not see costs no Python; it returns at the first event, or when another descriptor (control,
+ * timers, the wake pipe) needs Python. The methods the mirror (dlcp/transport/rx_mirror.py)
  * calls have the names of the ns-3 host's C++ class (Setup, Open, Close, Budget, Take), so one mirror
  * drives both. `feed` hands the core one datagram without a socket (tests, dlcp bench datapath).
  * The Python driver keeps sockets, threads, control connections and timers (udp_driver.py).
@@ -16,8 +19,10 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -39,6 +44,7 @@ typedef struct {
     RxCore core;
     int batch, n, pos;
     PyObject *buffer; /* bytearray: batch slots of RECV_SLOT bytes */
+    uint8_t *base;    /* its bytes (never resized), for the core without the GIL */
     struct mmsghdr *mm;
     struct iovec *iov;
     uint8_t *cmsg;
@@ -47,7 +53,19 @@ typedef struct {
     double *queued; /* how long it waited in the socket buffer (0: unknown) */
     double syscall_s, absorb_s;
     uint64_t calls, datagrams;
+    uint64_t serve_wakes, serve_returns; /* serve(): epoll wake-ups, returns into Python */
+    /* The core and the batch: serve() works on them without the GIL while the driver's other
+     * threads may call the mirror's methods, so every method that touches them holds `mu`. */
+    pthread_mutex_t mu;
+    int mu_ready;
 } RxPath;
+
+#define LOCKED(self, stmt)                                                                                             \
+    do {                                                                                                               \
+        pthread_mutex_lock(&(self)->mu);                                                                               \
+        stmt;                                                                                                          \
+        pthread_mutex_unlock(&(self)->mu);                                                                             \
+    } while (0)
 
 static double clock_s(clockid_t id) {
     struct timespec ts;
@@ -68,6 +86,11 @@ static int RxPath_init(RxPath *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->batch = batch;
+    if (pthread_mutex_init(&self->mu, NULL) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "RxPath: pthread_mutex_init failed");
+        return -1;
+    }
+    self->mu_ready = 1;
     self->buffer = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)batch * RECV_SLOT);
     self->mm = calloc(batch, sizeof(struct mmsghdr));
     self->iov = calloc(batch, sizeof(struct iovec));
@@ -79,7 +102,7 @@ static int RxPath_init(RxPath *self, PyObject *args, PyObject *kw) {
         PyErr_NoMemory();
         return -1;
     }
-    uint8_t *buf = (uint8_t *)PyByteArray_AS_STRING(self->buffer);
+    uint8_t *buf = self->base = (uint8_t *)PyByteArray_AS_STRING(self->buffer);
     for (int i = 0; i < batch; i++) {
         self->iov[i].iov_base = buf + (size_t)i * RECV_SLOT;
         self->iov[i].iov_len = RECV_SLOT;
@@ -93,6 +116,7 @@ static int RxPath_init(RxPath *self, PyObject *args, PyObject *kw) {
 
 static void RxPath_dealloc(RxPath *self) {
     rx_free(&self->core);
+    if (self->mu_ready) pthread_mutex_destroy(&self->mu);
     Py_XDECREF(self->buffer);
     free(self->mm);
     free(self->iov);
@@ -125,10 +149,10 @@ static PyObject *RxPath_Setup(RxPath *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "Setup needs the rows and pending buffers");
         return NULL;
     }
-    if (rx_init(&self->core, enabled, job, vpp, wall_offset, host_mark_s, (double *)(uintptr_t)rows, row_cap,
-                (uint8_t *)(uintptr_t)pending)
-        < 0)
-        return PyErr_NoMemory();
+    int r;
+    LOCKED(self, r = rx_init(&self->core, enabled, job, vpp, wall_offset, host_mark_s, (double *)(uintptr_t)rows,
+                             row_cap, (uint8_t *)(uintptr_t)pending));
+    if (r < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -140,10 +164,10 @@ static PyObject *RxPath_Open(RxPath *self, PyObject *args) {
                           &recv_us, &seen))
         return NULL;
     if (!ready(self)) return NULL;
-    if (rx_open(&self->core, src, iter, phase, msg, n_pkts, slot, (uint8_t *)(uintptr_t)buf, buf_len,
-                (uint8_t *)(uintptr_t)received, (int64_t *)(uintptr_t)recv_us, seen)
-        < 0)
-        return PyErr_NoMemory();
+    int r;
+    LOCKED(self, r = rx_open(&self->core, src, iter, phase, msg, n_pkts, slot, (uint8_t *)(uintptr_t)buf, buf_len,
+                             (uint8_t *)(uintptr_t)received, (int64_t *)(uintptr_t)recv_us, seen));
+    if (r < 0) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -151,7 +175,7 @@ static PyObject *RxPath_Close(RxPath *self, PyObject *args) {
     unsigned int src, iter, phase, msg;
     if (!PyArg_ParseTuple(args, "IIII", &src, &iter, &phase, &msg)) return NULL;
     if (!ready(self)) return NULL;
-    rx_close(&self->core, src, iter, phase, msg);
+    LOCKED(self, rx_close(&self->core, src, iter, phase, msg));
     Py_RETURN_NONE;
 }
 
@@ -160,13 +184,15 @@ static PyObject *RxPath_Budget(RxPath *self, PyObject *args) {
     long long packets;
     int decide;
     if (!PyArg_ParseTuple(args, "ILp", &src, &packets, &decide)) return NULL;
-    rx_budget(&self->core, src, packets, decide);
+    LOCKED(self, rx_budget(&self->core, src, packets, decide));
     Py_RETURN_NONE;
 }
 
 static PyObject *RxPath_Take(RxPath *self, PyObject *Py_UNUSED(ignored)) {
     if (!ready(self)) return NULL;
-    return PyLong_FromUnsignedLongLong(rx_take(&self->core));
+    uint64_t rows;
+    LOCKED(self, rows = rx_take(&self->core));
+    return PyLong_FromUnsignedLongLong(rows);
 }
 
 static PyObject *RxPath_Absorbed(RxPath *self, PyObject *Py_UNUSED(ignored)) {
@@ -199,23 +225,19 @@ static void read_cmsgs(struct msghdr *h, uint8_t *tos, double *arrived) {
     }
 }
 
-static PyObject *RxPath_recv(RxPath *self, PyObject *args) {
-    int fd;
-    if (!PyArg_ParseTuple(args, "i", &fd)) return NULL;
+/* up to `batch` datagrams from fd without waiting (call without the GIL): how many (0: none
+ * waiting), or -1 with errno set */
+static int recv_batch(RxPath *self, int fd) {
     for (int i = 0; i < self->n; i++) { /* the kernel overwrote what it filled */
         self->mm[i].msg_hdr.msg_controllen = CMSG_ROOM;
         self->mm[i].msg_hdr.msg_flags = 0;
     }
     self->n = self->pos = 0;
-    int r;
     double t0 = clock_s(CLOCK_MONOTONIC);
-    Py_BEGIN_ALLOW_THREADS r = recvmmsg(fd, self->mm, (unsigned)self->batch, MSG_DONTWAIT, NULL);
-    Py_END_ALLOW_THREADS self->syscall_s += clock_s(CLOCK_MONOTONIC) - t0;
+    int r = recvmmsg(fd, self->mm, (unsigned)self->batch, MSG_DONTWAIT, NULL);
+    self->syscall_s += clock_s(CLOCK_MONOTONIC) - t0;
     self->calls++;
-    if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return PyLong_FromLong(0);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
+    if (r < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
     double wall = clock_s(CLOCK_REALTIME); /* how long each datagram waited: the host's own queue */
     for (int i = 0; i < r; i++) {
         uint8_t tos;
@@ -227,12 +249,35 @@ static PyObject *RxPath_recv(RxPath *self, PyObject *args) {
     }
     self->n = r;
     self->datagrams += (uint64_t)r;
+    return r;
+}
+
+static PyObject *RxPath_recv(RxPath *self, PyObject *args) {
+    int fd, r, err = 0;
+    if (!PyArg_ParseTuple(args, "i", &fd)) return NULL;
+    Py_BEGIN_ALLOW_THREADS pthread_mutex_lock(&self->mu);
+    r = recv_batch(self, fd);
+    if (r < 0) err = errno;
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS if (r < 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     return PyLong_FromLong(r);
 }
 
-static PyObject *RxPath_next(RxPath *self, PyObject *Py_UNUSED(ignored)) {
-    if (!ready(self)) return NULL;
-    const uint8_t *buf = (const uint8_t *)PyByteArray_AS_STRING(self->buffer);
+/* what the protocol core must see next in the batch (absorb_batch) */
+typedef struct {
+    int what; /* RX_TAKEN: nothing (the batch is done), RX_UP: datagram i, RX_DECIDE: decide_src */
+    int i, decide_src;
+    double now;
+} RxEvent;
+
+/* The rest of the batch through the core, in order, up to the first thing the protocol core must
+ * see (hold mu; no Python). */
+static RxEvent absorb_batch(RxPath *self) {
+    const uint8_t *buf = self->base;
+    RxEvent ev = {RX_TAKEN, -1, -1, 0.0};
     double t0 = clock_s(CLOCK_MONOTONIC);
     while (self->pos < self->n) {
         int i = self->pos++;
@@ -241,13 +286,81 @@ static PyObject *RxPath_next(RxPath *self, PyObject *Py_UNUSED(ignored)) {
                                  : rx_absorb(&self->core, buf + (size_t)i * RECV_SLOT, (size_t)self->len[i],
                                              self->ecn[i], now, self->queued[i]);
         if (r == RX_TAKEN) continue;
-        self->absorb_s += clock_s(CLOCK_MONOTONIC) - t0;
-        if (r == RX_DECIDE) return Py_BuildValue("(iid)", 1, self->core.decide_src, now);
-        return Py_BuildValue("(iniidd)", 0, (Py_ssize_t)i * RECV_SLOT, (int)self->len[i], (int)self->ecn[i],
-                             self->queued[i], now);
+        ev.what = r;
+        ev.i = i;
+        ev.decide_src = self->core.decide_src;
+        ev.now = now;
+        break;
     }
     self->absorb_s += clock_s(CLOCK_MONOTONIC) - t0;
-    Py_RETURN_NONE;
+    return ev;
+}
+
+/* next()'s value for `ev` (with the GIL) */
+static PyObject *event_value(RxPath *self, RxEvent ev) {
+    if (ev.what == RX_TAKEN) Py_RETURN_NONE;
+    if (ev.what == RX_DECIDE) return Py_BuildValue("(iid)", 1, ev.decide_src, ev.now);
+    int i = ev.i;
+    return Py_BuildValue("(iniidd)", 0, (Py_ssize_t)i * RECV_SLOT, (int)self->len[i], (int)self->ecn[i],
+                         self->queued[i], ev.now);
+}
+
+static PyObject *RxPath_next(RxPath *self, PyObject *Py_UNUSED(ignored)) {
+    if (!ready(self)) return NULL;
+    RxEvent ev;
+    LOCKED(self, ev = absorb_batch(self));
+    return event_value(self, ev);
+}
+
+#define SERVE_EVENTS 16
+
+/* The receive thread's wait, in C and without the GIL until Python has work: absorbs the data
+ * socket's datagrams as they come, and returns
+ *   - next()'s tuple for the first datagram or decision of a batch the protocol core must see (the
+ *     rest of the batch: next());
+ *   - None when another descriptor of the epoll set `epfd` is ready (control connections, timers,
+ *     the wake pipe: Python's selector finds them), after `timeout_ms` with nothing, or after
+ *     `burst` datagrams (control and timers get a turn).
+ * The epoll set holds `fd` (level-triggered), as the driver's selector registers it. Without the
+ * GIL, a datagram is taken in while another thread of the process runs Python. */
+static PyObject *RxPath_serve(RxPath *self, PyObject *args) {
+    int epfd, fd, timeout_ms, burst;
+    if (!PyArg_ParseTuple(args, "iiii", &epfd, &fd, &timeout_ms, &burst)) return NULL;
+    if (!ready(self)) return NULL;
+    RxEvent ev = {RX_TAKEN, -1, -1, 0.0};
+    int taken = 0, err = 0, drained = 0;
+    Py_BEGIN_ALLOW_THREADS for (;;) {
+        pthread_mutex_lock(&self->mu);
+        ev = absorb_batch(self);
+        pthread_mutex_unlock(&self->mu);
+        if (ev.what != RX_TAKEN || taken >= burst) break;
+        if (!drained) { /* a short batch drained the socket: epoll says when more comes */
+            pthread_mutex_lock(&self->mu);
+            int r = recv_batch(self, fd);
+            if (r < 0) err = errno;
+            pthread_mutex_unlock(&self->mu);
+            if (r < 0) break;
+            if (r > 0) {
+                taken += r;
+                drained = r < self->batch;
+                continue;
+            }
+        }
+        struct epoll_event evs[SERVE_EVENTS];
+        int k = epoll_wait(epfd, evs, SERVE_EVENTS, timeout_ms);
+        if (k <= 0) break; /* nothing, or a signal: Python looks */
+        self->serve_wakes++;
+        int others = 0;
+        for (int i = 0; i < k; i++) others |= evs[i].data.fd != fd;
+        if (others) break;
+        drained = 0;
+    }
+    Py_END_ALLOW_THREADS self->serve_returns++;
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return event_value(self, ev);
 }
 
 static PyObject *RxPath_feed(RxPath *self, PyObject *args) {
@@ -259,16 +372,18 @@ static PyObject *RxPath_feed(RxPath *self, PyObject *args) {
         PyBuffer_Release(&b);
         return NULL;
     }
-    int r = rx_absorb(&self->core, (const uint8_t *)b.buf, (size_t)b.len, ecn & ECN_MASK, now, queued);
+    int r;
+    LOCKED(self, r = rx_absorb(&self->core, (const uint8_t *)b.buf, (size_t)b.len, ecn & ECN_MASK, now, queued));
     PyBuffer_Release(&b);
     return PyLong_FromLong(r);
 }
 
 static PyObject *RxPath_timings(RxPath *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:d,s:d,s:K,s:K,s:K,s:K}", "syscall_s", self->syscall_s, "absorb_s", self->absorb_s, "calls",
-                         (unsigned long long)self->calls, "datagrams", (unsigned long long)self->datagrams, "absorbed",
-                         (unsigned long long)self->core.absorbed, "decisions",
-                         (unsigned long long)self->core.decisions);
+    return Py_BuildValue("{s:d,s:d,s:K,s:K,s:K,s:K,s:K,s:K}", "syscall_s", self->syscall_s, "absorb_s", self->absorb_s,
+                         "calls", (unsigned long long)self->calls, "datagrams", (unsigned long long)self->datagrams,
+                         "absorbed", (unsigned long long)self->core.absorbed, "decisions",
+                         (unsigned long long)self->core.decisions, "serve_wakes", (unsigned long long)self->serve_wakes,
+                         "serve_returns", (unsigned long long)self->serve_returns);
 }
 
 static PyObject *RxPath_get_buffer(RxPath *self, void *Py_UNUSED(closure)) {
@@ -296,6 +411,8 @@ static PyMethodDef RxPath_methods[] = {
     {"next", (PyCFunction)RxPath_next, METH_NOARGS,
      "None at the end of the batch, (0, offset, length, ecn, queued_s, now) for a datagram the core must see "
      "(length -1: truncated), (1, src, now) when the core must decide on src's FEEDBACK"},
+    {"serve", (PyCFunction)RxPath_serve, METH_VARARGS,
+     "(epfd, fd, timeout_ms, burst): wait and absorb in C; next()'s tuple, or None when Python has work"},
     {"feed", (PyCFunction)RxPath_feed, METH_VARARGS, "(data, ecn, now[, queued_s]): one datagram; RX_UP/TAKEN/DECIDE"},
     {"timings", (PyCFunction)RxPath_timings, METH_NOARGS, "seconds in recvmmsg and in the core, counts"},
     {NULL, NULL, 0, NULL},

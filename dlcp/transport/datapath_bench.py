@@ -117,6 +117,12 @@ def udp_round(mode: str, values: int, messages: int, timeout: float = 60.0) -> d
         rcv.close()
         if snd is not None:
             snd.close()
+    return _receiver_figures(mode, st, syscall_s)
+
+
+def _receiver_figures(mode: str, st: dict, syscall_s: list[float] | None) -> dict:
+    """A round's figures from the receiver's stats (see the module docstring); `syscall_s`: the
+    Python path's timed recvmmsg calls."""
     n = st["packets_received"] + st["duplicates"]
     out = {"mode": mode, "datagrams": n, "us_per_datagram": st["threads"]["rx"]["cpu_s"] * 1e6 / n}
     path = st.get("rx_path")
@@ -126,7 +132,51 @@ def udp_round(mode: str, values: int, messages: int, timeout: float = 60.0) -> d
         out["syscall_us"] = path["syscall_s"] * 1e6 / n
         out["c_core_us"] = path["absorb_s"] * 1e6 / n
         out["taken_in_c"] = path["absorbed"] / n
+        out["python_wakes"] = path["serve_returns"] / n  # the receive thread's returns from its wait in C
     return out
+
+
+def _paced_datagrams(packets: int, messages: int, values_per_pkt: int) -> list[bytes]:
+    """`messages` messages of `packets` full data packets each, as a sender puts them on the wire."""
+    from dlcp.wire.header import DlcpHeader
+
+    payload = bytes(4 * values_per_pkt)
+    return [
+        DlcpHeader(src_rank=0, job_id=1, iter=0, msg_id=m + 1, n_pkts=packets, seq=q, offset=q * values_per_pkt).pack()
+        + payload
+        for m in range(messages)
+        for q in range(packets)
+    ]
+
+
+def paced_round(mode: str, packets: int, messages: int, interval_us: float, timeout: float = 30.0) -> dict:
+    """One paced round in receive path `mode`: datagrams from a plain UDP socket, one every
+    `interval_us` (a host behind a link that delivers a frame at a time, as the demo's hosts at
+    50 Mbit/s: 240 us), so each wakes the receive thread on its own and nothing is batched. The
+    receiver's figures as `udp_round`'s, and its receive thread's returns into Python per datagram
+    (the C paths' `serve`; the Python path wakes in Python for every one)."""
+    rip = "127.0.0.1"
+    cfg = TransportConfig(rank=1, ip=rip, data_port=0, control_port=0, rcvbuf_bytes=32 << 20)
+    rcv = UdpTransport(cfg, [Peer(0, "127.0.0.2", 9, 10)], rx_path=mode)
+    syscall_s = _time_recvmmsg(rcv) if mode == "python" else None
+    frames = _paced_datagrams(packets, messages, cfg.values_per_pkt)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.2", 0))
+            dst = (rip, rcv.data_port)
+            t0 = time.perf_counter()
+            for i, frame in enumerate(frames):
+                wait = t0 + i * interval_us * 1e-6 - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                s.sendto(frame, dst)
+        deadline = time.monotonic() + timeout
+        while rcv.stats()["packets_received"] < len(frames) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        st = rcv.stats()
+    finally:
+        rcv.close()
+    return _receiver_figures(mode, st, syscall_s)
 
 
 def _median_range(xs: list[float], digits: int = 2) -> str:
@@ -153,12 +203,15 @@ def udp_rows(rounds: list[dict]) -> tuple[list[dict], dict]:
             "C core us": _median_range([r["c_core_us"] for r in rs]) if "c_core_us" in rs[0] else "-",
             "taken in C": f"{statistics.median(r['taken_in_c'] for r in rs):.1%}" if "taken_in_c" in rs[0] else "-",
         }
+        row["returns into Python / datagram"] = (
+            _median_range([r["python_wakes"] for r in rs], 3) if "python_wakes" in rs[0] else "-"
+        )
         rows.append(row)
         result[mode] = {
             "us_per_datagram": us,
             "speedup_vs_baseline": statistics.median(ratios),
             "datagrams": [r["datagrams"] for r in rs],
-            **{k: [r[k] for r in rs] for k in ("syscall_us", "c_core_us", "taken_in_c") if k in rs[0]},
+            **{k: [r[k] for r in rs] for k in ("syscall_us", "c_core_us", "taken_in_c", "python_wakes") if k in rs[0]},
         }
     return rows, result
 
@@ -171,6 +224,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--modes", default="python,c-per-datagram,c", help=f"receive paths, of {', '.join(RX_MODES)} (with {BASELINE})"
     )
+    ap.add_argument(
+        "--paced-us",
+        type=float,
+        default=240.0,
+        help="the paced half: one datagram every this many us (default 240: a frame at 50 Mbit/s; 0: skip it)",
+    )
+    ap.add_argument("--paced-packets", type=int, default=30, help="packets per message in the paced half")
+    ap.add_argument("--paced-messages", type=int, default=40, help="messages per paced round")
     ap.add_argument("--skip-ns3", action="store_true", help="the UDP driver only")
     ap.add_argument("--json", action="store_true", help="one JSON object as the last line")
     return ap
@@ -183,19 +244,26 @@ def bench_udp(args) -> tuple[list[dict], dict]:
         raise SystemExit(
             f"dlcp bench datapath: --modes {args.modes!r}: modes of {', '.join(RX_MODES)}, with {BASELINE}"
         )
-    rounds = []
+    rounds, paced = [], []
     t0 = time.perf_counter()
     for _ in range(args.rounds):
         for mode in modes:
             rounds.append(udp_round(mode, args.values, args.messages))
+            if args.paced_us > 0:
+                paced.append(paced_round(mode, args.paced_packets, args.paced_messages, args.paced_us))
     rows, result = udp_rows(rounds)
+    if paced:
+        paced_rows, result["paced"] = udp_rows(paced)
+        result["paced"]["interval_us"] = args.paced_us
+        rows = [*rows, *({**r, "driver": f"udp, paced {args.paced_us:g} us"} for r in paced_rows)]
     result["seconds"] = round(time.perf_counter() - t0, 1)
     return rows, result
 
 
 def print_udp(rows: list[dict], result: dict, as_json: bool) -> None:
     emit(
-        "UDP driver on loopback: receive thread CPU per datagram received (median (range) over interleaved rounds)",
+        "UDP driver on loopback, in bulk and paced: receive thread CPU per datagram received (median (range) over "
+        "interleaved rounds)",
         rows,
         {"udp": result},
         as_json,

@@ -454,11 +454,17 @@ class UdpTransport:
     # --- receive thread ------------------------------------------------------------------------
 
     def _rx_loop(self) -> None:
+        serve = self._rxpath is not None and isinstance(self._sel, selectors.EpollSelector)
         try:
             while not self._closing:
                 with self._rx:
                     self._rx_timer.arm(self.receiver.next_timer())
-                for key, events in self._sel.select(IDLE_S):
+                if serve:
+                    self._serve()
+                    ready = self._sel.select(0)
+                else:
+                    ready = self._sel.select(IDLE_S)
+                for key, events in ready:
                     what = key.data
                     if what == "udp":
                         self._rx_data(RX_BURST)
@@ -474,6 +480,7 @@ class UdpTransport:
                         if events & selectors.EVENT_READ:
                             self._on_readable(what)
                 with self._rx:
+                    self._take()  # what C absorbed while serving, before the timers look
                     now = time.monotonic()
                     if self.receiver.next_timer() <= now:
                         self.receiver.on_timer(now)
@@ -488,13 +495,26 @@ class UdpTransport:
             with self._rx:
                 self._rx.notify_all()
 
+    def _serve(self) -> None:
+        """Wait in C (`_rxpath.serve`, without the GIL): the data socket's datagrams are absorbed
+        there until one needs the core, which is handled here; returns when another descriptor
+        needs Python."""
+        path = self._rxpath
+        try:
+            ev = path.serve(self._sel.fileno(), self.udp_rx.fileno(), int(IDLE_S * 1000), RX_BURST)
+        except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
+            with self._rx:
+                self.receiver.count_drop("socket_error", e.strerror or str(e))
+            return
+        if ev is not None:
+            self._rx_batch(ev)
+
     def _rx_data(self, budget: int) -> None:
         """Take in up to `budget` waiting datagrams (each with its ECN bits) and act on the outcome."""
         if self._mirror is None:
             self._rx_data_python(budget)
             return
-        path, mirror, receiver = self._rxpath, self._mirror, self.receiver
-        mv = memoryview(path.buffer)
+        path = self._rxpath
         fd = self.udp_rx.fileno()
         taken = 0
         while taken < budget:
@@ -502,28 +522,37 @@ class UdpTransport:
                 n = path.recv(fd)
             except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
                 with self._rx:
-                    receiver.count_drop("socket_error", e.strerror or str(e))
+                    self.receiver.count_drop("socket_error", e.strerror or str(e))
                 continue
             if not n:
                 break
             taken += n
             with self._rx:
                 ev = path.next()  # the C path takes what it can; the rest, in order, goes to the core
-                while ev is not None:
-                    if ev[0]:
-                        mirror.decide(ev[1], ev[2])
-                    elif ev[2] < 0:
-                        mirror.take()
-                        receiver.count_drop("length", f"a datagram longer than {RECV_SLOT} bytes")
-                    else:
-                        _, off, ln, ecn, queued, now = ev
-                        mirror.datagram(mv[off : off + ln], ecn, now, queued)
-                    ev = path.next()
-                mirror.take()
-                outs = receiver.take_outputs()
-            self._rx_outputs(outs)
+            self._rx_batch(ev)
             if n < RX_BATCH:
                 break
+
+    def _rx_batch(self, ev) -> None:
+        """The rest of the C path's batch from event `ev` on (`_rxpath.next`'s tuples, None: the
+        batch is done), through the core, then its outputs."""
+        path, mirror, receiver = self._rxpath, self._mirror, self.receiver
+        assert mirror is not None
+        mv = memoryview(path.buffer)
+        with self._rx:
+            while ev is not None:
+                if ev[0]:
+                    mirror.decide(ev[1], ev[2])
+                elif ev[2] < 0:
+                    mirror.take()
+                    receiver.count_drop("length", f"a datagram longer than {RECV_SLOT} bytes")
+                else:
+                    _, off, ln, ecn, queued, now = ev
+                    mirror.datagram(mv[off : off + ln], ecn, now, queued)
+                ev = path.next()
+            mirror.take()
+            outs = receiver.take_outputs()
+        self._rx_outputs(outs)
 
     def _rx_data_python(self, budget: int) -> None:
         """_rx_data without the C path: every datagram through ReceiverCore.on_datagram."""

@@ -641,3 +641,29 @@ def test_batch_receiver_reads_tos_and_how_long_a_datagram_waited():
     assert br.lengths[1] == 64 and all(0 < time.time() - t < 1.0 for t in br.arrived)
     tx.close()
     rx.close()
+
+
+def test_datagrams_the_core_need_not_see_cost_no_python_wake_up(make_pair):
+    """Paced datagrams (one per wake-up, as a host behind a slow link gets them): after a message's
+    first packet opens it in C, the receive thread's wait (`_rxpath.serve`) absorbs the rest in C
+    and returns into Python only for what the core must see."""
+    from transport_scenarios import rx_path_or_skip
+
+    rx_path_or_skip()
+    _, b, _ = make_pair()
+    n = 40
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for seq in range(n):
+        h = H.DlcpHeader(src_rank=0, job_id=1, iter=0, msg_id=9, n_pkts=n, seq=seq, offset=seq * VPP)
+        s.sendto(_raw(h, VPP), ("127.0.0.1", b.data_port))
+        time.sleep(0.003)
+    s.close()
+    deadline = time.monotonic() + 3
+    while b.stats()["packets_received"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    st = b.stats()
+    assert st["packets_received"] == n
+    path = st["rx_path"]
+    assert path["absorbed"] == n - 1  # the first packet went through the core and opened the message
+    assert path["serve_wakes"] >= n - 1  # paced: a wake-up per datagram
+    assert path["serve_returns"] <= 5, path  # the first packet, and a 0.2 s idle timeout or two
