@@ -94,6 +94,8 @@ class TransportConfig(TransportSettings):
     # SCHED_RR priority the driver's threads take when they start (0: normal scheduling); agents
     # set it (agents/common.py), tests and tools leave it
     thread_rt_priority: int = Field(0, ge=0, le=99)
+    # the UDP driver's receive thread's, where it differs (0: thread_rt_priority)
+    rx_rt_priority: int = Field(0, ge=0, le=99)
 
     def budget_for(self, layer_first: int, layer_last: int, base: float | None = None) -> float:
         """The loss budget of a message covering layers layer_first..layer_last (`base`: the budget

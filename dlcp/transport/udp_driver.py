@@ -334,8 +334,9 @@ class UdpTransport:
     def _thread_main(self, name: str, what: str, work) -> None:
         """Body of each of the two threads: its priority, and its times kept after it ends."""
         self._clock.started(name)
-        if self.cfg.thread_rt_priority:
-            set_realtime(self.cfg.thread_rt_priority, f"rank {self.cfg.rank}: {what}")
+        prio = (self.cfg.rx_rt_priority if name == "rx" else 0) or self.cfg.thread_rt_priority
+        if prio:
+            set_realtime(prio, f"rank {self.cfg.rank}: {what}")
         try:
             work()
         finally:

@@ -1,11 +1,12 @@
 """Agents under SCHED_RR (agents/common.py): the work thread (realtime_work_thread) and the threads it
 starts afterwards (torch's backward thread) change policy, the threads started before it do not; the
-transport's threads take their own, higher priority when they start."""
+transport's threads take their own priorities when they start: the receive thread above the work,
+the send thread below it."""
 
 import os
 import threading
 
-from agents.common import TRANSPORT_RT_PRIORITY, WORK_RT_PRIORITY, realtime_work_thread
+from agents.common import RECEIVE_RT_PRIORITY, TRANSPORT_RT_PRIORITY, WORK_RT_PRIORITY, realtime_work_thread
 from dlcp.transport.api import TransportConfig
 from dlcp.transport.udp_driver import UdpTransport
 
@@ -47,18 +48,27 @@ def test_work_thread_and_its_children_run_realtime_and_earlier_threads_do_not():
 
 
 def test_transport_threads_take_the_configured_priority_and_the_caller_keeps_its_own():
-    t = UdpTransport(TransportConfig(rank=0, data_port=0, control_port=0, thread_rt_priority=TRANSPORT_RT_PRIORITY), [])
+    assert TRANSPORT_RT_PRIORITY < WORK_RT_PRIORITY < RECEIVE_RT_PRIORITY
+    cfg = TransportConfig(
+        rank=0,
+        data_port=0,
+        control_port=0,
+        thread_rt_priority=TRANSPORT_RT_PRIORITY,
+        rx_rt_priority=RECEIVE_RT_PRIORITY,
+    )
+    t = UdpTransport(cfg, [])
+    want = {"dlcp-rx-0": (os.SCHED_RR, RECEIVE_RT_PRIORITY), "dlcp-tx-0": (os.SCHED_RR, TRANSPORT_RT_PRIORITY)}
     try:
-        ids = {th.name: th.native_id for th in threading.enumerate() if th.name in ("dlcp-rx-0", "dlcp-tx-0")}
-        assert set(ids) == {"dlcp-rx-0", "dlcp-tx-0"}
+        ids = {th.name: th.native_id for th in threading.enumerate() if th.name in want}
+        assert set(ids) == set(want)
         for _ in range(100):  # each thread sets its policy as it starts
             policies = {
                 n: (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority) for n, tid in ids.items()
             }
-            if all(p == (os.SCHED_RR, TRANSPORT_RT_PRIORITY) for p in policies.values()):
+            if policies == want:
                 break
             threading.Event().wait(0.01)
-        assert policies == dict.fromkeys(ids, (os.SCHED_RR, TRANSPORT_RT_PRIORITY))
+        assert policies == want
         assert _policy() == (os.SCHED_OTHER, 0)
     finally:
         t.close()
