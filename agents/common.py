@@ -168,14 +168,14 @@ def run_agent(role: str, body, argv: list[str] | None = None) -> int:
 # SCHED_RR priorities. A host stands for a machine of its own, but here it shares 2 cores with the
 # switch, the other hosts and the background; a normal (CFS) wake-up waits behind whatever runs.
 # The switches (emulation/dataplane.py, 10) stand for hardware and come first. Then the UDP
-# transport's receive thread (the NIC taking frames as they arrive): it waits in C and returns into
-# Python only for what the protocol core decides on, so it costs the work little, and below the
-# work its datagrams waited 1-5 ms at p99 in `make demo`, 0.13-0.26 ms above it. Then each host's
-# own work (the worker's profile compute, which stands for a GPU, and the PS's aggregation), then
-# the transport's other threads (sending: the network stack): measured in `make demo` with the
-# whole transport above the work (and its receive path in Python), compute overran its profile by
-# 18-56 % and more in dlcp runs than in fifo runs (a bias in the comparison); with it below, by 1-5 %
-# (docs/experiments.md, "Keeping up").
+# transport's receive thread (the NIC taking frames as they arrive): it waits in C and returns
+# into Python only for what the protocol core decides on, so it costs the work little; below the
+# work the hosts' p99 socket waits were 1.0-1.4 ms in `make demo`, above it 0.15-0.26 ms. Then
+# each host's own work (the worker's profile compute, which stands for a GPU, and the PS's
+# aggregation), then the transport's other threads (sending: the network stack): measured in
+# `make demo` with the whole transport above the work (and its receive path in Python), compute
+# overran its profile by 18-56 % and more in dlcp runs than in fifo runs (a bias in the
+# comparison); with it below, by 1-5 % (docs/experiments.md, "Keeping up").
 RECEIVE_RT_PRIORITY = 8
 WORK_RT_PRIORITY = 7
 TRANSPORT_RT_PRIORITY = 6
