@@ -503,12 +503,16 @@ class UdpTransport:
         path = self._rxpath
         try:
             ev = path.serve(self._sel.fileno(), self.udp_rx.fileno(), int(IDLE_S * 1000), RX_BURST)
-        except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
-            with self._rx:
-                self.receiver.count_drop("socket_error", e.strerror or str(e))
+        except OSError as e:
+            self._socket_error(e)
             return
         if ev is not None:
             self._rx_batch(ev)
+
+    def _socket_error(self, e: OSError) -> None:
+        """A receive call's error (e.g. ECONNREFUSED reported by ICMP): counted, not fatal."""
+        with self._rx:
+            self.receiver.count_drop("socket_error", e.strerror or str(e))
 
     def _rx_data(self, budget: int) -> None:
         """Take in up to `budget` waiting datagrams (each with its ECN bits) and act on the outcome."""
@@ -521,16 +525,13 @@ class UdpTransport:
         while taken < budget:
             try:
                 n = path.recv(fd)
-            except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
-                with self._rx:
-                    self.receiver.count_drop("socket_error", e.strerror or str(e))
+            except OSError as e:
+                self._socket_error(e)
                 continue
             if not n:
                 break
             taken += n
-            with self._rx:
-                ev = path.next()  # the C path takes what it can; the rest, in order, goes to the core
-            self._rx_batch(ev)
+            self._rx_batch(path.next())  # the C path takes what it can; the rest, in order, goes to the core
             if n < RX_BATCH:
                 break
 
@@ -565,9 +566,8 @@ class UdpTransport:
         while taken < budget:
             try:
                 n = rcv.recv()
-            except OSError as e:  # e.g. ECONNREFUSED reported by ICMP: not fatal
-                with self._rx:
-                    receiver.count_drop("socket_error", e.strerror or str(e))
+            except OSError as e:
+                self._socket_error(e)
                 continue
             if not n:
                 break

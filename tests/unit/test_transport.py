@@ -643,13 +643,14 @@ def test_batch_receiver_reads_tos_and_how_long_a_datagram_waited():
     rx.close()
 
 
-def test_datagrams_the_core_need_not_see_cost_no_python_wake_up(make_pair):
+def test_datagrams_the_core_need_not_see_cost_no_python_wake_up(monkeypatch, make_pair):
     """Paced datagrams (one per wake-up, as a host behind a slow link gets them): after a message's
     first packet opens it in C, the receive thread's wait (`_rxpath.serve`) absorbs the rest in C
     and returns into Python only for what the core must see."""
     from transport_scenarios import rx_path_or_skip
 
     rx_path_or_skip()
+    monkeypatch.setenv("DLCP_RX", "c")  # the batched C path, whatever the environment asks for
     _, b, _ = make_pair()
     n = 40
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
