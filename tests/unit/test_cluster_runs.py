@@ -7,6 +7,7 @@ offers what its runs need."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -187,3 +188,30 @@ def test_a_stop_while_a_finished_run_is_put_in_place_comes_after_it(sig, stop):
     assert finished == [True]
     with signals.installed(), signals.held():
         pass  # no signal: nothing raised
+
+
+def test_a_local_worker_drops_only_the_heartbeat_that_found_the_scheduler_gone(caplog):
+    """The local workers' filter (installed by their preload) drops Dask's record of a failed
+    heartbeat, logged as distributed/worker.py logs it, and keeps the worker's other errors."""
+    import inspect
+
+    from distributed.comm.core import CommClosedError
+    from distributed.worker import Worker
+
+    from dlcp.runs.local_worker import HEARTBEAT_FAILED, NoHeartbeatFailure
+
+    assert repr(HEARTBEAT_FAILED) in inspect.getsource(Worker.heartbeat).replace('"', "'")  # Dask's own words
+
+    log = logging.getLogger("distributed.worker")
+    quiet = NoHeartbeatFailure()
+    log.addFilter(quiet)
+    try:
+        with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+            try:
+                raise CommClosedError("in <TCP (closed) ConnectionPool.heartbeat_worker>: Stream is closed")
+            except OSError:
+                log.exception(HEARTBEAT_FAILED)
+                log.exception("Unexpected exception during heartbeat. Closing worker.")
+    finally:
+        log.removeFilter(quiet)
+    assert [r.getMessage() for r in caplog.records] == ["Unexpected exception during heartbeat. Closing worker."]
