@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <time.h>
 
@@ -54,6 +55,7 @@ typedef struct {
     double syscall_s, absorb_s;
     uint64_t calls, datagrams;
     uint64_t serve_wakes, serve_returns; /* serve(): epoll wake-ups, returns into Python */
+    double timer_at; /* what serve() left the driver's timerfd armed for (CLOCK_MONOTONIC s; INFINITY: off) */
     /* The core and the batch: serve() works on them without the GIL while the driver's other
      * threads may call the mirror's methods, so every method that touches them holds `mu`. */
     pthread_mutex_t mu;
@@ -86,6 +88,7 @@ static int RxPath_init(RxPath *self, PyObject *args, PyObject *kw) {
         return -1;
     }
     self->batch = batch;
+    self->timer_at = INFINITY;
     if (pthread_mutex_init(&self->mu, NULL) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "RxPath: pthread_mutex_init failed");
         return -1;
@@ -183,8 +186,12 @@ static PyObject *RxPath_Budget(RxPath *self, PyObject *args) {
     unsigned int src;
     long long packets;
     int decide;
-    if (!PyArg_ParseTuple(args, "ILp", &src, &packets, &decide)) return NULL;
-    LOCKED(self, rx_budget(&self->core, src, packets, decide));
+    PyObject *delay = Py_None;
+    if (!PyArg_ParseTuple(args, "ILp|O", &src, &packets, &decide, &delay)) return NULL;
+    int start = delay != Py_None;
+    double d = start ? PyFloat_AsDouble(delay) : 0.0;
+    if (start && d == -1.0 && PyErr_Occurred()) return NULL;
+    LOCKED(self, rx_budget(&self->core, src, packets, decide); rx_delay(&self->core, src, start, d));
     Py_RETURN_NONE;
 }
 
@@ -314,8 +321,23 @@ static PyObject *RxPath_next(RxPath *self, PyObject *Py_UNUSED(ignored)) {
 
 #define SERVE_EVENTS 16
 
+/* Arms timerfd `tfd` (CLOCK_MONOTONIC, absolute) for the earliest FEEDBACK delay the core started
+ * since the last look, when that is before what it is armed for (self->timer_at). Holds mu. */
+static void arm_for_delays(RxPath *self, int tfd) {
+    double due = self->core.new_due;
+    self->core.new_due = INFINITY;
+    if (tfd < 0 || !(due < self->timer_at)) return;
+    struct itimerspec at = {{0, 0}, {0, 0}};
+    long long ns = due > 0 ? (long long)(due * 1e9) : 1; /* zero would disarm */
+    at.it_value.tv_sec = (time_t)(ns / 1000000000LL);
+    at.it_value.tv_nsec = (long)(ns % 1000000000LL);
+    if (timerfd_settime(tfd, TFD_TIMER_ABSTIME, &at, NULL) == 0) self->timer_at = due;
+}
+
 /* The receive thread's wait, in C and without the GIL until Python has work: absorbs the data
- * socket's datagrams as they come, and returns
+ * socket's datagrams as they come (arming the driver's timerfd `tfd`, armed for `timer_at`, -1:
+ * none, for the FEEDBACK delays the core starts meanwhile: `timer_at` says what it is armed for
+ * after), and returns
  *   - next()'s tuple for the first datagram or decision of a batch the protocol core must see (the
  *     rest of the batch: next());
  *   - None when another descriptor of the epoll set `epfd` is ready (control connections, timers,
@@ -324,14 +346,17 @@ static PyObject *RxPath_next(RxPath *self, PyObject *Py_UNUSED(ignored)) {
  * The epoll set holds `fd` (level-triggered), as the driver's selector registers it. Without the
  * GIL, a datagram is taken in while another thread of the process runs Python. */
 static PyObject *RxPath_serve(RxPath *self, PyObject *args) {
-    int epfd, fd, timeout_ms, burst;
-    if (!PyArg_ParseTuple(args, "iiii", &epfd, &fd, &timeout_ms, &burst)) return NULL;
+    int epfd, fd, timeout_ms, burst, tfd = -1;
+    double timer_at = INFINITY;
+    if (!PyArg_ParseTuple(args, "iiii|id", &epfd, &fd, &timeout_ms, &burst, &tfd, &timer_at)) return NULL;
     if (!ready(self)) return NULL;
+    self->timer_at = timer_at;
     RxEvent ev = {RX_TAKEN, -1, -1, 0.0};
     int taken = 0, err = 0, drained = 0;
     Py_BEGIN_ALLOW_THREADS for (;;) {
         pthread_mutex_lock(&self->mu);
         ev = absorb_batch(self);
+        arm_for_delays(self, tfd);
         pthread_mutex_unlock(&self->mu);
         if (ev.what != RX_TAKEN || taken >= burst) break;
         if (!drained) { /* a short batch drained the socket: epoll says when more comes */
@@ -391,8 +416,14 @@ static PyObject *RxPath_get_buffer(RxPath *self, void *Py_UNUSED(closure)) {
     return self->buffer;
 }
 
+static PyObject *RxPath_get_timer_at(RxPath *self, void *Py_UNUSED(closure)) {
+    return PyFloat_FromDouble(self->timer_at);
+}
+
 static PyGetSetDef RxPath_getset[] = {
     {"buffer", (getter)RxPath_get_buffer, NULL, "the batch's datagrams, RECV_SLOT bytes apart", NULL},
+    {"timer_at", (getter)RxPath_get_timer_at, NULL, "what the last serve() left its timerfd armed for (inf: off)",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -402,7 +433,9 @@ static PyMethodDef RxPath_methods[] = {
     {"Open", (PyCFunction)RxPath_Open, METH_VARARGS,
      "(src, iter, phase, msg, n_pkts, slot, buf, buf_len, received, recv_us, seen): take packets of a message"},
     {"Close", (PyCFunction)RxPath_Close, METH_VARARGS, "(src, iter, phase, msg): give a message back"},
-    {"Budget", (PyCFunction)RxPath_Budget, METH_VARARGS, "(src, packets, decide): a sender's FEEDBACK budget"},
+    {"Budget", (PyCFunction)RxPath_Budget, METH_VARARGS,
+     "(src, packets, decide[, delay_s]): a sender's FEEDBACK budget, and the FEEDBACK delay to start here "
+     "(None: none)"},
     {"Take", (PyCFunction)RxPath_Take, METH_NOARGS, "write the deltas into the rows; returns their number"},
     {"Absorbed", (PyCFunction)RxPath_Absorbed, METH_NOARGS, "data packets taken here"},
     {"Opened", (PyCFunction)RxPath_Opened, METH_NOARGS, "messages open here"},
@@ -412,7 +445,8 @@ static PyMethodDef RxPath_methods[] = {
      "None at the end of the batch, (0, offset, length, ecn, queued_s, now) for a datagram the core must see "
      "(length -1: truncated), (1, src, now) when the core must decide on src's FEEDBACK"},
     {"serve", (PyCFunction)RxPath_serve, METH_VARARGS,
-     "(epfd, fd, timeout_ms, burst): wait and absorb in C; next()'s tuple, or None when Python has work"},
+     "(epfd, fd, timeout_ms, burst[, timer_fd, timer_at]): wait and absorb in C; next()'s tuple, or None when "
+     "Python has work"},
     {"feed", (PyCFunction)RxPath_feed, METH_VARARGS, "(data, ecn, now[, queued_s]): one datagram; RX_UP/TAKEN/DECIDE"},
     {"timings", (PyCFunction)RxPath_timings, METH_NOARGS, "seconds in recvmmsg and in the core, counts"},
     {NULL, NULL, 0, NULL},

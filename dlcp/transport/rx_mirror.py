@@ -10,7 +10,12 @@ duplicate and passes every check of `on_datagram`, while its sender's FEEDBACK b
 packets C may count before the core's FEEDBACK rule can do something: one while no FEEDBACK delay
 runs, as that packet starts it; `feedback_every` less those unreported while one runs; any while
 the sender wants none). On the packet that uses up a budget C stops and the driver calls `decide`:
-the core applies its rule (`ReceiverCore.counted`). Payload, bitmap and per-packet times go straight
+the core applies its rule (`ReceiverCore.counted`). A driver that watches the FEEDBACK delays C
+starts (`starts_delays`: the UDP driver, whose wait in C arms its timer for them) lets C start the
+delay too: with the budget C gets the delay's length (`ReceiverCore._feedback_delay`, the one
+statement of it), starts it on the sender's first packet as the rule would, and the budget runs to
+the packet that makes a FEEDBACK due, so the core decides only when a FEEDBACK goes out; the delay
+reaches the core at the next `take`, before its timers are read. Payload, bitmap and per-packet times go straight
 into the receiver's numpy / bytearray buffers; counters and times wait in C until `take`, which
 every entry into the receiver calls first. After each entry `publish` takes back what the receiver
 must see each packet of (messages finished, probed or asked for, dropped) and gives C the new
@@ -47,21 +52,23 @@ def rx_mode() -> str:
 
 class RxMirror:
     """See the module docstring. `rx`: the ReceiverCore; `path`: its C receive path; `mode`: one of
-    RX_MODES ("python" leaves the path unused)."""
+    RX_MODES ("python" leaves the path unused); `starts_delays`: C starts the FEEDBACK delays (in
+    mode "c"; the driver must take before it reads the core's timers)."""
 
-    def __init__(self, rx, path, mode: str = "c"):
+    def __init__(self, rx, path, mode: str = "c", starts_delays: bool = False):
         assert VALUE_BYTES == 4, "rx_core.h copies fp32 values"
         if mode not in RX_MODES:
             raise ValueError(f"receive path mode {mode!r}: one of {', '.join(RX_MODES)}")
         self.rx, self.path, self.mode = rx, path, mode
         self.enabled = mode != "python"
         self.batched = mode == "c"
+        self.starts_delays = starts_delays and self.batched
         self.feedback_every = rx.cfg.feedback_every
         self.opened: dict = {}  # key -> (slot, _Rx, pinned bitmap): C writes into these buffers
         self.key_of: dict[int, tuple] = {}  # slot -> key
-        self.budget: dict[int, tuple[int, bool]] = {}  # source -> what C holds now (packets, decide)
+        self.budget: dict[int, tuple[int, bool, float | None]] = {}  # source -> what C holds (packets, decide, delay)
         self._slot = 0
-        self.width = 10  # doubles per row (rx_core.h RX_ROW_LEN)
+        self.width = 12  # doubles per row (rx_core.h RX_ROW_LEN)
         self._rows = np.zeros(ROWS * self.width + 4 + 120, dtype=np.float64)  # rows, then the wait area
         self._waits = self._rows[ROWS * self.width :]
         self._pending = bytearray(1)  # C sets it while there is something to take
@@ -114,9 +121,13 @@ class RxMirror:
                     s.ce += int(r[3])
                     key = self.key_of[int(r[4])]
                     s.key, s.n_pkts, s.seq = key, self.opened[key][1].n_pkts, int(r[5])
-                    left, decide = self.budget.get(src, (0, False))
+                    left, decide, delay = self.budget.get(src, (0, False, None))
                     if left > 0:
-                        self.budget[src] = (left - pkts, decide)
+                        left -= pkts
+                    if r[10]:  # C started its FEEDBACK delay, as the rule would have
+                        s.due, delay = r[11], None
+                        rx._fb_due.add(src)
+                    self.budget[src] = (left, decide, delay)
             waits = self._waits
             if waits[0]:
                 self._add_waits(waits)
@@ -182,6 +193,7 @@ class RxMirror:
         may have been created) open the new ones; give C each sender's budget."""
         if not self.enabled:
             return
+        self.take()  # budgets from what C counted, not from before it
         rx = self.rx
         for key, (slot, st, _pin) in list(self.opened.items()):
             if rx._rx.get(key) is not st or not self._openable(st):
@@ -197,16 +209,24 @@ class RxMirror:
     def _give_budget(self, src: int, s) -> None:
         """Tell C how many packets of `src` it may count before the FEEDBACK rule can act (its
         _Source `s`): any while the sender wants no FEEDBACK; batched, up to and including the one
-        that starts the delay or makes a FEEDBACK due; per datagram, those before it."""
+        that starts the delay or makes a FEEDBACK due (with `starts_delays`, up to the one that
+        makes a FEEDBACK due, and the delay C starts); per datagram, those before it."""
         every = self.feedback_every
+        left = every - (s.rcvd - s.reported)
+        b: tuple[int, bool, float | None]
         if not s.want:
-            b = (-1, False)
+            b = (-1, False, None)
+        elif self.starts_delays and s.due == math.inf:
+            b = (max(1, left), True, self.rx._feedback_delay(s))
         elif self.batched:
-            b = (1 if s.due == math.inf else max(1, every - (s.rcvd - s.reported)), True)
+            b = (1 if s.due == math.inf else max(1, left), True, None)
         else:
-            b = (0 if s.due == math.inf else max(0, every - 1 - (s.rcvd - s.reported)), False)
+            b = (0 if s.due == math.inf else max(0, left - 1), False, None)
         if self.budget.get(src) != b:
-            self.path.Budget(src, b[0], b[1])
+            if self.starts_delays:
+                self.path.Budget(src, b[0], b[1], b[2])
+            else:
+                self.path.Budget(src, b[0], b[1])
             self.budget[src] = b
 
     def datagram(self, data, ecn: int, now: float, queued_s: float = 0.0) -> None:

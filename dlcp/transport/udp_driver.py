@@ -191,7 +191,9 @@ class UdpTransport:
                 log.warning("the C receive path is not usable (%s): datagrams go through Python", e)
             return None, None
         path = module.RxPath(batch=RX_BATCH)
-        return path, RxMirror(self.receiver, path, mode)
+        # the receive thread takes before it reads the core's timers, and its wait in C arms the
+        # timer for the FEEDBACK delays C starts: C may start them
+        return path, RxMirror(self.receiver, path, mode, starts_delays=True)
 
     def _take(self) -> None:
         """What the C receive path counted, into the receiver core (hold self._rx)."""
@@ -499,13 +501,17 @@ class UdpTransport:
     def _serve(self) -> None:
         """Wait in C (`_rxpath.serve`, without the GIL): the data socket's datagrams are absorbed
         there until one needs the core, which is handled here; returns when another descriptor
-        needs Python."""
-        path = self._rxpath
+        needs Python. The receive timer fires for the FEEDBACK delays C starts meanwhile."""
+        path, timer = self._rxpath, self._rx_timer
         try:
-            ev = path.serve(self._sel.fileno(), self.udp_rx.fileno(), int(IDLE_S * 1000), RX_BURST)
+            ev = path.serve(
+                self._sel.fileno(), self.udp_rx.fileno(), int(IDLE_S * 1000), RX_BURST, timer.fileno(), timer.deadline
+            )
         except OSError as e:
             self._socket_error(e)
             return
+        finally:
+            timer.deadline = path.timer_at
         if ev is not None:
             self._rx_batch(ev)
 

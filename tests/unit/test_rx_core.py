@@ -45,7 +45,7 @@ def rxpath():
 
 def test_constants_agree(rxpath):
     assert (rxpath.RX_UP, rxpath.RX_TAKEN, rxpath.RX_DECIDE) == (RX_UP, RX_TAKEN, RX_DECIDE)
-    assert rxpath.ROW_LEN == 10 and rxpath.WAIT_AREA == 4 + N_BINS
+    assert rxpath.ROW_LEN == 12 and rxpath.WAIT_AREA == 4 + N_BINS
     from dlcp.transport.udpio import RECV_SLOT
 
     assert rxpath.RECV_SLOT == RECV_SLOT and ROWS >= 1
@@ -104,10 +104,10 @@ class _Python:
 class _C(_Python):
     """The receiver behind the C path, driven as the drivers drive it."""
 
-    def __init__(self, cfg, rxpath, mode):
+    def __init__(self, cfg, rxpath, mode, starts_delays=False):
         super().__init__(cfg)
         self.path = rxpath.RxPath()
-        self.m = RxMirror(self.rx, self.path, mode)
+        self.m = RxMirror(self.rx, self.path, mode, starts_delays)
         self.codes = {RX_UP: 0, RX_TAKEN: 0, RX_DECIDE: 0}
 
     def datagram(self, data, ecn, now, queued):
@@ -273,13 +273,15 @@ def _stream(seed: int) -> list:
     return out
 
 
-@pytest.mark.parametrize("mode", ["c", "c-per-datagram"])
+@pytest.mark.parametrize("mode", ["c", "c-per-datagram", "c, delays in C"])
 @pytest.mark.parametrize("seed", range(12))
 def test_random_streams_leave_the_receiver_as_python_does(rxpath, mode, seed):
     cfg = TransportConfig(
         rank=3, job_id=JOB, values_per_pkt=VPP, feedback_every=int(3 + seed % 5), per_packet=seed % 2 == 0
     )
-    py, c = _Python(cfg), _C(cfg, rxpath, mode)
+    starts_delays = mode == "c, delays in C"
+    mode = mode.split(",")[0]
+    py, c = _Python(cfg), _C(cfg, rxpath, mode, starts_delays)
     now = 0.0
     for ev in _stream(seed):
         now += 5e-5
@@ -303,7 +305,10 @@ def test_random_streams_leave_the_receiver_as_python_does(rxpath, mode, seed):
                 side.rx.advance(ev[1])
                 if side is c:
                     c.m.publish()
-        # C's deltas may still wait (as on ns-3): the core's timer must not depend on them
+        # C's deltas may still wait (as on ns-3): the core's timer must not depend on them, unless
+        # C starts the FEEDBACK delays (the UDP driver takes before it reads the timers)
+        if starts_delays:
+            c.sync()
         t_py, t_c = py.ep.next_timer(), c.ep.next_timer()
         assert t_py == t_c or (math.isinf(t_py) and math.isinf(t_c)), (ev[0], t_py, t_c)
         assert _outputs(c) == _outputs(py), ev[0]
@@ -313,3 +318,5 @@ def test_random_streams_leave_the_receiver_as_python_does(rxpath, mode, seed):
         assert taken > sum(c.codes.values()) / 4, c.codes
     else:  # the packets on which FEEDBACK may act went up whole
         assert c.codes[RX_DECIDE] == 0 and c.codes[RX_TAKEN] > 0, c.codes
+    if starts_delays:  # C started the delays: it stopped only where a FEEDBACK went out
+        assert c.path.timings()["decisions"] <= c.rx.totals["feedback_sent"], c.codes

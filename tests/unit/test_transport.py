@@ -668,3 +668,40 @@ def test_datagrams_the_core_need_not_see_cost_no_python_wake_up(monkeypatch, mak
     assert path["absorbed"] == n - 1  # the first packet went through the core and opened the message
     assert path["serve_wakes"] >= n - 1  # paced: a wake-up per datagram
     assert path["serve_returns"] <= 5, path  # the first packet, and a 0.2 s idle timeout or two
+
+
+def test_a_feedback_delay_started_in_c_fires_on_time_with_no_decision_in_python(monkeypatch, make_pair):
+    """A sender that waits for each FEEDBACK (bursts shorter than `feedback_every`): C starts each
+    burst's FEEDBACK delay itself and the receive thread's
+    wait arms its timer for it, so every FEEDBACK goes out at its delay (a few ms here, not the
+    thread's 0.2 s idle wake-up) and C never stops for the core to decide."""
+    from transport_scenarios import rx_path_or_skip
+
+    rx_path_or_skip()
+    monkeypatch.setenv("DLCP_RX", "c")
+    # the first delay is the cap, 0.5 ms x time_scale 20 = 10 ms; later ones the burst's own length
+    _, b, _ = make_pair(recv_cfg={"feedback_every": 64, "time_scale": 20})
+    bursts, per = 4, 3
+    n = bursts * per
+    g, batch, _ = message(n_pkts=n)
+    ctl = socket.create_connection(("127.0.0.1", b.control_port))
+    describe = C.Control(C.DESCRIBE, 1, 0, 1, H.PHASE_PUSH, 0, 7, n, n_values=n * VPP, drop_prec=np.zeros(n, np.uint8))
+    describe.budget_ppm, describe.feedback = 0, True
+    ctl.sendall(C.encode(describe))
+    time.sleep(0.1)  # the DESCRIBE first
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    reader, fb, waits = C.FrameReader(), [], []
+    ctl.settimeout(3)
+    for k in range(bursts):
+        for i in range(k * per, (k + 1) * per):
+            u.sendto(batch.to_bytes(i), ("127.0.0.1", b.data_port))
+        sent = time.monotonic()
+        while len(fb) <= k:
+            fb += [C.decode(body) for body in reader.feed(ctl.recv(4096))]
+        waits.append(time.monotonic() - sent)
+    u.close()
+    ctl.close()
+    assert [(m.type, m.rcvd_pkts) for m in fb] == [(C.FEEDBACK, per * (k + 1)) for k in range(bursts)]
+    path = b.stats()["rx_path"]
+    assert path["absorbed"] == n and path["decisions"] == 0, path  # the DESCRIBE opened the message in C
+    assert max(waits) < 0.1, waits  # the timer C armed, not the idle wake-up (0.2 s)

@@ -11,7 +11,9 @@
  * core whole (a PROBE, a duplicate, one of an unknown message, anything malformed, which the core
  * counts and drops), and when a sender's FEEDBACK may be due after a packet it took (rx_budget), it
  * stops and says so (RX_DECIDE): the core then decides (FEEDBACK now, or the FEEDBACK delay
- * starts). Counters and times wait here as deltas until the mirror takes them (rx_take), which it
+ * starts). Where the driver watches the delays this core starts (rx_delay: the UDP driver), the
+ * core hands over the delay's length with the budget and this core starts it on the sender's first
+ * packet, so the core decides only when a FEEDBACK goes out. Counters and times wait here as deltas until the mirror takes them (rx_take), which it
  * does before the core does anything else. The socket waits of the packets it takes go into
  * waits.py's bins here too, and a packet that waited longer than the host-mark time counts as
  * CE-marked, as in on_datagram.
@@ -54,17 +56,19 @@ RX_STATIC_ASSERT(DLCP_TYPE_DATA < DLCP_TYPE_PROBE && DLCP_TYPE_RETX < DLCP_TYPE_
 
 /* One row of rx_take: what the mirror adds to one message (_Rx) or one sender (_Source). Times are
  * the driver's `now` (seconds); -1: none among these packets. */
-#define RX_ROW_KIND     0 /* 0: message, 1: source */
-#define RX_ROW_ID       1 /* message: its slot (the mirror's id); source: its rank */
-#define RX_ROW_PKTS     2 /* packets counted (message: n_received; source: rcvd) */
-#define RX_ROW_A        3 /* message: RETX packets (retx); source: CE-marked (ce) */
-#define RX_ROW_B        4 /* message: original packets (n_orig); source: slot of its newest packet */
-#define RX_ROW_C        5 /* message: payload bytes (bytes_rcvd); source: seq of its newest packet */
-#define RX_ROW_ORIG_T   6 /* message: the newest original's time (orig_last_t); source: first arrival */
-#define RX_ROW_LAST_T   7 /* message: the newest packet's time (last_t); source: newest arrival */
-#define RX_ROW_LAST_LEN 8 /* message: values in its last packet (last_len), -1: not among these */
-#define RX_ROW_FIRST_T  9 /* message: its first packet's time (first_t), -1: it had packets before */
-#define RX_ROW_LEN      10
+#define RX_ROW_KIND     0  /* 0: message, 1: source */
+#define RX_ROW_ID       1  /* message: its slot (the mirror's id); source: its rank */
+#define RX_ROW_PKTS     2  /* packets counted (message: n_received; source: rcvd) */
+#define RX_ROW_A        3  /* message: RETX packets (retx); source: CE-marked (ce) */
+#define RX_ROW_B        4  /* message: original packets (n_orig); source: slot of its newest packet */
+#define RX_ROW_C        5  /* message: payload bytes (bytes_rcvd); source: seq of its newest packet */
+#define RX_ROW_ORIG_T   6  /* message: the newest original's time (orig_last_t); source: first arrival */
+#define RX_ROW_LAST_T   7  /* message: the newest packet's time (last_t); source: newest arrival */
+#define RX_ROW_LAST_LEN 8  /* message: values in its last packet (last_len), -1: not among these */
+#define RX_ROW_FIRST_T  9  /* message: its first packet's time (first_t), -1: it had packets before */
+#define RX_ROW_DUE      10 /* source: 1 when a FEEDBACK delay started here (then RX_ROW_DUE_T), else 0; message: 0 */
+#define RX_ROW_DUE_T    11 /* source: when that delay ends (due) */
+#define RX_ROW_LEN      12
 /* A source row has the datagram bytes counted in RX_ROW_LAST_LEN and the first counted datagram's
  * bytes in RX_ROW_FIRST_T: the mirror's FEEDBACK wait counts the bytes that came after the first. */
 
@@ -92,6 +96,10 @@ typedef struct {
 typedef struct {
     int64_t budget; /* packets that may be counted here before the core must look; -1: any */
     int decide;     /* when the budget runs out on a packet taken here, stop with RX_DECIDE */
+    int start;      /* start the FEEDBACK delay on the next packet counted here */
+    double delay;   /* its length (s; the core's rule may give a negative one: due at once) */
+    int started;    /* a delay started here that the core has not taken yet */
+    double due;     /* its end */
     int dirty;
     uint64_t pkts, ce, last_slot;
     uint64_t bytes; /* datagram bytes counted */
@@ -111,6 +119,7 @@ typedef struct {
     uint8_t dirty_src[256];
     int n_dirty_src;
     int decide_src; /* the sender of the last RX_DECIDE */
+    double new_due; /* the earliest end of a FEEDBACK delay started here since the last take; INFINITY: none */
     uint64_t absorbed, decisions;
     double *rows; /* where rx_take writes: row_cap rows of RX_ROW_LEN, then RX_WAIT_AREA */
     uint64_t row_cap;
@@ -151,6 +160,7 @@ static inline int rx_init(RxCore *c, int enabled, uint32_t job_id, uint32_t vpp,
     c->row_cap = row_cap;
     c->pending = pending;
     c->decide_src = -1;
+    c->new_due = INFINITY;
     c->cap = 64;
     c->msgs = (RxMsg *)calloc(c->cap, sizeof(RxMsg));
     return c->msgs ? 0 : -1;
@@ -250,6 +260,17 @@ static inline void rx_budget(RxCore *c, uint32_t src, int64_t packets, int decid
     c->src[src & 0xff].decide = decide;
 }
 
+/* start: start the FEEDBACK delay of `delay` s on the next packet of `src` counted here, as the
+ * core's rule does (ReceiverCore._feedback_rule: due = now + delay), unless that packet makes a
+ * FEEDBACK due (its budget's RX_DECIDE). Ignored while a delay started here is not taken yet: the
+ * caller has not seen it. */
+static inline void rx_delay(RxCore *c, uint32_t src, int start, double delay) {
+    RxSrc *s = &c->src[src & 0xff];
+    if (s->started) return;
+    s->start = start;
+    s->delay = delay;
+}
+
 /* a datagram's wait in the socket buffer into waits.py's bins (WaitHistogram.record) */
 static inline void rx_record_wait(RxCore *c, double s) {
     c->wait_n++;
@@ -332,6 +353,12 @@ static inline int rx_absorb(RxCore *c, const uint8_t *d, size_t n, int ecn, doub
         m->dirty = 1;
         c->n_dirty++;
     }
+    if (!decide && s->start) {
+        s->start = 0;
+        s->started = 1;
+        s->due = now + s->delay;
+        if (s->due < c->new_due) c->new_due = s->due;
+    }
     c->absorbed++;
     *c->pending = 1;
     if (decide) {
@@ -364,6 +391,8 @@ static inline uint64_t rx_take(RxCore *c) {
         r[RX_ROW_LAST_T] = m->last_t;
         r[RX_ROW_LAST_LEN] = (double)m->last_len;
         r[RX_ROW_FIRST_T] = m->first_t;
+        r[RX_ROW_DUE] = 0;
+        r[RX_ROW_DUE_T] = 0;
         m->pkts = m->retx = m->orig = m->bytes = 0;
         m->first_t = m->orig_t = m->last_t = -1;
         m->last_len = -1;
@@ -385,6 +414,9 @@ static inline uint64_t rx_take(RxCore *c) {
         r[RX_ROW_LAST_T] = s->last_t;
         r[RX_ROW_LAST_LEN] = (double)s->bytes;
         r[RX_ROW_FIRST_T] = (double)s->first_len;
+        r[RX_ROW_DUE] = s->started;
+        r[RX_ROW_DUE_T] = s->started ? s->due : 0;
+        s->started = 0;
         s->pkts = s->ce = s->bytes = 0;
         s->dirty = 0;
         rows++;
@@ -401,6 +433,7 @@ static inline uint64_t rx_take(RxCore *c) {
         c->wait_n = c->host_marked = 0;
         c->wait_max = 0;
     }
+    c->new_due = INFINITY; /* the caller now knows every delay started here */
     *c->pending = rx_has_pending(c) ? 1 : 0;
     return rows;
 }
