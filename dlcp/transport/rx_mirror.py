@@ -62,7 +62,7 @@ class RxMirror:
         self.rx, self.path, self.mode = rx, path, mode
         self.enabled = mode != "python"
         self.batched = mode == "c"
-        self.starts_delays = starts_delays and self.batched
+        self.starts_delays = starts_delays and self.enabled
         self.feedback_every = rx.cfg.feedback_every
         self.opened: dict = {}  # key -> (slot, _Rx, pinned bitmap): C writes into these buffers
         self.key_of: dict[int, tuple] = {}  # slot -> key
@@ -216,17 +216,16 @@ class RxMirror:
         b: tuple[int, bool, float | None]
         if not s.want:
             b = (-1, False, None)
-        elif self.starts_delays and s.due == math.inf:
-            b = (max(1, left), True, self.rx._feedback_delay(s))
-        elif self.batched:
-            b = (1 if s.due == math.inf else max(1, left), True, None)
+        elif s.due == math.inf and not self.starts_delays:  # the packet that starts the delay: the core's
+            b = (1, True, None) if self.batched else (0, False, None)
         else:
-            b = (0 if s.due == math.inf else max(0, left - 1), False, None)
+            delay = self.rx._feedback_delay(s) if s.due == math.inf else None
+            b = (max(1, left), True, delay) if self.batched else (max(0, left - 1), False, delay)
         if self.budget.get(src) != b:
-            if self.starts_delays:
-                self.path.Budget(src, b[0], b[1], b[2])
-            else:
+            if b[2] is None:
                 self.path.Budget(src, b[0], b[1])
+            else:
+                self.path.Budget(src, b[0], b[1], b[2])
             self.budget[src] = b
 
     def datagram(self, data, ecn: int, now: float, queued_s: float = 0.0) -> None:
