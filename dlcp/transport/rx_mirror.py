@@ -52,8 +52,8 @@ def rx_mode() -> str:
 
 class RxMirror:
     """See the module docstring. `rx`: the ReceiverCore; `path`: its C receive path; `mode`: one of
-    RX_MODES ("python" leaves the path unused); `starts_delays`: C starts the FEEDBACK delays (in
-    mode "c"; the driver must take before it reads the core's timers)."""
+    RX_MODES ("python" leaves the path unused); `starts_delays`: C starts the FEEDBACK delays (the
+    driver takes before it reads the core's timers, and sees a delay C started end)."""
 
     def __init__(self, rx, path, mode: str = "c", starts_delays: bool = False):
         assert VALUE_BYTES == 4, "rx_core.h copies fp32 values"

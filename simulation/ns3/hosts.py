@@ -39,9 +39,8 @@ STANDARD_MTU = 1500
 
 
 # DLCP_SIM_RX picks the hosts' receive path (a mode of dlcp/transport/rx_mirror.py): "cpp" (the
-# default) passes up a message's first packet and each one a FEEDBACK comes due on by count (C++
-# starts the FEEDBACK delays, DlcpHostIo::WatchDelay); "c" counts up to the core's FEEDBACK
-# decisions (DECIDE up-calls), which on ns-3 measured no cheaper
+# default) passes up a message's first packet and each one a FEEDBACK may come due on; "c" counts
+# up to the core's FEEDBACK decisions (DECIDE up-calls), which on ns-3 measured no cheaper
 # (docs/notes/2026-11-27-datapath-bench.md); "python" sends every datagram up. Records are the same
 # either way.
 SIM_RX_MODES = {"cpp": "c-per-datagram", "c": "c", "python": "python"}
@@ -158,8 +157,8 @@ class SimHost:
         half, so the sender's transmissions and timers are as the last step left them, and the
         armed timer is still the earliest), and skipping it saves most of a datagram's Python time."""
         rx, m = self.endpoint.receiver, self.rxm
+        m.take()
         timer, pending = rx.next_timer(), rx.outputs_pending()
-        m.take()  # a FEEDBACK delay C started moves the timer: the host's timer must cover it
         self.endpoint.on_datagram(memoryview(data), ecn, self.stack.clock.now())
         m.open_after(data)
         if rx.outputs_pending() != pending or rx.next_timer() != timer:
@@ -169,12 +168,13 @@ class SimHost:
             m.publish(scan=True)
 
     def decide(self, src: int) -> None:
-        """The C++ path took the packet of `src` that makes its FEEDBACK due: the core's FEEDBACK
-        rule sends it; the driver loop runs only if that made output or moved a timer, as after a
-        datagram."""
+        """The C++ path took a packet of `src` after which its FEEDBACK may be due: the core's
+        FEEDBACK rule decides (a FEEDBACK now, or its delay starts); the driver loop runs only if
+        that made output or moved a timer, as after a datagram."""
         rx, m = self.endpoint.receiver, self.rxm
+        m.take()
         timer, pending = rx.next_timer(), rx.outputs_pending()
-        m.decide(src, self.stack.clock.now())  # takes first
+        m.decide(src, self.stack.clock.now())
         if rx.outputs_pending() != pending or rx.next_timer() != timer:
             self.step()
 
@@ -310,8 +310,10 @@ class HostStack:
         )
         self._ios.append(io)
         h.io = io.__deref__()
-        # C++ starts the FEEDBACK delays and schedules their ends (DlcpHostIo::WatchDelay)
-        h.rxm = RxMirror(h.endpoint.receiver, h.io.Rx(), self.rx_mode, starts_delays=True)
+        # the core starts the FEEDBACK delays here (no `starts_delays`): C++ starting them and
+        # scheduling their ends cut the up-calls by a quarter but no run time, and moved which of
+        # two events at one nanosecond goes first (docs/notes/2026-11-28-feedback-delay-in-c.md)
+        h.rxm = RxMirror(h.endpoint.receiver, h.io.Rx(), self.rx_mode)
         self.ip_of_rank[h.job, rank] = ip_int(self.net.spec.hosts[name].ip)
         for other in self.hosts:
             if other.job == h.job:
@@ -335,8 +337,6 @@ class HostStack:
             h.writable()
         elif kind == 6:
             h.decide(int(conn))
-        elif kind == 7:  # a FEEDBACK delay C++ started has ended
-            h.step()
         elif kind == 3:
             h.readers.pop(int(conn), None)
             for rank, c in list(h.own_conn.items()):

@@ -42,8 +42,7 @@ class DlcpHostIo : public Object {
         CLOSED = 3,     // connection `conn` closed or failed
         ACCEPTED = 4,   // a peer opened connection `conn` to us
         WRITABLE = 5,   // the data socket took every datagram handed down (after WouldBlock)
-        DECIDE = 6,     // the receive path took a datagram after which sender `conn`'s FEEDBACK may be due
-        DELAY = 7       // a FEEDBACK delay the receive path started has ended, and Python has not taken it
+        DECIDE = 6      // the receive path took a datagram after which sender `conn`'s FEEDBACK may be due
     };
 
     // (host index, kind, connection id, bytes, ecn, peer IPv4)
@@ -199,7 +198,6 @@ class DlcpHostIo : public Object {
             m_received += 1;
             int r = m_rx.Absorb(reinterpret_cast<const uint8_t *>(buf.data()), buf.size(), ecn,
                                 Simulator::Now().GetSeconds());
-            WatchDelay();
             if (r == RX_TAKEN) { continue; }
             if (r == RX_DECIDE) {
                 Up()(m_index, DECIDE, uint64_t(m_rx.DecideSrc()), std::string(), 0, 0);
@@ -208,20 +206,6 @@ class DlcpHostIo : public Object {
             uint32_t peer = InetSocketAddress::ConvertFrom(from).GetIpv4().Get();
             Up()(m_index, DATA, 0, buf, ecn, peer);
         }
-    }
-
-    // A FEEDBACK delay the receive path started (rx_core.h rx_delay) ends at an event of its own,
-    // which goes up only if Python has not taken the delay meanwhile: once it has, the host's own
-    // timer (the core's next_timer) covers it.
-    void WatchDelay() {
-        double due = m_rx.TakeNewDue();
-        if (!(due < INFINITY)) return;
-        double delay = std::ceil((due - Simulator::Now().GetSeconds()) * 1e9);  // as DlcpTimers::At
-        Simulator::Schedule(NanoSeconds(int64_t(delay > 0 ? delay : 0)), &DlcpHostIo::DelayEnded, this, m_rx.Takes());
-    }
-
-    void DelayEnded(uint64_t takes) {
-        if (m_rx.Takes() == takes) { Up()(m_index, DELAY, 0, std::string(), 0, 0); }
     }
 
     uint64_t Register(Ptr<Socket> s, uint32_t peer) {

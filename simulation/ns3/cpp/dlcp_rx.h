@@ -38,26 +38,8 @@ class DlcpRxPath {
     }
 
     void Close(uint32_t src, uint32_t iter, uint32_t phase, uint32_t msg) { rx_close(&m_core, src, iter, phase, msg); }
-    // a sender's FEEDBACK budget, and (the four-argument form) the FEEDBACK delay to start here
-    void Budget(uint32_t src, int64_t packets, bool decide) {
-        rx_budget(&m_core, src, packets, decide);
-        rx_delay(&m_core, src, 0, 0.0);
-    }
-    void Budget(uint32_t src, int64_t packets, bool decide, double delay) {
-        rx_budget(&m_core, src, packets, decide);
-        rx_delay(&m_core, src, 1, delay);
-    }
-    uint64_t Take() {
-        m_takes++;
-        return rx_take(&m_core);
-    }
-    uint64_t Takes() const { return m_takes; }
-    // the earliest end of a FEEDBACK delay started here since the last call or take (INFINITY: none)
-    double TakeNewDue() {
-        double due = m_core.new_due;
-        m_core.new_due = INFINITY;
-        return due;
-    }
+    void Budget(uint32_t src, int64_t packets, bool decide) { rx_budget(&m_core, src, packets, decide); }
+    uint64_t Take() { return rx_take(&m_core); }
 
     // one datagram at `now` (simulated seconds; it waited in no socket buffer): RX_UP, RX_TAKEN or RX_DECIDE
     int Absorb(const uint8_t *d, size_t n, int ecn, double now) { return rx_absorb(&m_core, d, n, ecn, now, 0.0); }
@@ -67,7 +49,6 @@ class DlcpRxPath {
 
   private:
     RxCore m_core;
-    uint64_t m_takes = 0;
 };
 
 }  // namespace ns3
