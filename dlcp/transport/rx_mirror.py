@@ -8,18 +8,18 @@ payload and mark its chunk: a packet of a message opened here (`publish`: one wi
 and no BITMAP out, so the packet cannot complete a round or answer a request) that is not a
 duplicate and passes every check of `on_datagram`, while its sender's FEEDBACK budget lasts (the
 packets C may count before the core's FEEDBACK rule can do something: one while no FEEDBACK delay
-runs, as that packet starts it; `feedback_every` less those unreported while one runs; any while
-the sender wants none). On the packet that uses up a budget C stops and the driver calls `decide`:
-the core applies its rule (`ReceiverCore.counted`). A driver that watches the FEEDBACK delays C
-starts (`starts_delays`: the UDP driver, whose wait in C arms its timer for them) lets C start the
-delay too: with the budget C gets the delay's length (`ReceiverCore._feedback_delay`, the one
-statement of it), starts it on the sender's first packet as the rule would, and the budget runs to
-the packet that makes a FEEDBACK due, so the core decides only when a FEEDBACK goes out; the delay
-reaches the core at the next `take`, before its timers are read. Payload, bitmap and per-packet times go straight
-into the receiver's numpy / bytearray buffers; counters and times wait in C until `take`, which
-every entry into the receiver calls first. After each entry `publish` takes back what the receiver
-must see each packet of (messages finished, probed or asked for, dropped) and gives C the new
-budgets.
+runs, as that packet starts it; `feedback_every` less those unreported while one runs; any while the
+sender wants none). On the packet that uses up a budget C stops and the driver calls `decide`: the
+core applies its rule (`ReceiverCore.counted`). A driver that watches the FEEDBACK delays C starts
+(`starts_delays`: the UDP driver, whose wait in C arms its timer for them) lets C start the delay
+too: with the budget C gets the delay's length (`ReceiverCore._feedback_delay`, the one statement of
+it), starts it on the sender's first packet as the rule would, and the budget runs to the packet
+that makes a FEEDBACK due, so the core decides only when a FEEDBACK goes out; the delay reaches the
+core at the next `take`, before its timers are read. Payload, bitmap and per-packet times go
+straight into the receiver's numpy / bytearray buffers; counters and times wait in C until `take`,
+which every entry into the receiver calls first. After each entry `publish` takes back what the
+receiver must see each packet of (messages finished, probed or asked for, dropped) and gives C the
+new budgets.
 
 Modes (`DLCP_RX`, read when an endpoint is built): "c" (the default where the path exists),
 "python" (every datagram through `ReceiverCore.on_datagram`, the path the C one must equal), and
@@ -193,7 +193,6 @@ class RxMirror:
         may have been created) open the new ones; give C each sender's budget."""
         if not self.enabled:
             return
-        self.take()  # budgets from what C counted, not from before it
         rx = self.rx
         for key, (slot, st, _pin) in list(self.opened.items()):
             if rx._rx.get(key) is not st or not self._openable(st):

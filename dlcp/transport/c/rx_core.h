@@ -13,10 +13,10 @@
  * stops and says so (RX_DECIDE): the core then decides (FEEDBACK now, or the FEEDBACK delay
  * starts). Where the driver watches the delays this core starts (rx_delay: the UDP driver), the
  * core hands over the delay's length with the budget and this core starts it on the sender's first
- * packet, so the core decides only when a FEEDBACK goes out. Counters and times wait here as deltas until the mirror takes them (rx_take), which it
- * does before the core does anything else. The socket waits of the packets it takes go into
- * waits.py's bins here too, and a packet that waited longer than the host-mark time counts as
- * CE-marked, as in on_datagram.
+ * packet, so the core decides only when a FEEDBACK goes out. Counters and times wait here as deltas
+ * until the mirror takes them (rx_take), which it does before the core does anything else. The
+ * socket waits of the packets it takes go into waits.py's bins here too, and a packet that waited
+ * longer than the host-mark time counts as CE-marked, as in on_datagram.
  *
  * Compiled into the UDP driver's extension (dlcp/transport/_rxpath.c, as C, with recvmmsg) and into
  * the ns-3 hosts (simulation/ns3/cpp/dlcp_rx.h, as C++ by cppyy), so it is written in the common
